@@ -1,0 +1,1 @@
+//! Threads, response chains and windows (design.md §3).

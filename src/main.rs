@@ -1,0 +1,42 @@
+//! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
+//! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
+
+mod ingest;
+mod relay;
+mod replay_cmd;
+mod wrap;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "windowtap", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay trace v1 files offline and write attribution records.
+    Replay(replay_cmd::ReplayArgs),
+    /// Run the transparent relay that Claude Code and Codex are pointed at.
+    Relay(relay::RelayArgs),
+    /// Wrap a stdio MCP server and report when each tools/call really ran.
+    Wrap(wrap::WrapArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => replay_cmd::main(args),
+        Command::Relay(args) => relay::main(args),
+        Command::Wrap(args) => wrap::main(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("windowtap: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
