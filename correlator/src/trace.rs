@@ -162,6 +162,9 @@ impl Fields<'_> {
 fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
     let f = Fields(obj);
     let ty = f.string("type")?;
+    if ty == "trace" {
+        return Err(fault("type", "a second trace header"));
+    }
     let t = f.time("t")?;
     let kind = match ty.as_str() {
         "stream_open" => EventKind::StreamOpen {
@@ -244,7 +247,6 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
                 },
             }
         }
-        "trace" => return Err(fault("type", "a second trace header")),
         other => return Err(fault("type", format!("unknown event type `{other}`"))),
     };
     Ok(Event { t, kind })
