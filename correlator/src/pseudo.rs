@@ -1,1 +1,191 @@
-//! (being written)
+//! Keyed pseudonymization of raw ids (design.md §7).
+//!
+//! Every id that leaves the process (stream, request, response, call, item, thread, interval
+//! and the hints) is replaced by HMAC-SHA256(key, raw id), truncated to 16 bytes and written
+//! as hex. The same raw id always maps to the same pseudonym under one key, so joins still
+//! work; without the key the raw id cannot be recovered or confirmed.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::event::{EventKind, Hints};
+
+/// Length of a key file's content, in bytes (after hex decoding).
+pub const KEY_LEN: usize = 32;
+
+#[derive(Clone)]
+pub struct Pseudonymizer {
+    mac: Hmac<Sha256>,
+}
+
+impl Pseudonymizer {
+    pub fn new(key: &[u8; KEY_LEN]) -> Self {
+        let mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+        Pseudonymizer { mac }
+    }
+
+    /// Parses a key file's text: 64 hex digits, surrounding white space ignored.
+    pub fn key_from_hex(text: &str) -> Result<[u8; KEY_LEN], String> {
+        let t = text.trim();
+        let bytes = hex::decode(t).map_err(|e| format!("the key must be 64 hex digits: {e}"))?;
+        bytes.try_into().map_err(|b: Vec<u8>| {
+            format!("the key must be 32 bytes (64 hex digits), got {}", b.len())
+        })
+    }
+
+    /// The pseudonym of one raw id.
+    pub fn id(&self, raw: &str) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(raw.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        hex::encode(&digest[..16])
+    }
+
+    fn opt(&self, raw: Option<String>) -> Option<String> {
+        raw.map(|r| self.id(&r))
+    }
+
+    /// The same event with every id replaced by its pseudonym. Names (model-visible tool
+    /// names, namespaces, MCP aliases and tools), kinds, statuses and reasons are kept.
+    pub fn event(&self, kind: EventKind) -> EventKind {
+        match kind {
+            EventKind::StreamOpen {
+                stream,
+                client,
+                transport,
+                thread,
+            } => EventKind::StreamOpen {
+                stream: self.id(&stream),
+                client,
+                transport,
+                thread: self.opt(thread),
+            },
+            EventKind::Request {
+                stream,
+                request,
+                previous_response,
+                outputs,
+            } => EventKind::Request {
+                stream: self.id(&stream),
+                request: self.id(&request),
+                previous_response: self.opt(previous_response),
+                outputs: outputs.iter().map(|c| self.id(c)).collect(),
+            },
+            EventKind::ResponseStart {
+                stream,
+                response,
+                request,
+            } => EventKind::ResponseStart {
+                stream: self.id(&stream),
+                response: self.id(&response),
+                request: self.opt(request),
+            },
+            EventKind::ToolCall {
+                stream,
+                response,
+                call,
+                item,
+                name,
+                namespace,
+                kind,
+            } => EventKind::ToolCall {
+                stream: self.id(&stream),
+                response: self.id(&response),
+                call: self.id(&call),
+                item: self.opt(item),
+                name,
+                namespace,
+                kind,
+            },
+            EventKind::ResponseEnd {
+                stream,
+                response,
+                status,
+            } => EventKind::ResponseEnd {
+                stream: self.id(&stream),
+                response: self.id(&response),
+                status,
+            },
+            EventKind::StreamClose { stream } => EventKind::StreamClose {
+                stream: self.id(&stream),
+            },
+            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
+                stream: self.id(&stream),
+                reason,
+            },
+            EventKind::McpStart {
+                interval,
+                alias,
+                tool,
+                start,
+            } => EventKind::McpStart {
+                interval: self.id(&interval),
+                alias,
+                tool,
+                start,
+            },
+            EventKind::McpInterval {
+                interval,
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints,
+            } => EventKind::McpInterval {
+                interval: self.id(&interval),
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints: Hints {
+                    tool_use_id: self.opt(hints.tool_use_id),
+                    item_id: self.opt(hints.item_id),
+                    call_id: self.opt(hints.call_id),
+                    thread: self.opt(hints.thread),
+                },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_id_same_pseudonym_and_keys_differ() {
+        let a = Pseudonymizer::new(&[1; KEY_LEN]);
+        let b = Pseudonymizer::new(&[2; KEY_LEN]);
+        assert_eq!(a.id("toolu_01"), a.id("toolu_01"));
+        assert_ne!(a.id("toolu_01"), a.id("toolu_02"));
+        assert_ne!(a.id("toolu_01"), b.id("toolu_01"));
+        assert_eq!(a.id("x").len(), 32);
+        assert!(!a.id("toolu_01").contains("toolu"));
+    }
+
+    #[test]
+    fn hints_and_outputs_map_like_the_ids_they_name() {
+        let p = Pseudonymizer::new(&[7; KEY_LEN]);
+        let EventKind::Request { outputs, .. } = p.event(EventKind::Request {
+            stream: "s".into(),
+            request: "q".into(),
+            previous_response: None,
+            outputs: vec!["call_1".into()],
+        }) else {
+            panic!()
+        };
+        assert_eq!(outputs, vec![p.id("call_1")]);
+    }
+
+    #[test]
+    fn key_files_are_checked() {
+        assert!(Pseudonymizer::key_from_hex(&"ab".repeat(32)).is_ok());
+        assert!(Pseudonymizer::key_from_hex("abc").is_err());
+        assert!(Pseudonymizer::key_from_hex(&"zz".repeat(32)).is_err());
+        assert!(Pseudonymizer::key_from_hex(&"ab".repeat(16))
+            .unwrap_err()
+            .contains("32 bytes"));
+    }
+}
