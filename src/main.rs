@@ -1,6 +1,7 @@
 //! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
+mod clock;
 mod ingest;
 mod relay;
 mod replay_cmd;
