@@ -1,0 +1,1340 @@
+//! A scripted model API on loopback, for driving the real hosts (Claude Code, Codex CLI)
+//! through one MCP tool loop without a real model and without a network.
+//!
+//! ```text
+//! cargo run --release --example scripted_upstream -- --listen 127.0.0.1:0 \
+//!     --alias probe --tool echo [--hold-ms 1500] [--log FILE] [--no-ws-deflate]
+//! ```
+//!
+//! It prints `listening on ADDR` on stdout, then serves until killed:
+//! - Anthropic Messages: `POST …/v1/messages` (SSE, or JSON when `stream` is not true). The
+//!   "model" calls `mcp__<alias>__<tool>` once (through Claude Code's `ToolSearch` first when
+//!   the MCP tool is deferred), then answers with text once the tool result comes back. Also
+//!   `HEAD /api/hello`, `POST …/v1/messages/count_tokens`, `GET …/v1/models`.
+//! - OpenAI Responses: `POST …/responses` (SSE) and `GET …/responses` upgraded to a WebSocket
+//!   (one connection, many `response.create` frames, `permessage-deflate` when offered, as the
+//!   real API does). Function mode calls the `mcp__<alias>` namespace's `<tool>`; code mode
+//!   (Codex's default catalog model) calls the custom `exec` tool with JavaScript that calls the
+//!   MCP tool through the `tools` object. Also `GET …/models`.
+//!
+//! `--hold-ms N` holds the terminal event back N ms after the tool call item is complete, so
+//! the host runs the MCP call while the response is still streaming (protocols.md §6).
+//!
+//! `--log FILE` gets one JSON line per exchange (and per WebSocket frame): method, path
+//! template, what the script chose to answer and the event types sent. Never a header value,
+//! a body, a prompt or a tool argument.
+
+use std::convert::Infallible;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use clap::Parser;
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use futures_util::stream;
+use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+#[derive(Parser, Debug)]
+#[command(about = "A scripted model API (Anthropic Messages, OpenAI Responses) on loopback")]
+struct Args {
+    /// Address to listen on (loopback only).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// The MCP server alias the model calls.
+    #[arg(long)]
+    alias: String,
+    /// The MCP tool the model calls.
+    #[arg(long)]
+    tool: String,
+    /// The tool's input object (JSON).
+    #[arg(long, default_value = r#"{"text":"windowtap e2e"}"#)]
+    input: String,
+    /// Hold the terminal event back this many ms after the tool call item is complete.
+    #[arg(long, default_value_t = 0)]
+    hold_ms: u64,
+    /// Append one JSON line per exchange here (structure only).
+    #[arg(long)]
+    log: Option<std::path::PathBuf>,
+    /// Refuse permessage-deflate on WebSocket upgrades (the real API accepts it).
+    #[arg(long)]
+    no_ws_deflate: bool,
+}
+
+/// The final answer, once the tool result is back. Fixed text so runs compare equal.
+const FINAL_TEXT: &str = "The tool answered.";
+/// The answer to a request that offers no way to reach the MCP tool.
+const NO_TOOL_TEXT: &str = "No tool is available.";
+
+struct Script {
+    alias: String,
+    tool: String,
+    input: Value,
+    hold: Duration,
+    deflate: bool,
+    log: Option<Mutex<std::fs::File>>,
+    started: Instant,
+    ids: AtomicU64,
+    prefix: String,
+}
+
+impl Script {
+    /// The flat model-visible name of the MCP tool (Claude; Codex's flat form).
+    fn flat_name(&self) -> String {
+        format!("mcp__{}__{}", self.alias, self.tool)
+    }
+
+    fn namespace(&self) -> String {
+        format!("mcp__{}", self.alias)
+    }
+
+    /// A fresh id: unique within this process, and across processes by a start-time prefix.
+    fn id(&self, kind: &str) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        format!("{kind}_{}{n:04}", self.prefix)
+    }
+
+    fn log(&self, mut line: Value) {
+        let Some(file) = &self.log else { return };
+        line["ms"] = json!(self.started.elapsed().as_millis() as u64);
+        if let Ok(mut f) = file.lock() {
+            // A log write failure must not break serving: the log is a diagnostic.
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()).boxed())
+        .expect("static response parts are valid")
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+    full(status, "application/json", v.to_string())
+}
+
+/// One step of a scripted stream: an event, or a pause.
+enum Step {
+    Event(Value),
+    Hold(Duration),
+}
+
+/// What the script decided to answer (logged as a fixed word).
+#[derive(Clone, Copy)]
+enum Plan {
+    Warmup,
+    ToolSearch,
+    McpCall,
+    CodeExec,
+    Final,
+    NoTool,
+    Side,
+}
+
+impl Plan {
+    fn word(self) -> &'static str {
+        match self {
+            Plan::Warmup => "warmup",
+            Plan::ToolSearch => "tool_search",
+            Plan::McpCall => "mcp_call",
+            Plan::CodeExec => "code_exec",
+            Plan::Final => "final_text",
+            Plan::NoTool => "no_tool",
+            Plan::Side => "side_text",
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Anthropic Messages
+
+/// Chooses the answer to a Messages request from the last user turn and the offered tools.
+fn messages_plan(s: &Script, req: &Value) -> Plan {
+    let flat = s.flat_name();
+    let tools: Vec<&str> = req["tools"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    if tools.is_empty() {
+        // Claude Code's side requests (titles, summaries) offer no tools.
+        return Plan::Side;
+    }
+    let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    // Names of the tool_use blocks the "model" produced, by id.
+    let mut used = std::collections::HashMap::new();
+    for m in &messages {
+        if m["role"] == "assistant" {
+            for b in m["content"].as_array().into_iter().flatten() {
+                if b["type"] == "tool_use" {
+                    if let (Some(id), Some(name)) = (b["id"].as_str(), b["name"].as_str()) {
+                        used.insert(id.to_string(), name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let answered: Vec<String> = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .filter_map(|b| b["tool_use_id"].as_str())
+        .filter_map(|id| used.get(id).cloned())
+        .collect();
+    if answered.contains(&flat) {
+        return Plan::Final;
+    }
+    if answered.iter().any(|n| n == "ToolSearch") || tools.contains(&flat.as_str()) {
+        // After a ToolSearch result the tool is loaded by reference even when `tools` does
+        // not list it by name.
+        return Plan::McpCall;
+    }
+    if tools.contains(&"ToolSearch") {
+        return Plan::ToolSearch;
+    }
+    Plan::NoTool
+}
+
+fn sse(event: &Value) -> Bytes {
+    let ty = event["type"].as_str().unwrap_or("message");
+    Bytes::from(format!("event: {ty}\ndata: {event}\n\n"))
+}
+
+/// The Messages event sequence for one plan.
+fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
+    let msg_id = s.id("msg");
+    let mut steps = vec![Step::Event(json!({
+        "type": "message_start",
+        "message": {"id": msg_id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}}
+    }))];
+    let (block, stop_reason) = match plan {
+        Plan::ToolSearch | Plan::McpCall => {
+            let (name, input) = if let Plan::ToolSearch = plan {
+                (
+                    "ToolSearch".to_string(),
+                    json!({"query": format!("select:{}", s.flat_name())}),
+                )
+            } else {
+                (s.flat_name(), s.input.clone())
+            };
+            let id = s.id("toolu");
+            steps.push(Step::Event(
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            ));
+            steps.push(Step::Event(
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            ));
+            steps.push(Step::Event(
+                json!({"type": "content_block_stop", "index": 0}),
+            ));
+            steps.push(Step::Hold(s.hold));
+            (
+                json!({"type": "tool_use", "id": id, "name": name, "input": input}),
+                "tool_use",
+            )
+        }
+        _ => {
+            let text = match plan {
+                Plan::NoTool => NO_TOOL_TEXT,
+                _ => FINAL_TEXT,
+            };
+            steps.push(Step::Event(
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ));
+            steps.push(Step::Event(
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}),
+            ));
+            steps.push(Step::Event(
+                json!({"type": "content_block_stop", "index": 0}),
+            ));
+            (json!({"type": "text", "text": text}), "end_turn")
+        }
+    };
+    steps.push(Step::Event(json!({"type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": 5}})));
+    steps.push(Step::Event(json!({"type": "message_stop"})));
+    let whole = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "content": [block], "stop_reason": stop_reason, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 5}});
+    (steps, whole)
+}
+
+async fn messages(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Body> {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        s.log(json!({"method": "POST", "path": path, "answer": "bad_json"}));
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "request body is not JSON"}}),
+        );
+    };
+    let plan = messages_plan(&s, &req);
+    let model = req["model"]
+        .as_str()
+        .unwrap_or("claude-scripted")
+        .to_string();
+    let (steps, whole) = messages_steps(&s, plan, &model);
+    if req["stream"] != true {
+        s.log(json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false}));
+        return json_response(StatusCode::OK, &whole);
+    }
+    stream_sse(s, "POST", path, plan, steps)
+}
+
+// ---------------------------------------------------------------- OpenAI Responses
+
+/// Chooses the answer to a Responses request (HTTP body or WebSocket `response.create`).
+fn responses_plan(s: &Script, req: &Value) -> Plan {
+    if req["generate"] == false {
+        return Plan::Warmup;
+    }
+    let input = req["input"].as_array().cloned().unwrap_or_default();
+    let has_output = input.iter().any(|i| {
+        matches!(
+            i["type"].as_str(),
+            Some("function_call_output" | "custom_tool_call_output")
+        )
+    });
+    if has_output {
+        return Plan::Final;
+    }
+    if function_route(s, req).is_some() {
+        return Plan::McpCall;
+    }
+    if offers_exec(req) {
+        return Plan::CodeExec;
+    }
+    Plan::NoTool
+}
+
+/// `(namespace, name)` of the MCP tool when the request offers it as a function.
+fn function_route(s: &Script, req: &Value) -> Option<(Option<String>, String)> {
+    let ns = s.namespace();
+    let flat = s.flat_name();
+    for t in req["tools"].as_array().into_iter().flatten() {
+        if t["type"] == "namespace" && t["name"] == ns.as_str() {
+            let has = t["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f["name"] == s.tool.as_str());
+            if has {
+                return Some((Some(ns.clone()), s.tool.clone()));
+            }
+        }
+        if t["type"] == "function" && t["name"] == flat.as_str() {
+            return Some((None, flat.clone()));
+        }
+    }
+    None
+}
+
+/// Whether the request offers Codex's custom `exec` tool (code mode): in `tools`, or in an
+/// `additional_tools` input item, either directly or inside a namespace.
+fn offers_exec(req: &Value) -> bool {
+    fn has_exec(tools: &Value) -> bool {
+        tools.as_array().into_iter().flatten().any(|t| {
+            (t["type"] == "custom" && t["name"] == "exec")
+                || (t["type"] == "namespace" && has_exec(&t["tools"]))
+        })
+    }
+    has_exec(&req["tools"])
+        || req["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| has_exec(&i["tools"]))
+}
+
+/// The JavaScript the "model" sends to Codex's `exec` tool: call the MCP tool through the
+/// `tools` object (names normalized as `mcp__<alias>__<tool>`) and print what came back.
+fn exec_program(s: &Script) -> String {
+    format!(
+        "const r = await tools.{}({});\ntext(JSON.stringify(r));\n",
+        s.flat_name(),
+        s.input
+    )
+}
+
+fn response_object(id: &str, model: &str, status: &str, output: Vec<Value>) -> Value {
+    let mut r = json!({"id": id, "object": "response", "created_at": 1_700_000_000u64,
+        "status": status, "model": model, "output": output});
+    if status == "completed" {
+        r["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15});
+    }
+    r
+}
+
+/// The Responses event sequence for one plan (`sequence_number` is added when sent).
+fn responses_steps(s: &Script, plan: Plan, req: &Value) -> Vec<Step> {
+    let model = req["model"].as_str().unwrap_or("gpt-scripted");
+    let resp_id = s.id("resp");
+    let mut steps = vec![Step::Event(json!({"type": "response.created",
+        "response": response_object(&resp_id, model, "in_progress", vec![])}))];
+    if let Plan::Warmup = plan {
+        steps.push(Step::Event(json!({"type": "response.completed",
+            "response": response_object(&resp_id, model, "completed", vec![])})));
+        return steps;
+    }
+    steps.push(Step::Event(json!({"type": "response.in_progress",
+        "response": response_object(&resp_id, model, "in_progress", vec![])})));
+    let item = match plan {
+        Plan::McpCall => {
+            let (namespace, name) =
+                function_route(s, req).unwrap_or((Some(s.namespace()), s.tool.clone()));
+            function_call_item(s, namespace, name, &mut steps)
+        }
+        Plan::CodeExec => custom_call_item(s, &mut steps),
+        _ => {
+            let text = match plan {
+                Plan::NoTool => NO_TOOL_TEXT,
+                _ => FINAL_TEXT,
+            };
+            message_item(s, text, &mut steps)
+        }
+    };
+    if matches!(plan, Plan::McpCall | Plan::CodeExec) {
+        steps.push(Step::Hold(s.hold));
+    }
+    steps.push(Step::Event(json!({"type": "response.completed",
+        "response": response_object(&resp_id, model, "completed", vec![item])})));
+    steps
+}
+
+fn function_call_item(
+    s: &Script,
+    namespace: Option<String>,
+    name: String,
+    steps: &mut Vec<Step>,
+) -> Value {
+    let item_id = s.id("fc");
+    let call_id = s.id("call");
+    let args = s.input.to_string();
+    let mut item = json!({"type": "function_call", "id": item_id, "call_id": call_id,
+        "name": name, "arguments": "", "status": "in_progress"});
+    if let Some(ns) = namespace {
+        item["namespace"] = json!(ns);
+    }
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item.clone()}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.function_call_arguments.delta",
+        "item_id": item_id, "output_index": 0, "delta": args}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.function_call_arguments.done",
+        "item_id": item_id, "output_index": 0, "name": name, "arguments": args}),
+    ));
+    item["arguments"] = json!(args);
+    item["status"] = json!("completed");
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+    ));
+    item
+}
+
+fn custom_call_item(s: &Script, steps: &mut Vec<Step>) -> Value {
+    let item_id = s.id("ctc");
+    let call_id = s.id("call");
+    let program = exec_program(s);
+    let mut item = json!({"type": "custom_tool_call", "id": item_id, "call_id": call_id,
+        "name": "exec", "input": "", "status": "in_progress"});
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item.clone()}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.custom_tool_call_input.delta",
+        "item_id": item_id, "output_index": 0, "delta": program}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.custom_tool_call_input.done",
+        "item_id": item_id, "output_index": 0, "input": program}),
+    ));
+    item["input"] = json!(program);
+    item["status"] = json!("completed");
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+    ));
+    item
+}
+
+fn message_item(s: &Script, text: &str, steps: &mut Vec<Step>) -> Value {
+    let item_id = s.id("msg");
+    let mut item = json!({"type": "message", "id": item_id, "role": "assistant",
+        "status": "in_progress", "content": []});
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item.clone()}),
+    ));
+    let part = json!({"type": "output_text", "text": "", "annotations": []});
+    steps.push(Step::Event(
+        json!({"type": "response.content_part.added", "item_id": item_id,
+        "output_index": 0, "content_index": 0, "part": part}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.output_text.delta", "item_id": item_id,
+        "output_index": 0, "content_index": 0, "delta": text}),
+    ));
+    steps.push(Step::Event(
+        json!({"type": "response.output_text.done", "item_id": item_id,
+        "output_index": 0, "content_index": 0, "text": text}),
+    ));
+    let part = json!({"type": "output_text", "text": text, "annotations": []});
+    steps.push(Step::Event(
+        json!({"type": "response.content_part.done", "item_id": item_id,
+        "output_index": 0, "content_index": 0, "part": part.clone()}),
+    ));
+    item["status"] = json!("completed");
+    item["content"] = json!([part]);
+    steps.push(Step::Event(
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+    ));
+    item
+}
+
+/// Numbers Responses events in order, as the real API does.
+fn number(steps: &mut [Step]) {
+    let mut n = 0u64;
+    for step in steps {
+        if let Step::Event(e) = step {
+            if e["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("response."))
+            {
+                e["sequence_number"] = json!(n);
+                n += 1;
+            }
+        }
+    }
+}
+
+async fn responses_http(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Body> {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        s.log(json!({"method": "POST", "path": path, "answer": "bad_json"}));
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"type": "invalid_request_error", "message": "request body is not JSON"}}),
+        );
+    };
+    let plan = responses_plan(&s, &req);
+    let mut steps = responses_steps(&s, plan, &req);
+    number(&mut steps);
+    stream_sse(s, "POST", path, plan, steps)
+}
+
+/// Streams the steps as SSE, flushing each event as it is produced.
+fn stream_sse(
+    s: Arc<Script>,
+    method: &str,
+    path: &str,
+    plan: Plan,
+    steps: Vec<Step>,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let line = json!({"method": method, "path": path, "answer": plan.word()});
+    tokio::spawn(async move {
+        let mut types = Vec::new();
+        let mut held = 0u64;
+        for step in steps {
+            match step {
+                Step::Hold(d) => {
+                    held = d.as_millis() as u64;
+                    tokio::time::sleep(d).await;
+                }
+                Step::Event(e) => {
+                    types.push(e["type"].clone());
+                    if tx.send(sse(&e)).await.is_err() {
+                        // The client went away; the rest of the script has nobody to go to.
+                        break;
+                    }
+                }
+            }
+        }
+        let mut line = line;
+        line["events"] = json!(types);
+        line["held_ms"] = json!(held);
+        s.log(line);
+    });
+    let body = StreamBody::new(stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    }));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed(body))
+        .expect("static response parts are valid")
+}
+
+// ---------------------------------------------------------------- WebSocket
+
+/// Why a WebSocket connection ended early.
+#[derive(Debug, thiserror::Error)]
+enum WsError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Protocol(&'static str),
+    #[error("permessage-deflate: {0}")]
+    Deflate(String),
+}
+
+/// A minimal server side of RFC 6455 with permessage-deflate (RFC 7692, context takeover
+/// both ways), enough for Codex. tungstenite 0.30 has no permessage-deflate, and Codex
+/// offers it, as the real API accepts it: serving it lets the relay's observer meet real
+/// compressed frames.
+struct WsConn<S> {
+    io: S,
+    inflate: Option<Decompress>,
+    deflate: Option<Compress>,
+}
+
+/// A whole message (fragments joined, inflated).
+enum WsMessage {
+    Text(Vec<u8>),
+    Binary,
+    Close,
+}
+
+const MAX_MESSAGE: usize = 64 << 20;
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> WsConn<S> {
+    async fn read_frame(&mut self) -> Result<Option<(bool, bool, u8, Vec<u8>)>, WsError> {
+        let mut head = [0u8; 2];
+        match self.io.read_exact(&mut head).await {
+            Ok(_) => {}
+            // Codex exits without a close frame.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        let fin = head[0] & 0x80 != 0;
+        let rsv1 = head[0] & 0x40 != 0;
+        let opcode = head[0] & 0x0f;
+        let masked = head[1] & 0x80 != 0;
+        let mut len = u64::from(head[1] & 0x7f);
+        if len == 126 {
+            len = u64::from(self.io.read_u16().await?);
+        } else if len == 127 {
+            len = self.io.read_u64().await?;
+        }
+        if !masked {
+            return Err(WsError::Protocol("client frame is not masked"));
+        }
+        if len > MAX_MESSAGE as u64 {
+            return Err(WsError::Protocol("frame too large"));
+        }
+        let mut mask = [0u8; 4];
+        self.io.read_exact(&mut mask).await?;
+        let mut payload = vec![0u8; len as usize];
+        self.io.read_exact(&mut payload).await?;
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        Ok(Some((fin, rsv1, opcode, payload)))
+    }
+
+    async fn read_message(&mut self) -> Result<Option<WsMessage>, WsError> {
+        let mut data = Vec::new();
+        let mut first: Option<(u8, bool)> = None;
+        loop {
+            let Some((fin, rsv1, opcode, payload)) = self.read_frame().await? else {
+                return Ok(None);
+            };
+            match opcode {
+                0x8 => {
+                    self.write_frame(0x8, &payload, false).await?;
+                    return Ok(Some(WsMessage::Close));
+                }
+                0x9 => {
+                    self.write_frame(0xA, &payload, false).await?;
+                    continue;
+                }
+                0xA => continue,
+                0x0 if first.is_none() => {
+                    return Err(WsError::Protocol("continuation without a message"))
+                }
+                0x0 => {}
+                0x1 | 0x2 if first.is_some() => {
+                    return Err(WsError::Protocol("new message inside a fragmented one"))
+                }
+                0x1 | 0x2 => first = Some((opcode, rsv1)),
+                _ => return Err(WsError::Protocol("unknown opcode")),
+            }
+            data.extend_from_slice(&payload);
+            if data.len() > MAX_MESSAGE {
+                return Err(WsError::Protocol("message too large"));
+            }
+            if fin {
+                break;
+            }
+        }
+        let (opcode, compressed) = first.expect("a data frame was read");
+        if compressed {
+            let Some(inflate) = self.inflate.as_mut() else {
+                return Err(WsError::Protocol(
+                    "compressed frame without permessage-deflate",
+                ));
+            };
+            data.extend_from_slice(&[0, 0, 0xff, 0xff]);
+            data = inflate_all(inflate, &data)?;
+        }
+        Ok(Some(if opcode == 0x1 {
+            WsMessage::Text(data)
+        } else {
+            WsMessage::Binary
+        }))
+    }
+
+    async fn write_frame(&mut self, opcode: u8, payload: &[u8], rsv1: bool) -> Result<(), WsError> {
+        let mut out = BytesMut::with_capacity(payload.len() + 10);
+        out.extend_from_slice(&[0x80 | if rsv1 { 0x40 } else { 0 } | opcode]);
+        match payload.len() {
+            n if n < 126 => out.extend_from_slice(&[n as u8]),
+            n if n <= 0xffff => {
+                out.extend_from_slice(&[126]);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.extend_from_slice(&[127]);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(payload);
+        self.io.write_all(&out).await?;
+        self.io.flush().await?;
+        Ok(())
+    }
+
+    async fn send_text(&mut self, text: &str) -> Result<(), WsError> {
+        match self.deflate.as_mut() {
+            Some(deflate) => {
+                let mut data = deflate_all(deflate, text.as_bytes())?;
+                // RFC 7692 §7.2.1: drop the sync flush's empty stored block trailer.
+                if data.ends_with(&[0, 0, 0xff, 0xff]) {
+                    data.truncate(data.len() - 4);
+                }
+                self.write_frame(0x1, &data, true).await
+            }
+            None => self.write_frame(0x1, text.as_bytes(), false).await,
+        }
+    }
+}
+
+fn inflate_all(d: &mut Decompress, input: &[u8]) -> Result<Vec<u8>, WsError> {
+    let mut out = Vec::with_capacity(input.len() * 4 + 64);
+    let mut pos = 0usize;
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve(out.capacity().max(4096));
+        }
+        let before_in = d.total_in();
+        let status = d
+            .decompress_vec(&input[pos..], &mut out, FlushDecompress::Sync)
+            .map_err(|e| WsError::Deflate(e.to_string()))?;
+        pos += (d.total_in() - before_in) as usize;
+        if out.len() > MAX_MESSAGE {
+            return Err(WsError::Protocol("inflated message too large"));
+        }
+        let room = out.capacity() > out.len();
+        match status {
+            Status::StreamEnd => return Ok(out),
+            _ if pos >= input.len() && room => return Ok(out),
+            Status::BufError if pos >= input.len() => return Ok(out),
+            _ => {}
+        }
+    }
+}
+
+fn deflate_all(c: &mut Compress, input: &[u8]) -> Result<Vec<u8>, WsError> {
+    let mut out = Vec::with_capacity(input.len() + 64);
+    let mut pos = 0usize;
+    loop {
+        if out.capacity() - out.len() < 64 {
+            out.reserve(out.capacity().max(1024));
+        }
+        let before_in = c.total_in();
+        c.compress_vec(&input[pos..], &mut out, FlushCompress::Sync)
+            .map_err(|e| WsError::Deflate(e.to_string()))?;
+        pos += (c.total_in() - before_in) as usize;
+        // Done when all input is in and the flush left spare room (nothing more pending).
+        if pos >= input.len() && out.capacity() > out.len() {
+            return Ok(out);
+        }
+    }
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+fn upgrade(s: Arc<Script>, req: Request<Incoming>, path: String) -> Response<Body> {
+    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+        s.log(json!({"method": "GET", "path": path, "answer": "bad_upgrade"}));
+        return full(
+            StatusCode::BAD_REQUEST,
+            "text/plain",
+            "missing Sec-WebSocket-Key",
+        );
+    };
+    let offered = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .any(|e| e.trim().starts_with("permessage-deflate"))
+        });
+    let deflate = offered && s.deflate;
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let mut resp = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::UPGRADE, "websocket")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if deflate {
+        resp = resp.header(header::SEC_WEBSOCKET_EXTENSIONS, "permessage-deflate");
+    }
+    s.log(json!({"method": "GET", "path": path, "answer": "websocket", "deflate": deflate}));
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                s.log(json!({"ws": path, "error": format!("upgrade failed: {e}")}));
+                return;
+            }
+        };
+        let conn = WsConn {
+            io: TokioIo::new(upgraded),
+            inflate: deflate.then(|| Decompress::new(false)),
+            deflate: deflate.then(|| Compress::new(Compression::fast(), false)),
+        };
+        let end = serve_ws(&s, conn, &path).await;
+        s.log(json!({"ws": path, "end": end}));
+    });
+    resp.body(Full::new(Bytes::new()).boxed())
+        .expect("static response parts are valid")
+}
+
+/// Serves `response.create` frames one at a time until the client goes away. Returns a fixed
+/// word for how the connection ended.
+async fn serve_ws<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &Script,
+    mut conn: WsConn<S>,
+    path: &str,
+) -> String {
+    loop {
+        let msg = match conn.read_message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return "eof".into(),
+            Err(e) => return format!("error: {e}"),
+        };
+        let text = match msg {
+            WsMessage::Close => return "close".into(),
+            WsMessage::Binary => {
+                s.log(json!({"ws": path, "frame": "binary", "answer": "ignored"}));
+                continue;
+            }
+            WsMessage::Text(t) => t,
+        };
+        let Ok(req) = serde_json::from_slice::<Value>(&text) else {
+            s.log(json!({"ws": path, "frame": "bad_json"}));
+            continue;
+        };
+        let frame = req["type"].as_str().unwrap_or("untyped").to_string();
+        if frame != "response.create" {
+            // e.g. `response.processed` acknowledgements: nothing to answer.
+            s.log(json!({"ws": path, "frame": frame, "answer": "ignored"}));
+            continue;
+        }
+        let plan = responses_plan(s, &req);
+        let mut steps = responses_steps(s, plan, &req);
+        number(&mut steps);
+        let mut types = Vec::new();
+        let mut held = 0u64;
+        for step in steps {
+            match step {
+                Step::Hold(d) => {
+                    held = d.as_millis() as u64;
+                    tokio::time::sleep(d).await;
+                }
+                Step::Event(e) => {
+                    types.push(e["type"].clone());
+                    if let Err(err) = conn.send_text(&e.to_string()).await {
+                        return format!("error: {err}");
+                    }
+                }
+            }
+        }
+        s.log(json!({"ws": path, "frame": frame, "answer": plan.word(),
+            "continues": req["previous_response_id"].is_string(), "events": types,
+            "held_ms": held}));
+    }
+}
+
+// ---------------------------------------------------------------- routing
+
+/// The path without its query, reduced to a template (ids never appear in these paths).
+fn route(s: Arc<Script>, req: Request<Incoming>) -> RouteFuture {
+    Box::pin(async move {
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        if method == Method::GET && path.ends_with("/responses") && is_upgrade(req.headers()) {
+            return Ok(upgrade(s, req, path));
+        }
+        let content_encoding = req
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                s.log(json!({"method": method.as_str(), "path": path, "answer": "body_error"}));
+                return Ok(full(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain",
+                    "body read failed",
+                ));
+            }
+        };
+        if content_encoding.as_deref().is_some_and(|e| e != "identity") {
+            s.log(json!({"method": method.as_str(), "path": path,
+                "answer": "unsupported_content_encoding"}));
+            return Ok(full(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "text/plain",
+                "compressed request bodies are not supported by the scripted upstream",
+            ));
+        }
+        let resp = match (&method, path.as_str()) {
+            (&Method::HEAD, "/api/hello") => {
+                s.log(json!({"method": "HEAD", "path": path, "answer": "hello"}));
+                full(StatusCode::OK, "text/plain", "")
+            }
+            (&Method::POST, p) if p.ends_with("/v1/messages/count_tokens") => {
+                s.log(json!({"method": "POST", "path": path, "answer": "count_tokens"}));
+                json_response(StatusCode::OK, &json!({"input_tokens": 10}))
+            }
+            (&Method::POST, p) if p.ends_with("/v1/messages") => {
+                messages(s.clone(), &path, &body).await
+            }
+            (&Method::POST, p) if p.ends_with("/responses") => {
+                responses_http(s.clone(), &path, &body).await
+            }
+            (&Method::GET, p) if p.ends_with("/models") => {
+                s.log(json!({"method": "GET", "path": path, "answer": "models"}));
+                // Anthropic's list shape and Codex's `models` key, both empty: each host
+                // falls back to its bundled catalog.
+                json_response(
+                    StatusCode::OK,
+                    &json!({"data": [], "has_more": false, "first_id": null, "last_id": null,
+                        "object": "list", "models": []}),
+                )
+            }
+            _ => {
+                s.log(json!({"method": method.as_str(), "path": path, "answer": "not_found"}));
+                full(StatusCode::NOT_FOUND, "text/plain", "not scripted")
+            }
+        };
+        Ok(resp)
+    })
+}
+
+type RouteFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scripted_upstream: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    if !args.listen.ip().is_loopback() {
+        return Err(format!(
+            "--listen {} is not a loopback address; the scripted upstream serves loopback only",
+            args.listen
+        ));
+    }
+    let input: Value =
+        serde_json::from_str(&args.input).map_err(|e| format!("--input is not JSON: {e}"))?;
+    if !input.is_object() {
+        return Err("--input must be a JSON object".into());
+    }
+    let log = match &args.log {
+        Some(p) => Some(Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("--log {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let script = Arc::new(Script {
+        alias: args.alias,
+        tool: args.tool,
+        input,
+        hold: Duration::from_millis(args.hold_ms),
+        deflate: !args.no_ws_deflate,
+        log,
+        started: Instant::now(),
+        ids: AtomicU64::new(1),
+        prefix: format!("{:012x}", (nanos as u64) & 0xffff_ffff_ffff),
+    });
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("bind {}: {e}", args.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("local address: {e}"))?;
+    println!("listening on {addr}");
+    // The caller reads the address from a pipe; make sure it gets there now.
+    let _ = std::io::stdout().flush();
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("scripted_upstream: accept: {e}");
+                continue;
+            }
+        };
+        let s = script.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| route(s.clone(), req));
+            // A connection error (a client that went away) ends only that connection.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .with_upgrades()
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(hold_ms: u64) -> Script {
+        Script {
+            alias: "probe".into(),
+            tool: "echo".into(),
+            input: json!({"text": "hi"}),
+            hold: Duration::from_millis(hold_ms),
+            deflate: true,
+            log: None,
+            started: Instant::now(),
+            ids: AtomicU64::new(1),
+            prefix: "test".into(),
+        }
+    }
+
+    fn events(steps: &[Step]) -> Vec<Value> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Event(e) => Some(e.clone()),
+                Step::Hold(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn claude_with_the_mcp_tool_listed_calls_it_directly() {
+        let s = script(0);
+        let req = json!({"tools": [{"name": "Bash"}, {"name": "mcp__probe__echo"}],
+            "messages": [{"role": "user", "content": "go"}]});
+        assert_eq!(messages_plan(&s, &req).word(), "mcp_call");
+    }
+
+    #[test]
+    fn claude_with_deferred_mcp_tools_goes_through_tool_search_first() {
+        let s = script(0);
+        let first = json!({"tools": [{"name": "ToolSearch"}],
+            "messages": [{"role": "user", "content": "go"}]});
+        assert_eq!(messages_plan(&s, &first).word(), "tool_search");
+        let (steps, _) = messages_steps(&s, Plan::ToolSearch, "m");
+        let ev = events(&steps);
+        assert_eq!(ev[1]["content_block"]["name"], "ToolSearch");
+        assert_eq!(
+            ev[2]["delta"]["partial_json"],
+            r#"{"query":"select:mcp__probe__echo"}"#
+        );
+        let id = ev[1]["content_block"]["id"].clone();
+        let second = json!({"tools": [{"name": "ToolSearch"}], "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "ToolSearch"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id}]}]});
+        assert_eq!(messages_plan(&s, &second).word(), "mcp_call");
+    }
+
+    #[test]
+    fn claude_gets_the_final_text_once_the_mcp_result_is_back() {
+        let s = script(0);
+        let req = json!({"tools": [{"name": "mcp__probe__echo"}], "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "mcp__probe__echo"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]});
+        assert_eq!(messages_plan(&s, &req).word(), "final_text");
+        let (steps, whole) = messages_steps(&s, Plan::Final, "m");
+        let ev = events(&steps);
+        assert_eq!(ev[2]["delta"]["text"], FINAL_TEXT);
+        assert_eq!(ev.last().unwrap()["type"], "message_stop");
+        assert_eq!(whole["stop_reason"], "end_turn");
+    }
+
+    #[test]
+    fn claude_side_requests_without_tools_get_text() {
+        let s = script(0);
+        let req = json!({"messages": [{"role": "user", "content": "title?"}]});
+        assert_eq!(messages_plan(&s, &req).word(), "side_text");
+    }
+
+    #[test]
+    fn the_hold_sits_between_the_complete_tool_call_and_the_terminal_events() {
+        let s = script(1500);
+        let (steps, _) = messages_steps(&s, Plan::McpCall, "m");
+        let hold = steps
+            .iter()
+            .position(|s| matches!(s, Step::Hold(d) if d.as_millis() == 1500))
+            .expect("a hold step");
+        let Step::Event(before) = &steps[hold - 1] else {
+            panic!("an event before the hold")
+        };
+        assert_eq!(before["type"], "content_block_stop");
+        let Step::Event(after) = &steps[hold + 1] else {
+            panic!("an event after the hold")
+        };
+        assert_eq!(after["delta"]["stop_reason"], "tool_use");
+
+        let req = json!({"tools": [{"type": "namespace", "name": "mcp__probe",
+            "tools": [{"type": "function", "name": "echo"}]}], "input": []});
+        let steps = responses_steps(&s, Plan::McpCall, &req);
+        let hold = steps
+            .iter()
+            .position(|s| matches!(s, Step::Hold(_)))
+            .expect("a hold step");
+        let Step::Event(before) = &steps[hold - 1] else {
+            panic!("an event before the hold")
+        };
+        assert_eq!(before["type"], "response.output_item.done");
+    }
+
+    #[test]
+    fn responses_function_mode_calls_the_namespaced_tool() {
+        let s = script(0);
+        let req = json!({"model": "gpt-5", "tools": [{"type": "namespace", "name": "mcp__probe",
+            "tools": [{"type": "function", "name": "echo"}]}], "input": [{"type": "message"}]});
+        assert_eq!(responses_plan(&s, &req).word(), "mcp_call");
+        let mut steps = responses_steps(&s, Plan::McpCall, &req);
+        number(&mut steps);
+        let ev = events(&steps);
+        let done = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap();
+        assert_eq!(done["item"]["type"], "function_call");
+        assert_eq!(done["item"]["namespace"], "mcp__probe");
+        assert_eq!(done["item"]["name"], "echo");
+        assert_eq!(done["item"]["arguments"], r#"{"text":"hi"}"#);
+        let seq: Vec<u64> = ev
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, (0..ev.len() as u64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn responses_code_mode_calls_exec_with_javascript_naming_the_tool() {
+        let s = script(0);
+        let req = json!({"input": [{"type": "additional_tools", "tools": [{"type": "namespace",
+            "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}]},
+            {"type": "message"}]});
+        assert_eq!(responses_plan(&s, &req).word(), "code_exec");
+        let ev = events(&responses_steps(&s, Plan::CodeExec, &req));
+        let done = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap();
+        assert_eq!(done["item"]["type"], "custom_tool_call");
+        assert_eq!(done["item"]["name"], "exec");
+        let program = done["item"]["input"].as_str().unwrap();
+        assert!(program.contains(r#"await tools.mcp__probe__echo({"text":"hi"})"#));
+    }
+
+    #[test]
+    fn responses_warmup_and_continuations() {
+        let s = script(0);
+        let warm = json!({"generate": false, "input": []});
+        assert_eq!(responses_plan(&s, &warm).word(), "warmup");
+        let ev = events(&responses_steps(&s, Plan::Warmup, &warm));
+        assert_eq!(ev.len(), 2);
+        assert_eq!(ev[1]["response"]["output"], json!([]));
+        for ty in ["function_call_output", "custom_tool_call_output"] {
+            let cont =
+                json!({"previous_response_id": "resp_1", "input": [{"type": ty, "call_id": "c"}]});
+            assert_eq!(responses_plan(&s, &cont).word(), "final_text");
+        }
+        let none = json!({"tools": [], "input": [{"type": "message"}]});
+        assert_eq!(responses_plan(&s, &none).word(), "no_tool");
+    }
+
+    #[test]
+    fn deflate_round_trips_with_context_takeover() {
+        let mut c = Compress::new(Compression::fast(), false);
+        let mut d = Decompress::new(false);
+        // The second message repeats the first: with context takeover it compresses to a
+        // back-reference, and only an inflater that kept its window can read it.
+        let msgs = [
+            r#"{"type":"response.create","input":[]}"#.repeat(20),
+            r#"{"type":"response.create","input":[]}"#.repeat(20),
+        ];
+        let mut sizes = Vec::new();
+        for m in &msgs {
+            let mut data = deflate_all(&mut c, m.as_bytes()).unwrap();
+            assert!(data.ends_with(&[0, 0, 0xff, 0xff]));
+            data.truncate(data.len() - 4);
+            sizes.push(data.len());
+            data.extend_from_slice(&[0, 0, 0xff, 0xff]);
+            assert_eq!(inflate_all(&mut d, &data).unwrap(), m.as_bytes());
+        }
+        assert!(sizes[1] < sizes[0]);
+    }
+
+    #[test]
+    fn inflate_of_garbage_is_an_error_not_a_panic() {
+        let mut d = Decompress::new(false);
+        let r = inflate_all(&mut d, &[0xff, 0xff, 0xff, 0xff, 0, 0, 0xff, 0xff]);
+        assert!(matches!(r, Err(WsError::Deflate(_))));
+    }
+
+    /// A client frame: masked, optionally compressed (RSV1).
+    fn client_frame(opcode: u8, payload: &[u8], rsv1: bool) -> Vec<u8> {
+        let mask = [1u8, 2, 3, 4];
+        let mut f = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
+        if payload.len() < 126 {
+            f.push(0x80 | payload.len() as u8);
+        } else {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        }
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        f
+    }
+
+    /// Reads one server frame: (rsv1, opcode, payload).
+    async fn server_frame(io: &mut tokio::io::DuplexStream) -> (bool, u8, Vec<u8>) {
+        let mut head = [0u8; 2];
+        io.read_exact(&mut head).await.unwrap();
+        let mut len = u64::from(head[1] & 0x7f);
+        if len == 126 {
+            len = u64::from(io.read_u16().await.unwrap());
+        } else if len == 127 {
+            len = io.read_u64().await.unwrap();
+        }
+        assert_eq!(head[1] & 0x80, 0, "server frames are not masked");
+        let mut payload = vec![0u8; len as usize];
+        io.read_exact(&mut payload).await.unwrap();
+        (head[0] & 0x40 != 0, head[0] & 0x0f, payload)
+    }
+
+    #[tokio::test]
+    async fn a_compressed_websocket_turn_gets_compressed_events_back() {
+        let s = script(0);
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let conn = WsConn {
+            io: server,
+            inflate: Some(Decompress::new(false)),
+            deflate: Some(Compress::new(Compression::fast(), false)),
+        };
+        let serve = tokio::spawn(async move { serve_ws(&s, conn, "/v1/responses").await });
+
+        let mut cdef = Compress::new(Compression::fast(), false);
+        let mut cinf = Decompress::new(false);
+        let frame = json!({"type": "response.create", "generate": false, "input": []});
+        let mut data = deflate_all(&mut cdef, frame.to_string().as_bytes()).unwrap();
+        data.truncate(data.len() - 4);
+        // A ping first: answered with a pong, and the turn still goes through.
+        client
+            .write_all(&client_frame(0x9, b"p", false))
+            .await
+            .unwrap();
+        client
+            .write_all(&client_frame(0x1, &data, true))
+            .await
+            .unwrap();
+        let (rsv1, op, payload) = server_frame(&mut client).await;
+        assert_eq!((rsv1, op, payload.as_slice()), (false, 0xA, &b"p"[..]));
+        let mut types = Vec::new();
+        for _ in 0..2 {
+            let (rsv1, op, mut payload) = server_frame(&mut client).await;
+            assert!(rsv1, "events are compressed");
+            assert_eq!(op, 0x1);
+            payload.extend_from_slice(&[0, 0, 0xff, 0xff]);
+            let text = inflate_all(&mut cinf, &payload).unwrap();
+            let ev: Value = serde_json::from_slice(&text).unwrap();
+            types.push(ev["type"].as_str().unwrap().to_string());
+        }
+        assert_eq!(types, ["response.created", "response.completed"]);
+        // Like Codex, go away without a close frame.
+        drop(client);
+        assert_eq!(serve.await.unwrap(), "eof");
+    }
+
+    #[tokio::test]
+    async fn an_unmasked_client_frame_ends_the_connection_with_a_reason() {
+        let s = script(0);
+        let (mut client, server) = tokio::io::duplex(1024);
+        let conn = WsConn {
+            io: server,
+            inflate: None,
+            deflate: None,
+        };
+        client.write_all(&[0x81, 0x02, b'h', b'i']).await.unwrap();
+        let end = serve_ws(&s, conn, "/v1/responses").await;
+        assert_eq!(end, "error: protocol: client frame is not masked");
+    }
+}
