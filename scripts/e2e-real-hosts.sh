@@ -57,7 +57,7 @@ fi
 # ------------------------------------------------------------------ inside the namespace
 ip link set lo up
 BIN=$E2E/npm/node_modules/.bin
-WT=$ROOT/target/release/windowtap
+WT=${WINDOWTAP_BIN:-$ROOT/target/release/windowtap}
 UPSTREAM=$ROOT/target/release/examples/scripted_upstream
 RUNS=$E2E/runs
 rm -rf "$RUNS"
