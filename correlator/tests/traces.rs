@@ -160,6 +160,23 @@ fn every_trace_replays_to_its_expected_records() {
     );
 }
 
+/// `trace::read_all` (what other tools call) accepts every trace and sees every event line.
+#[test]
+fn every_trace_reads_with_read_all() {
+    for path in trace_files() {
+        let text = fs::read_to_string(&path).expect("readable trace");
+        let events = correlator::trace::read_all(text.as_bytes(), &path.display().to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+        assert_eq!(
+            events.len(),
+            lines - 1,
+            "{}: one event per line after the header",
+            path.display()
+        );
+    }
+}
+
 #[test]
 fn every_expected_file_has_its_trace() {
     let dir = traces_dir().join("expected");
