@@ -4,3 +4,4 @@
 //! forwarded stream. Anything an observer cannot follow is reported as a loss for that stream.
 
 pub mod decode;
+pub mod sse;
