@@ -210,3 +210,234 @@ impl AnthropicStream {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::exchange::Api;
+    use super::super::testkit::*;
+    use crate::event::{CallKind::ToolUse, Client, ResponseStatus::*, Transport::Http};
+
+    const FIRST_TURN: &str = r#"{"model":"claude-x","stream":true,"messages":[{"role":"user","content":"use the probe SECRET_PROMPT"}]}"#;
+    const CONTINUATION: &str = r#"{"model":"claude-x","stream":true,"messages":[
+        {"role":"user","content":"use the probe"},
+        {"role":"assistant","content":[{"type":"text","text":"ok"},
+            {"type":"tool_use","id":"toolu_A","name":"mcp__probe__echo","input":{"text":"hi"}},
+            {"type":"tool_use","id":"toolu_B","name":"mcp__probe__echo","input":{"text":"ho"}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_A","content":"SECRET_RESULT"},
+            {"type":"tool_result","tool_use_id":"toolu_B","content":[{"type":"text","text":"ho"}]}]}]}"#;
+
+    fn message_start(id: &str) -> (&'static str, String) {
+        ("message_start", format!(r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{{"input_tokens":10,"output_tokens":1}}}}}}"#))
+    }
+    fn text_block(i: u32) -> Vec<(&'static str, String)> {
+        vec![
+            ("content_block_start", format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}"#)),
+            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"text_delta","text":"SECRET_OUTPUT"}}}}"#)),
+            ("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#)),
+        ]
+    }
+    fn tool_start(i: u32, kind: &str, id: &str) -> (&'static str, String) {
+        ("content_block_start", format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"{kind}","id":"{id}","name":"mcp__probe__echo","input":{{}}}}}}"#))
+    }
+    fn tool_args(i: u32) -> Vec<(&'static str, String)> {
+        vec![
+            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"text\":"}}}}"#)),
+            ("ping", r#"{"type":"ping"}"#.to_string()),
+            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"\"SECRET_ARG\"}}"}}}}"#)),
+        ]
+    }
+    fn stop(i: u32) -> (&'static str, String) {
+        ("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#))
+    }
+    fn message_end(reason: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("message_delta", format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"output_tokens":30}}}}"#)),
+            ("message_stop", r#"{"type":"message_stop"}"#.to_string()),
+        ]
+    }
+    fn body(events: Vec<(&'static str, String)>) -> String {
+        let pairs: Vec<(&str, &str)> = events.iter().map(|(n, d)| (*n, d.as_str())).collect();
+        sse(&pairs)
+    }
+
+    fn one_tool_loop() -> String {
+        let mut ev = vec![message_start("msg_1"), ("ping".into(), r#"{"type": "ping"}"#.into())];
+        ev.extend(text_block(0));
+        ev.push(tool_start(1, "tool_use", "toolu_A"));
+        ev.extend(tool_args(1));
+        ev.push(stop(1));
+        ev.extend(message_end("tool_use"));
+        body(ev)
+    }
+
+    fn head(outputs: &[&str]) -> Vec<crate::event::EventKind> {
+        vec![open("s1", Client::Claude, Http, Some("th1")), req("s1", "s1/q1", None, outputs)]
+    }
+
+    fn with_head(outputs: &[&str], rest: Vec<crate::event::EventKind>) -> Vec<crate::event::EventKind> {
+        let mut v = head(outputs);
+        v.extend(rest);
+        v
+    }
+
+    /// Every scenario must give the same events fed whole and fed in random chunks.
+    fn check(run: &HttpRun, want: &[crate::event::EventKind]) {
+        assert_eq!(run.run(None), want, "fed whole");
+        for seed in 0..25 {
+            assert_eq!(run.run(Some(seed)), want, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_tool_loop_opens_a_call_at_its_block_stop() {
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &one_tool_loop());
+        let want = with_head(&[], vec![
+            start("s1", "msg_1", Some("s1/q1")),
+            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+            end("s1", "msg_1", Completed),
+            close("s1"),
+        ]);
+        check(&run, &want);
+    }
+
+    #[test]
+    fn parallel_tool_use_and_the_continuation_that_answers_both() {
+        let mut ev = vec![message_start("msg_2")];
+        ev.push(tool_start(0, "tool_use", "toolu_A"));
+        ev.extend(tool_args(0));
+        ev.push(stop(0));
+        ev.push(tool_start(1, "tool_use", "toolu_B"));
+        ev.extend(tool_args(1));
+        ev.push(stop(1));
+        ev.extend(text_block(2));
+        ev.extend(message_end("tool_use"));
+        let run = HttpRun::new(Api::AnthropicMessages, CONTINUATION, &body(ev));
+        let want = with_head(&["toolu_A", "toolu_B"], vec![
+            start("s1", "msg_2", Some("s1/q1")),
+            call("s1", "msg_2", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+            call("s1", "msg_2", "toolu_B", None, "mcp__probe__echo", None, ToolUse),
+            end("s1", "msg_2", Completed),
+            close("s1"),
+        ]);
+        check(&run, &want);
+    }
+
+    #[test]
+    fn a_mid_stream_error_ends_the_response_and_drops_the_unfinished_block() {
+        let mut ev = vec![message_start("msg_3"), tool_start(0, "tool_use", "toolu_A"), stop(0)];
+        ev.push(tool_start(1, "tool_use", "toolu_B"));
+        ev.extend(tool_args(1));
+        ev.push(("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into()));
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        let want = with_head(&[], vec![
+            start("s1", "msg_3", Some("s1/q1")),
+            call("s1", "msg_3", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+            end("s1", "msg_3", Error),
+            close("s1"),
+        ]);
+        check(&run, &want);
+    }
+
+    #[test]
+    fn a_truncated_stream_claims_no_end() {
+        let full = one_tool_loop();
+        // Cut inside the message_stop event: its data line arrives, its blank line never does.
+        let cut = full.rfind("\n\n").unwrap();
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &full[..cut]);
+        let want = with_head(&[], vec![
+            start("s1", "msg_1", Some("s1/q1")),
+            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+            close("s1"),
+        ]);
+        check(&run, &want);
+        // Cut before the tool_use block stopped: no call either.
+        let cut = full.find("content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1").unwrap();
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &full[..cut]);
+        check(&run, &with_head(&[], vec![start("s1", "msg_1", Some("s1/q1")), close("s1")]));
+    }
+
+    #[test]
+    fn server_tools_are_not_client_calls() {
+        let mut ev = vec![message_start("msg_4"), tool_start(0, "server_tool_use", "srvtoolu_1"), stop(0)];
+        ev.extend(text_block(1));
+        ev.extend(message_end("end_turn"));
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        check(&run, &with_head(&[], vec![
+            start("s1", "msg_4", Some("s1/q1")),
+            end("s1", "msg_4", Completed),
+            close("s1"),
+        ]));
+    }
+
+    #[test]
+    fn events_without_event_lines_are_read_by_their_json_type() {
+        let data_only: String = one_tool_loop()
+            .lines()
+            .filter(|l| !l.starts_with("event:"))
+            .map(|l| format!("{l}\r\n"))
+            .collect();
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &data_only);
+        check(&run, &with_head(&[], vec![
+            start("s1", "msg_1", Some("s1/q1")),
+            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+            end("s1", "msg_1", Completed),
+            close("s1"),
+        ]));
+    }
+
+    #[test]
+    fn compressed_request_and_response_bodies() {
+        for (req_enc, resp_enc) in [("zstd", "gzip"), ("gzip", "br"), ("br", "zstd"), ("deflate", "deflate")] {
+            let mut run = HttpRun::new(Api::AnthropicMessages, "", "");
+            run.req_body = super::super::decode::tests::encode(req_enc, CONTINUATION.as_bytes());
+            run.req_encoding = Some(req_enc);
+            run.resp_body = super::super::decode::tests::encode(resp_enc, one_tool_loop().as_bytes());
+            run.resp_encoding = Some(resp_enc);
+            check(&run, &with_head(&["toolu_A", "toolu_B"], vec![
+                start("s1", "msg_1", Some("s1/q1")),
+                call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
+                end("s1", "msg_1", Completed),
+                close("s1"),
+            ]));
+        }
+    }
+
+    #[test]
+    fn error_statuses_and_other_media_types_carry_no_response() {
+        let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, r#"{"type":"error","error":{"type":"overloaded_error"}}"#);
+        run.status = 529;
+        run.content_type = "application/json";
+        check(&run, &with_head(&[], vec![close("s1")]));
+        let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, "<html>");
+        run.content_type = "text/html";
+        check(&run, &with_head(&[], vec![close("s1")]));
+    }
+
+    #[test]
+    fn a_non_streaming_json_message_is_read_whole() {
+        let resp = r#"{"id":"msg_5","type":"message","role":"assistant","content":[
+            {"type":"text","text":"SECRET_OUTPUT"},
+            {"type":"tool_use","id":"toolu_C","name":"mcp__probe__echo","input":{"text":"SECRET_ARG"}}],
+            "stop_reason":"tool_use"}"#;
+        let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, resp);
+        run.content_type = "application/json";
+        check(&run, &with_head(&[], vec![
+            start("s1", "msg_5", Some("s1/q1")),
+            call("s1", "msg_5", "toolu_C", None, "mcp__probe__echo", None, ToolUse),
+            end("s1", "msg_5", Completed),
+            close("s1"),
+        ]));
+    }
+
+    #[test]
+    fn unreadable_json_in_a_needed_event_loses_observation() {
+        let mut ev = vec![message_start("msg_6")];
+        ev.push(("content_block_start", r#"{"type":"content_block_start","index":"zero"}"#.into()));
+        ev.extend(message_end("end_turn"));
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        check(&run, &with_head(&[], vec![start("s1", "msg_6", Some("s1/q1")), lost("s1", "json"), close("s1")]));
+        // A request body that is not JSON loses the stream before anything else is said.
+        let run = HttpRun::new(Api::AnthropicMessages, "SECRET not json", &one_tool_loop());
+        check(&run, &[open("s1", Client::Claude, Http, Some("th1")), lost("s1", "json"), close("s1")]);
+    }
+}

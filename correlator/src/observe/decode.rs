@@ -248,7 +248,7 @@ fn looks_like_zlib(cmf: u8, flg: u8) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 

@@ -17,6 +17,8 @@ pub mod body;
 pub mod decode;
 pub mod exchange;
 mod peek;
+#[cfg(test)]
+mod testkit;
 pub mod responses;
 pub mod sse;
 pub mod ws_frames;
