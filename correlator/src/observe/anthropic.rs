@@ -174,7 +174,11 @@ pub(crate) struct WholeMessage {
 
 impl AnthropicStream {
     /// A complete non-streaming message: start, its tool_use calls, completed.
-    pub(crate) fn on_whole_body(&mut self, body: &[u8], out: &mut Vec<EventKind>) -> Result<(), Lost> {
+    pub(crate) fn on_whole_body(
+        &mut self,
+        body: &[u8],
+        out: &mut Vec<EventKind>,
+    ) -> Result<(), Lost> {
         let m: WholeMessage = parse(body)?;
         if self.active.is_some() {
             return Err(Lost::AMBIGUOUS);
@@ -227,31 +231,72 @@ mod tests {
             {"type":"tool_result","tool_use_id":"toolu_B","content":[{"type":"text","text":"ho"}]}]}]}"#;
 
     fn message_start(id: &str) -> (&'static str, String) {
-        ("message_start", format!(r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{{"input_tokens":10,"output_tokens":1}}}}}}"#))
+        (
+            "message_start",
+            format!(
+                r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{{"input_tokens":10,"output_tokens":1}}}}}}"#
+            ),
+        )
     }
     fn text_block(i: u32) -> Vec<(&'static str, String)> {
         vec![
-            ("content_block_start", format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}"#)),
-            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"text_delta","text":"SECRET_OUTPUT"}}}}"#)),
-            ("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#)),
+            (
+                "content_block_start",
+                format!(
+                    r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}"#
+                ),
+            ),
+            (
+                "content_block_delta",
+                format!(
+                    r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"text_delta","text":"SECRET_OUTPUT"}}}}"#
+                ),
+            ),
+            (
+                "content_block_stop",
+                format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+            ),
         ]
     }
     fn tool_start(i: u32, kind: &str, id: &str) -> (&'static str, String) {
-        ("content_block_start", format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"{kind}","id":"{id}","name":"mcp__probe__echo","input":{{}}}}}}"#))
+        (
+            "content_block_start",
+            format!(
+                r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"{kind}","id":"{id}","name":"mcp__probe__echo","input":{{}}}}}}"#
+            ),
+        )
     }
     fn tool_args(i: u32) -> Vec<(&'static str, String)> {
         vec![
-            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"text\":"}}}}"#)),
+            (
+                "content_block_delta",
+                format!(
+                    r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"text\":"}}}}"#
+                ),
+            ),
             ("ping", r#"{"type":"ping"}"#.to_string()),
-            ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"\"SECRET_ARG\"}}"}}}}"#)),
+            (
+                "content_block_delta",
+                format!(
+                    r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"\"SECRET_ARG\"}}"}}}}"#
+                ),
+            ),
         ]
     }
     fn stop(i: u32) -> (&'static str, String) {
-        ("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#))
+        (
+            "content_block_stop",
+            format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+        )
     }
     fn message_end(reason: &str) -> Vec<(&'static str, String)> {
         vec![
-            ("message_delta", format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"output_tokens":30}}}}"#)),
+            (
+                "message_delta",
+                format!(
+                    r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"output_tokens":30}}}}"#
+                ),
+            ),
             ("message_stop", r#"{"type":"message_stop"}"#.to_string()),
         ]
     }
@@ -261,7 +306,10 @@ mod tests {
     }
 
     fn one_tool_loop() -> String {
-        let mut ev = vec![message_start("msg_1"), ("ping".into(), r#"{"type": "ping"}"#.into())];
+        let mut ev = vec![
+            message_start("msg_1"),
+            ("ping", r#"{"type": "ping"}"#.into()),
+        ];
         ev.extend(text_block(0));
         ev.push(tool_start(1, "tool_use", "toolu_A"));
         ev.extend(tool_args(1));
@@ -271,10 +319,16 @@ mod tests {
     }
 
     fn head(outputs: &[&str]) -> Vec<crate::event::EventKind> {
-        vec![open("s1", Client::Claude, Http, Some("th1")), req("s1", "s1/q1", None, outputs)]
+        vec![
+            open("s1", Client::Claude, Http, Some("th1")),
+            req("s1", "s1/q1", None, outputs),
+        ]
     }
 
-    fn with_head(outputs: &[&str], rest: Vec<crate::event::EventKind>) -> Vec<crate::event::EventKind> {
+    fn with_head(
+        outputs: &[&str],
+        rest: Vec<crate::event::EventKind>,
+    ) -> Vec<crate::event::EventKind> {
         let mut v = head(outputs);
         v.extend(rest);
         v
@@ -291,12 +345,23 @@ mod tests {
     #[test]
     fn a_tool_loop_opens_a_call_at_its_block_stop() {
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &one_tool_loop());
-        let want = with_head(&[], vec![
-            start("s1", "msg_1", Some("s1/q1")),
-            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-            end("s1", "msg_1", Completed),
-            close("s1"),
-        ]);
+        let want = with_head(
+            &[],
+            vec![
+                start("s1", "msg_1", Some("s1/q1")),
+                call(
+                    "s1",
+                    "msg_1",
+                    "toolu_A",
+                    None,
+                    "mcp__probe__echo",
+                    None,
+                    ToolUse,
+                ),
+                end("s1", "msg_1", Completed),
+                close("s1"),
+            ],
+        );
         check(&run, &want);
     }
 
@@ -312,29 +377,66 @@ mod tests {
         ev.extend(text_block(2));
         ev.extend(message_end("tool_use"));
         let run = HttpRun::new(Api::AnthropicMessages, CONTINUATION, &body(ev));
-        let want = with_head(&["toolu_A", "toolu_B"], vec![
-            start("s1", "msg_2", Some("s1/q1")),
-            call("s1", "msg_2", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-            call("s1", "msg_2", "toolu_B", None, "mcp__probe__echo", None, ToolUse),
-            end("s1", "msg_2", Completed),
-            close("s1"),
-        ]);
+        let want = with_head(
+            &["toolu_A", "toolu_B"],
+            vec![
+                start("s1", "msg_2", Some("s1/q1")),
+                call(
+                    "s1",
+                    "msg_2",
+                    "toolu_A",
+                    None,
+                    "mcp__probe__echo",
+                    None,
+                    ToolUse,
+                ),
+                call(
+                    "s1",
+                    "msg_2",
+                    "toolu_B",
+                    None,
+                    "mcp__probe__echo",
+                    None,
+                    ToolUse,
+                ),
+                end("s1", "msg_2", Completed),
+                close("s1"),
+            ],
+        );
         check(&run, &want);
     }
 
     #[test]
     fn a_mid_stream_error_ends_the_response_and_drops_the_unfinished_block() {
-        let mut ev = vec![message_start("msg_3"), tool_start(0, "tool_use", "toolu_A"), stop(0)];
+        let mut ev = vec![
+            message_start("msg_3"),
+            tool_start(0, "tool_use", "toolu_A"),
+            stop(0),
+        ];
         ev.push(tool_start(1, "tool_use", "toolu_B"));
         ev.extend(tool_args(1));
-        ev.push(("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into()));
+        ev.push((
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
+        ));
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
-        let want = with_head(&[], vec![
-            start("s1", "msg_3", Some("s1/q1")),
-            call("s1", "msg_3", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-            end("s1", "msg_3", Error),
-            close("s1"),
-        ]);
+        let want = with_head(
+            &[],
+            vec![
+                start("s1", "msg_3", Some("s1/q1")),
+                call(
+                    "s1",
+                    "msg_3",
+                    "toolu_A",
+                    None,
+                    "mcp__probe__echo",
+                    None,
+                    ToolUse,
+                ),
+                end("s1", "msg_3", Error),
+                close("s1"),
+            ],
+        );
         check(&run, &want);
     }
 
@@ -344,29 +446,55 @@ mod tests {
         // Cut inside the message_stop event: its data line arrives, its blank line never does.
         let cut = full.rfind("\n\n").unwrap();
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &full[..cut]);
-        let want = with_head(&[], vec![
-            start("s1", "msg_1", Some("s1/q1")),
-            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-            close("s1"),
-        ]);
+        let want = with_head(
+            &[],
+            vec![
+                start("s1", "msg_1", Some("s1/q1")),
+                call(
+                    "s1",
+                    "msg_1",
+                    "toolu_A",
+                    None,
+                    "mcp__probe__echo",
+                    None,
+                    ToolUse,
+                ),
+                close("s1"),
+            ],
+        );
         check(&run, &want);
         // Cut before the tool_use block stopped: no call either.
-        let cut = full.find("content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1").unwrap();
+        let cut = full
+            .find("content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1")
+            .unwrap();
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &full[..cut]);
-        check(&run, &with_head(&[], vec![start("s1", "msg_1", Some("s1/q1")), close("s1")]));
+        check(
+            &run,
+            &with_head(&[], vec![start("s1", "msg_1", Some("s1/q1")), close("s1")]),
+        );
     }
 
     #[test]
     fn server_tools_are_not_client_calls() {
-        let mut ev = vec![message_start("msg_4"), tool_start(0, "server_tool_use", "srvtoolu_1"), stop(0)];
+        let mut ev = vec![
+            message_start("msg_4"),
+            tool_start(0, "server_tool_use", "srvtoolu_1"),
+            stop(0),
+        ];
         ev.extend(text_block(1));
         ev.extend(message_end("end_turn"));
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
-        check(&run, &with_head(&[], vec![
-            start("s1", "msg_4", Some("s1/q1")),
-            end("s1", "msg_4", Completed),
-            close("s1"),
-        ]));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_4", Some("s1/q1")),
+                    end("s1", "msg_4", Completed),
+                    close("s1"),
+                ],
+            ),
+        );
     }
 
     #[test]
@@ -377,34 +505,72 @@ mod tests {
             .map(|l| format!("{l}\r\n"))
             .collect();
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &data_only);
-        check(&run, &with_head(&[], vec![
-            start("s1", "msg_1", Some("s1/q1")),
-            call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-            end("s1", "msg_1", Completed),
-            close("s1"),
-        ]));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_1", Some("s1/q1")),
+                    call(
+                        "s1",
+                        "msg_1",
+                        "toolu_A",
+                        None,
+                        "mcp__probe__echo",
+                        None,
+                        ToolUse,
+                    ),
+                    end("s1", "msg_1", Completed),
+                    close("s1"),
+                ],
+            ),
+        );
     }
 
     #[test]
     fn compressed_request_and_response_bodies() {
-        for (req_enc, resp_enc) in [("zstd", "gzip"), ("gzip", "br"), ("br", "zstd"), ("deflate", "deflate")] {
+        for (req_enc, resp_enc) in [
+            ("zstd", "gzip"),
+            ("gzip", "br"),
+            ("br", "zstd"),
+            ("deflate", "deflate"),
+        ] {
             let mut run = HttpRun::new(Api::AnthropicMessages, "", "");
             run.req_body = super::super::decode::tests::encode(req_enc, CONTINUATION.as_bytes());
             run.req_encoding = Some(req_enc);
-            run.resp_body = super::super::decode::tests::encode(resp_enc, one_tool_loop().as_bytes());
+            run.resp_body =
+                super::super::decode::tests::encode(resp_enc, one_tool_loop().as_bytes());
             run.resp_encoding = Some(resp_enc);
-            check(&run, &with_head(&["toolu_A", "toolu_B"], vec![
-                start("s1", "msg_1", Some("s1/q1")),
-                call("s1", "msg_1", "toolu_A", None, "mcp__probe__echo", None, ToolUse),
-                end("s1", "msg_1", Completed),
-                close("s1"),
-            ]));
+            check(
+                &run,
+                &with_head(
+                    &["toolu_A", "toolu_B"],
+                    vec![
+                        start("s1", "msg_1", Some("s1/q1")),
+                        call(
+                            "s1",
+                            "msg_1",
+                            "toolu_A",
+                            None,
+                            "mcp__probe__echo",
+                            None,
+                            ToolUse,
+                        ),
+                        end("s1", "msg_1", Completed),
+                        close("s1"),
+                    ],
+                ),
+            );
         }
     }
 
     #[test]
     fn error_statuses_and_other_media_types_carry_no_response() {
-        let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, r#"{"type":"error","error":{"type":"overloaded_error"}}"#);
+        let mut run = HttpRun::new(
+            Api::AnthropicMessages,
+            FIRST_TURN,
+            r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+        );
         run.status = 529;
         run.content_type = "application/json";
         check(&run, &with_head(&[], vec![close("s1")]));
@@ -421,23 +587,57 @@ mod tests {
             "stop_reason":"tool_use"}"#;
         let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, resp);
         run.content_type = "application/json";
-        check(&run, &with_head(&[], vec![
-            start("s1", "msg_5", Some("s1/q1")),
-            call("s1", "msg_5", "toolu_C", None, "mcp__probe__echo", None, ToolUse),
-            end("s1", "msg_5", Completed),
-            close("s1"),
-        ]));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_5", Some("s1/q1")),
+                    call(
+                        "s1",
+                        "msg_5",
+                        "toolu_C",
+                        None,
+                        "mcp__probe__echo",
+                        None,
+                        ToolUse,
+                    ),
+                    end("s1", "msg_5", Completed),
+                    close("s1"),
+                ],
+            ),
+        );
     }
 
     #[test]
     fn unreadable_json_in_a_needed_event_loses_observation() {
         let mut ev = vec![message_start("msg_6")];
-        ev.push(("content_block_start", r#"{"type":"content_block_start","index":"zero"}"#.into()));
+        ev.push((
+            "content_block_start",
+            r#"{"type":"content_block_start","index":"zero"}"#.into(),
+        ));
         ev.extend(message_end("end_turn"));
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
-        check(&run, &with_head(&[], vec![start("s1", "msg_6", Some("s1/q1")), lost("s1", "json"), close("s1")]));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_6", Some("s1/q1")),
+                    lost("s1", "json"),
+                    close("s1"),
+                ],
+            ),
+        );
         // A request body that is not JSON loses the stream before anything else is said.
         let run = HttpRun::new(Api::AnthropicMessages, "SECRET not json", &one_tool_loop());
-        check(&run, &[open("s1", Client::Claude, Http, Some("th1")), lost("s1", "json"), close("s1")]);
+        check(
+            &run,
+            &[
+                open("s1", Client::Claude, Http, Some("th1")),
+                lost("s1", "json"),
+                close("s1"),
+            ],
+        );
     }
 }

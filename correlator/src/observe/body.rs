@@ -29,7 +29,12 @@ pub enum BodyError {
 
 fn json_err(e: serde_json::Error) -> BodyError {
     // serde_json's messages name a position and an expectation, never the input's text.
-    BodyError::Json(format!("{:?} at line {} column {}", e.classify(), e.line(), e.column()))
+    BodyError::Json(format!(
+        "{:?} at line {} column {}",
+        e.classify(),
+        e.line(),
+        e.column()
+    ))
 }
 
 /// What a request says about its predecessor.
@@ -151,9 +156,12 @@ impl<'de> Deserialize<'de> for CallOutputs {
             call_id: Option<String>,
         }
         d.deserialize_any(Ids::<Item>::new(|i: Item| {
-            matches!(i.kind.as_str(), "function_call_output" | "custom_tool_call_output")
-                .then_some(i.call_id)
-                .flatten()
+            matches!(
+                i.kind.as_str(),
+                "function_call_output" | "custom_tool_call_output"
+            )
+            .then_some(i.call_id)
+            .flatten()
         }))
         .map(CallOutputs)
     }
@@ -249,7 +257,11 @@ mod tests {
     #[test]
     fn messages_bodies() {
         let cases: &[(&str, &str, Vec<String>)] = &[
-            ("first turn", r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, vec![]),
+            (
+                "first turn",
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+                vec![],
+            ),
             (
                 "continuation after parallel tool_use",
                 r#"{"messages":[
@@ -301,7 +313,10 @@ mod tests {
                 ResponsesRequest {
                     kind: None,
                     lane: None,
-                    facts: RequestFacts { previous_response: None, outputs: ids(&["call_1", "call_2"]) },
+                    facts: RequestFacts {
+                        previous_response: None,
+                        outputs: ids(&["call_1", "call_2"]),
+                    },
                 },
             ),
             (
@@ -310,7 +325,10 @@ mod tests {
                 ResponsesRequest {
                     kind: Some("response.create".into()),
                     lane: None,
-                    facts: RequestFacts { previous_response: Some("resp_1".into()), outputs: ids(&["call_1"]) },
+                    facts: RequestFacts {
+                        previous_response: Some("resp_1".into()),
+                        outputs: ids(&["call_1"]),
+                    },
                 },
             ),
             (
@@ -339,7 +357,10 @@ mod tests {
             let err = messages_request(body).unwrap_err();
             assert!(!err.to_string().contains("SECRET"), "{err}");
         }
-        assert!(responses_request(br#"{"input":[{"type":"function_call_output","call_id":["x"]}]}"#).is_err());
+        assert!(responses_request(
+            br#"{"input":[{"type":"function_call_output","call_id":["x"]}]}"#
+        )
+        .is_err());
     }
 
     proptest! {

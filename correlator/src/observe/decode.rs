@@ -86,7 +86,9 @@ impl Decoder {
         let inner = match codings.as_slice() {
             [] => Inner::Identity,
             [one] => match one.as_str() {
-                "gzip" | "x-gzip" => Inner::Gzip(flate2::write::MultiGzDecoder::new(Sink::default())),
+                "gzip" | "x-gzip" => {
+                    Inner::Gzip(flate2::write::MultiGzDecoder::new(Sink::default()))
+                }
                 "deflate" => Inner::DeflatePending(Vec::new()),
                 "br" => Inner::Brotli(Box::new(brotli::DecompressorWriter::new(
                     Sink::default(),
@@ -167,39 +169,69 @@ impl Decoder {
         };
         // The sink takes `out` for the duration of the call, so decoded bytes land in place.
         let r = match &mut self.inner {
-            Inner::Gzip(d) => with_sink(d, |d| d.get_mut(), out, limit, |d| {
-                d.write_all(input)?;
-                if finish {
-                    d.try_finish().or_else(ignore_truncation)
-                } else {
-                    d.flush()
-                }
-            }),
-            Inner::Zlib(d) => with_sink(d, |d| d.get_mut(), out, limit, |d| {
-                d.write_all(input)?;
-                if finish {
-                    d.try_finish().or_else(ignore_truncation)
-                } else {
-                    d.flush()
-                }
-            }),
-            Inner::RawDeflate(d) => with_sink(d, |d| d.get_mut(), out, limit, |d| {
-                d.write_all(input)?;
-                if finish {
-                    d.try_finish().or_else(ignore_truncation)
-                } else {
-                    d.flush()
-                }
-            }),
+            Inner::Gzip(d) => with_sink(
+                d,
+                |d| d.get_mut(),
+                out,
+                limit,
+                |d| {
+                    d.write_all(input)?;
+                    if finish {
+                        d.try_finish().or_else(ignore_truncation)
+                    } else {
+                        d.flush()
+                    }
+                },
+            ),
+            Inner::Zlib(d) => with_sink(
+                d,
+                |d| d.get_mut(),
+                out,
+                limit,
+                |d| {
+                    d.write_all(input)?;
+                    if finish {
+                        d.try_finish().or_else(ignore_truncation)
+                    } else {
+                        d.flush()
+                    }
+                },
+            ),
+            Inner::RawDeflate(d) => with_sink(
+                d,
+                |d| d.get_mut(),
+                out,
+                limit,
+                |d| {
+                    d.write_all(input)?;
+                    if finish {
+                        d.try_finish().or_else(ignore_truncation)
+                    } else {
+                        d.flush()
+                    }
+                },
+            ),
             // Brotli and zstd write their output as they go; `flush` empties their buffers.
-            Inner::Brotli(d) => with_sink(d.as_mut(), |d| d.get_mut(), out, limit, |d| {
-                d.write_all(input)?;
-                d.flush()
-            }),
-            Inner::Zstd(d) => with_sink(d, |d| d.get_mut(), out, limit, |d| {
-                d.write_all(input)?;
-                d.flush()
-            }),
+            Inner::Brotli(d) => with_sink(
+                d.as_mut(),
+                |d| d.get_mut(),
+                out,
+                limit,
+                |d| {
+                    d.write_all(input)?;
+                    d.flush()
+                },
+            ),
+            Inner::Zstd(d) => with_sink(
+                d,
+                |d| d.get_mut(),
+                out,
+                limit,
+                |d| {
+                    d.write_all(input)?;
+                    d.flush()
+                },
+            ),
             Inner::Identity | Inner::DeflatePending(_) | Inner::Failed => Ok(()),
         };
         r.map_err(|overflowed| {
@@ -294,8 +326,16 @@ pub(crate) mod tests {
         }
     }
 
-    fn decode_in_chunks(coding: &str, encoded: &[u8], chunk: usize) -> Result<Vec<u8>, DecodeError> {
-        let header = if coding == "raw-deflate" { "deflate" } else { coding };
+    fn decode_in_chunks(
+        coding: &str,
+        encoded: &[u8],
+        chunk: usize,
+    ) -> Result<Vec<u8>, DecodeError> {
+        let header = if coding == "raw-deflate" {
+            "deflate"
+        } else {
+            coding
+        };
         let mut d = Decoder::new(Some(header))?;
         let mut out = Vec::new();
         for c in encoded.chunks(chunk.max(1)) {

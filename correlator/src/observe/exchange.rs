@@ -83,20 +83,27 @@ pub fn classify(api: Api, headers: &[(&str, &[u8])]) -> (Client, Option<String>)
     let claude_first = api == Api::AnthropicMessages;
     let claude = || {
         (session.is_some() || agent.is_some()).then(|| {
-            let thread = text("x-claude-code-session-id").map(|s| match text("x-claude-code-agent-id") {
-                Some(a) => format!("{s}/{a}"),
-                None => s.to_string(),
-            });
+            let thread =
+                text("x-claude-code-session-id").map(|s| match text("x-claude-code-agent-id") {
+                    Some(a) => format!("{s}/{a}"),
+                    None => s.to_string(),
+                });
             (Client::Claude, thread)
         })
     };
     let codex = || {
-        let ua_codex = get("user-agent").is_some_and(|ua| {
-            ua.windows(5).any(|w| w.eq_ignore_ascii_case(b"codex"))
-        });
-        let marked = ["originator", "thread-id", "session-id", "session_id", "conversation_id", "conversation-id"]
-            .iter()
-            .any(|n| get(n).is_some());
+        let ua_codex = get("user-agent")
+            .is_some_and(|ua| ua.windows(5).any(|w| w.eq_ignore_ascii_case(b"codex")));
+        let marked = [
+            "originator",
+            "thread-id",
+            "session-id",
+            "session_id",
+            "conversation_id",
+            "conversation-id",
+        ]
+        .iter()
+        .any(|n| get(n).is_some());
         (marked || ua_codex).then(|| {
             let thread = text("thread-id")
                 .or_else(|| text("conversation_id"))
@@ -178,9 +185,10 @@ impl HttpObserver {
         });
         let request = format!("{}/q1", info.stream);
         let proto = match info.api {
-            Api::AnthropicMessages => {
-                Proto::Anthropic(AnthropicStream::new(info.stream.clone(), Some(request.clone())))
-            }
+            Api::AnthropicMessages => Proto::Anthropic(AnthropicStream::new(
+                info.stream.clone(),
+                Some(request.clone()),
+            )),
             Api::Responses => {
                 let mut r = ResponsesStream::new(info.stream.clone());
                 // Cannot fail: the queue is empty.
@@ -310,7 +318,9 @@ impl HttpObserver {
                     decoder.push(bytes, &mut self.scratch, MAX_BODY)?;
                 }
                 let proto = &mut self.proto;
-                parser.feed(&self.scratch, |name: &str, data: &[u8]| proto.on_sse(name, data, out))
+                parser.feed(&self.scratch, |name: &str, data: &[u8]| {
+                    proto.on_sse(name, data, out)
+                })
             }
             RespBody::Json(buf) => {
                 if end {
@@ -492,4 +502,380 @@ fn client_message(
         proto.request_sent(req.lane, id)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::*;
+    use super::*;
+    use crate::event::Client::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn observed_routes() {
+        let cases: &[(&str, &str, bool, Option<Api>)] = &[
+            ("POST", "/v1/messages", false, Some(Api::AnthropicMessages)),
+            (
+                "POST",
+                "/v1/messages?beta=true",
+                false,
+                Some(Api::AnthropicMessages),
+            ),
+            ("POST", "/v1/messages/count_tokens?beta=true", false, None),
+            ("POST", "/v1/messages/batches", false, None),
+            ("GET", "/v1/messages", false, None),
+            ("HEAD", "/api/hello", false, None),
+            ("GET", "/v1/models?limit=1000", false, None),
+            ("POST", "/v1/responses", false, Some(Api::Responses)),
+            ("POST", "/responses", false, Some(Api::Responses)),
+            (
+                "POST",
+                "/backend-api/codex/responses/",
+                false,
+                Some(Api::Responses),
+            ),
+            ("GET", "/v1/responses", true, Some(Api::Responses)),
+            ("GET", "/responses?x=1", true, Some(Api::Responses)),
+            ("GET", "/v1/responses", false, None),
+            ("POST", "/v1/responses", true, None),
+            ("POST", "/responses/compact", false, None),
+            ("GET", "/v1/responses/resp_123", false, None),
+            ("POST", "/v1/threads/t/messages", false, None),
+            ("POST", "/models", false, None),
+            ("POST", "responses", false, None),
+        ];
+        for (method, path, ws, want) in cases {
+            assert_eq!(
+                observed_route(method, path, *ws),
+                *want,
+                "{method} {path} ws={ws}"
+            );
+        }
+    }
+
+    #[test]
+    fn clients_and_thread_keys() {
+        type H<'a> = &'a [(&'a str, &'a [u8])];
+        type Case<'a> = (&'a str, Api, H<'a>, (Client, Option<&'a str>));
+        let cases: &[Case] = &[
+            (
+                "claude main agent",
+                Api::AnthropicMessages,
+                &[
+                    ("x-claude-code-session-id", b"sess-1"),
+                    ("x-api-key", b"SECRET"),
+                ],
+                (Claude, Some("sess-1")),
+            ),
+            (
+                "claude subagent",
+                Api::AnthropicMessages,
+                &[
+                    ("x-claude-code-session-id", b"sess-1"),
+                    ("x-claude-code-agent-id", b"agent-7"),
+                ],
+                (Claude, Some("sess-1/agent-7")),
+            ),
+            (
+                "claude agent id without session",
+                Api::AnthropicMessages,
+                &[("x-claude-code-agent-id", b"agent-7")],
+                (Claude, None),
+            ),
+            (
+                "codex thread-id",
+                Api::Responses,
+                &[
+                    ("originator", b"codex_cli_rs"),
+                    ("session-id", b"root"),
+                    ("thread-id", b"th-9"),
+                ],
+                (Codex, Some("th-9")),
+            ),
+            (
+                "codex older builds",
+                Api::Responses,
+                &[("session_id", b"root"), ("conversation_id", b"conv-1")],
+                (Codex, Some("conv-1")),
+            ),
+            (
+                "codex hyphenated conversation id",
+                Api::Responses,
+                &[("conversation-id", b"conv-2")],
+                (Codex, Some("conv-2")),
+            ),
+            (
+                "codex session only: the session is not a thread",
+                Api::Responses,
+                &[("session-id", b"root")],
+                (Codex, None),
+            ),
+            (
+                "codex by user agent",
+                Api::Responses,
+                &[("user-agent", b"codex_cli_rs/0.171.0 (Linux; x86_64)")],
+                (Codex, None),
+            ),
+            (
+                "unknown client",
+                Api::Responses,
+                &[
+                    ("user-agent", b"openai-python/2.0"),
+                    ("authorization", b"Bearer SECRET"),
+                ],
+                (Other, None),
+            ),
+            (
+                "empty thread value",
+                Api::Responses,
+                &[("thread-id", b"  ")],
+                (Codex, None),
+            ),
+            (
+                "non-utf8 thread value",
+                Api::Responses,
+                &[("thread-id", b"\xff\xfe")],
+                (Codex, None),
+            ),
+            (
+                "claude headers on the responses api",
+                Api::Responses,
+                &[("x-claude-code-session-id", b"sess-2")],
+                (Claude, Some("sess-2")),
+            ),
+        ];
+        for (name, api, headers, (client, thread)) in cases {
+            assert_eq!(
+                classify(*api, headers),
+                (*client, thread.map(str::to_string)),
+                "{name}"
+            );
+        }
+    }
+
+    fn info(api: Api) -> ExchangeInfo {
+        ExchangeInfo {
+            stream: "s1".into(),
+            api,
+            client: Codex,
+            thread: None,
+        }
+    }
+
+    #[test]
+    fn lost_is_said_once_and_then_only_close_follows() {
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.request_chunk(br#"{"input":"x"}"#, &mut out);
+        obs.lost("overflow", &mut out);
+        obs.lost("decode", &mut out);
+        obs.request_end(&mut out);
+        obs.response_head(200, Some("text/event-stream"), None, &mut out);
+        obs.response_chunk(
+            b"event: response.created\ndata: {\"response\":{\"id\":\"r\"}}\n\n",
+            &mut out,
+        );
+        obs.close(&mut out);
+        obs.close(&mut out);
+        obs.lost("decode", &mut out);
+        assert_eq!(
+            out,
+            vec![
+                open("s1", Codex, Transport::Http, None),
+                lost("s1", "overflow"),
+                close("s1"),
+            ]
+        );
+        validate(&out);
+
+        let mut out = Vec::new();
+        let mut ws = WsObserver::new(info(Api::Responses), None, &mut out);
+        ws.lost("overflow", &mut out);
+        ws.client_bytes(&[0x81, 0x02, b'{', b'}'], &mut out);
+        ws.close(&mut out);
+        ws.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                open("s1", Codex, Transport::Websocket, None),
+                lost("s1", "overflow"),
+                close("s1")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_request_encoding_is_lost_at_once() {
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), Some("snappy"), &mut out);
+        obs.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                open("s1", Codex, Transport::Http, None),
+                lost("s1", "decode"),
+                close("s1")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_response_encoding_is_lost_but_error_bodies_are_not_decoded() {
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.response_head(200, Some("text/event-stream"), Some("compress"), &mut out);
+        assert_eq!(out.last(), Some(&lost("s1", "decode")));
+
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.response_head(500, Some("application/json"), Some("compress"), &mut out);
+        obs.response_chunk(b"\x00\x01", &mut out);
+        obs.close(&mut out);
+        assert_eq!(
+            out,
+            vec![open("s1", Codex, Transport::Http, None), close("s1")]
+        );
+    }
+
+    #[test]
+    fn a_request_body_bomb_overflows() {
+        // 65 MiB of zeros compresses to a few KiB; the decoded body would exceed MAX_BODY.
+        let bomb = zstd::stream::encode_all(&vec![0u8; MAX_BODY + (1 << 20)][..], 19).unwrap();
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), Some("zstd"), &mut out);
+        for c in bomb.chunks(4096) {
+            obs.request_chunk(c, &mut out);
+        }
+        obs.request_end(&mut out);
+        obs.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                open("s1", Codex, Transport::Http, None),
+                lost("s1", "overflow"),
+                close("s1")
+            ]
+        );
+    }
+
+    #[test]
+    fn websocket_for_the_messages_api_is_not_followed() {
+        let mut out = Vec::new();
+        let mut ws = WsObserver::new(info(Api::AnthropicMessages), None, &mut out);
+        ws.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                open("s1", Codex, Transport::Websocket, None),
+                lost("s1", "protocol"),
+                close("s1")
+            ]
+        );
+    }
+
+    fn api() -> impl Strategy<Value = Api> {
+        prop_oneof![Just(Api::AnthropicMessages), Just(Api::Responses)]
+    }
+    fn encoding() -> impl Strategy<Value = Option<&'static str>> {
+        prop::sample::select(vec![
+            None,
+            Some("gzip"),
+            Some("deflate"),
+            Some("br"),
+            Some("zstd"),
+            Some("bogus"),
+        ])
+    }
+
+    /// Random bytes with, now and then, a plausible SSE or JSON fragment mixed in.
+    fn noise() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..64),
+            prop::sample::select(vec![
+                &b"event: message_start\ndata: {\"message\":{\"id\":\"m\"}}\n\n"[..],
+                b"event: content_block_start\ndata: {\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\"}}\n\n",
+                b"data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                b"event: response.created\ndata: {\"response\":{\"id\":\"r\"}}\n\n",
+                b"data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"n\"}}\n\n",
+                b"event: response.completed\ndata: {\"response\":{\"id\":\"r\"}}\n\n",
+                b"event: error\ndata: {}\n\n",
+                b"event: message_stop\ndata: {}\n\n",
+            ]).prop_map(|s| s.to_vec()),
+        ];
+        prop::collection::vec(piece, 0..8).prop_map(|v| v.concat())
+    }
+
+    /// A WebSocket text message: a plausible client or server event, or noise.
+    fn ws_message() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..48),
+            prop::sample::select(vec![
+                &br#"{"type":"response.create","input":[{"type":"function_call_output","call_id":"c"}]}"#[..],
+                br#"{"type":"response.create","stream_id":"a","previous_response_id":"r"}"#,
+                br#"{"type":"response.append","input":"x"}"#,
+                br#"{"type":"response.created","response":{"id":"r"}}"#,
+                br#"{"type":"response.created","response":{"id":"r2"},"stream_id":"a"}"#,
+                br#"{"type":"response.output_item.done","item":{"type":"function_call","id":"i","call_id":"c","name":"n"}}"#,
+                br#"{"type":"response.output_item.done","item":{"type":"custom_tool_call","call_id":"c","name":"n"},"stream_id":"a"}"#,
+                br#"{"type":"response.completed","response":{"id":"r"}}"#,
+                br#"{"type":"response.failed","response":{"id":"r2"},"stream_id":"a"}"#,
+                br#"{"type":"error","error":{},"stream_id":"a"}"#,
+                br#"{"type":"error","status":400}"#,
+                br#"{"sequence_number":1,"type":"response.output_text.delta"}"#,
+            ]).prop_map(|s| s.to_vec()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn http_garbage_never_panics_and_stays_a_valid_trace(
+            api in api(), req_enc in encoding(), resp_enc in encoding(),
+            req_body in noise(), resp_body in noise(), status in prop::sample::select(vec![200u16, 201, 400, 529]),
+            ct in prop::sample::select(vec!["text/event-stream", "application/json", "text/plain"]),
+            seed in any::<u64>(),
+        ) {
+            let mut out = Vec::new();
+            let mut obs = HttpObserver::new(info(api), req_enc, &mut out);
+            for c in chunks(&req_body, Some(seed)) { obs.request_chunk(c, &mut out); }
+            obs.request_end(&mut out);
+            obs.response_head(status, Some(ct), resp_enc, &mut out);
+            for c in chunks(&resp_body, Some(seed ^ 1)) { obs.response_chunk(c, &mut out); }
+            obs.close(&mut out);
+            validate(&out);
+            prop_assert_eq!(out.iter().filter(|e| matches!(e, EventKind::StreamClose { .. })).count(), 1);
+        }
+
+        #[test]
+        fn websocket_garbage_never_panics_and_stays_a_valid_trace(
+            ext in prop::sample::select(vec![None, Some("permessage-deflate"), Some("permessage-deflate; server_no_context_takeover"), Some("other")]),
+            script in prop::collection::vec((any::<bool>(), prop::collection::vec(any::<u8>(), 0..200)), 0..6),
+        ) {
+            let script: Vec<(Dir, Vec<u8>)> = script
+                .into_iter()
+                .map(|(to_server, b)| (if to_server { Dir::ToServer } else { Dir::ToClient }, b))
+                .collect();
+            // run_ws validates the trace itself.
+            let out = run_ws(ext, &script, Some(7));
+            prop_assert_eq!(out.iter().filter(|e| matches!(e, EventKind::StreamClose { .. })).count(), 1);
+        }
+
+        #[test]
+        fn websocket_frames_with_random_json_never_panic(
+            msgs in prop::collection::vec((any::<bool>(), ws_message()), 0..12),
+        ) {
+            let script: Vec<(Dir, Vec<u8>)> = msgs
+                .into_iter()
+                .map(|(to_server, text)| {
+                    if to_server {
+                        (Dir::ToServer, super::super::ws_frames::tests::frame(true, false, 1, &text, Some([3, 1, 4, 1])))
+                    } else {
+                        (Dir::ToClient, super::super::ws_frames::tests::frame(true, false, 1, &text, None))
+                    }
+                })
+                .collect();
+            run_ws(None, &script, None);
+        }
+    }
 }

@@ -17,10 +17,10 @@ pub mod body;
 pub mod decode;
 pub mod exchange;
 mod peek;
-#[cfg(test)]
-mod testkit;
 pub mod responses;
 pub mod sse;
+#[cfg(test)]
+mod testkit;
 pub mod ws_frames;
 
 pub use exchange::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};

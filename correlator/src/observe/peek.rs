@@ -43,7 +43,10 @@ mod tests {
     #[test]
     fn leading_type_cases() {
         let cases: &[(&[u8], Option<&str>)] = &[
-            (br#"{"type":"response.output_text.delta","delta":"x"}"#, Some("response.output_text.delta")),
+            (
+                br#"{"type":"response.output_text.delta","delta":"x"}"#,
+                Some("response.output_text.delta"),
+            ),
             (b" {\n \"type\" : \"ping\" }", Some("ping")),
             (br#"{"sequence_number":1,"type":"x"}"#, None),
             (br#"{"type":"a\"b"}"#, None),
@@ -52,13 +55,21 @@ mod tests {
             (br#"{"type":"unterminated"#, None),
         ];
         for (input, want) in cases {
-            assert_eq!(leading_type(input), *want, "{}", String::from_utf8_lossy(input));
+            assert_eq!(
+                leading_type(input),
+                *want,
+                "{}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 
     #[test]
     fn object_type_parses_when_type_is_not_first() {
-        assert_eq!(object_type(br#"{"n":[1,{"type":"no"}],"type":"yes"}"#).unwrap(), "yes");
+        assert_eq!(
+            object_type(br#"{"n":[1,{"type":"no"}],"type":"yes"}"#).unwrap(),
+            "yes"
+        );
         assert!(object_type(b"[1]").is_err());
     }
 }

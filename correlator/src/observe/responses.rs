@@ -234,7 +234,11 @@ impl ResponsesStream {
     }
 
     /// A complete non-streaming Responses body (`application/json`): the whole response at once.
-    pub(crate) fn on_whole_body(&mut self, body: &[u8], out: &mut Vec<EventKind>) -> Result<(), Lost> {
+    pub(crate) fn on_whole_body(
+        &mut self,
+        body: &[u8],
+        out: &mut Vec<EventKind>,
+    ) -> Result<(), Lost> {
         #[derive(Deserialize)]
         struct Whole {
             id: String,
@@ -292,24 +296,58 @@ mod tests {
     use crate::event::{CallKind::*, Client, EventKind, ResponseStatus::*, Transport::*};
 
     fn created(kind: &str, id: &str, lane: Option<&str>) -> String {
-        let lane = lane.map(|l| format!(r#","stream_id":"{l}""#)).unwrap_or_default();
-        format!(r#"{{"type":"response.{kind}","sequence_number":0,"response":{{"id":"{id}","object":"response","status":"in_progress","output":[],"instructions":"SECRET_SYSTEM"}}{lane}}}"#)
+        let lane = lane
+            .map(|l| format!(r#","stream_id":"{l}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"type":"response.{kind}","sequence_number":0,"response":{{"id":"{id}","object":"response","status":"in_progress","output":[],"instructions":"SECRET_SYSTEM"}}{lane}}}"#
+        )
     }
     fn function_item(id: &str, call: &str, name: &str, ns: Option<&str>) -> String {
-        let ns = ns.map(|n| format!(r#","namespace":"{n}""#)).unwrap_or_default();
-        format!(r#"{{"type":"function_call","id":"{id}","call_id":"{call}","name":"{name}"{ns},"arguments":"{{\"text\":\"SECRET_ARG\"}}","status":"completed"}}"#)
+        let ns = ns
+            .map(|n| format!(r#","namespace":"{n}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"type":"function_call","id":"{id}","call_id":"{call}","name":"{name}"{ns},"arguments":"{{\"text\":\"SECRET_ARG\"}}","status":"completed"}}"#
+        )
     }
     fn custom_item(id: &str, call: &str, name: &str, ns: Option<&str>) -> String {
-        let ns = ns.map(|n| format!(r#","namespace":"{n}""#)).unwrap_or_default();
-        format!(r#"{{"type":"custom_tool_call","id":"{id}","call_id":"{call}","name":"{name}"{ns},"input":"await tools.mcp__probe__echo({{text:'SECRET_ARG'}})"}}"#)
+        let ns = ns
+            .map(|n| format!(r#","namespace":"{n}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"type":"custom_tool_call","id":"{id}","call_id":"{call}","name":"{name}"{ns},"input":"await tools.mcp__probe__echo({{text:'SECRET_ARG'}})"}}"#
+        )
     }
     fn item_events(item: &str, id: &str, lane: Option<&str>) -> Vec<(String, String)> {
-        let lane = lane.map(|l| format!(r#","stream_id":"{l}""#)).unwrap_or_default();
+        let lane = lane
+            .map(|l| format!(r#","stream_id":"{l}""#))
+            .unwrap_or_default();
         vec![
-            ("response.output_item.added".into(), format!(r#"{{"type":"response.output_item.added","output_index":0,"item":{item}{lane}}}"#)),
-            ("response.function_call_arguments.delta".into(), format!(r#"{{"type":"response.function_call_arguments.delta","item_id":"{id}","output_index":0,"delta":"{{\"te"{lane}}}"#)),
-            ("response.custom_tool_call_input.delta".into(), format!(r#"{{"type":"response.custom_tool_call_input.delta","item_id":"{id}","output_index":0,"delta":"SECRET"{lane}}}"#)),
-            ("response.output_item.done".into(), format!(r#"{{"type":"response.output_item.done","output_index":0,"item":{item}{lane}}}"#)),
+            (
+                "response.output_item.added".into(),
+                format!(
+                    r#"{{"type":"response.output_item.added","output_index":0,"item":{item}{lane}}}"#
+                ),
+            ),
+            (
+                "response.function_call_arguments.delta".into(),
+                format!(
+                    r#"{{"type":"response.function_call_arguments.delta","item_id":"{id}","output_index":0,"delta":"{{\"te"{lane}}}"#
+                ),
+            ),
+            (
+                "response.custom_tool_call_input.delta".into(),
+                format!(
+                    r#"{{"type":"response.custom_tool_call_input.delta","item_id":"{id}","output_index":0,"delta":"SECRET"{lane}}}"#
+                ),
+            ),
+            (
+                "response.output_item.done".into(),
+                format!(
+                    r#"{{"type":"response.output_item.done","output_index":0,"item":{item}{lane}}}"#
+                ),
+            ),
         ]
     }
     fn other_items() -> Vec<(String, String)> {
@@ -324,11 +362,18 @@ mod tests {
         ]
     }
     fn finished(kind: &str, id: &str, lane: Option<&str>) -> String {
-        let lane = lane.map(|l| format!(r#","stream_id":"{l}""#)).unwrap_or_default();
-        format!(r#"{{"type":"response.{kind}","sequence_number":9,"response":{{"id":"{id}","status":"{kind}","output":[{{"type":"message","content":[{{"type":"output_text","text":"SECRET_OUTPUT"}}]}}],"usage":{{"total_tokens":5}}}}{lane}}}"#)
+        let lane = lane
+            .map(|l| format!(r#","stream_id":"{l}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"type":"response.{kind}","sequence_number":9,"response":{{"id":"{id}","status":"{kind}","output":[{{"type":"message","content":[{{"type":"output_text","text":"SECRET_OUTPUT"}}]}}],"usage":{{"total_tokens":5}}}}{lane}}}"#
+        )
     }
     fn sse_of(events: &[(String, String)]) -> String {
-        let pairs: Vec<(&str, &str)> = events.iter().map(|(n, d)| (n.as_str(), d.as_str())).collect();
+        let pairs: Vec<(&str, &str)> = events
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_str()))
+            .collect();
         sse(&pairs)
     }
     fn check_http(run: &HttpRun, want: &[EventKind]) {
@@ -344,23 +389,47 @@ mod tests {
         {"type":"function_call_output","call_id":"call_1","output":"SECRET_RESULT"}],"stream":true,"store":false}"#;
 
     fn http_head(outputs: &[&str]) -> Vec<EventKind> {
-        vec![open("s1", Client::Codex, Http, Some("th1")), req("s1", "s1/q1", None, outputs)]
+        vec![
+            open("s1", Client::Codex, Http, Some("th1")),
+            req("s1", "s1/q1", None, outputs),
+        ]
     }
 
     #[test]
     fn sse_function_call_in_an_mcp_namespace() {
         let mut ev = vec![
-            ("response.created".to_string(), created("created", "resp_1", None)),
-            ("response.in_progress".to_string(), created("in_progress", "resp_1", None)),
+            (
+                "response.created".to_string(),
+                created("created", "resp_1", None),
+            ),
+            (
+                "response.in_progress".to_string(),
+                created("in_progress", "resp_1", None),
+            ),
         ];
-        ev.extend(item_events(&function_item("fc_1", "call_1", "echo", Some("mcp__probe")), "fc_1", None));
+        ev.extend(item_events(
+            &function_item("fc_1", "call_1", "echo", Some("mcp__probe")),
+            "fc_1",
+            None,
+        ));
         ev.extend(other_items());
-        ev.push(("response.completed".into(), finished("completed", "resp_1", None)));
+        ev.push((
+            "response.completed".into(),
+            finished("completed", "resp_1", None),
+        ));
         let run = HttpRun::new(Api::Responses, HTTP_FIRST, &sse_of(&ev));
         let mut want = http_head(&[]);
         want.extend([
             start("s1", "resp_1", Some("s1/q1")),
-            call("s1", "resp_1", "call_1", Some("fc_1"), "echo", Some("mcp__probe"), Function),
+            call(
+                "s1",
+                "resp_1",
+                "call_1",
+                Some("fc_1"),
+                "echo",
+                Some("mcp__probe"),
+                Function,
+            ),
             end("s1", "resp_1", Completed),
             close("s1"),
         ]);
@@ -369,10 +438,24 @@ mod tests {
 
     #[test]
     fn sse_custom_tool_call_exec_in_code_mode_and_the_http_continuation() {
-        let mut ev = vec![("response.created".to_string(), created("created", "resp_2", None))];
-        ev.extend(item_events(&custom_item("ctc_1", "call_x", "exec", Some("functions")), "ctc_1", None));
-        ev.extend(item_events(&custom_item("ctc_2", "call_y", "exec", None), "ctc_2", None));
-        ev.push(("response.incomplete".into(), finished("incomplete", "resp_2", None)));
+        let mut ev = vec![(
+            "response.created".to_string(),
+            created("created", "resp_2", None),
+        )];
+        ev.extend(item_events(
+            &custom_item("ctc_1", "call_x", "exec", Some("functions")),
+            "ctc_1",
+            None,
+        ));
+        ev.extend(item_events(
+            &custom_item("ctc_2", "call_y", "exec", None),
+            "ctc_2",
+            None,
+        ));
+        ev.push((
+            "response.incomplete".into(),
+            finished("incomplete", "resp_2", None),
+        ));
         let mut run = HttpRun::new(Api::Responses, "", &sse_of(&ev));
         run.req_body = super::super::decode::tests::encode("zstd", HTTP_CONTINUATION.as_bytes());
         run.req_encoding = Some("zstd");
@@ -381,8 +464,24 @@ mod tests {
         let mut want = http_head(&["call_1"]);
         want.extend([
             start("s1", "resp_2", Some("s1/q1")),
-            call("s1", "resp_2", "call_x", Some("ctc_1"), "exec", Some("functions"), Custom),
-            call("s1", "resp_2", "call_y", Some("ctc_2"), "exec", None, Custom),
+            call(
+                "s1",
+                "resp_2",
+                "call_x",
+                Some("ctc_1"),
+                "exec",
+                Some("functions"),
+                Custom,
+            ),
+            call(
+                "s1",
+                "resp_2",
+                "call_y",
+                Some("ctc_2"),
+                "exec",
+                None,
+                Custom,
+            ),
             end("s1", "resp_2", Incomplete),
             close("s1"),
         ]);
@@ -397,7 +496,13 @@ mod tests {
             ("end of another response", ("response.completed".into(), finished("completed", "resp_other", None)), None),
         ];
         for (name, last, status) in cases {
-            let ev = vec![("response.created".to_string(), created("created", "resp_3", None)), last];
+            let ev = vec![
+                (
+                    "response.created".to_string(),
+                    created("created", "resp_3", None),
+                ),
+                last,
+            ];
             let run = HttpRun::new(Api::Responses, HTTP_FIRST, &sse_of(&ev));
             let mut want = http_head(&[]);
             want.push(start("s1", "resp_3", Some("s1/q1")));
@@ -428,7 +533,15 @@ mod tests {
         let mut want = http_head(&[]);
         want.extend([
             start("s1", "resp_9", Some("s1/q1")),
-            call("s1", "resp_9", "call_9", Some("fc_9"), "echo", Some("mcp__probe"), Function),
+            call(
+                "s1",
+                "resp_9",
+                "call_9",
+                Some("fc_9"),
+                "echo",
+                Some("mcp__probe"),
+                Function,
+            ),
             end("s1", "resp_9", Completed),
             close("s1"),
         ]);
@@ -463,7 +576,12 @@ mod tests {
                     // Split compressed client messages in two fragments with a ping between.
                     let z = d.compress(msg.as_bytes());
                     let (a, b) = z.split_at(z.len() / 2);
-                    [frame(false, true, 1, a, mask), frame(true, false, 9, b"", mask), frame(true, false, 0, b, mask)].concat()
+                    [
+                        frame(false, true, 1, a, mask),
+                        frame(true, false, 9, b"", mask),
+                        frame(true, false, 0, b, mask),
+                    ]
+                    .concat()
                 }
                 None => frame(true, false, 1, msg.as_bytes(), mask),
             };
@@ -495,7 +613,11 @@ mod tests {
         w.client(TURN);
         w.server(&created("created", "resp_turn", None));
         w.server(&created("in_progress", "resp_turn", None));
-        w.server_events(&item_events(&function_item("fc_1", "call_1", "echo", Some("mcp__probe")), "fc_1", None));
+        w.server_events(&item_events(
+            &function_item("fc_1", "call_1", "echo", Some("mcp__probe")),
+            "fc_1",
+            None,
+        ));
         w.server_events(&other_items());
         w.server(&finished("completed", "resp_turn", None));
         w.client(r#"{"type":"response.processed","response_id":"resp_turn"}"#);
@@ -515,7 +637,15 @@ mod tests {
             end("w1", "resp_pre", Completed),
             req("w1", "w1/q2", Some("resp_pre"), &[]),
             start("w1", "resp_turn", Some("w1/q2")),
-            call("w1", "resp_turn", "call_1", Some("fc_1"), "echo", Some("mcp__probe"), Function),
+            call(
+                "w1",
+                "resp_turn",
+                "call_1",
+                Some("fc_1"),
+                "echo",
+                Some("mcp__probe"),
+                Function,
+            ),
             end("w1", "resp_turn", Completed),
             req("w1", "w1/q3", Some("resp_turn"), &["call_1"]),
             start("w1", "resp_cont", Some("w1/q3")),
@@ -526,21 +656,34 @@ mod tests {
 
     #[test]
     fn codex_websocket_run_prewarm_turn_continuation() {
-        let cases: &[(&str, Option<&str>, Option<(bool, bool)>)] = &[
+        type Case<'a> = (&'a str, Option<&'a str>, Option<(bool, bool)>);
+        let cases: &[Case] = &[
             ("no extension", None, None),
-            ("deflate, context takeover", Some("permessage-deflate; client_max_window_bits=15"), Some((true, true))),
+            (
+                "deflate, context takeover",
+                Some("permessage-deflate; client_max_window_bits=15"),
+                Some((true, true)),
+            ),
             (
                 "deflate, no context takeover",
                 Some("permessage-deflate; server_no_context_takeover; client_no_context_takeover"),
                 Some((false, false)),
             ),
-            ("deflate, server resets only", Some("permessage-deflate; server_no_context_takeover"), Some((true, false))),
+            (
+                "deflate, server resets only",
+                Some("permessage-deflate; server_no_context_takeover"),
+                Some((true, false)),
+            ),
         ];
         for (name, ext, deflate) in cases {
             let script = codex_run(*deflate);
             assert_eq!(run_ws(*ext, &script, None), codex_want(), "{name}, whole");
             for seed in 0..20 {
-                assert_eq!(run_ws(*ext, &script, Some(seed)), codex_want(), "{name}, seed {seed}");
+                assert_eq!(
+                    run_ws(*ext, &script, Some(seed)),
+                    codex_want(),
+                    "{name}, seed {seed}"
+                );
             }
         }
     }
@@ -552,7 +695,11 @@ mod tests {
         w.client(r#"{"type":"response.create","stream_id":"b","input":"y"}"#);
         w.server(&created("created", "resp_a", Some("a")));
         w.server(&created("created", "resp_b", Some("b")));
-        w.server_events(&item_events(&function_item("fc_b", "call_b", "echo", None), "fc_b", Some("b")));
+        w.server_events(&item_events(
+            &function_item("fc_b", "call_b", "echo", None),
+            "fc_b",
+            Some("b"),
+        ));
         w.server(&finished("completed", "resp_b", Some("b")));
         w.server(r#"{"type":"error","status":500,"error":{"type":"server_error","message":"x"},"stream_id":"a"}"#);
         let want = vec![
@@ -561,7 +708,15 @@ mod tests {
             req("w1", "w1/q2", None, &[]),
             start("w1", "resp_a", Some("w1/q1")),
             start("w1", "resp_b", Some("w1/q2")),
-            call("w1", "resp_b", "call_b", Some("fc_b"), "echo", None, Function),
+            call(
+                "w1",
+                "resp_b",
+                "call_b",
+                Some("fc_b"),
+                "echo",
+                None,
+                Function,
+            ),
             end("w1", "resp_b", Completed),
             end("w1", "resp_a", Error),
             close("w1"),
@@ -579,10 +734,17 @@ mod tests {
         w.client(r#"{"type":"response.create","stream_id":"b","input":"y"}"#);
         w.server(&created("created", "resp_a", Some("a")));
         w.server(&created("created", "resp_b", Some("b")));
-        w.server_events(&item_events(&function_item("fc_1", "call_1", "echo", None), "fc_1", None));
+        w.server_events(&item_events(
+            &function_item("fc_1", "call_1", "echo", None),
+            "fc_1",
+            None,
+        ));
         w.server(&finished("completed", "resp_b", Some("b")));
         let got = run_ws(None, &w.script, None);
-        assert_eq!(&got[got.len() - 2..], &[lost("w1", "ambiguous_response"), close("w1")]);
+        assert_eq!(
+            &got[got.len() - 2..],
+            &[lost("w1", "ambiguous_response"), close("w1")]
+        );
     }
 
     #[test]
@@ -610,7 +772,11 @@ mod tests {
         let mut w = Wire::new(None);
         w.client(r#"{"type":"response.create","input":"go"}"#);
         w.server(&created("created", "resp_1", None));
-        w.server_events(&item_events(&function_item("fc_1", "call_1", "echo", None), "fc_1", None));
+        w.server_events(&item_events(
+            &function_item("fc_1", "call_1", "echo", None),
+            "fc_1",
+            None,
+        ));
         w.server(&finished("completed", "resp_1", None));
         w.client(r#"{"type":"response.append","input":[{"type":"function_call_output","call_id":"call_1","output":"r"}]}"#);
         w.client(r#"{"type":"response.create","input":[]}"#);
@@ -619,7 +785,15 @@ mod tests {
             open("w1", Client::Codex, Websocket, Some("th1")),
             req("w1", "w1/q1", None, &[]),
             start("w1", "resp_1", Some("w1/q1")),
-            call("w1", "resp_1", "call_1", Some("fc_1"), "echo", None, Function),
+            call(
+                "w1",
+                "resp_1",
+                "call_1",
+                Some("fc_1"),
+                "echo",
+                None,
+                Function,
+            ),
             end("w1", "resp_1", Completed),
             req("w1", "w1/q2", None, &["call_1"]),
             req("w1", "w1/q3", None, &[]),
@@ -632,16 +806,34 @@ mod tests {
     #[test]
     fn websocket_failures_lose_the_stream() {
         // Binary garbage that inflates to nothing sensible.
-        let bad_inflate = vec![(Dir::ToClient, frame(true, true, 1, b"\xff\xfe\xfd not deflate", None))];
+        let bad_inflate = vec![(
+            Dir::ToClient,
+            frame(true, true, 1, b"\xff\xfe\xfd not deflate", None),
+        )];
         let got = run_ws(Some("permessage-deflate"), &bad_inflate, None);
         assert_eq!(&got[1..], &[lost("w1", "decode"), close("w1")]);
         // A reserved opcode.
-        let bad_frame = vec![(Dir::ToServer, frame(true, false, 5, b"", Some([1, 2, 3, 4])))];
-        assert_eq!(&run_ws(None, &bad_frame, None)[1..], &[lost("w1", "frame"), close("w1")]);
+        let bad_frame = vec![(
+            Dir::ToServer,
+            frame(true, false, 5, b"", Some([1, 2, 3, 4])),
+        )];
+        assert_eq!(
+            &run_ws(None, &bad_frame, None)[1..],
+            &[lost("w1", "frame"), close("w1")]
+        );
         // An extension that cannot be followed loses the stream at once.
-        assert_eq!(&run_ws(Some("x-custom-ext"), &codex_run(None), None)[1..], &[lost("w1", "frame"), close("w1")]);
+        assert_eq!(
+            &run_ws(Some("x-custom-ext"), &codex_run(None), None)[1..],
+            &[lost("w1", "frame"), close("w1")]
+        );
         // A client frame that is not JSON.
-        let not_json = vec![(Dir::ToServer, frame(true, false, 1, b"SECRET hello", Some([1, 2, 3, 4])))];
-        assert_eq!(&run_ws(None, &not_json, None)[1..], &[lost("w1", "json"), close("w1")]);
+        let not_json = vec![(
+            Dir::ToServer,
+            frame(true, false, 1, b"SECRET hello", Some([1, 2, 3, 4])),
+        )];
+        assert_eq!(
+            &run_ws(None, &not_json, None)[1..],
+            &[lost("w1", "json"), close("w1")]
+        );
     }
 }

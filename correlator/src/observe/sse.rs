@@ -217,7 +217,8 @@ mod tests {
 
     #[test]
     fn framing_cases() {
-        let cases: &[(&str, &str, Vec<(String, String)>)] = &[
+        type Case<'a> = (&'a str, &'a str, Vec<(String, String)>);
+        let cases: &[Case] = &[
             ("basic", "event: a\ndata: {\"x\":1}\n\n", vec![ev("a", "{\"x\":1}")]),
             ("no space after colon", "event:a\ndata:1\n\n", vec![ev("a", "1")]),
             ("only one space stripped", "data:  1\n\n", vec![ev("message", " 1")]),
@@ -269,15 +270,24 @@ mod tests {
     fn skipped_data_is_never_buffered_even_past_the_limit() {
         let big = "x".repeat(10_000);
         let input = format!("event: content_block_delta\ndata: {big}\n\nevent: a\ndata: 1\n\n");
-        assert_eq!(parse_chunks(&[input.as_bytes()], 100), Ok(vec![ev("a", "1")]));
+        assert_eq!(
+            parse_chunks(&[input.as_bytes()], 100),
+            Ok(vec![ev("a", "1")])
+        );
     }
 
     #[test]
     fn oversized_lines_and_events_overflow() {
         let long_line = format!("data: {}\n\n", "x".repeat(200));
-        assert_eq!(parse_chunks(&[long_line.as_bytes()], 100), Err(SseError::Overflow(100)));
+        assert_eq!(
+            parse_chunks(&[long_line.as_bytes()], 100),
+            Err(SseError::Overflow(100))
+        );
         let many_lines = "data: 0123456789\n".repeat(20) + "\n";
-        assert_eq!(parse_chunks(&[many_lines.as_bytes()], 100), Err(SseError::Overflow(100)));
+        assert_eq!(
+            parse_chunks(&[many_lines.as_bytes()], 100),
+            Err(SseError::Overflow(100))
+        );
     }
 
     proptest! {

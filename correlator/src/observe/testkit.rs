@@ -9,7 +9,10 @@ use crate::trace::{event_line, read_all, HEADER};
 pub(crate) fn validate(events: &[EventKind]) {
     let mut s = format!("{HEADER}\n");
     for (i, kind) in events.iter().enumerate() {
-        s.push_str(&event_line(&Event { t: i as f64, kind: kind.clone() }));
+        s.push_str(&event_line(&Event {
+            t: i as f64,
+            kind: kind.clone(),
+        }));
         s.push('\n');
     }
     if let Err(e) = read_all(s.as_bytes(), "observer output") {
@@ -107,7 +110,12 @@ impl<'a> HttpRun<'a> {
             obs.request_chunk(c, &mut out);
         }
         obs.request_end(&mut out);
-        obs.response_head(self.status, Some(self.content_type), self.resp_encoding, &mut out);
+        obs.response_head(
+            self.status,
+            Some(self.content_type),
+            self.resp_encoding,
+            &mut out,
+        );
         for c in chunks(&self.resp_body, seed.map(|s| s ^ 0xabcdef)) {
             obs.response_chunk(c, &mut out);
         }
@@ -163,7 +171,12 @@ pub(crate) fn run_ws(
 
 // Expected-event constructors, so scenarios read like the traces they expect.
 
-pub(crate) fn open(stream: &str, client: Client, transport: Transport, thread: Option<&str>) -> EventKind {
+pub(crate) fn open(
+    stream: &str,
+    client: Client,
+    transport: Transport,
+    thread: Option<&str>,
+) -> EventKind {
     EventKind::StreamOpen {
         stream: stream.into(),
         client,
@@ -218,7 +231,9 @@ pub(crate) fn end(stream: &str, response: &str, status: ResponseStatus) -> Event
 }
 
 pub(crate) fn close(stream: &str) -> EventKind {
-    EventKind::StreamClose { stream: stream.into() }
+    EventKind::StreamClose {
+        stream: stream.into(),
+    }
 }
 
 pub(crate) fn lost(stream: &str, reason: &str) -> EventKind {

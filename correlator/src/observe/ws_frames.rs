@@ -334,7 +334,14 @@ impl FrameDecoder {
                 };
                 if msg.compressed {
                     if let Some((d, reset)) = self.inflater.as_mut() {
-                        inflate(d, &[0, 0, 0xff, 0xff], &mut msg.data, msg.text, self.max_message, true)?;
+                        inflate(
+                            d,
+                            &[0, 0, 0xff, 0xff],
+                            &mut msg.data,
+                            msg.text,
+                            self.max_message,
+                            true,
+                        )?;
                         if *reset {
                             d.reset(false);
                         }
@@ -410,7 +417,13 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     /// Builds one frame: `mask` masks the payload (as a client must).
-    pub(crate) fn frame(fin: bool, rsv1: bool, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    pub(crate) fn frame(
+        fin: bool,
+        rsv1: bool,
+        opcode: u8,
+        payload: &[u8],
+        mask: Option<[u8; 4]>,
+    ) -> Vec<u8> {
         let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
         let m = if mask.is_some() { 0x80 } else { 0 };
         match payload.len() {
@@ -443,7 +456,10 @@ pub(crate) mod tests {
 
     impl Deflater {
         pub(crate) fn new(takeover: bool) -> Self {
-            Deflater { c: Compress::new(Compression::default(), false), takeover }
+            Deflater {
+                c: Compress::new(Compression::default(), false),
+                takeover,
+            }
         }
         pub(crate) fn compress(&mut self, msg: &[u8]) -> Vec<u8> {
             if !self.takeover {
@@ -454,7 +470,9 @@ pub(crate) mod tests {
             loop {
                 out.reserve(1024);
                 let before = self.c.total_in();
-                self.c.compress_vec(input, &mut out, FlushCompress::Sync).unwrap();
+                self.c
+                    .compress_vec(input, &mut out, FlushCompress::Sync)
+                    .unwrap();
                 input = &input[(self.c.total_in() - before) as usize..];
                 if input.is_empty() && out.capacity() > out.len() {
                     break;
@@ -513,7 +531,11 @@ pub(crate) mod tests {
         ];
         for chunk in [1, 3, 125, 4096, bytes.len()] {
             let mut d = FrameDecoder::new(None, MAX);
-            assert_eq!(decode(&mut d, &bytes, chunk).unwrap(), want, "chunk {chunk}");
+            assert_eq!(
+                decode(&mut d, &bytes, chunk).unwrap(),
+                want,
+                "chunk {chunk}"
+            );
         }
     }
 
@@ -550,7 +572,11 @@ pub(crate) mod tests {
             want.push(format!("text:{}", msgs[0]));
             for chunk in [1, 7, bytes.len()] {
                 let mut d = FrameDecoder::new(Some(!takeover), MAX);
-                assert_eq!(decode(&mut d, &bytes, chunk).unwrap(), want, "takeover {takeover}, chunk {chunk}");
+                assert_eq!(
+                    decode(&mut d, &bytes, chunk).unwrap(),
+                    want,
+                    "takeover {takeover}, chunk {chunk}"
+                );
             }
         }
     }
@@ -564,30 +590,52 @@ pub(crate) mod tests {
         // Decoding as if no_context_takeover was negotiated cannot resolve the back-reference.
         let mut d = FrameDecoder::new(Some(true), MAX);
         let r = decode(&mut d, &bytes, bytes.len());
-        assert!(r.is_err() || r.as_ref().unwrap()[1] != format!("text:{}", String::from_utf8_lossy(m)));
+        assert!(
+            r.is_err() || r.as_ref().unwrap()[1] != format!("text:{}", String::from_utf8_lossy(m))
+        );
     }
 
     #[test]
     fn frame_errors() {
         let cases: &[(&str, Vec<u8>, Option<bool>)] = &[
             ("rsv2", vec![0xa1, 0x00], None),
-            ("rsv1 without deflate", frame(true, true, 1, b"x", None), None),
+            (
+                "rsv1 without deflate",
+                frame(true, true, 1, b"x", None),
+                None,
+            ),
             ("reserved opcode", frame(true, false, 3, b"", None), None),
             ("fragmented ping", frame(false, false, 9, b"", None), None),
             ("long ping", frame(true, false, 9, &[0; 126], None), None),
-            ("orphan continuation", frame(true, false, 0, b"x", None), None),
+            (
+                "orphan continuation",
+                frame(true, false, 0, b"x", None),
+                None,
+            ),
             ("rsv1 on ping", frame(true, true, 9, b"", None), Some(false)),
             (
                 "message inside a message",
-                [frame(false, false, 1, b"a", None), frame(true, false, 1, b"b", None)].concat(),
+                [
+                    frame(false, false, 1, b"a", None),
+                    frame(true, false, 1, b"b", None),
+                ]
+                .concat(),
                 None,
             ),
             (
                 "rsv1 on continuation",
-                [frame(false, true, 1, b"", None), frame(true, true, 0, b"", None)].concat(),
+                [
+                    frame(false, true, 1, b"", None),
+                    frame(true, true, 0, b"", None),
+                ]
+                .concat(),
                 Some(false),
             ),
-            ("64-bit length top bit", vec![0x81, 127, 0x80, 0, 0, 0, 0, 0, 0, 0], None),
+            (
+                "64-bit length top bit",
+                vec![0x81, 127, 0x80, 0, 0, 0, 0, 0, 0, 0],
+                None,
+            ),
         ];
         for (name, bytes, deflate) in cases {
             let mut d = FrameDecoder::new(*deflate, MAX);
@@ -595,35 +643,57 @@ pub(crate) mod tests {
             assert_eq!(err.reason(), "frame", "{name}: {err}");
         }
         let mut d = FrameDecoder::new(Some(false), MAX);
-        let err = decode(&mut d, &frame(true, true, 1, b"\xff\xff\xff garbage", None), 64).unwrap_err();
+        let err = decode(
+            &mut d,
+            &frame(true, true, 1, b"\xff\xff\xff garbage", None),
+            64,
+        )
+        .unwrap_err();
         assert_eq!(err, FrameError::Inflate);
     }
 
     #[test]
     fn oversized_messages_overflow() {
         let mut d = FrameDecoder::new(None, 100);
-        let bytes = [frame(false, false, 1, &[b'a'; 60], None), frame(true, false, 0, &[b'a'; 60], None)].concat();
+        let bytes = [
+            frame(false, false, 1, &[b'a'; 60], None),
+            frame(true, false, 0, &[b'a'; 60], None),
+        ]
+        .concat();
         assert_eq!(decode(&mut d, &bytes, 7), Err(FrameError::Overflow(100)));
         // A compression bomb stops at the bound.
         let mut tx = Deflater::new(true);
         let z = tx.compress(&vec![b'z'; 1 << 20]);
         let mut d = FrameDecoder::new(Some(false), 1000);
-        assert_eq!(decode(&mut d, &frame(true, true, 1, &z, None), 4096), Err(FrameError::Overflow(1000)));
+        assert_eq!(
+            decode(&mut d, &frame(true, true, 1, &z, None), 4096),
+            Err(FrameError::Overflow(1000))
+        );
     }
 
     #[test]
     fn negotiated_extensions() {
-        let cases: &[(Option<&str>, Result<Option<PerMessageDeflate>, ()>)] = &[
+        type Case<'a> = (Option<&'a str>, Result<Option<PerMessageDeflate>, ()>);
+        let cases: &[Case] = &[
             (None, Ok(None)),
             (Some(""), Ok(None)),
-            (Some("permessage-deflate"), Ok(Some(PerMessageDeflate::default()))),
+            (
+                Some("permessage-deflate"),
+                Ok(Some(PerMessageDeflate::default())),
+            ),
             (
                 Some("permessage-deflate; client_max_window_bits=15; server_no_context_takeover"),
-                Ok(Some(PerMessageDeflate { server_no_context_takeover: true, client_no_context_takeover: false })),
+                Ok(Some(PerMessageDeflate {
+                    server_no_context_takeover: true,
+                    client_no_context_takeover: false,
+                })),
             ),
             (
                 Some("Permessage-Deflate;client_no_context_takeover"),
-                Ok(Some(PerMessageDeflate { server_no_context_takeover: false, client_no_context_takeover: true })),
+                Ok(Some(PerMessageDeflate {
+                    server_no_context_takeover: false,
+                    client_no_context_takeover: true,
+                })),
             ),
             (Some("x-webkit-deflate-frame"), Err(())),
             (Some("permessage-deflate, permessage-deflate"), Err(())),
