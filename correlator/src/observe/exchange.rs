@@ -261,7 +261,11 @@ impl HttpObserver {
         content_encoding: Option<&str>,
         out: &mut Vec<EventKind>,
     ) {
-        if self.phase != Phase::Live || std::mem::replace(&mut self.head_seen, true) {
+        // An interim 1xx head is followed by the real one.
+        if self.phase != Phase::Live
+            || (100..200).contains(&status)
+            || std::mem::replace(&mut self.head_seen, true)
+        {
             return;
         }
         if !(200..300).contains(&status) {
@@ -653,6 +657,14 @@ mod tests {
         }
     }
 
+    #[test]
+    fn observers_can_move_between_threads() {
+        // The relay runs each observer in its own task.
+        fn send<T: Send + 'static>() {}
+        send::<HttpObserver>();
+        send::<WsObserver>();
+    }
+
     fn info(api: Api) -> ExchangeInfo {
         ExchangeInfo {
             stream: "s1".into(),
@@ -728,7 +740,10 @@ mod tests {
 
         let mut out = Vec::new();
         let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.response_head(100, None, None, &mut out);
         obs.response_head(500, Some("application/json"), Some("compress"), &mut out);
+        // Only the first final head counts.
+        obs.response_head(200, Some("text/event-stream"), Some("compress"), &mut out);
         obs.response_chunk(b"\x00\x01", &mut out);
         obs.close(&mut out);
         assert_eq!(

@@ -5,7 +5,8 @@ use super::exchange::{Api, ExchangeInfo, HttpObserver, WsObserver};
 use crate::event::{CallKind, Client, Event, EventKind, ResponseStatus, Transport};
 use crate::trace::{event_line, read_all, HEADER};
 
-/// Asserts that `events` (stamped 0, 1, 2, …) read back as a valid trace v1.
+/// Asserts that `events` (stamped 0, 1, 2, …) read back as a valid trace v1 and carry no
+/// planted secret.
 pub(crate) fn validate(events: &[EventKind]) {
     let mut s = format!("{HEADER}\n");
     for (i, kind) in events.iter().enumerate() {
@@ -18,6 +19,12 @@ pub(crate) fn validate(events: &[EventKind]) {
     if let Err(e) = read_all(s.as_bytes(), "observer output") {
         panic!("not a valid trace: {e}\n{s}");
     }
+    // Scenarios plant `SECRET` in prompts, arguments, results, outputs and header values:
+    // none of it may reach an event.
+    assert!(
+        !s.contains("SECRET"),
+        "a planted secret reached the events:\n{s}"
+    );
 }
 
 /// A small deterministic generator (xorshift), so split tests need no extra crate.

@@ -392,7 +392,7 @@ fn inflate(
         if status == Status::StreamEnd {
             // The sender ended its DEFLATE stream (BFINAL): what follows starts a new one.
             d.reset(false);
-            if input.is_empty() {
+            if input.is_empty() || consumed == 0 && produced == 0 {
                 break;
             }
             continue;
