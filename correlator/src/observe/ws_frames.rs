@@ -109,7 +109,11 @@ pub struct FrameDecoder {
     /// The raw-DEFLATE decompressor when permessage-deflate is on, and whether to reset it
     /// after each message (no context takeover for this direction's sender).
     inflater: Option<(Decompress, bool)>,
+    /// Inflate output passes through this buffer (allocated once, when deflate is on).
+    inflate_buf: Box<[u8]>,
     msg: Option<Assembly>,
+    /// The previous message's buffer, kept for the next one.
+    spare: Vec<u8>,
     control: Vec<u8>,
     scratch: Vec<u8>,
     closed: bool,
@@ -124,7 +128,12 @@ impl FrameDecoder {
             header_len: 0,
             state: State::Header,
             inflater: deflate.map(|reset| (Decompress::new(false), reset)),
+            inflate_buf: match deflate {
+                Some(_) => vec![0; 32 * 1024].into_boxed_slice(),
+                None => Box::default(),
+            },
             msg: None,
+            spare: Vec::new(),
             control: Vec::new(),
             scratch: Vec::new(),
             closed: false,
@@ -257,10 +266,12 @@ impl FrameDecoder {
                 if rsv1 && self.inflater.is_none() {
                     return Err(FrameError::Frame("RSV1 without permessage-deflate"));
                 }
+                let mut data = std::mem::take(&mut self.spare);
+                data.clear();
                 self.msg = Some(Assembly {
                     text: opcode == 0x1,
                     compressed: rsv1,
-                    data: Vec::new(),
+                    data,
                 });
             }
             0x0 => {
@@ -300,7 +311,15 @@ impl FrameDecoder {
                 .inflater
                 .as_mut()
                 .ok_or(FrameError::Frame("RSV1 without permessage-deflate"))?;
-            inflate(d, seg, &mut msg.data, msg.text, self.max_message, false)
+            inflate(
+                d,
+                seg,
+                &mut self.inflate_buf,
+                &mut msg.data,
+                msg.text,
+                self.max_message,
+                false,
+            )
         } else if msg.text {
             if msg.data.len() + seg.len() > self.max_message {
                 return Err(FrameError::Overflow(self.max_message));
@@ -337,6 +356,7 @@ impl FrameDecoder {
                         inflate(
                             d,
                             &[0, 0, 0xff, 0xff],
+                            &mut self.inflate_buf,
                             &mut msg.data,
                             msg.text,
                             self.max_message,
@@ -347,47 +367,52 @@ impl FrameDecoder {
                         }
                     }
                 }
-                if msg.text {
+                let r = if msg.text {
                     on_message(Message::Text(&msg.data))
                 } else {
                     on_message(Message::Binary)
+                };
+                // Keep a modest buffer for the next message; let a huge one go.
+                if msg.data.capacity() <= 1 << 20 {
+                    self.spare = msg.data;
                 }
+                r
             }
         }
     }
 }
 
-/// Inflates `input` into `out` (kept when `keep`, else discarded after each step, which still
-/// advances the sliding window), failing past `max` bytes of kept output.
+/// Inflates `input` through the fixed buffer `buf`, appending to `out` when `keep` (else the
+/// output is dropped, which still advances the sliding window); fails past `max` kept bytes.
+/// A reused buffer matters: per-message scratch allocation (which flate2 zero-fills) cost
+/// more than the inflating itself.
 fn inflate(
     d: &mut Decompress,
     mut input: &[u8],
+    buf: &mut [u8],
     out: &mut Vec<u8>,
     keep: bool,
     max: usize,
     sync: bool,
 ) -> Result<(), FrameError> {
-    const STEP: usize = 32 * 1024;
     let flush = if sync {
         FlushDecompress::Sync
     } else {
         FlushDecompress::None
     };
     loop {
-        if !keep {
-            out.clear();
-        }
-        out.reserve(STEP);
-        let spare = out.capacity() - out.len();
         let (in0, out0) = (d.total_in(), d.total_out());
         let status = d
-            .decompress_vec(input, out, flush)
+            .decompress(input, buf, flush)
             .map_err(|_| FrameError::Inflate)?;
         let consumed = (d.total_in() - in0) as usize;
         let produced = (d.total_out() - out0) as usize;
         input = &input[consumed..];
-        if keep && out.len() > max {
-            return Err(FrameError::Overflow(max));
+        if keep {
+            if out.len() + produced > max {
+                return Err(FrameError::Overflow(max));
+            }
+            out.extend_from_slice(&buf[..produced]);
         }
         if status == Status::StreamEnd {
             // The sender ended its DEFLATE stream (BFINAL): what follows starts a new one.
@@ -400,12 +425,9 @@ fn inflate(
         if consumed == 0 && produced == 0 {
             break; // needs more input
         }
-        if input.is_empty() && produced < spare {
+        if input.is_empty() && produced < buf.len() {
             break; // everything available has come out
         }
-    }
-    if !keep {
-        out.clear();
     }
     Ok(())
 }
