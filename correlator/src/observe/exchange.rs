@@ -65,7 +65,7 @@ pub fn observed_route(method: &str, path: &str, websocket: bool) -> Option<Api> 
 
 /// Client kind and thread key from request headers (names lower-case; values read only for
 /// thread ids). Claude: `x-claude-code-session-id`, plus `x-claude-code-agent-id` when present
-/// (thread = "<session>/<agent>"); Codex: `thread-id`, else `conversation_id` / `conversation-id`
+/// (thread = `"<session>/<agent>"`); Codex: `thread-id`, else `conversation_id` / `conversation-id`
 /// (older builds) — Codex is recognised by `originator`, `thread-id`, `session-id`/`session_id`
 /// or a `codex` user-agent; otherwise `Client::Other` with thread None.
 pub fn classify(api: Api, headers: &[(&str, &[u8])]) -> (Client, Option<String>) {
@@ -227,7 +227,7 @@ impl HttpObserver {
         }
     }
 
-    /// The whole request was received: emits `request` (id "<stream>/q1").
+    /// The whole request was received: emits `request` (id `"<stream>/q1"`).
     pub fn request_end(&mut self, out: &mut Vec<EventKind>) {
         if self.phase != Phase::Live {
             return;
