@@ -640,4 +640,46 @@ mod tests {
             ],
         );
     }
+
+    #[test]
+    fn out_of_order_streams_lose_observation() {
+        // A tool_use block with no message around it cannot be attributed.
+        let ev = vec![tool_start(0, "tool_use", "toolu_A"), stop(0)];
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        check(
+            &run,
+            &with_head(&[], vec![lost("s1", "protocol"), close("s1")]),
+        );
+        // A second message_start while the first is still streaming.
+        let ev = vec![message_start("msg_7"), message_start("msg_8")];
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_7", Some("s1/q1")),
+                    lost("s1", "ambiguous_response"),
+                    close("s1"),
+                ],
+            ),
+        );
+        // A tool_use block without its id.
+        let ev = vec![
+            message_start("msg_9"),
+            ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","name":"n"}}"#.into()),
+        ];
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        check(
+            &run,
+            &with_head(
+                &[],
+                vec![
+                    start("s1", "msg_9", Some("s1/q1")),
+                    lost("s1", "json"),
+                    close("s1"),
+                ],
+            ),
+        );
+    }
 }
