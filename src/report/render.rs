@@ -157,7 +157,7 @@ h2{font-size:15px;margin:22px 0 6px}
 p.meta{margin:2px 0;color:#555;font-size:13px}
 table.summary{border-collapse:collapse;margin:10px 0 6px;font-size:13px}
 table.summary td,table.summary th{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:left}
-table.summary td.n{text-align:right;font-variant-numeric:tabular-nums}
+table.summary td.n{text-align:center;font-variant-numeric:tabular-nums;font-size:15px;font-weight:600}
 .sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-1px;margin-right:6px}
 .legend{display:flex;flex-wrap:wrap;gap:6px 18px;font-size:12px;color:#333;margin:6px 0 2px}
 .legend svg{vertical-align:middle;margin-right:4px}
@@ -183,9 +183,8 @@ pub fn render(tl: &Timeline, sources: &[String]) -> String {
     out.push_str("</style>\n</head>\n<body>\n<h1>windowtap timeline</h1>\n");
     let _ = writeln!(
         out,
-        "<p class=\"meta\">{} · {} · {} lanes · {} windows{} · {} to {}</p>",
+        "<p class=\"meta\">{} · {} lanes · {} windows{} · {} to {}</p>",
         sources.iter().map(|s| esc(s)).collect::<Vec<_>>().join(" + "),
-        esc(&summary.to_string()),
         tl.lanes.len(),
         tl.windows.len(),
         if tl.from_trace {
@@ -208,7 +207,12 @@ pub fn render(tl: &Timeline, sources: &[String]) -> String {
 }
 
 fn summary_table(out: &mut String, s: &Summary) {
-    out.push_str("<table class=\"summary\"><tr><th>decision</th><th>intervals</th></tr>\n");
+    // One row of counts, one column per decision: compact, and the colours double as legend.
+    let mut head = String::from("<tr><th>intervals</th>");
+    let mut row = format!(
+        "<tr><td class=\"n\" data-count=\"total\">{}</td>",
+        s.total()
+    );
     for c in Category::ALL {
         let n = match c {
             Category::Attributed => s.attributed,
@@ -223,19 +227,20 @@ fn summary_table(out: &mut String, s: &Summary) {
             Category::Attributed => "attributed".to_string(),
             Category::Abstained(r) => format!("abstained: {r}"),
         };
-        let _ = writeln!(
-            out,
-            "<tr><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"n\" data-count=\"{}\">{}</td></tr>",
-            colour(c),
-            label,
-            c.word(),
-            n
+        let _ = write!(
+            head,
+            "<th><span class=\"sw\" style=\"background:{}\"></span>{label}</th>",
+            colour(c)
+        );
+        let _ = write!(
+            row,
+            "<td class=\"n\" data-count=\"{}\">{n}</td>",
+            c.word()
         );
     }
     let _ = writeln!(
         out,
-        "<tr><th>total</th><th class=\"n\" data-count=\"total\">{}</th></tr></table>",
-        s.total()
+        "<table class=\"summary\">{head}</tr>\n{row}</tr></table>"
     );
 }
 
@@ -267,14 +272,6 @@ fn legend(out: &mut String, aggregated: bool) {
         "<path d=\"M15 1 L15 13\" stroke=\"#d00\" stroke-width=\"2\"/><path d=\"M11 1 L19 1 L15 6 Z\" fill=\"#d00\"/>",
         "observation lost",
     );
-    for c in Category::ALL {
-        let _ = write!(
-            out,
-            "<span><span class=\"sw\" style=\"background:{}\"></span>{}</span>",
-            colour(c),
-            c.word()
-        );
-    }
     if aggregated {
         out.push_str("<span>columns: intervals per time bin, stacked by decision; shade: windows open</span>");
     } else {
@@ -465,6 +462,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let lanes = tl.lanes.len().min(MAX_LANES + 1);
     let lane_of = |l: usize| l.min(MAX_LANES);
     let mut body = String::new();
+    let mut bg = String::new();
     let mut y = AXIS_H;
     for lane in 0..lanes {
         let in_lane = |l: usize| lane_of(l) == lane;
@@ -512,11 +510,13 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         } else {
             tl.lanes[lane].key.clone()
         };
+        // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
-            body,
-            "<g class=\"lane\"><rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
-            if lane % 2 == 0 { "#f7f9fb" } else { "#ffffff" }
+            bg,
+            "<rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
+            if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
+        body.push_str("<g class=\"lane\">");
         lane_label(&mut body, &key, y, h);
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
@@ -608,6 +608,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         out,
         "<svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" role=\"img\" aria-label=\"timeline\">"
     );
+    out.push_str(&bg);
     axis(out, sc, height);
     out.push_str(&body);
     out.push_str("</svg>\n");
@@ -657,6 +658,7 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     let col_h = 44.0;
     let h = LANE_PAD * 2.0 + strip + 4.0 + col_h;
     let mut body = String::new();
+    let mut bg = String::new();
     let mut y = AXIS_H;
     for lane in 0..lanes {
         let key = if lane == MAX_LANES && tl.lanes.len() > MAX_LANES + 1 {
@@ -666,10 +668,11 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
         };
         let total: usize = counts[lane].iter().flat_map(|b| b.iter()).sum();
         let _ = write!(
-            body,
-            "<g class=\"lane\" data-intervals=\"{total}\"><rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
-            if lane % 2 == 0 { "#f7f9fb" } else { "#ffffff" }
+            bg,
+            "<rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
+            if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
+        let _ = write!(body, "<g class=\"lane\" data-intervals=\"{total}\">");
         lane_label(&mut body, &key, y, h);
         for bin in 0..BINS {
             let x = LABEL_W + bin as f64 * bw;
@@ -739,6 +742,7 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
         out,
         "<svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" role=\"img\" aria-label=\"timeline density\">"
     );
+    out.push_str(&bg);
     axis(out, &sc, height);
     out.push_str(&body);
     out.push_str("</svg>\n");
