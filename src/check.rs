@@ -89,7 +89,10 @@ fn files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
             continue;
         }
         match std::fs::read_dir(input) {
-            Err(e) => out.push(Err(format!("{}: cannot read directory: {e}", input.display()))),
+            Err(e) => out.push(Err(format!(
+                "{}: cannot read directory: {e}",
+                input.display()
+            ))),
             Ok(entries) => {
                 let mut found: Vec<PathBuf> = entries
                     .filter_map(|e| e.ok().map(|e| e.path()))

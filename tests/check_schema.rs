@@ -81,15 +81,23 @@ fn records_follow_the_decision_words() {
         }),
         ("wrong decision word", |r| r["decision"] = json!("maybe")),
         ("attributed without window", |r| r["window"] = Value::Null),
-        ("attributed with a reason", |r| r["reason"] = json!("ambiguous")),
-        ("evidence not a fixed word", |r| r["evidence"] = json!(["containment", "vibes"])),
-        ("evidence without containment first", |r| r["evidence"] = json!(["item_id"])),
+        ("attributed with a reason", |r| {
+            r["reason"] = json!("ambiguous")
+        }),
+        ("evidence not a fixed word", |r| {
+            r["evidence"] = json!(["containment", "vibes"])
+        }),
+        ("evidence without containment first", |r| {
+            r["evidence"] = json!(["item_id"])
+        }),
         ("candidates negative", |r| r["candidates"] = json!(-1)),
         ("candidates fractional", |r| r["candidates"] = json!(1.5)),
         ("window without close", |r| {
             r["window"].as_object_mut().unwrap().remove("close");
         }),
-        ("attributed window never closed", |r| r["window"]["close"] = Value::Null),
+        ("attributed window never closed", |r| {
+            r["window"]["close"] = Value::Null
+        }),
         ("abstained with reason null", |r| {
             r["decision"] = json!("abstained");
             r["window"] = Value::Null;

@@ -190,7 +190,11 @@ impl Lanes {
 }
 
 /// Every window of a trace, and every loss of observation, per design.md §3.
-fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> (Vec<Window>, Vec<Lost>) {
+fn trace_windows(
+    events: &[Event],
+    max_window: Millis,
+    lanes: &mut Lanes,
+) -> (Vec<Window>, Vec<Lost>) {
     struct Stream {
         thread: Option<String>,
         active: Vec<String>,
@@ -275,7 +279,10 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> (Ve
             } => {
                 let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
                 let mut continued: Vec<usize> = Vec::new();
-                if let Some(&i) = previous_response.as_deref().and_then(|p| by_response.get(p)) {
+                if let Some(&i) = previous_response
+                    .as_deref()
+                    .and_then(|p| by_response.get(p))
+                {
                     continued.push(i);
                 }
                 for c in outputs {
@@ -401,7 +408,11 @@ impl Timeline {
                     .filter(|&i| windows[i].final_at().is_none_or(|f| f >= r.start))
                     .collect();
             }
-            match near.iter().copied().max_by(|a, b| windows[*a].open.total_cmp(&windows[*b].open)) {
+            match near
+                .iter()
+                .copied()
+                .max_by(|a, b| windows[*a].open.total_cmp(&windows[*b].open))
+            {
                 Some(wi) => {
                     let lane = windows[wi].lane;
                     marks.push(Mark {
@@ -454,7 +465,11 @@ impl Timeline {
         let times = records
             .iter()
             .flat_map(|r| [r.start, r.end])
-            .chain(windows.iter().flat_map(|w| [Some(w.open), w.final_at()].into_iter().flatten()))
+            .chain(
+                windows
+                    .iter()
+                    .flat_map(|w| [Some(w.open), w.final_at()].into_iter().flatten()),
+            )
             .chain(lost.iter().map(|l| l.t));
         let (mut t0, mut t1) = (f64::INFINITY, f64::NEG_INFINITY);
         for t in times {

@@ -184,7 +184,11 @@ pub fn render(tl: &Timeline, sources: &[String]) -> String {
     let _ = writeln!(
         out,
         "<p class=\"meta\">{} · {} lanes · {} windows{} · {} to {}</p>",
-        sources.iter().map(|s| esc(s)).collect::<Vec<_>>().join(" + "),
+        sources
+            .iter()
+            .map(|s| esc(s))
+            .collect::<Vec<_>>()
+            .join(" + "),
         tl.lanes.len(),
         tl.windows.len(),
         if tl.from_trace {
@@ -232,11 +236,7 @@ fn summary_table(out: &mut String, s: &Summary) {
             "<th><span class=\"sw\" style=\"background:{}\"></span>{label}</th>",
             colour(c)
         );
-        let _ = write!(
-            row,
-            "<td class=\"n\" data-count=\"{}\">{n}</td>",
-            c.word()
-        );
+        let _ = write!(row, "<td class=\"n\" data-count=\"{}\">{n}</td>", c.word());
     }
     let _ = writeln!(
         out,
@@ -288,7 +288,11 @@ fn window_title(tl: &Timeline, w: &Window) -> String {
         }
         None => t.push_str(" · thread unknown"),
     }
-    let _ = write!(t, "\nopen {} ms (first client tool call complete)", ms(w.open));
+    let _ = write!(
+        t,
+        "\nopen {} ms (first client tool call complete)",
+        ms(w.open)
+    );
     if w.calls > 0 {
         let _ = write!(t, " · {} tool call(s)", w.calls);
     }
@@ -499,7 +503,9 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 let r = &tl.records[tl.marks[*m].record];
                 let a = sc.x(r.start);
                 let b = sc.x(r.end).max(a + 3.0);
-                let label = r.reason.map_or(0.0, |x| 4.0 + 6.2 * x.as_str().len() as f64);
+                let label = r
+                    .reason
+                    .map_or(0.0, |x| 4.0 + 6.2 * x.as_str().len() as f64);
                 (a, b + label)
             })
             .collect();
@@ -644,7 +650,13 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
         .max()
         .unwrap_or(1)
         .max(1);
-    let max_win = wins.iter().flat_map(|l| l.iter()).copied().max().unwrap_or(1).max(1);
+    let max_win = wins
+        .iter()
+        .flat_map(|l| l.iter())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1);
 
     let _ = writeln!(
         out,
