@@ -5,7 +5,8 @@
 //! time axis, so marks stay wide enough to see and hover. Past that, lanes collapse to density
 //! strips: the run is cut into [`BINS`] time bins and each lane shows, per bin, how many windows
 //! were open and a stacked column of interval counts by decision; only the first
-//! [`TABLE_MAX`] abstentions are listed by id. Lanes past [`MAX_LANES`] are merged into one.
+//! [`TABLE_MAX`] abstentions are listed by id. Thread lanes past [`MAX_LANES`] ([`MAX_DENSITY_LANES`] when aggregated) share one lane; the
+//! unattributed lane always stays on its own.
 //! The file size is then bounded by lanes × bins, not by the number of intervals.
 //!
 //! Everything that comes from the input (ids, aliases, tool names, reasons) is data: it is
@@ -26,9 +27,11 @@ pub const DETAIL_MAX_WINDOWS: usize = 3000;
 /// Intervals per time page in the detailed view.
 pub const PAGE_SIZE: usize = 120;
 /// Time bins of the aggregated view.
-pub const BINS: usize = 160;
-/// Lanes drawn on their own; the rest share one.
+pub const BINS: usize = 100;
+/// Thread lanes drawn on their own in the detailed view; the rest share one.
 pub const MAX_LANES: usize = 40;
+/// Thread lanes drawn on their own in the aggregated view; the rest share one.
+pub const MAX_DENSITY_LANES: usize = 24;
 /// Abstentions listed by id in the aggregated view.
 pub const TABLE_MAX: usize = 200;
 
@@ -100,9 +103,20 @@ fn clock(t: Millis, step: Millis) -> String {
     }
 }
 
-/// A tick step of 1, 2 or 5 × 10^k ms giving about `n` ticks over `span`.
+/// A tick step of 1, 2 or 5 × 10^k ms (or whole minutes, past half a minute) giving about
+/// `n` ticks over `span`.
 fn tick_step(span: Millis, n: f64) -> Millis {
     let raw = (span / n).max(1e-3);
+    if raw > 30_000.0 {
+        let minutes = [
+            1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 1440.0,
+        ];
+        let m = minutes
+            .into_iter()
+            .find(|m| m * 60_000.0 >= raw)
+            .unwrap_or(1440.0);
+        return m * 60_000.0;
+    }
     let p = 10f64.powf(raw.log10().floor());
     for m in [1.0, 2.0, 5.0, 10.0] {
         if m * p >= raw {
@@ -165,6 +179,8 @@ table.list{border-collapse:collapse;font-size:12px}
 table.list td,table.list th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
 svg.tl{display:block;max-width:100%;height:auto}
 svg text{font-family:inherit}
+.c0{fill:#2e8540}.c1{fill:#7a7a7a}.c2{fill:#e07b00}.c3{fill:#8e44ad}.c4{fill:#d62728}.c5{fill:#1f6fb5}
+.w1{fill:#4a7fa7;fill-opacity:.25}.w2{fill:#4a7fa7;fill-opacity:.5}.w3{fill:#4a7fa7;fill-opacity:.8}
 ";
 
 /// Writes the whole page.
@@ -394,21 +410,55 @@ fn axis(out: &mut String, sc: &Scale, height: f64) {
     }
 }
 
-fn lane_label(out: &mut String, key: &LaneKey, y: f64, h: f64) {
-    let label = key.label();
+fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
     // Long ids are shortened on screen; the full label is in the hover title.
     let shown: String = if label.chars().count() > 30 {
         label.chars().take(29).collect::<String>() + "…"
     } else {
-        label.clone()
+        label.to_string()
     };
     let _ = write!(
         out,
         "<text x=\"8\" y=\"{:.1}\" font-size=\"12\" fill=\"#222\"><title>{}</title>{}</text>",
         y + h / 2.0 + 4.0,
-        esc(&label),
+        esc(label),
         esc(&shown)
     );
+}
+
+/// Lanes as drawn: the first `max` thread lanes each on their own, the rest of the
+/// threads sharing one, and the unattributed lane always on its own, last.
+struct Slots {
+    /// Drawn slot of each lane of the timeline.
+    of: Vec<usize>,
+    labels: Vec<String>,
+}
+
+impl Slots {
+    fn new(tl: &Timeline, max: usize) -> Slots {
+        let mut of = Vec::with_capacity(tl.lanes.len());
+        let mut labels: Vec<String> = Vec::new();
+        let threads = tl
+            .lanes
+            .iter()
+            .filter(|l| l.key != LaneKey::Unattributed)
+            .count();
+        let merged = threads.saturating_sub(max);
+        let mut merged_slot = None;
+        for lane in &tl.lanes {
+            if lane.key == LaneKey::Unattributed || labels.len() < max || merged <= 1 {
+                labels.push(lane.key.label());
+                of.push(labels.len() - 1);
+            } else {
+                let slot = *merged_slot.get_or_insert_with(|| {
+                    labels.push(format!("… {merged} more lanes"));
+                    labels.len() - 1
+                });
+                of.push(slot);
+            }
+        }
+        Slots { of, labels }
+    }
 }
 
 /// Every window and interval, in time pages of at most [`PAGE_SIZE`] intervals.
@@ -463,8 +513,9 @@ fn detailed_view(out: &mut String, tl: &Timeline) {
 }
 
 fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
-    let lanes = tl.lanes.len().min(MAX_LANES + 1);
-    let lane_of = |l: usize| l.min(MAX_LANES);
+    let slots = Slots::new(tl, MAX_LANES);
+    let lanes = slots.labels.len();
+    let lane_of = |l: usize| slots.of[l];
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
@@ -511,11 +562,6 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             .collect();
         let (mrow, nmrows) = pack(&mext);
         let h = LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW;
-        let key = if lane == MAX_LANES && tl.lanes.len() > MAX_LANES + 1 {
-            LaneKey::Thread(format!("… {} more lanes", tl.lanes.len() - MAX_LANES))
-        } else {
-            tl.lanes[lane].key.clone()
-        };
         // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
             bg,
@@ -523,7 +569,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
         body.push_str("<g class=\"lane\">");
-        lane_label(&mut body, &key, y, h);
+        lane_label(&mut body, &slots.labels[lane], y, h);
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
             let wy = y + LANE_PAD + wrow[i] as f64 * WIN_ROW;
@@ -621,6 +667,9 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
 }
 
 /// Density strips: per lane and time bin, windows open and intervals by decision.
+///
+/// Sized for the worst case (every lane busy in every bin): colours are CSS classes, window
+/// shading is quantized and run-length merged, and each non-empty bin has one short title.
 fn aggregated_view(out: &mut String, tl: &Timeline) {
     let sc = Scale {
         t0: tl.t0,
@@ -628,8 +677,10 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     };
     let span = tl.t1 - tl.t0;
     let bin_of = |t: Millis| (((t - tl.t0) / span * BINS as f64) as usize).min(BINS - 1);
-    let lanes = tl.lanes.len().min(MAX_LANES + 1);
-    let lane_of = |l: usize| l.min(MAX_LANES);
+    let bin_t = |b: usize| ms((tl.t0 + b as f64 * span / BINS as f64).round());
+    let slots = Slots::new(tl, MAX_DENSITY_LANES);
+    let lanes = slots.labels.len();
+    let lane_of = |l: usize| slots.of[l];
 
     // counts[lane][bin][category], windows[lane][bin]
     let mut counts = vec![[[0usize; 6]; BINS]; lanes];
@@ -644,12 +695,6 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
             *bin += 1;
         }
     }
-    let max_col = counts
-        .iter()
-        .flat_map(|l| l.iter().map(|b| b.iter().sum::<usize>()))
-        .max()
-        .unwrap_or(1)
-        .max(1);
     let max_win = wins
         .iter()
         .flat_map(|l| l.iter())
@@ -667,53 +712,81 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     );
     let bw = Scale::plot_w() / BINS as f64;
     let strip = 10.0;
-    let col_h = 44.0;
+    let col_h = 40.0;
     let h = LANE_PAD * 2.0 + strip + 4.0 + col_h;
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
     for lane in 0..lanes {
-        let key = if lane == MAX_LANES && tl.lanes.len() > MAX_LANES + 1 {
-            LaneKey::Thread(format!("… {} more lanes", tl.lanes.len() - MAX_LANES))
-        } else {
-            tl.lanes[lane].key.clone()
-        };
         let total: usize = counts[lane].iter().flat_map(|b| b.iter()).sum();
         let _ = write!(
             bg,
             "<rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
             if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
+        // Each lane is scaled to its own busiest bin (a busy lane would flatten quiet ones);
+        // the label says how many intervals the lane has and its peak.
+        let max_col = counts[lane]
+            .iter()
+            .map(|b| b.iter().sum::<usize>())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let _ = write!(body, "<g class=\"lane\" data-intervals=\"{total}\">");
-        lane_label(&mut body, &key, y, h);
-        for bin in 0..BINS {
-            let x = LABEL_W + bin as f64 * bw;
-            let n_w = wins[lane][bin];
-            if n_w > 0 {
+        lane_label(&mut body, &slots.labels[lane], y, h - 14.0);
+        let _ = write!(
+            body,
+            "<text x=\"8\" y=\"{:.1}\" font-size=\"10.5\" fill=\"#666\">{total} intervals · peak {max_col}/bin</text>",
+            y + h / 2.0 + 11.0
+        );
+        // Windows open: shade in four levels, equal neighbours merged into one rect.
+        let level = |n: usize| {
+            if n == 0 {
+                0
+            } else {
+                1 + (3 * n - 1) / max_win
+            }
+        };
+        let mut bin = 0;
+        while bin < BINS {
+            let lv = level(wins[lane][bin]);
+            let mut end = bin + 1;
+            while end < BINS && level(wins[lane][end]) == lv {
+                end += 1;
+            }
+            if lv > 0 {
+                let most = wins[lane][bin..end].iter().max().copied().unwrap_or(0);
                 let _ = write!(
                     body,
-                    "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{strip}\" fill=\"#4a7fa7\" fill-opacity=\"{:.2}\"><title>{n_w} window(s) open</title></rect>",
+                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{strip}\" class=\"w{lv}\"><title>{}–{} ms: up to {most} window(s) open</title></rect>",
+                    LABEL_W + bin as f64 * bw,
                     y + LANE_PAD,
-                    bw,
-                    0.15 + 0.85 * n_w as f64 / max_win as f64
+                    (end - bin) as f64 * bw,
+                    bin_t(bin),
+                    bin_t(end)
                 );
             }
+            bin = end;
+        }
+        for bin in 0..BINS {
             let c = &counts[lane][bin];
             let sum: usize = c.iter().sum();
             if sum == 0 {
                 continue;
             }
-            let mut title = format!(
-                "{}–{} ms: {sum} interval(s)",
-                ms((tl.t0 + bin as f64 * span / BINS as f64).round()),
-                ms((tl.t0 + (bin + 1) as f64 * span / BINS as f64).round())
+            let x = LABEL_W + bin as f64 * bw;
+            let _ = write!(
+                body,
+                "<g><title>{}–{} ms: {sum}",
+                bin_t(bin),
+                bin_t(bin + 1)
             );
             for cat in Category::ALL {
                 if c[cat.index()] > 0 {
-                    let _ = write!(title, "\n{} {}", cat.word(), c[cat.index()]);
+                    let _ = write!(body, " · {} {}", cat.word(), c[cat.index()]);
                 }
             }
-            let _ = write!(body, "<g><title>{}</title>", esc(&title));
+            body.push_str("</title>");
             let mut top = y + h - LANE_PAD;
             for cat in Category::ALL {
                 let n = c[cat.index()];
@@ -724,9 +797,9 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
                 top -= hh;
                 let _ = write!(
                     body,
-                    "<rect x=\"{x:.1}\" y=\"{top:.1}\" width=\"{:.2}\" height=\"{hh:.1}\" fill=\"{}\"/>",
-                    (bw - 0.6).max(0.5),
-                    colour(cat)
+                    "<rect x=\"{x:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{hh:.1}\" class=\"c{}\"/>",
+                    (bw - 1.0).max(0.5),
+                    cat.index()
                 );
             }
             body.push_str("</g>");
@@ -811,6 +884,7 @@ mod tests {
         assert_eq!(tick_step(10_000.0, 10.0), 1000.0);
         assert_eq!(tick_step(1_300.0, 10.0), 200.0);
         assert_eq!(tick_step(4.0, 10.0), 0.5);
+        assert_eq!(tick_step(1_000_000.0, 10.0), 120_000.0);
         assert_eq!(clock(7000.0, 1000.0), "7s");
         assert_eq!(clock(7250.0, 250.0), "7.25s");
         assert_eq!(clock(7200.0, 200.0), "7.2s");
