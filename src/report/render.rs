@@ -768,8 +768,7 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
             }
             bin = end;
         }
-        for bin in 0..BINS {
-            let c = &counts[lane][bin];
+        for (bin, c) in counts[lane].iter().enumerate() {
             let sum: usize = c.iter().sum();
             if sum == 0 {
                 continue;
