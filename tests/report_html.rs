@@ -167,6 +167,8 @@ fn a_replayed_run_draws_every_window_and_interval_with_its_decision() {
     for lane in ["thread sess", "thread th-x", "unattributed"] {
         assert!(html.contains(&format!(">{lane}</text>")), "{lane}");
     }
+    assert!(html.contains(">claude · http</text>"));
+    assert!(html.contains(">codex · websocket</text>"));
 }
 
 #[test]

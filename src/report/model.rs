@@ -97,6 +97,8 @@ impl LaneKey {
 #[derive(Debug, Clone)]
 pub struct Lane {
     pub key: LaneKey,
+    /// Which hosts and transports the lane's streams used (`claude · http`), from the trace.
+    pub detail: Option<String>,
     /// The earliest time anything on the lane happens (lanes are ordered by it).
     pub first: Millis,
 }
@@ -182,6 +184,7 @@ impl Lanes {
         }
         self.lanes.push(Lane {
             key: key.clone(),
+            detail: None,
             first: t,
         });
         self.index.insert(key, self.lanes.len() - 1);
@@ -207,6 +210,8 @@ fn trace_windows(
     let mut windows: Vec<Window> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut lost = Vec::new();
+    // Host and transport per lane, in order of first appearance.
+    let mut details: HashMap<LaneKey, Vec<String>> = HashMap::new();
 
     for ev in events {
         // A window not closed within max_window breaks at that moment, before anything at or
@@ -222,7 +227,17 @@ fn trace_windows(
             }
         });
         match &ev.kind {
-            EventKind::StreamOpen { stream, thread, .. } => {
+            EventKind::StreamOpen {
+                stream,
+                thread,
+                client,
+                transport,
+            } => {
+                let d = details.entry(LaneKey::of(thread, stream)).or_default();
+                let word = format!("{client} · {transport}");
+                if !d.contains(&word) {
+                    d.push(word);
+                }
                 streams.insert(
                     stream,
                     Stream {
@@ -343,6 +358,11 @@ fn trace_windows(
                 });
             }
             EventKind::McpStart { .. } | EventKind::McpInterval { .. } => {}
+        }
+    }
+    for lane in &mut lanes.lanes {
+        if let Some(d) = details.get(&lane.key) {
+            lane.detail = Some(d.join(", "));
         }
     }
     (windows, lost)

@@ -39,9 +39,9 @@ const WIDTH: f64 = 1360.0;
 const LABEL_W: f64 = 200.0;
 const RIGHT_PAD: f64 = 24.0;
 const AXIS_H: f64 = 26.0;
-const WIN_ROW: f64 = 18.0;
-const MARK_ROW: f64 = 14.0;
-const LANE_PAD: f64 = 7.0;
+const WIN_ROW: f64 = 21.0;
+const MARK_ROW: f64 = 16.0;
+const LANE_PAD: f64 = 9.0;
 
 /// The colour of each decision category, in [`Category::ALL`] order.
 const COLOURS: [&str; 6] = [
@@ -432,12 +432,14 @@ struct Slots {
     /// Drawn slot of each lane of the timeline.
     of: Vec<usize>,
     labels: Vec<String>,
+    details: Vec<Option<String>>,
 }
 
 impl Slots {
     fn new(tl: &Timeline, max: usize) -> Slots {
         let mut of = Vec::with_capacity(tl.lanes.len());
         let mut labels: Vec<String> = Vec::new();
+        let mut details = Vec::new();
         let threads = tl
             .lanes
             .iter()
@@ -448,16 +450,22 @@ impl Slots {
         for lane in &tl.lanes {
             if lane.key == LaneKey::Unattributed || labels.len() < max || merged <= 1 {
                 labels.push(lane.key.label());
+                details.push(lane.detail.clone());
                 of.push(labels.len() - 1);
             } else {
                 let slot = *merged_slot.get_or_insert_with(|| {
                     labels.push(format!("… {merged} more lanes"));
+                    details.push(None);
                     labels.len() - 1
                 });
                 of.push(slot);
             }
         }
-        Slots { of, labels }
+        Slots {
+            of,
+            labels,
+            details,
+        }
     }
 }
 
@@ -561,7 +569,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             })
             .collect();
         let (mrow, nmrows) = pack(&mext);
-        let h = LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW;
+        // At least two text lines tall, for the label and its detail.
+        let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(44.0);
         // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
             bg,
@@ -569,7 +578,18 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
         body.push_str("<g class=\"lane\">");
-        lane_label(&mut body, &slots.labels[lane], y, h);
+        match &slots.details[lane] {
+            Some(d) => {
+                lane_label(&mut body, &slots.labels[lane], y, h - 14.0);
+                let _ = write!(
+                    body,
+                    "<text x=\"8\" y=\"{:.1}\" font-size=\"10.5\" fill=\"#666\">{}</text>",
+                    y + h / 2.0 + 11.0,
+                    esc(d)
+                );
+            }
+            None => lane_label(&mut body, &slots.labels[lane], y, h),
+        }
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
             let wy = y + LANE_PAD + wrow[i] as f64 * WIN_ROW;
@@ -600,9 +620,9 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             if b - a > label_w {
                 let _ = write!(
                     body,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10.5\" fill=\"#234\">{}</text>",
+                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\">{}</text>",
                     a + 4.0,
-                    wy + WIN_ROW - 8.0,
+                    wy + WIN_ROW - 9.0,
                     esc(&w.response)
                 );
             }
@@ -626,9 +646,9 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             if let Some(reason) = r.reason {
                 let _ = write!(
                     body,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"{}\">{}</text>",
+                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{}\">{}</text>",
                     b + 3.0,
-                    my + MARK_ROW - 5.5,
+                    my + MARK_ROW - 6.0,
                     colour(c),
                     reason
                 );
