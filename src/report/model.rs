@@ -103,13 +103,17 @@ pub struct Lane {
     pub first: Millis,
 }
 
+/// How many windows open at an abstention's start are kept for its hover title; one more is
+/// kept to know that there were more.
+pub const NEAR_MAX: usize = 8;
+
 /// Where one record is drawn.
 #[derive(Debug, Clone)]
 pub struct Mark {
     pub record: usize,
     pub lane: usize,
-    /// Windows that opened by the interval's start and had not ended before it (from the trace;
-    /// for an attributed record, its window).
+    /// Windows that opened by the interval's start and had not ended before it, most recent
+    /// first, at most [`NEAR_MAX`] + 1 (from the trace; for an attributed record, its window).
     pub near: Vec<usize>,
 }
 
@@ -424,8 +428,11 @@ impl Timeline {
             if let Some((_, max_window)) = trace {
                 let from = windows[..n_trace].partition_point(|w| w.open < r.start - max_window);
                 let to = windows[..n_trace].partition_point(|w| w.open <= r.start);
+                // Most recent first, and only as many as a hover title lists.
                 near = (from..to)
+                    .rev()
                     .filter(|&i| windows[i].final_at().is_none_or(|f| f >= r.start))
+                    .take(NEAR_MAX + 1)
                     .collect();
             }
             match near
@@ -512,5 +519,114 @@ impl Timeline {
             t0,
             t1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use correlator::records::{Evidence, WindowRef};
+    use correlator::trace::read_all;
+
+    fn events(lines: &[&str]) -> Vec<Event> {
+        let text = format!("{}\n{}\n", correlator::trace::HEADER, lines.join("\n"));
+        read_all(text.as_bytes(), "t.jsonl").unwrap()
+    }
+
+    fn record(interval: &str, start: Millis, end: Millis, reason: Option<Reason>) -> Record {
+        Record {
+            interval: interval.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start,
+            end,
+            reason,
+            evidence: vec![],
+            candidates: 2,
+            window: None,
+            decided_at: end,
+        }
+    }
+
+    /// Two threads with a window open each; an interval in both is ambiguous and is drawn
+    /// beside the more recent window, its title naming both.
+    #[test]
+    fn an_abstention_sits_beside_the_latest_window_open_at_its_start() {
+        let ev = events(&[
+            r#"{"type":"stream_open","t":0,"stream":"a","client":"claude","transport":"http","thread":"A"}"#,
+            r#"{"type":"stream_open","t":0,"stream":"b","client":"codex","transport":"websocket","thread":"B"}"#,
+            r#"{"type":"response_start","t":1,"stream":"a","response":"ra","request":null}"#,
+            r#"{"type":"response_start","t":1,"stream":"b","response":"rb","request":null}"#,
+            r#"{"type":"tool_call","t":10,"stream":"a","response":"ra","call":"ca","item":null,"name":"n","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"tool_call","t":20,"stream":"b","response":"rb","call":"cb","item":"ib","name":"n","namespace":null,"kind":"function"}"#,
+            r#"{"type":"response_end","t":25,"stream":"a","response":"ra","status":"completed"}"#,
+            r#"{"type":"response_end","t":26,"stream":"b","response":"rb","status":"incomplete"}"#,
+            r#"{"type":"request","t":90,"stream":"b","request":"qb","previous_response":"rb","outputs":[]}"#,
+            r#"{"type":"request","t":100,"stream":"a","request":"qa","previous_response":null,"outputs":["ca"]}"#,
+        ]);
+        let tl = Timeline::build(
+            vec![
+                record("i1", 22.0, 24.0, Some(Reason::Ambiguous)),
+                record("i2", 5.0, 6.0, Some(Reason::NoWindow)),
+            ],
+            Some((&ev, 1_000_000.0)),
+        );
+        assert_eq!(tl.windows.len(), 2);
+        let ra = &tl.windows[0];
+        assert_eq!(ra.end, WindowEnd::Closed(100.0));
+        assert_eq!(ra.request.as_deref(), Some("qa"));
+        let rb = &tl.windows[1];
+        assert_eq!(
+            rb.end,
+            WindowEnd::Broken(26.0, BreakCause::Status(ResponseStatus::Incomplete))
+        );
+        assert_eq!(tl.lanes[rb.lane].key, LaneKey::Thread("B".into()));
+        assert_eq!(
+            tl.lanes[rb.lane].detail.as_deref(),
+            Some("codex · websocket")
+        );
+
+        assert_eq!(tl.marks[0].lane, rb.lane);
+        assert_eq!(tl.marks[0].near, vec![1, 0]);
+        // Nothing was open at 5: the unattributed lane, last.
+        assert_eq!(tl.lanes[tl.marks[1].lane].key, LaneKey::Unattributed);
+        assert_eq!(tl.marks[1].lane, tl.lanes.len() - 1);
+    }
+
+    #[test]
+    fn max_window_breaks_a_window_at_its_deadline_and_records_alone_give_their_windows() {
+        let ev = events(&[
+            r#"{"type":"stream_open","t":0,"stream":"a","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"response_start","t":1,"stream":"a","response":"ra","request":null}"#,
+            r#"{"type":"tool_call","t":10,"stream":"a","response":"ra","call":"ca","item":null,"name":"n","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":11,"stream":"a","response":"ra","status":"completed"}"#,
+            r#"{"type":"stream_close","t":12,"stream":"a"}"#,
+            r#"{"type":"stream_open","t":500,"stream":"b","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"request","t":500,"stream":"b","request":"q","previous_response":null,"outputs":["ca"]}"#,
+        ]);
+        let tl = Timeline::build(vec![], Some((&ev, 100.0)));
+        assert_eq!(
+            tl.windows[0].end,
+            WindowEnd::Broken(110.0, BreakCause::MaxWindow)
+        );
+        assert_eq!(tl.lanes[0].key, LaneKey::Stream("a".into()));
+
+        let mut r = record("i1", 20.0, 30.0, None);
+        r.candidates = 1;
+        r.evidence = vec![Evidence::Containment];
+        r.window = Some(WindowRef {
+            thread: None,
+            stream: "s".into(),
+            response: "r".into(),
+            request: Some("q".into()),
+            open: 10.0,
+            close: Some(40.0),
+        });
+        let tl = Timeline::build(vec![r], None);
+        assert_eq!(tl.windows.len(), 1);
+        assert_eq!(tl.windows[0].end, WindowEnd::Closed(40.0));
+        assert_eq!(tl.marks[0].near, vec![0]);
+        assert_eq!(tl.lanes.len(), 1);
+        assert_eq!((tl.t0, tl.t1), (10.0, 40.0));
     }
 }

@@ -18,7 +18,7 @@ use correlator::json::push_ms;
 use correlator::records::Summary;
 use correlator::Millis;
 
-use super::model::{Category, LaneKey, Timeline, Window, WindowEnd};
+use super::model::{Category, LaneKey, Timeline, Window, WindowEnd, NEAR_MAX};
 
 /// Most intervals drawn one by one; more are aggregated.
 pub const DETAIL_MAX: usize = 1500;
@@ -370,13 +370,12 @@ fn mark_title(tl: &Timeline, mi: usize) -> String {
                 let names: Vec<&str> = m
                     .near
                     .iter()
-                    .take(8)
+                    .take(NEAR_MAX)
                     .map(|i| tl.windows[*i].response.as_str())
                     .collect();
-                let more = m.near.len().saturating_sub(8);
                 let _ = write!(t, "\nwindows open at its start: {}", names.join(", "));
-                if more > 0 {
-                    let _ = write!(t, " and {more} more");
+                if m.near.len() > NEAR_MAX {
+                    t.push_str(" and more");
                 }
             }
         }
