@@ -275,6 +275,11 @@ fn legend(out: &mut String, aggregated: bool) {
     );
     item(
         out,
+        "<rect x=\"1\" y=\"2\" width=\"28\" height=\"10\" fill=\"#cfe0ef\" stroke=\"#4a7fa7\"/><line x1=\"12\" y1=\"3\" x2=\"12\" y2=\"11\" stroke=\"#4a7fa7\" stroke-dasharray=\"2 1\"/>",
+        "response completed",
+    );
+    item(
+        out,
         "<rect x=\"1\" y=\"2\" width=\"28\" height=\"10\" fill=\"#f6d5d5\" stroke=\"#b22\" stroke-dasharray=\"3 2\"/>",
         "broken window",
     );
@@ -619,7 +624,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             if b - a > label_w {
                 let _ = write!(
                     body,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\">{}</text>",
+                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\" stroke=\"{fill}\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
                     a + 4.0,
                     wy + WIN_ROW - 9.0,
                     esc(&w.response)
