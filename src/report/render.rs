@@ -5,9 +5,10 @@
 //! time axis, so marks stay wide enough to see and hover. Past that, lanes collapse to density
 //! strips: the run is cut into [`BINS`] time bins and each lane shows, per bin, how many windows
 //! were open and a stacked column of interval counts by decision; only the first
-//! [`TABLE_MAX`] abstentions are listed by id. Thread lanes past [`MAX_LANES`] ([`MAX_DENSITY_LANES`] when aggregated) share one lane; the
-//! unattributed lane always stays on its own.
-//! The file size is then bounded by lanes × bins, not by the number of intervals.
+//! [`TABLE_MAX`] abstentions are listed by id. Thread lanes past [`MAX_LANES`]
+//! ([`MAX_DENSITY_LANES`] when aggregated) share one lane; the unattributed lane always stays
+//! on its own. The file size is then bounded by lanes × bins, not by the number of intervals
+//! (about 0.4 MB for 10,000 intervals on 49 threads).
 //!
 //! Everything that comes from the input (ids, aliases, tool names, reasons) is data: it is
 //! escaped before it goes into HTML or SVG.
