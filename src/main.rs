@@ -1,10 +1,12 @@
 //! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
+mod check;
 mod clock;
 mod ingest;
 mod relay;
 mod replay_cmd;
+mod report;
 #[allow(dead_code)] // wired to the relay in `windowtap run` once the relay lands
 mod run;
 mod wrap;
@@ -26,6 +28,10 @@ enum Command {
     Relay(relay::RelayArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
     Wrap(wrap::WrapArgs),
+    /// Draw attribution records (and optionally their trace) as an HTML timeline.
+    Report(report::ReportArgs),
+    /// Validate trace v1 and records v1 files, naming the line and field of each error.
+    Check(check::CheckArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,6 +40,8 @@ fn main() -> std::process::ExitCode {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay::main(args),
         Command::Wrap(args) => wrap::main(args),
+        Command::Report(args) => report::main(args),
+        Command::Check(args) => check::main(args),
     };
     match result {
         Ok(code) => code,
