@@ -3,6 +3,7 @@
 
 mod clock;
 mod ingest;
+mod otlp;
 mod relay;
 mod replay_cmd;
 #[allow(dead_code)] // wired to the relay in `windowtap run` once the relay lands

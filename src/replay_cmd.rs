@@ -11,6 +11,8 @@ use correlator::trace::TraceReader;
 use correlator::{Config, Correlator, WindowOpen};
 use serde_json::Value;
 
+use crate::otlp;
+
 #[derive(clap::Args)]
 #[command(after_help = "\
 Options not given on the command line are read from the trace header when it has them \
@@ -18,7 +20,8 @@ Options not given on the command line are read from the trace header when it has
 
 Examples:
   windowtap replay traces/
-  windowtap replay capture.jsonl --close-wait 50 -o records.jsonl")]
+  windowtap replay capture.jsonl --close-wait 50 -o records.jsonl
+  windowtap replay traces/ --otlp-endpoint http://127.0.0.1:6006")]
 pub struct ReplayArgs {
     /// Trace v1 files, or directories: every `*.jsonl` directly in a directory, each replayed
     /// on its own, in name order.
@@ -39,6 +42,12 @@ pub struct ReplayArgs {
     /// Write records here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Also export each record as an OpenTelemetry span, OTLP/HTTP protobuf, to
+    /// `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` turn export on.
+    /// Export failures are warnings: the records are written regardless.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
@@ -131,8 +140,15 @@ fn config_for(
     Ok(c)
 }
 
+/// One replayed trace: its records, and the wall-clock time of its clock's 0 if the header
+/// says (`epoch_unix_ms`), for OTLP span times.
+pub struct Replayed {
+    pub records: Vec<correlator::Record>,
+    pub epoch_unix_ms: Option<f64>,
+}
+
 /// Replays one trace; the records are returned only when the whole trace read cleanly.
-pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Vec<correlator::Record>> {
+pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Replayed> {
     let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut reader = TraceReader::new(
         BufReader::with_capacity(1 << 16, f),
@@ -154,7 +170,14 @@ pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Vec<correla
         // A header with no events: still check its options.
         config_for(args, reader.header(), file)?;
     }
-    Ok(out)
+    let epoch_unix_ms = match reader.header() {
+        Some(h) => number_option(h, "epoch_unix_ms", file)?,
+        None => None,
+    };
+    Ok(Replayed {
+        records: out,
+        epoch_unix_ms,
+    })
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -167,6 +190,14 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
     }
     let files = trace_files(&args.inputs)?;
+    let resolved = otlp::resolve(args.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())?;
+    for w in &resolved.warnings {
+        eprintln!("windowtap: warning: otlp: {w}");
+    }
+    let exporter = resolved
+        .config
+        .map(otlp::BlockingExporter::start)
+        .transpose()?;
     let mut sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -176,8 +207,15 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();
     let mut line = String::with_capacity(512);
     for file in &files {
-        let records = replay_file(file, &args)?;
-        for r in &records {
+        let replayed = replay_file(file, &args)?;
+        let records = &replayed.records;
+        if let Some(e) = &exporter {
+            let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
+            for r in records {
+                e.record(r, epoch);
+            }
+        }
+        for r in records {
             summary.add(r);
             line.clear();
             r.write_json(&mut line);
@@ -186,6 +224,17 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         }
     }
     sink.flush().context("writing records")?;
+    drop(sink);
     eprintln!("{summary}");
+    if let Some(e) = exporter {
+        // Export is best effort: a collector that is down costs spans, not the exit code.
+        let (endpoint, report) = e.finish();
+        let line = otlp::report_line(&endpoint, &report);
+        if report.lost() > 0 {
+            eprintln!("windowtap: warning: {line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,424 @@
+//! The exporter: a bounded queue that the correlator's side fills without ever waiting, and
+//! one task that batches spans and POSTs them as OTLP/HTTP protobuf.
+//!
+//! Delivery is best effort by design: a slow or dead collector costs spans (counted in the
+//! [`ExportReport`]), never correlation time. Failures are reported by kind only: no header
+//! value, URL credential or response body is ever logged.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use correlator::Record;
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT};
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::config::{Endpoint, ExportConfig};
+use super::span;
+
+/// Responses larger than this are not read (an OTLP response is a few bytes).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// Retries for a collector that says "try again" (429, 502, 503, 504), within the timeout.
+const RETRIES: u32 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("otlp: not inside a tokio runtime")]
+    NoRuntime,
+    #[error("otlp: reading the CA file {path}: {source}")]
+    CaFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("otlp: the CA file {path} holds no usable PEM certificate")]
+    CaFileEmpty { path: String },
+    #[error("otlp: TLS set-up failed: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// Why a batch was not delivered: a fixed word and, for HTTP, the status code. Never a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    #[error("could not connect ({0:?})")]
+    Connect(std::io::ErrorKind),
+    #[error("the request failed")]
+    Request,
+    #[error("timed out")]
+    Timeout,
+    #[error("the collector answered HTTP {0}")]
+    Status(u16),
+}
+
+/// What happened to the spans handed to the exporter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExportReport {
+    /// Accepted into the queue.
+    pub queued: u64,
+    /// Refused because the queue was full or the exporter had shut down.
+    pub dropped: u64,
+    /// Accepted by the collector.
+    pub exported: u64,
+    /// Refused by the collector in a partial success.
+    pub rejected: u64,
+    /// In batches that failed (connection, timeout, HTTP error).
+    pub failed: u64,
+    /// Still queued or in flight when the shutdown bound ran out.
+    pub unsent: u64,
+    /// The first failure, if any.
+    pub first_error: Option<ExportError>,
+}
+
+impl ExportReport {
+    /// Spans handed over that did not reach the collector.
+    pub fn lost(&self) -> u64 {
+        self.dropped + self.rejected + self.failed + self.unsent
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    queued: AtomicU64,
+    dropped: AtomicU64,
+    exported: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+    first_error: Mutex<Option<ExportError>>,
+}
+
+impl Counters {
+    fn fail(&self, n: u64, e: ExportError) {
+        self.failed.fetch_add(n, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(e);
+            drop(first);
+            tracing::warn!(error = %e, spans = n, "otlp: export failed");
+        }
+    }
+
+    fn report(&self) -> ExportReport {
+        let queued = self.queued.load(Ordering::Relaxed);
+        let exported = self.exported.load(Ordering::Relaxed);
+        let rejected = self.rejected.load(Ordering::Relaxed);
+        let failed = self.failed.load(Ordering::Relaxed);
+        ExportReport {
+            queued,
+            dropped: self.dropped.load(Ordering::Relaxed),
+            exported,
+            rejected,
+            failed,
+            unsent: queued.saturating_sub(exported + rejected + failed),
+            first_error: *self.first_error.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
+/// The cheap, cloneable side that turns records into spans and queues them.
+#[derive(Clone)]
+pub struct ExporterHandle {
+    tx: mpsc::Sender<Span>,
+    counters: Arc<Counters>,
+}
+
+impl ExporterHandle {
+    /// Queues the record's span; never waits. `epoch_unix_nanos` is the wall-clock time of
+    /// the trace clock's 0. Returns false when the span was dropped (queue full or shut down).
+    pub fn record(&self, record: &Record, epoch_unix_nanos: u64) -> bool {
+        match self.tx.try_send(span::span(record, epoch_unix_nanos)) {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                if self.counters.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!("otlp: export queue full or closed, dropping spans");
+                }
+                false
+            }
+        }
+    }
+}
+
+/// The running exporter: hands out [`ExporterHandle`]s and flushes on [`Exporter::shutdown`].
+pub struct Exporter {
+    handle: ExporterHandle,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    bound: Duration,
+    endpoint: Endpoint,
+}
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+impl Exporter {
+    /// Starts the export task on the current tokio runtime.
+    pub fn start(config: ExportConfig) -> Result<Exporter, StartError> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
+        let client = http_client(&config)?;
+        let (tx, rx) = mpsc::channel(config.max_queue.max(1));
+        let (stop, stop_rx) = oneshot::channel();
+        let counters = Arc::new(Counters::default());
+        let resource: Vec<KeyValue> = config
+            .resource
+            .iter()
+            .map(|(k, v)| span::kv_str(k, v))
+            .collect();
+        let bound = config.timeout;
+        let endpoint = config.endpoint.clone();
+        let sender = Sender {
+            client,
+            config,
+            resource,
+            counters: counters.clone(),
+        };
+        let task = rt.spawn(run(rx, stop_rx, sender));
+        Ok(Exporter {
+            handle: ExporterHandle { tx, counters },
+            stop,
+            task,
+            bound,
+            endpoint,
+        })
+    }
+
+    pub fn handle(&self) -> ExporterHandle {
+        self.handle.clone()
+    }
+
+    /// Where spans go, without credentials.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Stops taking spans, sends what is queued, and waits at most the export timeout.
+    pub async fn shutdown(self) -> ExportReport {
+        let Exporter {
+            handle,
+            stop,
+            mut task,
+            bound,
+            ..
+        } = self;
+        // The task may have ended already (it never does on its own, but be total).
+        let _ = stop.send(());
+        if tokio::time::timeout(bound, &mut task).await.is_err() {
+            task.abort();
+            let _ = task.await;
+        }
+        handle.counters.report()
+    }
+}
+
+struct Sender {
+    client: HttpClient,
+    config: ExportConfig,
+    resource: Vec<KeyValue>,
+    counters: Arc<Counters>,
+}
+
+async fn run(mut rx: mpsc::Receiver<Span>, mut stop: oneshot::Receiver<()>, s: Sender) {
+    let max_batch = s.config.max_batch.max(1);
+    let mut batch: Vec<Span> = Vec::with_capacity(max_batch.min(1024));
+    let mut tick = tokio::time::interval(s.config.schedule_delay);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            next = rx.recv() => match next {
+                Some(span) => {
+                    batch.push(span);
+                    if batch.len() >= max_batch {
+                        s.send(std::mem::take(&mut batch)).await;
+                    }
+                }
+                None => break,
+            },
+            _ = tick.tick() => {
+                if !batch.is_empty() {
+                    s.send(std::mem::take(&mut batch)).await;
+                }
+            }
+        }
+    }
+    // Shutting down: later records count as dropped; what is queued goes out now.
+    rx.close();
+    while let Some(span) = rx.recv().await {
+        batch.push(span);
+        if batch.len() >= max_batch {
+            s.send(std::mem::take(&mut batch)).await;
+        }
+    }
+    if !batch.is_empty() {
+        s.send(batch).await;
+    }
+}
+
+impl Sender {
+    async fn send(&self, spans: Vec<Span>) {
+        let n = spans.len() as u64;
+        let body = match self.encode(spans) {
+            Ok(b) => b,
+            Err(_) => {
+                self.counters.fail(n, ExportError::Request);
+                return;
+            }
+        };
+        match tokio::time::timeout(self.config.timeout, self.post_with_retries(body)).await {
+            Ok(Ok(rejected)) => {
+                let rejected = rejected.min(n);
+                self.counters
+                    .exported
+                    .fetch_add(n - rejected, Ordering::Relaxed);
+                if rejected > 0 {
+                    self.counters
+                        .rejected
+                        .fetch_add(rejected, Ordering::Relaxed);
+                    tracing::warn!(spans = rejected, "otlp: the collector rejected spans");
+                }
+            }
+            Ok(Err(e)) => self.counters.fail(n, e),
+            Err(_) => self.counters.fail(n, ExportError::Timeout),
+        }
+    }
+
+    fn encode(&self, spans: Vec<Span>) -> std::io::Result<Bytes> {
+        let raw = span::request(&self.resource, spans).encode_to_vec();
+        if !self.config.gzip {
+            return Ok(Bytes::from(raw));
+        }
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(raw.len() / 2),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(&raw)?;
+        Ok(Bytes::from(gz.finish()?))
+    }
+
+    /// The number of spans the collector rejected, or why the batch failed.
+    async fn post_with_retries(&self, body: Bytes) -> Result<u64, ExportError> {
+        let mut attempt = 0;
+        loop {
+            match self.post(body.clone()).await {
+                Err(ExportError::Status(code))
+                    if attempt < RETRIES && matches!(code, 429 | 502 | 503 | 504) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100 << (2 * attempt))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn post(&self, body: Bytes) -> Result<u64, ExportError> {
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(self.config.endpoint.uri().clone())
+            .header(CONTENT_TYPE, "application/x-protobuf")
+            .header(USER_AGENT, concat!("windowtap/", env!("CARGO_PKG_VERSION")));
+        if self.config.gzip {
+            req = req.header(CONTENT_ENCODING, "gzip");
+        }
+        for (k, v) in &self.config.headers {
+            req = req.header(k, v);
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|_| ExportError::Request)?;
+        let resp = self.client.request(req).await.map_err(classify)?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        if !status.is_success() {
+            return Err(ExportError::Status(status.as_u16()));
+        }
+        // A body that is not an ExportTraceServiceResponse (some collectors answer JSON or
+        // nothing) is still a success: only an explicit partial success rejects spans.
+        let rejected = ExportTraceServiceResponse::decode(body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map(|p| u64::try_from(p.rejected_spans).unwrap_or(0))
+            .unwrap_or(0);
+        Ok(rejected)
+    }
+}
+
+/// A client error as a fixed word and the I/O error kind from its causes.
+fn classify(e: hyper_util::client::legacy::Error) -> ExportError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&e);
+    let mut kind = None;
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            kind = Some(io.kind());
+            break;
+        }
+        source = s.source();
+    }
+    if e.is_connect() {
+        ExportError::Connect(kind.unwrap_or(std::io::ErrorKind::Other))
+    } else {
+        ExportError::Request
+    }
+}
+
+fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = &config.ca_file {
+        let shown = path.display().to_string();
+        let f = File::open(path).map_err(|source| StartError::CaFile {
+            path: shown.clone(),
+            source,
+        })?;
+        let mut added = 0;
+        for cert in CertificateDer::pem_reader_iter(BufReader::new(f)) {
+            let cert = cert.map_err(|e| StartError::CaFile {
+                path: shown.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+            })?;
+            if roots.add(cert).is_ok() {
+                added += 1;
+            }
+        }
+        if added == 0 {
+            return Err(StartError::CaFileEmpty { path: shown });
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(config.timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(https))
+}

@@ -1,0 +1,57 @@
+//! OTLP export of attribution records: each record becomes one `execute_tool {tool}` span
+//! (OTLP/HTTP protobuf, `POST …/v1/traces`), so a tracing backend shows which MCP calls ran in
+//! which model response window, and where windowtap abstained and why.
+//!
+//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
+//! - [`span`]: record → span, with the GenAI/MCP attribute names and deterministic ids.
+//! - [`export`]: the never-blocking queue, batching and the HTTP client.
+//! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
+//!
+//! Use from a live command (inside a tokio runtime):
+//! ```ignore
+//! let resolved = otlp::config::resolve(args.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())?;
+//! for w in &resolved.warnings { tracing::warn!("otlp: {w}"); }
+//! let exporter = resolved.config.map(otlp::Exporter::start).transpose()?;
+//! let handle = exporter.as_ref().map(|e| e.handle());
+//! // for each record, on the correlator's side (never waits):
+//! if let Some(h) = &handle { h.record(&record, run_epoch_unix_nanos); }
+//! // at shutdown:
+//! if let Some(e) = exporter { eprintln!("{}", otlp::report_line(e.endpoint(), &e.shutdown().await)); }
+//! ```
+//! `docs/otlp.md` documents the span format and the decisions behind it.
+
+pub mod blocking;
+pub mod config;
+pub mod export;
+pub mod span;
+
+pub use blocking::{replay_epoch, BlockingExporter};
+// The live commands (relay, run) take these; replay uses the blocking wrapper.
+#[allow(unused_imports)]
+pub use config::{resolve, ConfigError, Endpoint, ExportConfig, Resolved};
+#[allow(unused_imports)]
+pub use export::{ExportError, ExportReport, Exporter, ExporterHandle, StartError};
+
+/// One line for the user: how many spans went where, and what was lost and why.
+pub fn report_line(endpoint: &Endpoint, r: &ExportReport) -> String {
+    let mut line = format!("otlp: {} spans exported to {endpoint}", r.exported);
+    let lost = r.lost();
+    if lost > 0 {
+        line.push_str(&format!(
+            "; {lost} not delivered ({} dropped from a full queue, {} rejected, {} failed, {} unsent at shutdown)",
+            r.dropped, r.rejected, r.failed, r.unsent
+        ));
+        if let Some(e) = r.first_error {
+            line.push_str(&format!(": {e}"));
+        }
+    }
+    line
+}
+
+/// Wall-clock now in Unix nanoseconds (0 if the clock is before 1970).
+pub fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
