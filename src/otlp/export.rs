@@ -422,3 +422,260 @@ fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
         .pool_idle_timeout(Duration::from_secs(30))
         .build(https))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::otlp::config::Endpoint;
+    use crate::otlp::testing::{Answer, Receiver};
+    use correlator::records::{Evidence, WindowRef};
+    use opentelemetry_proto::tonic::common::v1::any_value;
+
+    fn record(i: usize) -> Record {
+        Record {
+            interval: format!("i{i}"),
+            alias: "probe".into(),
+            tool: "echo".into(),
+            start: 100.0 * i as f64,
+            end: 100.0 * i as f64 + 50.0,
+            reason: None,
+            evidence: vec![Evidence::Containment],
+            candidates: 1,
+            window: Some(WindowRef {
+                thread: Some("th1".into()),
+                stream: "s1".into(),
+                response: "r1".into(),
+                request: Some("q2".into()),
+                open: 10.0,
+                close: Some(9_000.0),
+            }),
+            decided_at: 9_001.0,
+        }
+    }
+
+    fn config(url: &str) -> ExportConfig {
+        let mut c = ExportConfig::new(Endpoint::from_flag(url).unwrap());
+        // Only a full batch or the shutdown sends, unless a test says otherwise.
+        c.schedule_delay = Duration::from_secs(3600);
+        c.timeout = Duration::from_secs(5);
+        c
+    }
+
+    #[tokio::test]
+    async fn spans_go_out_in_batches_with_the_resource_and_headers() {
+        let rx = Receiver::start(vec![Answer::Ok]).await;
+        let mut c = config(&rx.url());
+        c.max_batch = 2;
+        c.headers.push((
+            http::HeaderName::from_static("x-api-key"),
+            http::HeaderValue::from_static("k"),
+        ));
+        c.resource_attr("windowtap.command", "test");
+        let exporter = Exporter::start(c).unwrap();
+        let h = exporter.handle();
+        for i in 0..5 {
+            assert!(h.record(&record(i), 1_000_000_000));
+        }
+        let report = exporter.shutdown().await;
+        assert_eq!(
+            report,
+            ExportReport {
+                queued: 5,
+                exported: 5,
+                ..Default::default()
+            }
+        );
+        assert_eq!(rx.batch_sizes(), [2, 2, 1]);
+        let got = rx.received.lock().unwrap();
+        assert_eq!(got[0].headers["content-type"], "application/x-protobuf");
+        assert_eq!(got[0].headers["x-api-key"], "k");
+        let resource = got[0].request.resource_spans[0].resource.as_ref().unwrap();
+        let attr = |k: &str| {
+            resource
+                .attributes
+                .iter()
+                .find(|kv| kv.key == k)
+                .and_then(|kv| kv.value.clone())
+                .and_then(|v| v.value)
+        };
+        assert_eq!(
+            attr("service.name"),
+            Some(any_value::Value::StringValue("windowtap".into()))
+        );
+        assert_eq!(
+            attr("windowtap.command"),
+            Some(any_value::Value::StringValue("test".into()))
+        );
+        let scope = got[0].request.resource_spans[0].scope_spans[0]
+            .scope
+            .as_ref()
+            .unwrap();
+        assert_eq!(scope.name, "windowtap");
+        let names: Vec<_> = got
+            .iter()
+            .flat_map(|r| r.spans())
+            .map(|s| (s.name.clone(), s.start_time_unix_nano))
+            .collect();
+        assert_eq!(names[4], ("execute_tool echo".into(), 1_400_000_000));
+    }
+
+    #[tokio::test]
+    async fn a_partial_batch_goes_out_on_the_timer() {
+        let rx = Receiver::start(vec![Answer::Ok]).await;
+        let mut c = config(&rx.url());
+        c.schedule_delay = Duration::from_millis(10);
+        let exporter = Exporter::start(c).unwrap();
+        let h = exporter.handle();
+        for i in 0..3 {
+            h.record(&record(i), 0);
+        }
+        // No shutdown: only the timer can send them. Bounded wait.
+        for _ in 0..500 {
+            if rx.batch_sizes().iter().sum::<usize>() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(rx.batch_sizes().iter().sum::<usize>(), 3);
+        assert_eq!(exporter.shutdown().await.exported, 3);
+    }
+
+    #[tokio::test]
+    async fn gzip_bodies_decode_to_the_same_spans() {
+        let rx = Receiver::start(vec![Answer::Ok]).await;
+        let mut c = config(&rx.url());
+        c.gzip = true;
+        let exporter = Exporter::start(c).unwrap();
+        exporter.handle().record(&record(1), 0);
+        assert_eq!(exporter.shutdown().await.exported, 1);
+        let got = rx.received.lock().unwrap();
+        assert_eq!(got[0].headers["content-encoding"], "gzip");
+        assert_eq!(got[0].spans()[0].name, "execute_tool echo");
+    }
+
+    #[tokio::test]
+    async fn a_partial_success_counts_rejected_spans() {
+        let rx = Receiver::start(vec![Answer::Reject(1)]).await;
+        let exporter = Exporter::start(config(&rx.url())).unwrap();
+        for i in 0..3 {
+            exporter.handle().record(&record(i), 0);
+        }
+        let r = exporter.shutdown().await;
+        assert_eq!((r.exported, r.rejected, r.lost()), (2, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn try_again_statuses_are_retried_and_others_are_not() {
+        let rx = Receiver::start(vec![Answer::Status(503), Answer::Ok]).await;
+        let exporter = Exporter::start(config(&rx.url())).unwrap();
+        exporter.handle().record(&record(1), 0);
+        let r = exporter.shutdown().await;
+        assert_eq!((r.exported, r.failed), (1, 0));
+        assert_eq!(rx.batch_sizes(), [1, 1]);
+
+        let rx = Receiver::start(vec![Answer::Status(400), Answer::Ok]).await;
+        let exporter = Exporter::start(config(&rx.url())).unwrap();
+        exporter.handle().record(&record(1), 0);
+        let r = exporter.shutdown().await;
+        assert_eq!((r.exported, r.failed), (0, 1));
+        assert_eq!(r.first_error, Some(ExportError::Status(400)));
+        assert_eq!(rx.batch_sizes(), [1]);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_collector_costs_counted_spans_and_never_blocks() {
+        let rx = Receiver::start(vec![Answer::Stall]).await;
+        let mut c = config(&rx.url());
+        c.max_queue = 1;
+        c.max_batch = 1;
+        c.timeout = Duration::from_millis(200);
+        let exporter = Exporter::start(c).unwrap();
+        let h = exporter.handle();
+        // The task cannot run in between (one-thread runtime): one span queues, the rest
+        // find the queue full, and none of these calls waits.
+        let accepted = (0..20).filter(|i| h.record(&record(*i), 0)).count();
+        assert_eq!(accepted, 1);
+        let r = exporter.shutdown().await;
+        assert_eq!((r.queued, r.dropped, r.exported), (1, 19, 0));
+        assert_eq!(r.lost(), 20);
+        // After shutdown every record is dropped, still without waiting.
+        assert!(!h.record(&record(99), 0));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_collector_is_a_counted_connect_failure() {
+        // A port that was just free: nothing listens there.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let exporter = Exporter::start(config(&format!("http://127.0.0.1:{port}"))).unwrap();
+        exporter.handle().record(&record(1), 0);
+        let r = exporter.shutdown().await;
+        assert_eq!((r.exported, r.failed), (0, 1));
+        assert!(matches!(r.first_error, Some(ExportError::Connect(_))));
+    }
+
+    #[tokio::test]
+    async fn https_with_an_extra_root_from_a_pem_file() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls_pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+        let rx = Receiver::start_tls(vec![Answer::Ok], Arc::new(server)).await;
+        let url = format!("https://localhost:{}", rx.addr.port());
+
+        // Without the root the certificate is not trusted: a counted failure.
+        let exporter = Exporter::start(config(&url)).unwrap();
+        exporter.handle().record(&record(1), 0);
+        assert_eq!(exporter.shutdown().await.failed, 1);
+
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        let mut c = config(&url);
+        c.ca_file = Some(ca_file);
+        let exporter = Exporter::start(c).unwrap();
+        exporter.handle().record(&record(1), 0);
+        assert_eq!(exporter.shutdown().await.exported, 1);
+        assert_eq!(rx.batch_sizes(), [1]);
+    }
+
+    #[tokio::test]
+    async fn a_ca_file_without_certificates_is_a_start_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("empty.pem");
+        std::fs::write(&ca_file, "not a certificate\n").unwrap();
+        let mut c = config("https://localhost:1");
+        c.ca_file = Some(ca_file);
+        assert!(matches!(
+            Exporter::start(c),
+            Err(StartError::CaFileEmpty { .. })
+        ));
+    }
+
+    #[test]
+    fn starting_outside_a_runtime_is_an_error() {
+        assert!(matches!(
+            Exporter::start(config("http://127.0.0.1:1")),
+            Err(StartError::NoRuntime)
+        ));
+    }
+}

@@ -24,6 +24,8 @@ pub mod blocking;
 pub mod config;
 pub mod export;
 pub mod span;
+#[cfg(test)]
+pub mod testing;
 
 pub use blocking::{replay_epoch, BlockingExporter};
 // The live commands (relay, run) take these; replay uses the blocking wrapper.

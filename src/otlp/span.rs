@@ -77,15 +77,24 @@ fn nonzero(id: &mut [u8]) {
 /// Unix nanoseconds of a trace-clock time: the run's epoch plus `ms`. Times before the
 /// epoch, non-finite or past the u64 range saturate rather than wrap.
 pub fn unix_nanos(epoch_unix_nanos: u64, ms: f64) -> u64 {
-    let offset = (ms * 1e6).round();
-    if offset.is_nan() {
+    if ms.is_nan() {
         return epoch_unix_nanos;
     }
-    if offset < 0.0 {
-        // `as` saturates; negative offsets move back from the epoch.
-        return epoch_unix_nanos.saturating_sub((-offset) as u64);
+    let offset = ms_to_nanos(ms.abs());
+    if ms < 0.0 {
+        epoch_unix_nanos.saturating_sub(offset)
+    } else {
+        epoch_unix_nanos.saturating_add(offset)
     }
-    epoch_unix_nanos.saturating_add(offset as u64)
+}
+
+/// Whole milliseconds and the fraction apart, so that a Unix time in ms (about 1.7e12)
+/// keeps its sub-microsecond part instead of rounding to f64's 256 ns steps at 1e18.
+fn ms_to_nanos(ms: f64) -> u64 {
+    // `as` saturates at u64::MAX (and for infinity).
+    let whole = (ms.trunc() as u64).saturating_mul(1_000_000);
+    let frac = (ms.fract() * 1e6).round();
+    whole.saturating_add(if frac.is_finite() { frac as u64 } else { 0 })
 }
 
 pub fn kv_str(key: &str, value: &str) -> KeyValue {
