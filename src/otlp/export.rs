@@ -55,7 +55,7 @@ pub enum StartError {
 /// Why a batch was not delivered: a fixed word and, for HTTP, the status code. Never a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ExportError {
-    #[error("could not connect ({0:?})")]
+    #[error("could not connect ({0})")]
     Connect(std::io::ErrorKind),
     #[error("the request failed")]
     Request,
