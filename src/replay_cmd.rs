@@ -42,12 +42,8 @@ pub struct ReplayArgs {
     /// Write records here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Also export each record as an OpenTelemetry span, OTLP/HTTP protobuf, to
-    /// `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` turn export on.
-    /// Export failures are warnings: the records are written regardless.
-    #[arg(long, value_name = "URL")]
-    otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    otlp: otlp::OtlpArgs,
 }
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
@@ -190,7 +186,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
     }
     let files = trace_files(&args.inputs)?;
-    let resolved = otlp::resolve(args.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())?;
+    let resolved = args.otlp.resolve()?;
     for w in &resolved.warnings {
         eprintln!("windowtap: warning: otlp: {w}");
     }

@@ -34,6 +34,24 @@ pub use config::{resolve, ConfigError, Endpoint, ExportConfig, Resolved};
 #[allow(unused_imports)]
 pub use export::{ExportError, ExportReport, Exporter, ExporterHandle, StartError};
 
+/// The command-line side, for every command that exports (`#[command(flatten)]` it).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OtlpArgs {
+    /// Also export each record as an OpenTelemetry span, OTLP/HTTP protobuf, to
+    /// `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` turn export on.
+    /// Export failures are warnings: the records are written regardless.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl OtlpArgs {
+    /// The flag and this process's `OTEL_*` environment.
+    pub fn resolve(&self) -> Result<Resolved, ConfigError> {
+        resolve(self.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())
+    }
+}
+
 /// One line for the user: how many spans went where, and what was lost and why.
 pub fn report_line(endpoint: &Endpoint, r: &ExportReport) -> String {
     let mut line = format!("otlp: {} spans exported to {endpoint}", r.exported);
