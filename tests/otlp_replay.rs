@@ -354,14 +354,16 @@ async fn a_stalled_collector_drops_counted_spans_and_replay_completes() {
         warning.contains(&format!("; {n} not delivered (")),
         "{warning}"
     );
-    // At most one span in flight and one queued; the rest were dropped at the queue.
+    // Replay waits for room once; when that wait or the stuck request runs out, the rest is
+    // dropped at the queue: at most one span in flight, one queued, one more let in as the
+    // first request failed.
     let dropped: usize = warning
         .split("not delivered (")
         .nth(1)
         .and_then(|s| s.split(' ').next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no dropped count in {warning}"));
-    assert!(dropped >= n - 2, "{warning}");
+    assert!(dropped >= n - 3, "{warning}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

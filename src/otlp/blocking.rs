@@ -1,5 +1,12 @@
 //! The exporter for synchronous commands (`windowtap replay`): its own small runtime on one
-//! worker thread, so correlation on the caller's thread never waits for the network.
+//! worker thread, so the caller's thread only builds spans and queues them.
+//!
+//! Replay hands over a whole trace's records at once, far faster than any collector takes
+//! them, so here a full queue is waited for (bounded by the export timeout) instead of
+//! dropping spans: the records are decided already, and a replay into a backend should be
+//! complete. Once a wait runs out or a batch fails, the collector is taken to be stuck or down
+//! and the rest is queued without waiting (and dropped when full), so a dead collector costs
+//! a replay about one export timeout, not one per record.
 
 use correlator::Record;
 
@@ -11,6 +18,7 @@ pub struct BlockingExporter {
     rt: tokio::runtime::Runtime,
     exporter: Exporter,
     handle: ExporterHandle,
+    stuck: std::cell::Cell<bool>,
 }
 
 impl BlockingExporter {
@@ -30,12 +38,23 @@ impl BlockingExporter {
             rt,
             exporter,
             handle,
+            stuck: std::cell::Cell::new(false),
         })
     }
 
-    /// Queues one record's span; never waits.
+    /// Queues one record's span, waiting for room at most once per export timeout.
     pub fn record(&self, record: &Record, epoch_unix_nanos: u64) -> bool {
-        self.handle.record(record, epoch_unix_nanos)
+        if self.stuck.get() || self.handle.has_failed() {
+            return self.handle.record(record, epoch_unix_nanos);
+        }
+        let wait = self.exporter.timeout();
+        let queued = self
+            .rt
+            .block_on(self.handle.record_waiting(record, epoch_unix_nanos, wait));
+        if !queued {
+            self.stuck.set(true);
+        }
+        queued
     }
 
     /// Flushes (bounded by the export timeout) and says what was delivered, and where.
@@ -65,6 +84,8 @@ pub fn replay_epoch(header_epoch_unix_ms: Option<f64>, records: &[Record], now: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::otlp::config::Endpoint;
+    use crate::otlp::testing::{Answer, Receiver};
 
     fn record(end: f64, decided_at: f64) -> Record {
         Record {
@@ -79,6 +100,52 @@ mod tests {
             window: None,
             decided_at,
         }
+    }
+
+    fn receiver(answers: Vec<Answer>) -> (tokio::runtime::Runtime, Receiver) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let rx = rt.block_on(Receiver::start(answers));
+        (rt, rx)
+    }
+
+    fn tiny_queue(url: &str) -> ExportConfig {
+        let mut c = ExportConfig::new(Endpoint::from_flag(url).unwrap());
+        c.max_queue = 1;
+        c.max_batch = 1;
+        c.timeout = std::time::Duration::from_millis(500);
+        c
+    }
+
+    #[test]
+    fn a_replay_waits_for_room_and_delivers_every_span() {
+        let (_rt, rx) = receiver(vec![Answer::Ok]);
+        let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
+        for i in 0..40 {
+            assert!(e.record(&record(i as f64, i as f64), 0));
+        }
+        let (_, report) = e.finish();
+        assert_eq!((report.exported, report.lost()), (40, 0));
+        assert_eq!(rx.batch_sizes(), vec![1; 40]);
+    }
+
+    #[test]
+    fn a_stuck_collector_costs_one_wait_then_drops() {
+        let (_rt, rx) = receiver(vec![Answer::Stall]);
+        let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
+        let queued = (0..40)
+            .filter(|i| e.record(&record(*i as f64, 0.0), 0))
+            .count();
+        // One in flight, one queued, and perhaps one more that got in as the first request
+        // failed; after that nothing waits.
+        assert!(queued <= 3, "{queued}");
+        assert!(e.stuck.get() || e.handle.has_failed());
+        let (_, report) = e.finish();
+        assert_eq!((report.exported, report.lost()), (0, 40));
+        assert_eq!(report.dropped, 40 - queued as u64);
     }
 
     #[test]

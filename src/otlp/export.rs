@@ -140,18 +140,42 @@ impl ExporterHandle {
     /// Queues the record's span; never waits. `epoch_unix_nanos` is the wall-clock time of
     /// the trace clock's 0. Returns false when the span was dropped (queue full or shut down).
     pub fn record(&self, record: &Record, epoch_unix_nanos: u64) -> bool {
-        match self.tx.try_send(span::span(record, epoch_unix_nanos)) {
-            Ok(()) => {
-                self.counters.queued.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(_) => {
-                if self.counters.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
-                    tracing::warn!("otlp: export queue full or closed, dropping spans");
-                }
-                false
-            }
+        let accepted = self
+            .tx
+            .try_send(span::span(record, epoch_unix_nanos))
+            .is_ok();
+        self.count(accepted)
+    }
+
+    /// Like [`record`](Self::record), but waits up to `wait` for room in the queue. For
+    /// offline replay only, where the records are already decided and completeness matters
+    /// more than pace; a live command must use `record`.
+    pub async fn record_waiting(
+        &self,
+        record: &Record,
+        epoch_unix_nanos: u64,
+        wait: Duration,
+    ) -> bool {
+        let span = span::span(record, epoch_unix_nanos);
+        let accepted = matches!(
+            tokio::time::timeout(wait, self.tx.send(span)).await,
+            Ok(Ok(()))
+        );
+        self.count(accepted)
+    }
+
+    /// Whether any batch has failed (the collector is down, stuck or refusing).
+    pub fn has_failed(&self) -> bool {
+        self.counters.failed.load(Ordering::Relaxed) > 0
+    }
+
+    fn count(&self, accepted: bool) -> bool {
+        if accepted {
+            self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        } else if self.counters.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!("otlp: export queue full or closed, dropping spans");
         }
+        accepted
     }
 }
 
@@ -199,6 +223,11 @@ impl Exporter {
 
     pub fn handle(&self) -> ExporterHandle {
         self.handle.clone()
+    }
+
+    /// The bound on one export request (and on the flush at shutdown).
+    pub fn timeout(&self) -> Duration {
+        self.bound
     }
 
     /// Where spans go, without credentials.
