@@ -78,19 +78,38 @@ grep -q "^otlp: .* spans exported to $base/v1/traces$" "$work/replay.err" || {
     echo "phoenix-check: FAIL: the export did not report success" >&2; exit 1; }
 records="$(wc -l <"$work/records.jsonl")"
 
-# Ingestion is asynchronous: poll (bounded) until every record is a span.
-for _ in $(seq 1 60); do
-    if curl -fsS "$base/v1/projects/$project/spans?limit=1000" >"$work/spans.json" 2>/dev/null \
-        && [ "$("$venv/bin/python" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["data"]))' "$work/spans.json")" -ge "$records" ]; then
-        break
-    fi
-    sleep 0.5
-done
+"$venv/bin/python" - "$base" "$project" "$work/records.jsonl" <<'PY'
+import json, sys, time, urllib.parse, urllib.request
+base, project, records_file = sys.argv[1:4]
+records = [json.loads(l) for l in open(records_file) if l.strip()]
 
-"$venv/bin/python" - "$work/spans.json" "$work/records.jsonl" <<'PY'
-import json, sys
-spans = json.load(open(sys.argv[1]))["data"]
-records = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+def all_spans():
+    """Every span of the project, following the REST API's cursor (1000 a page at most)."""
+    out, cursor = [], None
+    while True:
+        q = {"limit": "1000"}
+        if cursor:
+            q["cursor"] = cursor
+        url = f"{base}/v1/projects/{urllib.parse.quote(project)}/spans?" + urllib.parse.urlencode(q)
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                page = json.load(r)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:  # the project appears with its first span
+                return []
+            raise
+        out += page["data"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return out
+
+# Ingestion is asynchronous: poll, bounded, until every record is a span.
+spans = []
+for _ in range(120):
+    spans = all_spans()
+    if len(spans) >= len(records):
+        break
+    time.sleep(0.5)
 by_interval = {}
 for s in spans:
     attrs = s.get("attributes") or {}
@@ -121,7 +140,7 @@ for r in records:
         problems.append(f"{r['interval']}: gen_ai.response.id {a.get('gen_ai.response.id')!r}")
     if r["reason"] is not None and a.get("windowtap.reason") != r["reason"]:
         problems.append(f"{r['interval']}: windowtap.reason {a.get('windowtap.reason')!r}")
-for s in spans:
+for s in spans[:5]:
     a = s.get("attributes") or {}
     print(f"phoenix-check: span {s.get('name')!r} kind={s.get('span_kind')} "
           f"{s.get('start_time')} .. {s.get('end_time')} "

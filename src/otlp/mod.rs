@@ -7,17 +7,8 @@
 //! - [`export`]: the never-blocking queue, batching and the HTTP client.
 //! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
 //!
-//! Use from a live command (inside a tokio runtime):
-//! ```ignore
-//! let resolved = otlp::config::resolve(args.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())?;
-//! for w in &resolved.warnings { tracing::warn!("otlp: {w}"); }
-//! let exporter = resolved.config.map(otlp::Exporter::start).transpose()?;
-//! let handle = exporter.as_ref().map(|e| e.handle());
-//! // for each record, on the correlator's side (never waits):
-//! if let Some(h) = &handle { h.record(&record, run_epoch_unix_nanos); }
-//! // at shutdown:
-//! if let Some(e) = exporter { eprintln!("{}", otlp::report_line(e.endpoint(), &e.shutdown().await)); }
-//! ```
+//! Live commands (relay, run) flatten [`OtlpArgs`], start an [`Exporter`] inside their
+//! runtime and call [`ExporterHandle::record`] for each record; `docs/otlp.md` shows the code.
 //! `docs/otlp.md` documents the span format and the decisions behind it.
 
 pub mod blocking;
@@ -68,10 +59,57 @@ pub fn report_line(endpoint: &Endpoint, r: &ExportReport) -> String {
     line
 }
 
+/// The wall-clock time of a running clock's 0, from how far that clock has run: call it once
+/// at start with the clock's current reading in ms.
+#[allow(dead_code)] // for the live commands
+pub fn clock_epoch_unix_nanos(clock_now_ms: f64) -> u64 {
+    span::unix_nanos(now_unix_nanos(), -clock_now_ms)
+}
+
 /// Wall-clock now in Unix nanoseconds (0 if the clock is before 1970).
 pub fn now_unix_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_epoch_is_now_less_the_clock_reading() {
+        let before = now_unix_nanos();
+        let epoch = clock_epoch_unix_nanos(1500.0);
+        let after = now_unix_nanos();
+        assert!(before - 1_500_000_000 <= epoch && epoch <= after - 1_500_000_000);
+    }
+
+    #[test]
+    fn the_report_line_says_what_was_lost_and_why() {
+        let e = Endpoint::from_flag("http://127.0.0.1:9").unwrap();
+        let ok = ExportReport {
+            queued: 3,
+            exported: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            report_line(&e, &ok),
+            "otlp: 3 spans exported to http://127.0.0.1:9/v1/traces"
+        );
+        let bad = ExportReport {
+            queued: 2,
+            dropped: 1,
+            failed: 2,
+            first_error: Some(ExportError::Status(503)),
+            ..Default::default()
+        };
+        assert_eq!(
+            report_line(&e, &bad),
+            "otlp: 0 spans exported to http://127.0.0.1:9/v1/traces; 3 not delivered \
+             (1 dropped from a full queue, 0 rejected, 2 failed, 0 unsent at shutdown): \
+             the collector answered HTTP 503"
+        );
+    }
 }
