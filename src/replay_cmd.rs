@@ -205,18 +205,19 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     for file in &files {
         let replayed = replay_file(file, &args)?;
         let records = &replayed.records;
-        if let Some(e) = &exporter {
-            let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
-            for r in records {
-                e.record(r, epoch);
-            }
-        }
         for r in records {
             summary.add(r);
             line.clear();
             r.write_json(&mut line);
             line.push('\n');
             sink.write_all(line.as_bytes()).context("writing records")?;
+        }
+        // Records first: export may wait for queue room (bounded), the records never do.
+        if let Some(e) = &exporter {
+            let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
+            for r in records {
+                e.record(r, epoch);
+            }
         }
     }
     sink.flush().context("writing records")?;
