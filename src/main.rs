@@ -4,6 +4,7 @@
 mod check;
 mod clock;
 mod ingest;
+mod otlp;
 mod relay;
 mod replay_cmd;
 mod report;
