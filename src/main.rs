@@ -2,6 +2,7 @@
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
 mod clock;
+mod env_cmd;
 mod ingest;
 mod relay;
 mod replay_cmd;
@@ -24,6 +25,12 @@ enum Command {
     Relay(relay::RelayArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
     Wrap(wrap::WrapArgs),
+    /// Print the override that points Claude Code or Codex at a running relay.
+    Env(env_cmd::EnvArgs),
+    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v1
+    /// (for trying a wrapper without the relay).
+    #[command(hide = true)]
+    Ingest(ingest::IngestArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +39,8 @@ fn main() -> std::process::ExitCode {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay::main(args),
         Command::Wrap(args) => wrap::main(args),
+        Command::Env(args) => env_cmd::main(args),
+        Command::Ingest(args) => ingest::main(args),
     };
     match result {
         Ok(code) => code,
