@@ -63,11 +63,6 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--alias must not be empty");
     }
     let path = args.ingest.clone().unwrap_or_else(ingest::default_path);
-    // Block the forwarded signals before any thread exists, so every thread inherits the mask
-    // and only the forwarding thread receives them (std resets the mask in the child).
-    let signals = SignalSet::forwarded();
-    signals.block();
-
     let (program, rest) = args.command.split_first().context("no server command given")?;
     let mut child = Command::new(program)
         .args(rest)
@@ -77,6 +72,11 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         .spawn()
         .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()))?;
     let pid = child.id() as libc::pid_t;
+    // Now that the server runs with the signal state we were given, block the forwarded
+    // signals before any thread exists, so every thread inherits the mask and only the
+    // forwarding thread receives them.
+    let signals = SignalSet::forwarded();
+    signals.block();
     let reaped = Arc::new(Mutex::new(false));
     signals.forward_to(pid, reaped.clone());
 
@@ -141,21 +141,27 @@ struct Session {
 }
 
 impl Session {
-    fn observe(&self, dir: Direction, skeleton: &[u8], t: u64, out: &mut Vec<Observation>) {
+    /// Observes a line and queues what it showed. Queueing happens under the observer's lock
+    /// (it never blocks), so a call's start is always queued before its end, even when the
+    /// answer is read on the other thread before this one got further.
+    fn observe(&self, dir: Direction, skeleton: &[u8], t: u64) {
+        let mut out = Vec::new();
         let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
-        obs.skeleton(dir, skeleton, t, out);
+        obs.skeleton(dir, skeleton, t, &mut out);
+        self.report(out);
     }
 
-    fn report(&self, out: &mut Vec<Observation>) {
-        for o in out.drain(..) {
+    fn report(&self, out: Vec<Observation>) {
+        for o in out {
             self.reporter.send(self.to_report(o));
         }
     }
 
     fn lose_running(&self) {
         let mut out = Vec::new();
-        self.observer.lock().unwrap_or_else(|e| e.into_inner()).lose_all(mono_ns(), &mut out);
-        self.report(&mut out);
+        let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
+        obs.lose_all(mono_ns(), &mut out);
+        self.report(out);
     }
 
     fn to_report(&self, o: Observation) -> Report {
@@ -187,7 +193,6 @@ impl Session {
 fn pump(src: &mut dyn Read, dst: &mut dyn Write, dir: Direction, session: &Session) {
     let mut buf = vec![0u8; CHUNK];
     let mut scanner = LineScanner::new();
-    let mut out = Vec::new();
     let mut dst_ok = true;
     loop {
         let n = match src.read(&mut buf) {
@@ -208,23 +213,19 @@ fn pump(src: &mut dyn Read, dst: &mut dyn Write, dir: Direction, session: &Sessi
             rest = tail;
             scanner.push(&line[..i]);
             let skeleton = scanner.finish();
-            if dir == Direction::ClientToServer {
-                if let Some(sk) = &skeleton {
-                    session.observe(dir, sk, mono_ns(), &mut out);
-                }
+            // A request is registered (and its start queued) just before its line goes to the
+            // server, so its answer can never be read first; a call whose line then fails to
+            // arrive stays running and ends lost with the session.
+            if let (Direction::ClientToServer, Some(sk)) = (dir, &skeleton) {
+                session.observe(dir, sk, mono_ns());
             }
             dst_ok = write(dst, line);
             if !dst_ok {
-                // The line never arrived: whatever it started, it did not start.
-                out.clear();
                 break;
             }
-            if dir == Direction::ServerToClient {
-                if let Some(sk) = &skeleton {
-                    session.observe(dir, sk, mono_ns(), &mut out);
-                }
+            if let (Direction::ServerToClient, Some(sk)) = (dir, &skeleton) {
+                session.observe(dir, sk, mono_ns());
             }
-            session.report(&mut out);
         }
     }
 }
@@ -364,9 +365,17 @@ impl SignalSet {
         }
     }
 
+    /// Blocks the signals, then makes sure they are not ignored: an ignored signal is
+    /// discarded before `sigwait` could see it (a shell starts background jobs with SIGINT
+    /// ignored). The server keeps whatever it inherited, as it would without the wrapper.
     fn block(&self) {
-        // SAFETY: the set is initialised; the old mask is not needed.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut()) };
+        // SAFETY: the set is initialised; the old mask is not needed; SIG_DFL is always valid,
+        // and while blocked the default action cannot run.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut());
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        }
     }
 
     /// Starts a thread that passes each signal on to `pid` while it has not been reaped.
