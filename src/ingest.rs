@@ -225,6 +225,8 @@ pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
 #[derive(Debug, Default)]
 pub struct Counters {
     pub connections: AtomicU64,
+    /// Connections open now (a connection counts until its last event has been sent).
+    pub open: AtomicU64,
     /// Lines turned into events.
     pub accepted: AtomicU64,
     pub bad_lines: AtomicU64,
@@ -305,6 +307,7 @@ pub async fn serve(
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+                        shared.counters.open.fetch_add(1, Ordering::SeqCst);
                         conns.spawn(connection(stream, shared.clone()));
                     }
                     Err(e) => {
@@ -366,6 +369,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
         };
         shared.emit(end, kind).await;
     }
+    shared.counters.open.fetch_sub(1, Ordering::SeqCst);
 }
 
 fn bad_line(shared: &Shared, fault: &Fault) {
@@ -480,18 +484,31 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     writeln!(out, "{}", correlator::trace::HEADER)?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
+    let mut print = |t, kind| -> std::io::Result<()> {
+        let line = correlator::trace::event_line(&correlator::Event { t, kind });
+        out.write_all(line.as_bytes())?;
+        out.flush()
+    };
     loop {
         tokio::select! {
-            Some((t, kind)) = rx.recv() => {
-                let line = correlator::trace::event_line(&correlator::Event { t, kind });
-                out.write_all(line.as_bytes())?;
-                out.flush()?;
-            }
+            biased;
+            Some((t, kind)) = rx.recv() => print(t, kind)?,
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
+    // Let connections that are still open finish what they were saying (bounded).
     let c = handle.counters();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while c.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await {
+            Ok(Some((t, kind))) => print(t, kind)?,
+            _ => {}
+        }
+    }
+    while let Ok((t, kind)) = rx.try_recv() {
+        print(t, kind)?;
+    }
     eprintln!(
         "windowtap ingest: {} connections, {} reports accepted, {} bad lines, {} lost",
         c.connections.load(Ordering::Relaxed),

@@ -70,7 +70,7 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
     assert!(server_out == received, "the client received exactly what the server wrote");
     assert!(received.windows(6).any(|w| w == b"ack \xff\xfe"), "invalid UTF-8 came back untouched");
 
-    let events = started(ingest.stop());
+    let events = started(ingest.stop_after(3));
     let got = intervals(&events);
     let summary: Vec<(&str, &str, Outcome)> =
         got.iter().map(|i| (i.alias.as_str(), i.tool.as_str(), i.outcome)).collect();
@@ -112,7 +112,7 @@ fn a_server_crash_mid_call_is_lost_and_its_exit_code_propagates() {
     assert_eq!(status.code(), Some(3), "stderr: {stderr}");
     assert!(stderr.contains("tiny: crashing"), "the server's stderr is inherited: {stderr}");
 
-    let got = intervals(&started(ingest.stop()));
+    let got = intervals(&started(ingest.stop_after(2)));
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].tool.as_str(), got[0].outcome), ("echo", Outcome::Result));
     assert_eq!((got[1].tool.as_str(), got[1].outcome), ("crash", Outcome::Lost));
@@ -151,6 +151,8 @@ fn a_relay_that_comes_up_later_is_picked_up() {
     w.response(json!(0));
     w.send_json(&call(json!(1), "echo", json!({"text":"early"}), json!({})));
     w.response(json!(1));
+    // Only once the wrapper has found no relay does the relay come up.
+    w.wait_stderr("warning");
     let ingest = Ingest::start(&sock);
     // The wrapper looks for the relay again about once a second: 8 calls a quarter of a second
     // apart span two of its retries.
@@ -162,7 +164,7 @@ fn a_relay_that_comes_up_later_is_picked_up() {
     let (status, _, stderr) = w.wait();
     assert_eq!(status.code(), Some(0), "stderr: {stderr}");
     // The first report through may be an end whose start was dropped: no start check here.
-    let got = intervals(&ingest.stop());
+    let got = intervals(&ingest.stop_after(1));
     assert!(!got.is_empty(), "reports arrived once the relay was up; stderr: {stderr}");
     assert!(got.iter().all(|i| i.interval != got[0].interval || i.tool == "echo"));
     assert!(got.iter().all(|i| i.tool == "echo" && i.outcome == Outcome::Result));
@@ -185,9 +187,10 @@ fn sigint_and_sigterm_reach_the_server_and_its_fate_is_the_exit_code() {
         w.send_json(&json!({"jsonrpc":"2.0","id":"l","method":"tools/list"}));
         w.response(json!("l"));
         signal(w.child.id(), sig);
-        let (status, _, stderr) = w.wait();
+        // Stdin stays open: the signal alone must end the server.
+        let (status, _, stderr) = w.wait_open();
         assert_eq!(status.code(), Some(want), "signal {sig}; stderr: {stderr}");
-        let got = intervals(&started(ingest.stop()));
+        let got = intervals(&started(ingest.stop_after(1)));
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].tool.as_str(), got[0].outcome), ("hang", Outcome::Lost));
     }

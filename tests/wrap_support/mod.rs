@@ -35,6 +35,9 @@ pub struct Ingest {
     child: Child,
     /// Kept open: the harness reports its counters on stderr when it stops.
     stderr: BufReader<std::process::ChildStderr>,
+    lines: Receiver<String>,
+    out: Option<JoinHandle<()>>,
+    seen: Vec<String>,
 }
 
 impl Ingest {
@@ -51,19 +54,46 @@ impl Ingest {
         let mut line = String::new();
         err.read_line(&mut line).expect("ingest banner");
         assert!(line.contains("listening on"), "ingest said: {line}");
-        Ingest { path: path.to_path_buf(), child, stderr: err }
+        let (tx, lines) = mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let out = std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Ingest { path: path.to_path_buf(), child, stderr: err, lines, out: Some(out), seen: Vec::new() }
     }
 
-    /// Stops the listener and returns every event it printed, read back as trace v1.
-    pub fn stop(mut self) -> Vec<Event> {
+    /// Waits until `n` intervals (`mcp_interval` lines) have been printed.
+    pub fn wait_intervals(&mut self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.seen.iter().filter(|l| l.contains("\"type\":\"mcp_interval\"")).count() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("ingest printed fewer than {n} intervals: {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Waits for `n` intervals, stops the listener and returns every event it printed, read
+    /// back as trace v1.
+    pub fn stop_after(mut self, n: usize) -> Vec<Event> {
+        self.wait_intervals(n);
         signal(self.child.id(), libc::SIGTERM);
-        let mut out = String::new();
-        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        self.out.take().unwrap().join().unwrap();
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
         let mut counters = String::new();
         let _ = self.stderr.read_to_string(&mut counters);
         let status = self.child.wait().unwrap();
         assert!(status.success(), "ingest exited with {status}: {counters}");
-        correlator::trace::read_all(out.as_bytes(), "ingest").expect("ingest output is a valid trace")
+        let text: String = self.seen.iter().map(|l| format!("{l}\n")).collect();
+        correlator::trace::read_all(text.as_bytes(), "ingest").expect("ingest output is a valid trace")
     }
 }
 
@@ -171,9 +201,13 @@ impl Wrapped {
         let mut err = child.stderr.take().unwrap();
         let se = stderr.clone();
         let err_reader = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = err.read_to_end(&mut buf);
-            se.lock().unwrap().extend_from_slice(&buf);
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                se.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
         });
         let stdin = child.stdin.take();
         Wrapped {
@@ -226,13 +260,28 @@ impl Wrapped {
         self.lines.recv_timeout(PATIENCE).expect("a line in time")
     }
 
+    /// Waits until the wrapper's stderr contains `text`.
+    pub fn wait_stderr(&self, text: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while !String::from_utf8_lossy(&self.stderr.lock().unwrap()).contains(text) {
+            assert!(Instant::now() < deadline, "stderr never said {text:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin.take();
     }
 
-    /// Waits for the wrapper to exit; returns its status and everything it wrote to stderr.
+    /// Closes stdin, waits for the wrapper to exit; returns its status, what the client
+    /// received and everything the wrapper wrote to stderr.
     pub fn wait(mut self) -> (ExitStatus, Vec<u8>, String) {
         self.close_stdin();
+        self.wait_open()
+    }
+
+    /// Waits for the wrapper to exit with stdin still open (it must end by itself).
+    pub fn wait_open(mut self) -> (ExitStatus, Vec<u8>, String) {
         let deadline = Instant::now() + PATIENCE;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
