@@ -9,9 +9,10 @@
 //! bounded queue, so a missing or stuck relay can never slow the MCP session: reports are then
 //! dropped and counted.
 //!
-//! Times: a request's start is read just before its line is written to the server (the
-//! response cannot be observed before the request is registered), an answer's end just after
-//! its line reached the host.
+//! Times: a line is stamped when it has been read whole, just before it is passed on. So a
+//! call's start is just before its request reaches the server (whose answer therefore cannot
+//! be observed first) and its end just before the answer reaches the host (so a call the host
+//! makes in reply always starts after it).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -213,19 +214,15 @@ fn pump(src: &mut dyn Read, dst: &mut dyn Write, dir: Direction, session: &Sessi
             rest = tail;
             scanner.push(&line[..i]);
             let skeleton = scanner.finish();
-            // A request is registered (and its start queued) just before its line goes to the
-            // server, so its answer can never be read first; a call whose line then fails to
-            // arrive stays running and ends lost with the session.
-            if let (Direction::ClientToServer, Some(sk)) = (dir, &skeleton) {
+            // Each line is observed, and stamped, as soon as it is whole and before it is passed
+            // on: a request is registered before the server can answer it, and an answer is
+            // stamped before the host can react to it, so one call's end always precedes the
+            // start of a call the host sent in reply. A call whose request then fails to arrive
+            // stays running and ends lost with the session.
+            if let Some(sk) = &skeleton {
                 session.observe(dir, sk, mono_ns());
             }
             dst_ok = write(dst, line);
-            if !dst_ok {
-                break;
-            }
-            if let (Direction::ServerToClient, Some(sk)) = (dir, &skeleton) {
-                session.observe(dir, sk, mono_ns());
-            }
         }
     }
 }
