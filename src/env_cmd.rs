@@ -29,9 +29,15 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let relay = relay_base(&args.relay)?;
     let ingest = args.ingest.or_else(|| {
         let p = ingest::default_path();
-        std::fs::symlink_metadata(&p).ok().filter(|m| m.file_type().is_socket()).map(|_| p)
+        std::fs::symlink_metadata(&p)
+            .ok()
+            .filter(|m| m.file_type().is_socket())
+            .map(|_| p)
     });
-    print!("{}", lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str())));
+    print!(
+        "{}",
+        lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str()))
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -39,9 +45,13 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
 /// shell line unchanged.
 fn relay_base(url: &str) -> anyhow::Result<&str> {
     let ok_scheme = url.starts_with("http://") || url.starts_with("https://");
-    let ok_chars = url.bytes().all(|b| b.is_ascii_graphic() && !b"'\"\\`$".contains(&b));
+    let ok_chars = url
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && !b"'\"\\`$".contains(&b));
     if !ok_scheme || !ok_chars {
-        anyhow::bail!("--relay must be an http:// or https:// URL without quotes, spaces, `$` or backslashes");
+        anyhow::bail!(
+            "--relay must be an http:// or https:// URL without quotes, spaces, `$` or backslashes"
+        );
     }
     Ok(url.trim_end_matches('/'))
 }
@@ -54,8 +64,12 @@ fn lines(host: Host, relay: &str, ingest: Option<&str>) -> String {
         }
         Host::Codex => {
             s.push_str("# Codex ignores OPENAI_BASE_URL; pass one of these to `codex` (or `codex exec`):\n");
-            s.push_str(&format!("#   API key login:\n-c 'openai_base_url=\"{relay}/openai/v1\"'\n"));
-            s.push_str(&format!("#   ChatGPT login:\n-c 'openai_base_url=\"{relay}/chatgpt\"'\n"));
+            s.push_str(&format!(
+                "#   API key login:\n-c 'openai_base_url=\"{relay}/openai/v1\"'\n"
+            ));
+            s.push_str(&format!(
+                "#   ChatGPT login:\n-c 'openai_base_url=\"{relay}/chatgpt\"'\n"
+            ));
         }
     }
     match ingest {
@@ -77,7 +91,11 @@ mod tests {
 
     #[test]
     fn claude_gets_its_base_url_under_the_anthropic_mount() {
-        let out = lines(Host::Claude, relay_base("http://127.0.0.1:9000/").unwrap(), Some("/run/x/ingest.sock"));
+        let out = lines(
+            Host::Claude,
+            relay_base("http://127.0.0.1:9000/").unwrap(),
+            Some("/run/x/ingest.sock"),
+        );
         assert_eq!(
             out,
             "export ANTHROPIC_BASE_URL=http://127.0.0.1:9000/anthropic\nexport WINDOWTAP_INGEST='/run/x/ingest.sock'\n"
@@ -86,15 +104,34 @@ mod tests {
 
     #[test]
     fn codex_gets_both_login_variants() {
-        let out = lines(Host::Codex, relay_base("http://127.0.0.1:8787").unwrap(), None);
-        assert!(out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/openai/v1\"'\n"), "{out}");
-        assert!(out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/chatgpt\"'\n"), "{out}");
-        assert!(out.contains("# For wrapped MCP servers: export WINDOWTAP_INGEST="), "{out}");
+        let out = lines(
+            Host::Codex,
+            relay_base("http://127.0.0.1:8787").unwrap(),
+            None,
+        );
+        assert!(
+            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/openai/v1\"'\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/chatgpt\"'\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# For wrapped MCP servers: export WINDOWTAP_INGEST="),
+            "{out}"
+        );
     }
 
     #[test]
     fn a_url_that_would_break_the_quoting_is_refused() {
-        for bad in ["127.0.0.1:8787", "http://x'y", "http://x y", "http://$(id)", "ftp://x"] {
+        for bad in [
+            "127.0.0.1:8787",
+            "http://x'y",
+            "http://x y",
+            "http://$(id)",
+            "ftp://x",
+        ] {
             assert!(relay_base(bad).is_err(), "{bad}");
         }
     }

@@ -104,11 +104,24 @@ impl Report {
         let mut m = Map::new();
         m.insert("v".into(), VERSION.into());
         let (id, alias, tool, start_ns, hints) = match self {
-            Report::Start { id, alias, tool, start_ns, hints } => {
+            Report::Start {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+            } => {
                 m.insert("type".into(), "start".into());
                 (id, alias, tool, start_ns, hints)
             }
-            Report::End { id, alias, tool, start_ns, hints, .. } => {
+            Report::End {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+                ..
+            } => {
                 m.insert("type".into(), "end".into());
                 (id, alias, tool, start_ns, hints)
             }
@@ -117,7 +130,10 @@ impl Report {
         m.insert("alias".into(), alias.as_str().into());
         m.insert("tool".into(), tool.as_str().into());
         m.insert("start_ns".into(), (*start_ns).into());
-        if let Report::End { end_ns, outcome, .. } = self {
+        if let Report::End {
+            end_ns, outcome, ..
+        } = self
+        {
             m.insert("end_ns".into(), (*end_ns).into());
             m.insert("outcome".into(), outcome.as_str().into());
         }
@@ -143,7 +159,10 @@ impl Report {
         if m.get("v").and_then(Value::as_u64) != Some(VERSION) {
             return Err(Fault::Version);
         }
-        let kind = m.get("type").and_then(Value::as_str).ok_or(Fault::Field("type"))?;
+        let kind = m
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or(Fault::Field("type"))?;
         let text = |k: &'static str, max: usize| -> Result<String, Fault> {
             match m.get(k).and_then(Value::as_str) {
                 Some(s) if !s.is_empty() && s.len() <= max => Ok(s.to_string()),
@@ -164,10 +183,20 @@ impl Report {
             call_id: hint("call_id")?,
             thread: hint("thread")?,
         };
-        let (id, alias, tool) = (text("id", MAX_ID)?, text("alias", MAX_NAME)?, text("tool", MAX_NAME)?);
+        let (id, alias, tool) = (
+            text("id", MAX_ID)?,
+            text("alias", MAX_NAME)?,
+            text("tool", MAX_NAME)?,
+        );
         let start_ns = ns("start_ns")?;
         match kind {
-            "start" => Ok(Report::Start { id, alias, tool, start_ns, hints }),
+            "start" => Ok(Report::Start {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+            }),
             "end" => {
                 let end_ns = ns("end_ns")?;
                 if end_ns < start_ns {
@@ -178,7 +207,15 @@ impl Report {
                     .and_then(Value::as_str)
                     .and_then(Outcome::parse)
                     .ok_or(Fault::Field("outcome"))?;
-                Ok(Report::End { id, alias, tool, start_ns, end_ns, outcome, hints })
+                Ok(Report::End {
+                    id,
+                    alias,
+                    tool,
+                    start_ns,
+                    end_ns,
+                    outcome,
+                    hints,
+                })
             }
             _ => Err(Fault::UnknownType),
         }
@@ -209,7 +246,8 @@ pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
     }
-    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
@@ -292,13 +330,20 @@ pub async fn serve(
         if UnixStream::connect(&path).await.is_ok() {
             bail!("another listener is already serving {}", path.display());
         }
-        std::fs::remove_file(&path).with_context(|| format!("removing stale {}", path.display()))?;
+        std::fs::remove_file(&path)
+            .with_context(|| format!("removing stale {}", path.display()))?;
     }
-    let listener = UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
     let counters = Arc::new(Counters::default());
-    let shared = Arc::new(Shared { clock, tx, counters: counters.clone(), order: Mutex::new(()) });
+    let shared = Arc::new(Shared {
+        clock,
+        tx,
+        counters: counters.clone(),
+        order: Mutex::new(()),
+    });
     let task = tokio::spawn(async move {
         // Connection tasks live in the set, so aborting this task ends them too.
         let mut conns = JoinSet::new();
@@ -319,7 +364,11 @@ pub async fn serve(
             }
         }
     });
-    Ok(IngestHandle { path, counters, task })
+    Ok(IngestHandle {
+        path,
+        counters,
+        task,
+    })
 }
 
 /// A call that started on this connection and has not ended.
@@ -377,7 +426,11 @@ fn bad_line(shared: &Shared, fault: &Fault) {
     tracing::warn!(fault = %fault, "ingest: bad line skipped");
 }
 
-async fn accept(line: &[u8], running: &mut HashMap<String, Running>, shared: &Shared) -> Result<(), Fault> {
+async fn accept(
+    line: &[u8],
+    running: &mut HashMap<String, Running>,
+    shared: &Shared,
+) -> Result<(), Fault> {
     let report = Report::parse(line)?;
     let now_ns = mono_ns();
     // Both ends read the same monotonic clock, so a reading from the future is a broken
@@ -391,21 +444,58 @@ async fn accept(line: &[u8], running: &mut HashMap<String, Running>, shared: &Sh
     }
     let ms = |ns| shared.clock.ms_at(ns);
     match report {
-        Report::Start { id, alias, tool, start_ns, hints } => {
+        Report::Start {
+            id,
+            alias,
+            tool,
+            start_ns,
+            hints,
+        } => {
             if running.contains_key(&id) {
                 return Err(Fault::DuplicateStart);
             }
             running.insert(
                 id.clone(),
-                Running { alias: alias.clone(), tool: tool.clone(), start_ns, hints },
+                Running {
+                    alias: alias.clone(),
+                    tool: tool.clone(),
+                    start_ns,
+                    hints,
+                },
             );
             let start = ms(start_ns);
-            shared.emit(start, EventKind::McpStart { interval: id, alias, tool, start }).await;
+            shared
+                .emit(
+                    start,
+                    EventKind::McpStart {
+                        interval: id,
+                        alias,
+                        tool,
+                        start,
+                    },
+                )
+                .await;
         }
-        Report::End { id, alias, tool, start_ns, end_ns, outcome, hints } => {
+        Report::End {
+            id,
+            alias,
+            tool,
+            start_ns,
+            end_ns,
+            outcome,
+            hints,
+        } => {
             running.remove(&id);
             let (start, end) = (ms(start_ns), ms(end_ns));
-            let kind = EventKind::McpInterval { interval: id, alias, tool, start, end, outcome, hints };
+            let kind = EventKind::McpInterval {
+                interval: id,
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints,
+            };
             shared.emit(end, kind).await;
         }
     }
@@ -423,7 +513,11 @@ async fn read_line(
     loop {
         let buf = reader.fill_buf().await?;
         if buf.is_empty() {
-            return Ok(if line.is_empty() && !too_long { None } else { Some(Err(Fault::Truncated)) });
+            return Ok(if line.is_empty() && !too_long {
+                None
+            } else {
+                Some(Err(Fault::Truncated))
+            });
         }
         let (take, done) = match memchr_nl(buf) {
             Some(i) => (i, true),
@@ -437,7 +531,11 @@ async fn read_line(
         }
         reader.consume(take + usize::from(done));
         if done {
-            return Ok(Some(if too_long { Err(Fault::TooLong) } else { Ok(()) }));
+            return Ok(Some(if too_long {
+                Err(Fault::TooLong)
+            } else {
+                Ok(())
+            }));
         }
     }
 }
@@ -456,7 +554,9 @@ pub struct IngestArgs {
 }
 
 pub fn main(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(harness(args))
 }
 
@@ -501,9 +601,9 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let c = handle.counters();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
     while c.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-        match tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await {
-            Ok(Some((t, kind))) => print(t, kind)?,
-            _ => {}
+        let wait = std::time::Duration::from_millis(20);
+        if let Ok(Some((t, kind))) = tokio::time::timeout(wait, rx.recv()).await {
+            print(t, kind)?;
         }
     }
     while let Ok((t, kind)) = rx.try_recv() {
@@ -526,7 +626,10 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     fn hints(tool_use_id: Option<&str>) -> Hints {
-        Hints { tool_use_id: tool_use_id.map(Into::into), ..Hints::default() }
+        Hints {
+            tool_use_id: tool_use_id.map(Into::into),
+            ..Hints::default()
+        }
     }
 
     #[test]
@@ -568,33 +671,71 @@ mod tests {
             ("[1]", Fault::NotObject),
             (r#"{"type":"start"}"#, Fault::Version),
             (r#"{"v":2,"type":"start"}"#, Fault::Version),
-            (r#"{"v":1,"type":"middle","id":"i","alias":"a","tool":"t","start_ns":1}"#, Fault::UnknownType),
-            (r#"{"v":1,"type":"start","alias":"a","tool":"t","start_ns":1}"#, Fault::Field("id")),
-            (r#"{"v":1,"type":"start","id":"","alias":"a","tool":"t","start_ns":1}"#, Fault::Field("id")),
-            (r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":-1}"#, Fault::Field("start_ns")),
-            (r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":1,"thread":7}"#, Fault::Field("thread")),
-            (r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2}"#, Fault::Field("outcome")),
-            (r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"fine"}"#, Fault::Field("outcome")),
-            (r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#, Fault::EndBeforeStart),
+            (
+                r#"{"v":1,"type":"middle","id":"i","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::UnknownType,
+            ),
+            (
+                r#"{"v":1,"type":"start","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::Field("id"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::Field("id"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":-1}"#,
+                Fault::Field("start_ns"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":1,"thread":7}"#,
+                Fault::Field("thread"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2}"#,
+                Fault::Field("outcome"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"fine"}"#,
+                Fault::Field("outcome"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#,
+                Fault::EndBeforeStart,
+            ),
         ];
         for (line, fault) in table {
-            assert_eq!(Report::parse(line.as_bytes()).as_ref(), Err(fault), "{line}");
+            assert_eq!(
+                Report::parse(line.as_bytes()).as_ref(),
+                Err(fault),
+                "{line}"
+            );
             // The message names the fault and never repeats the line.
             assert!(!fault.to_string().contains(line));
         }
     }
 
     /// A listener on a fresh socket, its events, and its directory (kept alive).
-    async fn listener() -> (IngestHandle, mpsc::Receiver<(Millis, EventKind)>, tempfile::TempDir, Clock) {
+    async fn listener() -> (
+        IngestHandle,
+        mpsc::Receiver<(Millis, EventKind)>,
+        tempfile::TempDir,
+        Clock,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::start();
         let (tx, rx) = mpsc::channel(64);
-        let handle = serve(dir.path().join("ingest.sock"), clock, tx).await.unwrap();
+        let handle = serve(dir.path().join("ingest.sock"), clock, tx)
+            .await
+            .unwrap();
         (handle, rx, dir, clock)
     }
 
     async fn next(rx: &mut mpsc::Receiver<(Millis, EventKind)>) -> (Millis, EventKind) {
-        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("an event in time").expect("open")
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an event in time")
+            .expect("open")
     }
 
     #[tokio::test]
@@ -605,7 +746,13 @@ mod tests {
         let mut conn = UnixStream::connect(handle.path()).await.unwrap();
         let s = mono_ns();
         let e = s + 1_000;
-        let start = Report::Start { id: "i1".into(), alias: "a".into(), tool: "t".into(), start_ns: s, hints: hints(None) };
+        let start = Report::Start {
+            id: "i1".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(None),
+        };
         let end = Report::End {
             id: "i1".into(),
             alias: "a".into(),
@@ -619,9 +766,19 @@ mod tests {
         while mono_ns() <= e {
             tokio::task::yield_now().await;
         }
-        conn.write_all(format!("{}{}", start.to_line(), end.to_line()).as_bytes()).await.unwrap();
+        conn.write_all(format!("{}{}", start.to_line(), end.to_line()).as_bytes())
+            .await
+            .unwrap();
         let (t1, k1) = next(&mut rx).await;
-        assert_eq!(k1, EventKind::McpStart { interval: "i1".into(), alias: "a".into(), tool: "t".into(), start: clock.ms_at(s) });
+        assert_eq!(
+            k1,
+            EventKind::McpStart {
+                interval: "i1".into(),
+                alias: "a".into(),
+                tool: "t".into(),
+                start: clock.ms_at(s)
+            }
+        );
         assert!(t1 >= clock.ms_at(s));
         let (t2, k2) = next(&mut rx).await;
         assert_eq!(
@@ -645,9 +802,21 @@ mod tests {
         let (handle, mut rx, _dir, clock) = listener().await;
         let mut conn = UnixStream::connect(handle.path()).await.unwrap();
         let s = mono_ns();
-        let start = |id: &str| Report::Start { id: id.into(), alias: "a".into(), tool: "t".into(), start_ns: s, hints: hints(Some("toolu_2")) };
+        let start = |id: &str| Report::Start {
+            id: id.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(Some("toolu_2")),
+        };
         let long = "x".repeat(MAX_LINE + 10);
-        let future = Report::Start { id: "f".into(), alias: "a".into(), tool: "t".into(), start_ns: u64::MAX / 2, hints: hints(None) };
+        let future = Report::Start {
+            id: "f".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: u64::MAX / 2,
+            hints: hints(None),
+        };
         let text = format!(
             "{}garbage\n{long}\n{}{}{}",
             start("i2").to_line(),
@@ -666,7 +835,14 @@ mod tests {
         for _ in 0..2 {
             let (t, k) = next(&mut rx).await;
             match k {
-                EventKind::McpInterval { interval, outcome, hints: h, start, end, .. } => {
+                EventKind::McpInterval {
+                    interval,
+                    outcome,
+                    hints: h,
+                    start,
+                    end,
+                    ..
+                } => {
                     assert_eq!(outcome, Outcome::Lost);
                     assert_eq!(h, hints(Some("toolu_2")));
                     assert_eq!(start, clock.ms_at(s));
@@ -679,7 +855,11 @@ mod tests {
         lost.sort();
         assert_eq!(lost, vec!["i2".to_string(), "i3".to_string()]);
         let c = handle.counters();
-        assert_eq!(c.bad_lines.load(Ordering::Relaxed), 4, "garbage, too long, duplicate, future");
+        assert_eq!(
+            c.bad_lines.load(Ordering::Relaxed),
+            4,
+            "garbage, too long, duplicate, future"
+        );
         assert_eq!(c.lost.load(Ordering::Relaxed), 2);
     }
 
@@ -687,15 +867,23 @@ mod tests {
     async fn a_live_listener_is_not_displaced_and_a_stale_socket_is() {
         let (handle, _rx, dir, clock) = listener().await;
         let (tx, _rx2) = mpsc::channel(1);
-        let err = serve(handle.path().to_path_buf(), clock, tx.clone()).await.err().expect("refused");
+        let err = serve(handle.path().to_path_buf(), clock, tx.clone())
+            .await
+            .err()
+            .expect("refused");
         assert!(err.to_string().contains("already serving"), "{err}");
         // A socket file nobody listens on any more.
         let stale = std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).unwrap();
         drop(stale);
-        let again = serve(dir.path().join("stale.sock"), clock, tx.clone()).await.unwrap();
+        let again = serve(dir.path().join("stale.sock"), clock, tx.clone())
+            .await
+            .unwrap();
         assert!(again.path().exists());
         drop(again);
-        assert!(!dir.path().join("stale.sock").exists(), "dropping the handle removes the socket");
+        assert!(
+            !dir.path().join("stale.sock").exists(),
+            "dropping the handle removes the socket"
+        );
         let file = dir.path().join("plain");
         std::fs::write(&file, b"").unwrap();
         assert!(serve(file, clock, tx).await.is_err());

@@ -64,7 +64,10 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--alias must not be empty");
     }
     let path = args.ingest.clone().unwrap_or_else(ingest::default_path);
-    let (program, rest) = args.command.split_first().context("no server command given")?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no server command given")?;
     let mut child = Command::new(program)
         .args(rest)
         .stdin(Stdio::piped())
@@ -92,16 +95,28 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     let mut server_out = child.stdout.take().context("server stdout")?;
     {
         let session = session.clone();
-        std::thread::Builder::new().name("wrap-up".into()).spawn(move || {
-            let mut host_in = std_fd(0);
-            let mut server_in = server_in;
-            pump(&mut *host_in, &mut server_in, Direction::ClientToServer, &session);
-            // The host closed its side (or the server's stdin broke): close the server's.
-            drop(server_in);
-        })?;
+        std::thread::Builder::new()
+            .name("wrap-up".into())
+            .spawn(move || {
+                let mut host_in = std_fd(0);
+                let mut server_in = server_in;
+                pump(
+                    &mut *host_in,
+                    &mut server_in,
+                    Direction::ClientToServer,
+                    &session,
+                );
+                // The host closed its side (or the server's stdin broke): close the server's.
+                drop(server_in);
+            })?;
     }
     let mut host_out = std_fd(1);
-    pump(&mut server_out, &mut *host_out, Direction::ServerToClient, &session);
+    pump(
+        &mut server_out,
+        &mut *host_out,
+        Direction::ServerToClient,
+        &session,
+    );
 
     // The server closed its stdout: wait for it without reaping first, so that the signal
     // thread never signals a pid that may already belong to someone else.
@@ -244,20 +259,31 @@ impl Reporter {
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
-        let spawned = std::thread::Builder::new().name("wrap-report".into()).spawn(move || {
-            let mut link = Link { path, conn: None, last_try: None, warned: false };
-            while let Ok(Some(line)) = rx.recv() {
-                if !link.send(line.as_bytes()) {
-                    c.dropped.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("wrap-report".into())
+            .spawn(move || {
+                let mut link = Link {
+                    path,
+                    conn: None,
+                    last_try: None,
+                    warned: false,
+                };
+                while let Ok(Some(line)) = rx.recv() {
+                    if !link.send(line.as_bytes()) {
+                        c.dropped.fetch_add(1, Ordering::SeqCst);
+                    }
+                    c.handled.fetch_add(1, Ordering::SeqCst);
                 }
-                c.handled.fetch_add(1, Ordering::SeqCst);
-            }
-            let _ = done_tx.send(());
-        });
+                let _ = done_tx.send(());
+            });
         if spawned.is_err() {
             eprintln!("windowtap wrap: warning: cannot start the reporting thread; no intervals will be reported");
         }
-        Reporter { tx, counts, done: Mutex::new(done) }
+        Reporter {
+            tx,
+            counts,
+            done: Mutex::new(done),
+        }
     }
 
     /// Queues a report; never blocks.
@@ -377,18 +403,20 @@ impl SignalSet {
 
     /// Starts a thread that passes each signal on to `pid` while it has not been reaped.
     fn forward_to(self, pid: libc::pid_t, reaped: Arc<Mutex<bool>>) {
-        let spawned = std::thread::Builder::new().name("wrap-signals".into()).spawn(move || loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: the set is initialised and blocked in every thread; sig is ours.
-            if unsafe { libc::sigwait(&self.0, &mut sig) } != 0 {
-                continue;
-            }
-            let r = reaped.lock().unwrap_or_else(|e| e.into_inner());
-            if !*r {
-                // SAFETY: pid is our unreaped child, so it cannot have been reused.
-                unsafe { libc::kill(pid, sig) };
-            }
-        });
+        let spawned = std::thread::Builder::new()
+            .name("wrap-signals".into())
+            .spawn(move || loop {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: the set is initialised and blocked in every thread; sig is ours.
+                if unsafe { libc::sigwait(&self.0, &mut sig) } != 0 {
+                    continue;
+                }
+                let r = reaped.lock().unwrap_or_else(|e| e.into_inner());
+                if !*r {
+                    // SAFETY: pid is our unreaped child, so it cannot have been reused.
+                    unsafe { libc::kill(pid, sig) };
+                }
+            });
         if spawned.is_err() {
             eprintln!("windowtap wrap: warning: cannot start the signal thread; SIGINT/SIGTERM will not reach the server");
         }
@@ -401,7 +429,12 @@ fn wait_exited(pid: libc::pid_t) {
         // SAFETY: siginfo is plain data we own; waitid with WNOWAIT does not reap.
         let rc = unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
         };
         if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
             return;

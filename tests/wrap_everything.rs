@@ -54,13 +54,15 @@ fn tools_of(list: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
-    let Some(entry) = server_everything() else { return };
+    let Some(entry) = server_everything() else {
+        return;
+    };
     if !have("python3") {
         eprintln!("SKIPPED: python3 is not installed; the tee needs it");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut ingest = Ingest::start(&dir.path().join("ingest.sock"));
+    let ingest = Ingest::start(&dir.path().join("ingest.sock"));
     let (in_log, out_log) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
     let tee = fixture("tee.py");
     let server = [
@@ -81,12 +83,23 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
     w.send_json(&json!({"jsonrpc":"2.0","id":"list","method":"tools/list"}));
     let tools = tools_of(&w.response(json!("list")));
     for needed in ["echo", "trigger-long-running-operation"] {
-        assert!(tools.iter().any(|t| t == needed), "server-everything lists {needed}: {tools:?}");
+        assert!(
+            tools.iter().any(|t| t == needed),
+            "server-everything lists {needed}: {tools:?}"
+        );
     }
 
     // Claude Code's shape: integer id, toolUseId in _meta.
-    w.send_json(&call(json!(1), "echo", json!({"message":"hi"}), json!({"claudecode/toolUseId":"toolu_ev1","progressToken":1})));
-    assert_eq!(w.response(json!(1))["result"]["content"][0]["text"], "Echo: hi");
+    w.send_json(&call(
+        json!(1),
+        "echo",
+        json!({"message":"hi"}),
+        json!({"claudecode/toolUseId":"toolu_ev1","progressToken":1}),
+    ));
+    assert_eq!(
+        w.response(json!(1))["result"]["content"][0]["text"],
+        "Echo: hi"
+    );
     // Codex's shape: string id, itemId / callId / threadId.
     w.send_json(&call(
         json!("s-2"),
@@ -94,11 +107,17 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
         json!({"message":"again"}),
         json!({"itemId":"fc_ev2","callId":"call_ev2","threadId":"th_ev","progressToken":2,"x-codex-turn-metadata":{"turn_id":"t1"}}),
     ));
-    assert_eq!(w.response(json!("s-2"))["result"]["content"][0]["text"], "Echo: again");
+    assert_eq!(
+        w.response(json!("s-2"))["result"]["content"][0]["text"],
+        "Echo: again"
+    );
     // A tool that does not exist: the server answers with an error.
     w.send_json(&call(json!(3), "no-such-tool", json!({}), json!({})));
     let failed = w.response(json!(3));
-    assert!(failed.get("error").is_some() || failed["result"]["isError"] == true, "{failed}");
+    assert!(
+        failed.get("error").is_some() || failed["result"]["isError"] == true,
+        "{failed}"
+    );
     // A long call, cancelled once it has shown progress.
     w.send_json(&call(
         json!("long"),
@@ -111,30 +130,56 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
     });
     w.send_json(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"test"}}));
     // The session goes on.
-    w.send_json(&call(json!(4), "echo", json!({"message":"after"}), json!({})));
-    assert_eq!(w.response(json!(4))["result"]["content"][0]["text"], "Echo: after");
+    w.send_json(&call(
+        json!(4),
+        "echo",
+        json!({"message":"after"}),
+        json!({}),
+    ));
+    assert_eq!(
+        w.response(json!(4))["result"]["content"][0]["text"],
+        "Echo: after"
+    );
 
     let events = started(ingest.stop_after(5));
     let sent = w.sent.clone();
     let (status, received, stderr) = w.wait();
     assert!(status.success(), "wrapper exit {status}; stderr: {stderr}");
-    assert!(std::fs::read(&in_log).unwrap() == sent, "the server received exactly what the client sent");
-    assert!(std::fs::read(&out_log).unwrap() == received, "the client received exactly what the server wrote");
+    assert!(
+        std::fs::read(&in_log).unwrap() == sent,
+        "the server received exactly what the client sent"
+    );
+    assert!(
+        std::fs::read(&out_log).unwrap() == received,
+        "the client received exactly what the server wrote"
+    );
 
     let got = intervals(&events);
-    let summary: Vec<(&str, &str, Outcome)> =
-        got.iter().map(|i| (i.alias.as_str(), i.tool.as_str(), i.outcome)).collect();
+    let summary: Vec<(&str, &str, Outcome)> = got
+        .iter()
+        .map(|i| (i.alias.as_str(), i.tool.as_str(), i.outcome))
+        .collect();
     assert_eq!(
         summary,
         vec![
             ("everything", "echo", Outcome::Result),
             ("everything", "echo", Outcome::Result),
             ("everything", "no-such-tool", Outcome::Error),
-            ("everything", "trigger-long-running-operation", Outcome::Cancelled),
+            (
+                "everything",
+                "trigger-long-running-operation",
+                Outcome::Cancelled
+            ),
             ("everything", "echo", Outcome::Result),
         ]
     );
-    assert_eq!(got[0].hints, Hints { tool_use_id: Some("toolu_ev1".into()), ..Hints::default() });
+    assert_eq!(
+        got[0].hints,
+        Hints {
+            tool_use_id: Some("toolu_ev1".into()),
+            ..Hints::default()
+        }
+    );
     assert_eq!(
         got[1].hints,
         Hints {
@@ -145,6 +190,9 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
         }
     );
     for pair in got.windows(2) {
-        assert!(pair[0].end <= pair[1].start, "calls made one after another are reported in order: {got:#?}");
+        assert!(
+            pair[0].end <= pair[1].start,
+            "calls made one after another are reported in order: {got:#?}"
+        );
     }
 }

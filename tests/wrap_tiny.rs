@@ -17,7 +17,10 @@ fn python() -> bool {
 }
 
 fn tiny(logs: Option<&std::path::Path>) -> Vec<String> {
-    let mut v = vec!["python3".to_string(), fixture("tiny_server.py").display().to_string()];
+    let mut v = vec![
+        "python3".to_string(),
+        fixture("tiny_server.py").display().to_string(),
+    ];
     if let Some(dir) = logs {
         v.push("--log-in".into());
         v.push(dir.join("in.bin").display().to_string());
@@ -48,7 +51,12 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
     giant.push(b'\n');
     w.send(&giant);
     w.send(b"\xff\xfe{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\"}\xc3\n");
-    w.send_json(&call(json!(1), "echo", json!({"text":"hi"}), json!({"claudecode/toolUseId":"toolu_01"})));
+    w.send_json(&call(
+        json!(1),
+        "echo",
+        json!({"text":"hi"}),
+        json!({"claudecode/toolUseId":"toolu_01"}),
+    ));
     w.send_json(&call(json!("g"), "giant", json!({}), json!({})));
     w.send_json(&call(
         json!(2),
@@ -58,7 +66,10 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
     ));
     assert_eq!(w.response(json!(1))["result"]["content"][0]["text"], "hi");
     let big = w.response(json!("g"));
-    assert_eq!(big["result"]["content"][0]["text"].as_str().unwrap().len(), 32 << 20);
+    assert_eq!(
+        big["result"]["content"][0]["text"].as_str().unwrap().len(),
+        32 << 20
+    );
     assert_eq!(w.response(json!(2))["result"]["isError"], true);
     let sent = w.sent.clone();
     let (status, received, stderr) = w.wait();
@@ -66,19 +77,40 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
 
     let server_in = std::fs::read(dir.path().join("in.bin")).unwrap();
     let server_out = std::fs::read(dir.path().join("out.bin")).unwrap();
-    assert!(server_in == sent, "the server received exactly what the client sent");
-    assert!(server_out == received, "the client received exactly what the server wrote");
-    assert!(received.windows(6).any(|w| w == b"ack \xff\xfe"), "invalid UTF-8 came back untouched");
+    assert!(
+        server_in == sent,
+        "the server received exactly what the client sent"
+    );
+    assert!(
+        server_out == received,
+        "the client received exactly what the server wrote"
+    );
+    assert!(
+        received.windows(6).any(|w| w == b"ack \xff\xfe"),
+        "invalid UTF-8 came back untouched"
+    );
 
     let events = started(ingest.stop_after(3));
     let got = intervals(&events);
-    let summary: Vec<(&str, &str, Outcome)> =
-        got.iter().map(|i| (i.alias.as_str(), i.tool.as_str(), i.outcome)).collect();
+    let summary: Vec<(&str, &str, Outcome)> = got
+        .iter()
+        .map(|i| (i.alias.as_str(), i.tool.as_str(), i.outcome))
+        .collect();
     assert_eq!(
         summary,
-        vec![("tiny", "echo", Outcome::Result), ("tiny", "giant", Outcome::Result), ("tiny", "fail", Outcome::Error)]
+        vec![
+            ("tiny", "echo", Outcome::Result),
+            ("tiny", "giant", Outcome::Result),
+            ("tiny", "fail", Outcome::Error)
+        ]
     );
-    assert_eq!(got[0].hints, Hints { tool_use_id: Some("toolu_01".into()), ..Hints::default() });
+    assert_eq!(
+        got[0].hints,
+        Hints {
+            tool_use_id: Some("toolu_01".into()),
+            ..Hints::default()
+        }
+    );
     assert_eq!(
         got[2].hints,
         Hints {
@@ -88,7 +120,10 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
             thread: Some("th_1".into()),
         }
     );
-    let starts = events.iter().filter(|e| matches!(e.kind, EventKind::McpStart { .. })).count();
+    let starts = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::McpStart { .. }))
+        .count();
     assert_eq!(starts, 3, "the line with invalid UTF-8 started nothing");
     let mut ids: Vec<&str> = got.iter().map(|i| i.interval.as_str()).collect();
     ids.dedup();
@@ -107,15 +142,29 @@ fn a_server_crash_mid_call_is_lost_and_its_exit_code_propagates() {
     w.response(json!(0));
     w.send_json(&call(json!(1), "echo", json!({"text":"before"}), json!({})));
     w.response(json!(1));
-    w.send_json(&call(json!(2), "crash", json!({}), json!({"claudecode/toolUseId":"toolu_c"})));
+    w.send_json(&call(
+        json!(2),
+        "crash",
+        json!({}),
+        json!({"claudecode/toolUseId":"toolu_c"}),
+    ));
     let (status, _, stderr) = w.wait();
     assert_eq!(status.code(), Some(3), "stderr: {stderr}");
-    assert!(stderr.contains("tiny: crashing"), "the server's stderr is inherited: {stderr}");
+    assert!(
+        stderr.contains("tiny: crashing"),
+        "the server's stderr is inherited: {stderr}"
+    );
 
     let got = intervals(&started(ingest.stop_after(2)));
     assert_eq!(got.len(), 2);
-    assert_eq!((got[0].tool.as_str(), got[0].outcome), ("echo", Outcome::Result));
-    assert_eq!((got[1].tool.as_str(), got[1].outcome), ("crash", Outcome::Lost));
+    assert_eq!(
+        (got[0].tool.as_str(), got[0].outcome),
+        ("echo", Outcome::Result)
+    );
+    assert_eq!(
+        (got[1].tool.as_str(), got[1].outcome),
+        ("crash", Outcome::Lost)
+    );
     assert_eq!(got[1].hints.tool_use_id.as_deref(), Some("toolu_c"));
 }
 
@@ -130,12 +179,24 @@ fn without_a_relay_the_session_works_warns_once_and_counts_what_it_dropped() {
     w.send_json(&init_request(json!(0)));
     w.response(json!(0));
     for id in 1..=3 {
-        w.send_json(&call(json!(id), "echo", json!({"text": format!("t{id}")}), json!({})));
-        assert_eq!(w.response(json!(id))["result"]["content"][0]["text"], format!("t{id}"));
+        w.send_json(&call(
+            json!(id),
+            "echo",
+            json!({"text": format!("t{id}")}),
+            json!({}),
+        ));
+        assert_eq!(
+            w.response(json!(id))["result"]["content"][0]["text"],
+            format!("t{id}")
+        );
     }
     let (status, _, stderr) = w.wait();
     assert_eq!(status.code(), Some(0), "stderr: {stderr}");
-    assert_eq!(stderr.matches("warning").count(), 1, "one warning: {stderr}");
+    assert_eq!(
+        stderr.matches("warning").count(),
+        1,
+        "one warning: {stderr}"
+    );
     assert!(stderr.contains("6 interval report(s) dropped"), "{stderr}");
 }
 
@@ -165,10 +226,20 @@ fn a_relay_that_comes_up_later_is_picked_up() {
     assert_eq!(status.code(), Some(0), "stderr: {stderr}");
     // The first report through may be an end whose start was dropped: no start check here.
     let got = intervals(&ingest.stop_after(1));
-    assert!(!got.is_empty(), "reports arrived once the relay was up; stderr: {stderr}");
-    assert!(got.iter().all(|i| i.interval != got[0].interval || i.tool == "echo"));
-    assert!(got.iter().all(|i| i.tool == "echo" && i.outcome == Outcome::Result));
-    assert!(stderr.contains("dropped"), "the early reports were dropped and counted: {stderr}");
+    assert!(
+        !got.is_empty(),
+        "reports arrived once the relay was up; stderr: {stderr}"
+    );
+    assert!(got
+        .iter()
+        .all(|i| i.interval != got[0].interval || i.tool == "echo"));
+    assert!(got
+        .iter()
+        .all(|i| i.tool == "echo" && i.outcome == Outcome::Result));
+    assert!(
+        stderr.contains("dropped"),
+        "the early reports were dropped and counted: {stderr}"
+    );
 }
 
 #[test]
@@ -192,6 +263,9 @@ fn sigint_and_sigterm_reach_the_server_and_its_fate_is_the_exit_code() {
         assert_eq!(status.code(), Some(want), "signal {sig}; stderr: {stderr}");
         let got = intervals(&started(ingest.stop_after(1)));
         assert_eq!(got.len(), 1);
-        assert_eq!((got[0].tool.as_str(), got[0].outcome), ("hang", Outcome::Lost));
+        assert_eq!(
+            (got[0].tool.as_str(), got[0].outcome),
+            ("hang", Outcome::Lost)
+        );
     }
 }

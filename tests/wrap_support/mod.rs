@@ -17,11 +17,18 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_windowtap");
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mcp")
+        .join(name)
 }
 
 pub fn have(cmd: &str) -> bool {
-    Command::new(cmd).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
 }
 
 pub fn signal(pid: u32, sig: i32) {
@@ -64,13 +71,26 @@ impl Ingest {
                 }
             }
         });
-        Ingest { path: path.to_path_buf(), child, stderr: err, lines, out: Some(out), seen: Vec::new() }
+        Ingest {
+            path: path.to_path_buf(),
+            child,
+            stderr: err,
+            lines,
+            out: Some(out),
+            seen: Vec::new(),
+        }
     }
 
     /// Waits until `n` intervals (`mcp_interval` lines) have been printed.
     pub fn wait_intervals(&mut self, n: usize) {
         let deadline = Instant::now() + PATIENCE;
-        while self.seen.iter().filter(|l| l.contains("\"type\":\"mcp_interval\"")).count() < n {
+        while self
+            .seen
+            .iter()
+            .filter(|l| l.contains("\"type\":\"mcp_interval\""))
+            .count()
+            < n
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => self.seen.push(line),
@@ -93,7 +113,8 @@ impl Ingest {
         let status = self.child.wait().unwrap();
         assert!(status.success(), "ingest exited with {status}: {counters}");
         let text: String = self.seen.iter().map(|l| format!("{l}\n")).collect();
-        correlator::trace::read_all(text.as_bytes(), "ingest").expect("ingest output is a valid trace")
+        correlator::trace::read_all(text.as_bytes(), "ingest")
+            .expect("ingest output is a valid trace")
     }
 }
 
@@ -114,7 +135,16 @@ pub struct Interval {
 pub fn intervals(events: &[Event]) -> Vec<Interval> {
     let mut out = Vec::new();
     for e in events {
-        if let EventKind::McpInterval { interval, alias, tool, start, end, outcome, hints } = &e.kind {
+        if let EventKind::McpInterval {
+            interval,
+            alias,
+            tool,
+            start,
+            end,
+            outcome,
+            hints,
+        } = &e.kind
+        {
             assert!(start <= end && *end <= e.t, "times in order for {interval}");
             out.push(Interval {
                 interval: interval.clone(),
@@ -135,7 +165,10 @@ pub fn intervals(events: &[Event]) -> Vec<Interval> {
 /// events.
 pub fn started(events: Vec<Event>) -> Vec<Event> {
     for (n, e) in events.iter().enumerate() {
-        if let EventKind::McpInterval { interval, start, .. } = &e.kind {
+        if let EventKind::McpInterval {
+            interval, start, ..
+        } = &e.kind
+        {
             let ok = events[..n].iter().any(|s| {
                 matches!(&s.kind, EventKind::McpStart { interval: i, start: st, .. } if i == interval && st == start)
             });
@@ -237,11 +270,18 @@ impl Wrapped {
     }
 
     /// Waits for a received line that parses as JSON and satisfies `pred`.
-    pub fn wait_for(&mut self, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("no {what} in time"));
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what} in time"));
             if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) {
                 if pred(&v) {
                     return v;
@@ -252,7 +292,9 @@ impl Wrapped {
 
     /// Waits for the response to request `id`.
     pub fn response(&mut self, id: serde_json::Value) -> serde_json::Value {
-        self.wait_for(&format!("response to {id}"), |v| v.get("id") == Some(&id) && v.get("method").is_none())
+        self.wait_for(&format!("response to {id}"), |v| {
+            v.get("id") == Some(&id) && v.get("method").is_none()
+        })
     }
 
     /// Waits for the next received line, whatever it is.
@@ -322,6 +364,11 @@ pub fn init_request(id: serde_json::Value) -> serde_json::Value {
         "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrap-test","version":"0"}}})
 }
 
-pub fn call(id: serde_json::Value, tool: &str, args: serde_json::Value, meta: serde_json::Value) -> serde_json::Value {
+pub fn call(
+    id: serde_json::Value,
+    tool: &str,
+    args: serde_json::Value,
+    meta: serde_json::Value,
+) -> serde_json::Value {
     serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args,"_meta":meta}})
 }
