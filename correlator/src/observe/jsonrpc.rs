@@ -1259,4 +1259,145 @@ mod tests {
             assert_eq!(pick(&whole), pick(&skel), "{line}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z_/]{0,12}",
+                "\\PC{0,8}",
+                Just("quo\"te\\back\nline\u{1}é漢".to_string()),
+                Just("itemId".to_string()),
+                Just("params".to_string()),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                (-1e9f64..1e9).prop_map(|f| json!(f)),
+                text().prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::vec((text(), inner), 0..6)
+                        .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn id() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                (0i64..4).prop_map(Value::from),
+                "[a-c]".prop_map(Value::from),
+                value()
+            ]
+        }
+
+        fn meta() -> impl Strategy<Value = Value> {
+            (
+                prop::option::of(prop_oneof![text().prop_map(Value::from), value()]),
+                prop::option::of(text()),
+                prop::option::of(text()),
+                prop::option::of(text()),
+                value(),
+            )
+                .prop_map(|(tu, item, call, thread, extra)| {
+                    let mut m = serde_json::Map::new();
+                    if let Some(v) = tu {
+                        m.insert("claudecode/toolUseId".into(), v);
+                    }
+                    if let Some(v) = item {
+                        m.insert("itemId".into(), v.into());
+                    }
+                    if let Some(v) = call {
+                        m.insert("callId".into(), v.into());
+                    }
+                    if let Some(v) = thread {
+                        m.insert("threadId".into(), v.into());
+                    }
+                    m.insert("x-codex-turn-metadata".into(), extra);
+                    Value::Object(m)
+                })
+        }
+
+        /// A line and the direction it travels: mostly MCP-shaped, some anything at all.
+        fn message() -> impl Strategy<Value = (Direction, Value)> {
+            prop_oneof![
+                (id(), text(), value(), meta()).prop_map(|(id, name, args, meta)| (
+                    Direction::ClientToServer,
+                    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args,"_meta":meta}})
+                )),
+                (id(), value(), prop_oneof![any::<bool>().prop_map(Value::from), value()]).prop_map(
+                    |(id, content, is_error)| (
+                        Direction::ServerToClient,
+                        json!({"result":{"content":content,"isError":is_error},"jsonrpc":"2.0","id":id})
+                    )
+                ),
+                (id(), value()).prop_map(|(id, e)| (Direction::ServerToClient, json!({"jsonrpc":"2.0","id":id,"error":e}))),
+                id().prop_map(|id| (
+                    Direction::ClientToServer,
+                    json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id}})
+                )),
+                (any::<bool>(), value()).prop_map(|(up, v)| (
+                    if up { Direction::ClientToServer } else { Direction::ServerToClient },
+                    v
+                )),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Whatever the lines and however they are cut into pieces, observing through the
+            /// skeleton gives exactly what observing the whole parsed line gives.
+            #[test]
+            fn the_skeleton_observes_like_the_whole_line(
+                msgs in prop::collection::vec(message(), 1..12),
+                cuts in prop::collection::vec(1usize..64, 1..8),
+            ) {
+                let mut fast = Observer::new();
+                let mut whole = Observer::new();
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                let mut scanner = LineScanner::new();
+                for (n, (dir, msg)) in msgs.iter().enumerate() {
+                    let line = serde_json::to_vec(msg).unwrap();
+                    let mut rest = &line[..];
+                    let mut k = 0;
+                    while !rest.is_empty() {
+                        let take = cuts[k % cuts.len()].min(rest.len());
+                        scanner.push(&rest[..take]);
+                        rest = &rest[take..];
+                        k += 1;
+                    }
+                    let t = n as u64;
+                    if let Some(sk) = scanner.finish() {
+                        fast.skeleton(*dir, &sk, t, &mut got);
+                    } else {
+                        prop_assert!(false, "a JSON line digests: {}", String::from_utf8_lossy(&line));
+                    }
+                    whole.skeleton(*dir, &line, t, &mut want);
+                }
+                prop_assert_eq!(got, want);
+            }
+
+            /// Bytes that are not one JSON value never digest to anything.
+            #[test]
+            fn garbage_never_digests(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+                let mut s = LineScanner::new();
+                s.push(&bytes);
+                let digested = s.finish();
+                let is_json = serde_json::from_slice::<Value>(&bytes).is_ok();
+                if !is_json {
+                    prop_assert!(digested.is_none(), "{:?}", String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+    }
 }
