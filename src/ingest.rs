@@ -259,6 +259,19 @@ pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The path to listen on: `explicit` as given, else [`default_path`] with its private
+/// directory created and checked. For the relay's `--ingest` option.
+pub fn listen_path(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    let p = default_path();
+    if let Some(dir) = p.parent() {
+        prepare_private_dir(dir)?;
+    }
+    Ok(p)
+}
+
 /// Counters of one ingest listener.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -564,16 +577,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
 
-    let path = match args.ingest {
-        Some(p) => p,
-        None => {
-            let p = default_path();
-            if let Some(dir) = p.parent() {
-                prepare_private_dir(dir)?;
-            }
-            p
-        }
-    };
+    let path = listen_path(args.ingest)?;
     // Handlers first: whoever reads "listening" may signal at once.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

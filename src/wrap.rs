@@ -118,7 +118,9 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         &session,
     );
 
-    // The server closed its stdout: wait for it without reaping first, so that the signal
+    // The server closed its stdout (it is exiting): calls still running end now.
+    let gone = mono_ns();
+    // Wait for it without reaping first, so that the signal
     // thread never signals a pid that may already belong to someone else.
     wait_exited(pid);
     let status = {
@@ -126,7 +128,7 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         *r = true;
         child.wait().context("waiting for the MCP server")?
     };
-    session.lose_running();
+    session.lose_running(gone);
     let dropped = session.reporter.finish();
     if dropped > 0 {
         eprintln!(
@@ -173,10 +175,10 @@ impl Session {
         }
     }
 
-    fn lose_running(&self) {
+    fn lose_running(&self, t: u64) {
         let mut out = Vec::new();
         let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
-        obs.lose_all(mono_ns(), &mut out);
+        obs.lose_all(t, &mut out);
         self.report(out);
     }
 

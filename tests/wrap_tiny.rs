@@ -138,6 +138,15 @@ fn a_server_crash_mid_call_is_lost_and_its_exit_code_propagates() {
     let dir = tempfile::tempdir().unwrap();
     let ingest = Ingest::start(&dir.path().join("ingest.sock"));
     let mut w = start("tiny", Some(&ingest.path), &tiny(None));
+    // Claude Code's opening: a server/discover probe (string id), refused, then initialize.
+    w.send_json(
+        &json!({"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover",
+        "params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}),
+    );
+    assert_eq!(
+        w.response(json!("server-discover-probe-1"))["error"]["code"],
+        -32601
+    );
     w.send_json(&init_request(json!(0)));
     w.response(json!(0));
     w.send_json(&call(json!(1), "echo", json!({"text":"before"}), json!({})));
@@ -268,4 +277,40 @@ fn sigint_and_sigterm_reach_the_server_and_its_fate_is_the_exit_code() {
             ("hang", Outcome::Lost)
         );
     }
+}
+
+#[test]
+fn a_relay_that_goes_away_and_comes_back_is_picked_up_again() {
+    if !python() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let first = Ingest::start(&sock);
+    let mut w = start("tiny", Some(&sock), &tiny(None));
+    w.send_json(&init_request(json!(0)));
+    w.response(json!(0));
+    w.send_json(&call(json!(1), "echo", json!({"text":"one"}), json!({})));
+    w.response(json!(1));
+    let before = intervals(&started(first.stop_after(1)));
+    assert_eq!(before.len(), 1);
+    // The relay is gone: the next reports fail, once warned about.
+    w.send_json(&call(json!(2), "echo", json!({"text":"two"}), json!({})));
+    w.response(json!(2));
+    w.wait_stderr("warning");
+    let second = Ingest::start(&sock);
+    for id in 3..11 {
+        w.send_json(&call(json!(id), "echo", json!({"text":"again"}), json!({})));
+        w.response(json!(id));
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let after = intervals(&second.stop_after(1));
+    let (status, _, stderr) = w.wait();
+    assert_eq!(status.code(), Some(0), "stderr: {stderr}");
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|i| i.interval != before[0].interval),
+        "no report is sent twice"
+    );
+    assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
 }

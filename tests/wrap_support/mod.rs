@@ -329,7 +329,11 @@ impl Wrapped {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
-            assert!(Instant::now() < deadline, "wrapper did not exit");
+            assert!(
+                Instant::now() < deadline,
+                "wrapper did not exit: {}",
+                proc_state(self.child.id())
+            );
             std::thread::sleep(Duration::from_millis(10));
         };
         self.reader.take().unwrap().join().unwrap();
@@ -371,4 +375,53 @@ pub fn call(
     meta: serde_json::Value,
 ) -> serde_json::Value {
     serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args,"_meta":meta}})
+}
+
+/// What a stuck process and its children are doing, for a failure message.
+pub fn proc_state(pid: u32) -> String {
+    let mut out = String::new();
+    let read = |p: String| std::fs::read_to_string(p).unwrap_or_default();
+    let mut pids = vec![pid.to_string()];
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let tid = t.file_name().to_string_lossy().into_owned();
+        pids.extend(
+            read(format!("/proc/{pid}/task/{tid}/children"))
+                .split_whitespace()
+                .map(String::from),
+        );
+    }
+    for p in pids {
+        out.push_str(&format!(
+            "\n== {p} {}",
+            read(format!("/proc/{p}/cmdline")).replace('\0', " ")
+        ));
+        let status = read(format!("/proc/{p}/status"));
+        for l in status
+            .lines()
+            .filter(|l| l.starts_with("State") || l.starts_with("Sig") || l.starts_with("ShdPnd"))
+        {
+            out.push_str(&format!("\n  {l}"));
+        }
+        for t in std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            out.push_str(&format!(
+                "\n  task {tid} {} wchan={} syscall={}",
+                read(format!("/proc/{p}/task/{tid}/comm")).trim(),
+                read(format!("/proc/{p}/task/{tid}/wchan")),
+                read(format!("/proc/{p}/task/{tid}/syscall"))
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+            ));
+        }
+    }
+    out
 }
