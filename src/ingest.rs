@@ -236,6 +236,26 @@ pub fn default_path() -> PathBuf {
     dir.join("ingest.sock")
 }
 
+/// Where a wrapper that was given no path looks, in order. Hosts may not pass the user's
+/// environment on to MCP servers (Codex forwards only a short list of variables unless told
+/// otherwise), so besides [`default_path`] the wrapper also tries where `$XDG_RUNTIME_DIR`
+/// usually points and the temp-dir fallback, whatever its own environment says.
+pub fn wrapper_candidates() -> Vec<PathBuf> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut paths = vec![
+        default_path(),
+        PathBuf::from(format!("/run/user/{uid}/windowtap/ingest.sock")),
+        std::env::temp_dir()
+            .join(format!("windowtap-{uid}"))
+            .join("ingest.sock"),
+        PathBuf::from(format!("/tmp/windowtap-{uid}/ingest.sock")),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    paths.retain(|p| seen.insert(p.clone()));
+    paths
+}
+
 /// Creates the default path's directory (0700) if needed and checks nobody else can use it.
 pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
     match std::fs::create_dir(dir) {
@@ -666,6 +686,19 @@ mod tests {
             assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
             assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r));
         }
+    }
+
+    #[test]
+    fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
+        let paths = wrapper_candidates();
+        assert_eq!(paths[0], default_path());
+        let uid = unsafe { libc::getuid() };
+        assert!(paths.contains(&PathBuf::from(format!(
+            "/run/user/{uid}/windowtap/ingest.sock"
+        ))));
+        assert!(paths.contains(&PathBuf::from(format!("/tmp/windowtap-{uid}/ingest.sock"))));
+        let unique: std::collections::HashSet<_> = paths.iter().collect();
+        assert_eq!(unique.len(), paths.len());
     }
 
     #[test]

@@ -63,7 +63,10 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     if args.alias.is_empty() {
         anyhow::bail!("--alias must not be empty");
     }
-    let path = args.ingest.clone().unwrap_or_else(ingest::default_path);
+    let paths = match &args.ingest {
+        Some(p) => vec![p.clone()],
+        None => ingest::wrapper_candidates(),
+    };
     let (program, rest) = args
         .command
         .split_first()
@@ -88,7 +91,7 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         alias: args.alias,
         prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
         observer: Mutex::new(Observer::new()),
-        reporter: Reporter::start(path),
+        reporter: Reporter::start(paths),
     });
 
     let server_in = child.stdin.take().context("server stdin")?;
@@ -256,7 +259,7 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn start(path: PathBuf) -> Reporter {
+    fn start(paths: Vec<PathBuf>) -> Reporter {
         let (tx, rx) = mpsc::sync_channel::<Option<String>>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -265,7 +268,7 @@ impl Reporter {
             .name("wrap-report".into())
             .spawn(move || {
                 let mut link = Link {
-                    path,
+                    paths,
                     conn: None,
                     last_try: None,
                     warned: false,
@@ -331,7 +334,8 @@ struct Counts {
 
 /// The connection to the relay, made and remade lazily.
 struct Link {
-    path: PathBuf,
+    /// Where to look, in order: the one path given, or the default candidates.
+    paths: Vec<PathBuf>,
     conn: Option<UnixStream>,
     last_try: Option<Instant>,
     warned: bool,
@@ -342,12 +346,19 @@ impl Link {
     fn send(&mut self, line: &[u8]) -> bool {
         if self.conn.is_none() && self.last_try.is_none_or(|t| t.elapsed() >= RETRY) {
             self.last_try = Some(Instant::now());
-            match UnixStream::connect(&self.path) {
-                Ok(s) => {
-                    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
-                    self.conn = Some(s);
+            let mut failure = None;
+            for path in &self.paths {
+                match UnixStream::connect(path) {
+                    Ok(s) => {
+                        let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                        self.conn = Some(s);
+                        break;
+                    }
+                    Err(e) => failure = failure.or(Some(e)),
                 }
-                Err(e) => self.warn(&e),
+            }
+            if let (None, Some(e)) = (&self.conn, failure) {
+                self.warn(&e);
             }
         }
         let Some(conn) = &mut self.conn else {
@@ -367,9 +378,11 @@ impl Link {
     fn warn(&mut self, e: &io::Error) {
         if !self.warned {
             self.warned = true;
+            let paths: Vec<String> = self.paths.iter().map(|p| p.display().to_string()).collect();
             eprintln!(
-                "windowtap wrap: warning: relay ingest socket {} unavailable ({e}); the MCP session goes on, interval reports are dropped until it is back",
-                self.path.display()
+                "windowtap wrap: warning: relay ingest socket unavailable at {} ({e}); the MCP session goes on, interval reports are dropped until it is back (set --ingest or {})",
+                paths.join(" or "),
+                ingest::ENV
             );
         }
     }

@@ -314,3 +314,29 @@ fn a_relay_that_goes_away_and_comes_back_is_picked_up_again() {
     );
     assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
 }
+
+#[test]
+fn without_a_path_the_wrapper_finds_the_relay_at_its_default_place() {
+    if !python() {
+        return;
+    }
+    let runtime = tempfile::tempdir().unwrap();
+    let env = [("XDG_RUNTIME_DIR", runtime.path())];
+    let ingest = Ingest::start_default(&env);
+    assert_eq!(ingest.path, runtime.path().join("windowtap/ingest.sock"));
+    let server = tiny(None);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let mut w = Wrapped::start_env("tiny", None, &server, &env);
+    w.send_json(&init_request(json!(0)));
+    w.response(json!(0));
+    w.send_json(&call(json!(1), "echo", json!({"text":"found"}), json!({})));
+    w.response(json!(1));
+    let got = intervals(&started(ingest.stop_after(1)));
+    let (status, _, stderr) = w.wait();
+    assert_eq!(status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        (got[0].tool.as_str(), got[0].outcome),
+        ("echo", Outcome::Result)
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+}

@@ -49,9 +49,24 @@ pub struct Ingest {
 
 impl Ingest {
     pub fn start(path: &Path) -> Ingest {
-        let mut child = Command::new(BIN)
-            .args(["ingest", "--ingest"])
-            .arg(path)
+        Ingest::spawn(Some(path), &[])
+    }
+
+    /// The harness on its default path, under the given environment.
+    pub fn start_default(env: &[(&str, &Path)]) -> Ingest {
+        Ingest::spawn(None, env)
+    }
+
+    fn spawn(path: Option<&Path>, env: &[(&str, &Path)]) -> Ingest {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("ingest");
+        if let Some(p) = path {
+            cmd.arg("--ingest").arg(p);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -61,6 +76,7 @@ impl Ingest {
         let mut line = String::new();
         err.read_line(&mut line).expect("ingest banner");
         assert!(line.contains("listening on"), "ingest said: {line}");
+        let path = PathBuf::from(line.trim_end().rsplit("listening on ").next().unwrap());
         let (tx, lines) = mpsc::channel();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let out = std::thread::spawn(move || {
@@ -195,7 +211,20 @@ pub struct Wrapped {
 impl Wrapped {
     /// `windowtap wrap --alias ALIAS [--ingest PATH] -- server...`.
     pub fn start(alias: &str, ingest: Option<&Path>, server: &[&str]) -> Wrapped {
+        Wrapped::start_env(alias, ingest, server, &[])
+    }
+
+    /// The same, with extra environment variables.
+    pub fn start_env(
+        alias: &str,
+        ingest: Option<&Path>,
+        server: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Wrapped {
         let mut cmd = Command::new(BIN);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         cmd.args(["wrap", "--alias", alias]);
         if let Some(p) = ingest {
             cmd.arg("--ingest").arg(p);
