@@ -348,9 +348,13 @@ impl Shared {
     }
 }
 
-/// Listens on `path` (mode 0600) and sends `mcp_start` / `mcp_interval` events to `tx`.
-/// Refuses a path held by a live listener or by something that is not a socket; replaces a
-/// stale socket file.
+/// Listens on `path` (mode 0600) and sends `mcp_start` / `mcp_interval` events to `tx`, each
+/// with its `t`. Refuses a path held by a live listener or by something that is not a socket;
+/// replaces a stale socket file. Call it inside a Tokio runtime; the listener runs on it until
+/// the handle is dropped.
+///
+/// Events leave in the order of their `t`, but `t` is read when a line arrives: a caller that
+/// merges them with other events should merge by arrival, not re-sort.
 pub async fn serve(
     path: PathBuf,
     clock: Clock,
