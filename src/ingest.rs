@@ -50,6 +50,8 @@ pub const ENV: &str = "WINDOWTAP_INGEST";
 /// Longest accepted line; a report is a few hundred bytes.
 pub const MAX_LINE: usize = 64 * 1024;
 const MAX_ID: usize = 128;
+/// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
+const MAX_RUNNING: usize = 65_536;
 const MAX_NAME: usize = 1024;
 
 /// One report, as the wrapper writes it and the relay reads it.
@@ -96,6 +98,8 @@ pub enum Fault {
     Future,
     #[error("start for an interval id that is already running")]
     DuplicateStart,
+    #[error("too many intervals running on one connection")]
+    TooManyRunning,
 }
 
 impl Report {
@@ -490,6 +494,9 @@ async fn accept(
         } => {
             if running.contains_key(&id) {
                 return Err(Fault::DuplicateStart);
+            }
+            if running.len() >= MAX_RUNNING {
+                return Err(Fault::TooManyRunning);
             }
             running.insert(
                 id.clone(),

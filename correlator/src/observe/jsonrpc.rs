@@ -66,6 +66,9 @@ const KEY_CAP: usize = 256;
 /// Largest skeleton. Past it the line is given up (a message with thousands of scalar members
 /// where we keep members is not an MCP message we need).
 const SKELETON_CAP: usize = 64 * 1024;
+/// Deepest nesting followed (serde_json's own limit). Deeper lines are given up, so that a
+/// line of a million `[` costs no more memory than any other.
+const MAX_DEPTH: usize = 128;
 /// Most `tools/call` requests tracked at once; beyond it new calls are not reported.
 pub const MAX_RUNNING: usize = 65_536;
 
@@ -387,6 +390,7 @@ impl LineScanner {
                 let (keep, role) = self.value_role();
                 let keep_scalar = keep && self.role_for_scalars();
                 match b {
+                    b'{' | b'[' if self.stack.len() >= MAX_DEPTH => self.fail(),
                     b'{' | b'[' => {
                         let kept = keep && role != Role::Dropped;
                         if kept {
@@ -1214,6 +1218,19 @@ mod tests {
         assert!(s.finish().is_none());
         // And the scanner is ready for the next line.
         s.push(good.as_bytes());
+        assert!(s.finish().is_some());
+    }
+
+    #[test]
+    fn nesting_deeper_than_serde_follows_is_given_up_without_growing() {
+        let mut s = LineScanner::new();
+        for _ in 0..1000 {
+            s.push(&[b'['; 1000]);
+        }
+        assert!(s.stack.len() <= MAX_DEPTH);
+        assert!(s.finish().is_none());
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        s.push(ok.as_bytes());
         assert!(s.finish().is_some());
     }
 
