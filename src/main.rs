@@ -3,6 +3,7 @@
 
 mod check;
 mod clock;
+mod env_cmd;
 mod ingest;
 mod otlp;
 mod relay;
@@ -33,6 +34,12 @@ enum Command {
     Report(report::ReportArgs),
     /// Validate trace v1 and records v1 files, naming the line and field of each error.
     Check(check::CheckArgs),
+    /// Print the override that points Claude Code or Codex at a running relay.
+    Env(env_cmd::EnvArgs),
+    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v1
+    /// (for trying a wrapper without the relay).
+    #[command(hide = true)]
+    Ingest(ingest::IngestArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +50,8 @@ fn main() -> std::process::ExitCode {
         Command::Wrap(args) => wrap::main(args),
         Command::Report(args) => report::main(args),
         Command::Check(args) => check::main(args),
+        Command::Env(args) => env_cmd::main(args),
+        Command::Ingest(args) => ingest::main(args),
     };
     match result {
         Ok(code) => code,
