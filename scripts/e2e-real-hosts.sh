@@ -446,12 +446,13 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         result=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
             "$v/records.jsonl" "$v/trace.jsonl" "$CANARY" "$v/records.jsonl" "$v/trace.jsonl" "$v/relay.err" \
             "$v/relay.out" "$v/host.err")
+        # `why` is last, so it takes the rest of the line, spaces and all.
         read -r ok calls recs attributed early evidence same why < <(python3 -c 'import json,sys
 r=json.loads(sys.argv[1])
-print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r["evidence"]) or "-", "yes" if r["same_output"] else "NO", (r["why"] or "-").replace(" ","_"))' "$result")
+print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r["evidence"]) or "-", "yes" if r["same_output"] else "NO", r["why"] or "-")' "$result")
         status=PASS
         if [ "$ok" != True ] || [ "$drc" != 0 ] || [ "$vrc" != 0 ]; then status=FAIL; fail=1; fi
-        ROWS+=("$(printf '%-20s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-42s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$evidence" "$status" "${why//_/ }")")
+        ROWS+=("$(printf '%-20s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-42s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$evidence" "$status" "$why")")
     done
 done
 
