@@ -755,11 +755,15 @@ fn inflate_all(d: &mut Decompress, input: &[u8]) -> Result<Vec<u8>, WsError> {
         if out.capacity() - out.len() < 1024 {
             out.reserve(out.capacity().max(4096));
         }
-        let before_in = d.total_in();
+        let (before_in, before_out) = (d.total_in(), out.len());
         let status = d
             .decompress_vec(&input[pos..], &mut out, FlushDecompress::Sync)
             .map_err(|e| WsError::Deflate(e.to_string()))?;
         pos += (d.total_in() - before_in) as usize;
+        if d.total_in() == before_in && out.len() == before_out && pos < input.len() {
+            // Room to write and input left, yet nothing moved: never spin on it.
+            return Err(WsError::Deflate("inflate made no progress".into()));
+        }
         if out.len() > MAX_MESSAGE {
             return Err(WsError::Protocol("inflated message too large"));
         }
@@ -780,10 +784,13 @@ fn deflate_all(c: &mut Compress, input: &[u8]) -> Result<Vec<u8>, WsError> {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(1024));
         }
-        let before_in = c.total_in();
+        let (before_in, before_out) = (c.total_in(), out.len());
         c.compress_vec(&input[pos..], &mut out, FlushCompress::Sync)
             .map_err(|e| WsError::Deflate(e.to_string()))?;
         pos += (c.total_in() - before_in) as usize;
+        if c.total_in() == before_in && out.len() == before_out && pos < input.len() {
+            return Err(WsError::Deflate("deflate made no progress".into()));
+        }
         // Done when all input is in and the flush left spare room (nothing more pending).
         if pos >= input.len() && out.capacity() > out.len() {
             return Ok(out);
@@ -1241,6 +1248,16 @@ mod tests {
             assert_eq!(inflate_all(&mut d, &data).unwrap(), m.as_bytes());
         }
         assert!(sizes[1] < sizes[0]);
+    }
+
+    #[test]
+    fn deflate_round_trips_a_message_larger_than_any_buffer() {
+        // Not very compressible (a counter's digits), so both sides must grow their buffers.
+        let big: String = (0..60_000u32).map(|i| format!("{i},")).collect();
+        let mut c = Compress::new(Compression::fast(), false);
+        let mut d = Decompress::new(false);
+        let data = deflate_all(&mut c, big.as_bytes()).unwrap();
+        assert_eq!(inflate_all(&mut d, &data).unwrap(), big.as_bytes());
     }
 
     #[test]
