@@ -3,6 +3,7 @@
 
 mod clock;
 mod ingest;
+mod live;
 mod relay;
 mod replay_cmd;
 mod wrap;

@@ -1,0 +1,515 @@
+//! Live correlation: relay events and MCP reports go to ONE correlator (the same code as
+//! replay), in `t` order, behind a watermark (design.md §4).
+//!
+//! Sources of events:
+//! - each observed stream: its observer task stamps events with the time the bytes passed
+//!   through the relay, so they arrive here late and slightly out of order across streams;
+//! - the ingest socket: MCP reports, whose `t` is when they reached the correlator.
+//!
+//! The watermark `W` is a time before which no relay event can still arrive. Events are held
+//! in a heap and fed to the correlator only once they are older than `W`, and the
+//! correlator's clock is advanced to `W` (never further), so no decision is ever taken before
+//! every relay event stamped at or before it has been applied.
+//!
+//! How `W` is known without locks on the data path: every observed stream is a [`Source`]
+//! with a `pending` counter (copies handed to its observer and not yet fully turned into
+//! events here) and `last_t` (the time of the copy its observer last took up). The data path
+//! increments `pending` *before* reading the clock for a copy; the observer sends the copy's
+//! events *before* decrementing it. So, reading the clock first (`now0`) and then each
+//! source: a source with nothing pending cannot produce an event older than `now0`, and one
+//! with something pending cannot produce one older than its `last_t` (observers never stamp
+//! backwards). The correlator task reads the marks first and drains its channel after, so
+//! every event older than `W` is in the heap when `W` is used.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use correlator::pseudo::Pseudonymizer;
+use correlator::records::Summary;
+use correlator::{trace, Config, Correlator, Event, EventKind, Millis, Record};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::Clock;
+
+/// One timed event, as sources hand them over (raw ids; pseudonymized here).
+pub type Timed = (Millis, EventKind);
+
+/// How many relay events may wait between the observers and the correlator task before the
+/// observers wait (they are off the data path, so waiting there is harmless).
+pub const EVENT_QUEUE: usize = 8192;
+
+/// The watermark state of one observed stream (see the module docs).
+#[derive(Debug)]
+pub struct Source {
+    pending: AtomicU64,
+    last_t: AtomicU64,
+}
+
+impl Source {
+    /// Counts one copy (or other unit of observer work) as pending. Call before reading the
+    /// clock for its time.
+    pub fn begin(&self) {
+        self.pending.fetch_add(1, AtomicOrdering::SeqCst);
+    }
+
+    /// One pending unit is done: its events (if any) were sent.
+    pub fn done(&self) {
+        self.pending.fetch_sub(1, AtomicOrdering::SeqCst);
+    }
+
+    /// The observer took up work stamped `t` (non-decreasing).
+    pub fn took_up(&self, t: Millis) {
+        self.last_t.store(t.to_bits(), AtomicOrdering::SeqCst);
+    }
+
+    fn mark(&self, now0: Millis) -> Millis {
+        if self.pending.load(AtomicOrdering::SeqCst) == 0 {
+            now0
+        } else {
+            f64::from_bits(self.last_t.load(AtomicOrdering::SeqCst))
+        }
+    }
+}
+
+/// Every observed stream that may still produce events.
+#[derive(Debug, Default)]
+pub struct Sources {
+    next: AtomicU64,
+    live: Mutex<HashMap<u64, Arc<Source>>>,
+}
+
+/// A registered source; deregisters when dropped (after its last events were sent).
+#[derive(Debug)]
+pub struct SourceGuard {
+    id: u64,
+    source: Arc<Source>,
+    sources: Arc<Sources>,
+}
+
+impl SourceGuard {
+    pub fn source(&self) -> &Arc<Source> {
+        &self.source
+    }
+}
+
+impl Drop for SourceGuard {
+    fn drop(&mut self) {
+        if let Ok(mut live) = self.sources.live.lock() {
+            live.remove(&self.id);
+        }
+    }
+}
+
+impl Sources {
+    /// Registers a stream with one unit of work already pending (its opening), before any
+    /// of its times is read from `clock`.
+    pub fn register(self: &Arc<Self>, clock: &Clock) -> SourceGuard {
+        let id = self.next.fetch_add(1, AtomicOrdering::Relaxed);
+        let source = Arc::new(Source {
+            pending: AtomicU64::new(1),
+            last_t: AtomicU64::new(0f64.to_bits()),
+        });
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(id, source.clone());
+        }
+        // Stamped after registration: the watermark may already have passed an earlier time.
+        source.took_up(clock.now_ms());
+        SourceGuard {
+            id,
+            source,
+            sources: self.clone(),
+        }
+    }
+
+    /// The watermark given `now0`, a clock reading taken before this call.
+    pub fn watermark(&self, now0: Millis) -> Millis {
+        let live = match self.live.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        live.values().fold(now0, |w, s| w.min(s.mark(now0)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.lock().map(|l| l.len()).unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    t: Millis,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Held {
+    // Reversed: BinaryHeap is a max-heap and we want the oldest (then first-arrived) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .t
+            .total_cmp(&self.t)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// Holds events back until the watermark passes them and releases them in `t` order (ties in
+/// arrival order). Sans-IO, so the ordering rules are unit-tested on their own.
+#[derive(Debug, Default)]
+pub struct Sequencer {
+    heap: BinaryHeap<Held>,
+    seq: u64,
+    /// Every event released so far is older than this.
+    released: Millis,
+    /// Events that arrived stamped before what was already released and were moved up.
+    pub late: u64,
+}
+
+impl Sequencer {
+    /// Offers an event. One stamped before what was already released cannot be fed in its
+    /// place any more; it is moved up to the release point (for MCP reports that is simply
+    /// when the report reached the correlator, which is what their `t` means).
+    pub fn offer(&mut self, t: Millis, kind: EventKind) {
+        let t = if t < self.released {
+            self.late += 1;
+            self.released
+        } else {
+            t
+        };
+        self.seq += 1;
+        self.heap.push(Held {
+            t,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    /// Releases, in order, every held event older than `w`.
+    pub fn release(&mut self, w: Millis, mut each: impl FnMut(Event)) {
+        while self.heap.peek().is_some_and(|h| h.t < w) {
+            let h = self.heap.pop().expect("peeked");
+            each(Event { t: h.t, kind: h.kind });
+        }
+        if w > self.released {
+            self.released = w;
+        }
+    }
+
+    /// Releases everything (shutdown).
+    pub fn release_all(&mut self, mut each: impl FnMut(Event)) {
+        while let Some(h) = self.heap.pop() {
+            if h.t > self.released {
+                self.released = h.t;
+            }
+            each(Event { t: h.t, kind: h.kind });
+        }
+    }
+
+    pub fn held(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn released(&self) -> Millis {
+        self.released
+    }
+}
+
+/// Where records and the capture go.
+pub struct Sinks {
+    /// Records v1, one line per record, flushed per record.
+    pub records: Box<dyn Write + Send>,
+    /// The sanitized trace v1, in the order events were fed to the correlator.
+    pub capture: Option<Box<dyn Write + Send>>,
+}
+
+pub struct LiveConfig {
+    pub correlator: Config,
+    pub pseudo: Pseudonymizer,
+    /// How often time is advanced while no event arrives.
+    pub tick: Duration,
+}
+
+/// What the rest of the relay uses to feed the correlator task.
+#[derive(Clone)]
+pub struct LiveHandle {
+    pub events: mpsc::Sender<Timed>,
+    pub sources: Arc<Sources>,
+}
+
+/// The capture's first line: trace v1 with the options this run used, so that
+/// `windowtap replay FILE` decides with the same ones.
+pub fn capture_header(c: &Config) -> String {
+    let mut s = String::from(r#"{"type":"trace","version":1,"close_wait":"#);
+    correlator::json::push_ms(&mut s, c.close_wait);
+    s.push_str(r#","window_open":""#);
+    s.push_str(c.window_open.as_str());
+    s.push_str(r#"","max_window":"#);
+    correlator::json::push_ms(&mut s, c.max_window);
+    s.push('}');
+    s
+}
+
+struct Task {
+    clock: Clock,
+    sources: Arc<Sources>,
+    seq: Sequencer,
+    corr: Correlator,
+    pseudo: Pseudonymizer,
+    sinks: Sinks,
+    records: Vec<Record>,
+    summary: Summary,
+    line: String,
+    pushed: bool,
+}
+
+impl Task {
+    fn offer(&mut self, (t, kind): Timed) {
+        let kind = self.pseudo.event(kind);
+        self.seq.offer(t, kind);
+    }
+
+    fn feed(&mut self, ev: Event) -> io::Result<()> {
+        if let Some(cap) = &mut self.sinks.capture {
+            self.line.clear();
+            trace::write_event(&mut self.line, &ev);
+            self.line.push('\n');
+            cap.write_all(self.line.as_bytes())?;
+        }
+        self.corr.push(&ev, &mut self.records);
+        self.pushed = true;
+        Ok(())
+    }
+
+    fn write_records(&mut self) -> io::Result<()> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        // The capture first: a record never names an event the capture lacks.
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+        }
+        for r in self.records.drain(..) {
+            self.summary.add(&r);
+            self.line.clear();
+            r.write_json(&mut self.line);
+            self.line.push('\n');
+            self.sinks.records.write_all(self.line.as_bytes())?;
+            self.sinks.records.flush()?;
+        }
+        Ok(())
+    }
+
+    /// One round: marks first, then whatever has arrived, then release and advance.
+    fn round(&mut self, rx: &mut mpsc::Receiver<Timed>, ingest: &mut Ingest) -> io::Result<()> {
+        let now0 = self.clock.now_ms();
+        let w = self.sources.watermark(now0);
+        while let Ok(ev) = rx.try_recv() {
+            self.offer(ev);
+        }
+        ingest.drain(|ev| self.offer(ev));
+        let mut released = Vec::new();
+        self.seq.release(w, |ev| released.push(ev));
+        for ev in released {
+            self.feed(ev)?;
+        }
+        if self.pushed {
+            self.corr.advance(w, &mut self.records);
+        }
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+        }
+        self.write_records()
+    }
+
+    fn finish(&mut self, rx: &mut mpsc::Receiver<Timed>, ingest: &mut Ingest) -> io::Result<()> {
+        while let Ok(ev) = rx.try_recv() {
+            self.offer(ev);
+        }
+        ingest.drain(|ev| self.offer(ev));
+        let mut released = Vec::new();
+        self.seq.release_all(|ev| released.push(ev));
+        for ev in released {
+            self.feed(ev)?;
+        }
+        self.corr.finish(&mut self.records);
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+        }
+        self.write_records()?;
+        self.sinks.records.flush()
+    }
+}
+
+/// The MCP reports channel (absent until the ingest socket is wired).
+struct Ingest(Option<mpsc::Receiver<Timed>>);
+
+impl Ingest {
+    fn drain(&mut self, mut each: impl FnMut(Timed)) {
+        if let Some(rx) = &mut self.0 {
+            while let Ok(ev) = rx.try_recv() {
+                each(ev);
+            }
+        }
+    }
+
+    async fn recv(&mut self) -> Option<Timed> {
+        match &mut self.0 {
+            Some(rx) => match rx.recv().await {
+                Some(ev) => Some(ev),
+                None => {
+                    // The ingest side went away: nothing more will come from it.
+                    self.0 = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Starts the correlator task. It runs until `shutdown` fires (or its sender is dropped),
+/// then feeds everything held, finishes the correlator and flushes both sinks.
+pub fn spawn(
+    cfg: LiveConfig,
+    clock: Clock,
+    mut sinks: Sinks,
+    ingest: Option<mpsc::Receiver<Timed>>,
+    shutdown: oneshot::Receiver<()>,
+) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Summary>>)> {
+    if let Some(cap) = &mut sinks.capture {
+        cap.write_all(capture_header(&cfg.correlator).as_bytes())?;
+        cap.write_all(b"\n")?;
+        cap.flush()?;
+    }
+    let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
+    let sources = Arc::new(Sources::default());
+    let mut task = Task {
+        clock,
+        sources: sources.clone(),
+        seq: Sequencer::default(),
+        corr: Correlator::new(cfg.correlator),
+        pseudo: cfg.pseudo,
+        sinks,
+        records: Vec::new(),
+        summary: Summary::default(),
+        line: String::with_capacity(512),
+        pushed: false,
+    };
+    let tick = cfg.tick;
+    let join = tokio::spawn(async move {
+        let mut ingest = Ingest(ingest);
+        let mut shutdown = shutdown;
+        let mut timer = tokio::time::interval(tick);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                ev = rx.recv() => match ev {
+                    Some(ev) => task.offer(ev),
+                    None => break,
+                },
+                ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
+                _ = timer.tick() => {}
+            }
+            task.round(&mut rx, &mut ingest)?;
+        }
+        task.finish(&mut rx, &mut ingest)?;
+        if task.seq.late > 0 {
+            tracing::debug!(
+                late = task.seq.late,
+                "events moved up to the watermark on arrival"
+            );
+        }
+        Ok(task.summary)
+    });
+    Ok((LiveHandle { events: tx, sources }, join))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(s: &str) -> EventKind {
+        EventKind::StreamClose { stream: s.into() }
+    }
+
+    fn drain(seq: &mut Sequencer, w: Millis) -> Vec<(Millis, String)> {
+        let mut v = Vec::new();
+        seq.release(w, |e| v.push((e.t, e.kind.stream().unwrap().to_string())));
+        v
+    }
+
+    #[test]
+    fn events_are_released_in_time_order_once_the_watermark_passes_them() {
+        let mut s = Sequencer::default();
+        s.offer(5.0, close("b"));
+        s.offer(3.0, close("a"));
+        s.offer(5.0, close("c"));
+        s.offer(9.0, close("d"));
+        assert_eq!(
+            drain(&mut s, 5.0),
+            vec![(3.0, "a".to_string())],
+            "an event at the watermark itself waits"
+        );
+        assert_eq!(
+            drain(&mut s, 6.0),
+            vec![(5.0, "b".to_string()), (5.0, "c".to_string())],
+            "ties keep their arrival order"
+        );
+        assert_eq!(s.held(), 1);
+    }
+
+    #[test]
+    fn a_late_event_is_moved_up_to_the_release_point() {
+        let mut s = Sequencer::default();
+        s.offer(1.0, close("a"));
+        drain(&mut s, 10.0);
+        s.offer(4.0, close("late"));
+        assert_eq!(s.late, 1);
+        assert_eq!(drain(&mut s, 11.0), vec![(10.0, "late".to_string())]);
+    }
+
+    #[test]
+    fn an_idle_source_holds_nothing_back_and_a_busy_one_holds_at_its_last_work() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let g = sources.register(&clock);
+        let registered = f64::from_bits(g.source().last_t.load(AtomicOrdering::SeqCst));
+        // Its opening is pending: the watermark stays at its registration.
+        assert_eq!(sources.watermark(1e9), registered);
+        g.source().took_up(registered + 2.0);
+        assert_eq!(sources.watermark(1e9), registered + 2.0);
+        g.source().done();
+        assert_eq!(sources.watermark(1e9), 1e9);
+        g.source().begin();
+        assert_eq!(sources.watermark(1e9), registered + 2.0);
+        g.source().done();
+        drop(g);
+        assert_eq!(sources.len(), 0);
+        assert_eq!(sources.watermark(7.0), 7.0);
+    }
+
+    #[test]
+    fn the_capture_header_carries_the_options() {
+        let h = capture_header(&Config::default());
+        assert!(h.starts_with(r#"{"type":"trace","version":1,"#));
+        let v: serde_json::Value = serde_json::from_str(&h).unwrap();
+        assert_eq!(v["close_wait"], 1000);
+        assert_eq!(v["window_open"], "call");
+        assert_eq!(v["max_window"], 1800000);
+    }
+}

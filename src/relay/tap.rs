@@ -1,0 +1,236 @@
+//! Taps: the data path hands cheap copies (`Bytes` clones) of what it forwards to a stream's
+//! observer task through a bounded channel, and never waits for it.
+//!
+//! If the channel is full the copy is dropped, the tap stops copying for good and the observer
+//! is told `lost("overflow")` (stamped with the moment of the first dropped copy) once it has
+//! taken up everything queued before. Each copy is stamped on the data path, when the bytes
+//! passed; the observer stamps the events a copy produces with that time, never its own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use correlator::{EventKind, Millis};
+use tokio::sync::{mpsc, Notify};
+
+use crate::clock::Clock;
+use crate::live::{SourceGuard, Timed};
+
+/// What a copy is.
+#[derive(Debug)]
+pub enum TapMsg {
+    /// HTTP request body bytes, as received from the client.
+    RequestChunk(Bytes),
+    /// The whole request has passed.
+    RequestEnd,
+    /// The upstream's response head.
+    ResponseHead {
+        status: u16,
+        content_type: Option<String>,
+        content_encoding: Option<String>,
+    },
+    /// HTTP response body bytes, as received from the upstream.
+    ResponseChunk(Bytes),
+    /// WebSocket bytes from the client (raw frames, masked).
+    ClientBytes(Bytes),
+    /// WebSocket bytes from the upstream (raw frames).
+    ServerBytes(Bytes),
+}
+
+/// A stream observer as the tap drives it: one of `correlator::observe`'s observers.
+pub trait StreamObserver: Send {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>);
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>);
+    fn close(&mut self, out: &mut Vec<EventKind>);
+}
+
+const NONE: u64 = u64::MAX;
+
+struct Shared {
+    guard: SourceGuard,
+    /// The time of the first dropped copy (`NONE` while nothing was dropped).
+    overflow_at: AtomicU64,
+    /// When the data path let go of the tap (`NONE` while it holds it).
+    closed_at: AtomicU64,
+    wake: Notify,
+}
+
+impl Shared {
+    fn time(v: &AtomicU64) -> Option<Millis> {
+        match v.load(Ordering::SeqCst) {
+            NONE => None,
+            bits => Some(f64::from_bits(bits)),
+        }
+    }
+}
+
+/// The data-path end. Dropping it (when the exchange or connection is over) closes the
+/// observer's stream.
+pub struct Tap {
+    tx: mpsc::Sender<(Millis, TapMsg)>,
+    shared: Arc<Shared>,
+    clock: Clock,
+}
+
+impl Tap {
+    /// Hands one copy to the observer, or drops it if the observer is behind.
+    pub fn send(&self, msg: TapMsg) {
+        if Shared::time(&self.shared.overflow_at).is_some() {
+            return;
+        }
+        let source = self.shared.guard.source();
+        source.begin();
+        let t = self.clock.now_ms();
+        if self.tx.try_send((t, msg)).is_err() {
+            // The unit stays pending until the observer has reported the loss; only the
+            // first overflow counts (two directions may race here).
+            if self
+                .shared
+                .overflow_at
+                .compare_exchange(NONE, t.to_bits(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                source.done();
+            }
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Whether copies are still being taken.
+    pub fn observing(&self) -> bool {
+        Shared::time(&self.shared.overflow_at).is_none()
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.shared.guard.source().begin();
+        let t = self.clock.now_ms();
+        self.shared.closed_at.store(t.to_bits(), Ordering::SeqCst);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Test hook: an observer that takes nothing up until its stream has ended on the data path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stall(pub bool);
+
+/// Starts the observer task for one stream and returns its tap. `open` builds the observer
+/// (its opening events go out stamped `t_open`); the source in `guard` must have been
+/// registered before `t_open` was read.
+pub fn start(
+    guard: SourceGuard,
+    t_open: Millis,
+    observer: Box<dyn StreamObserver>,
+    opening: Vec<EventKind>,
+    clock: Clock,
+    queue: usize,
+    events: mpsc::Sender<Timed>,
+    stall: Stall,
+) -> Tap {
+    let (tx, rx) = mpsc::channel(queue.max(1));
+    let shared = Arc::new(Shared {
+        guard,
+        overflow_at: AtomicU64::new(NONE),
+        closed_at: AtomicU64::new(NONE),
+        wake: Notify::new(),
+    });
+    tokio::spawn(run(
+        shared.clone(),
+        rx,
+        observer,
+        opening,
+        t_open,
+        events,
+        stall,
+    ));
+    Tap { tx, shared, clock }
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<(Millis, TapMsg)>,
+    mut observer: Box<dyn StreamObserver>,
+    opening: Vec<EventKind>,
+    t_open: Millis,
+    events: mpsc::Sender<Timed>,
+    stall: Stall,
+) {
+    let source = shared.guard.source().clone();
+    let mut last_t = t_open;
+    source.took_up(last_t);
+    let mut out = opening;
+    emit(&events, last_t, &mut out).await;
+    source.done();
+
+    if stall.0 {
+        while Shared::time(&shared.closed_at).is_none() {
+            shared.wake.notified().await;
+        }
+    }
+
+    let mut lost_reported = false;
+    loop {
+        let msg = tokio::select! {
+            biased;
+            m = rx.recv() => m,
+            _ = shared.wake.notified() => {
+                if Shared::time(&shared.closed_at).is_some() {
+                    // The data path let go; what is queued is all there will be.
+                    rx.close();
+                }
+                None
+            }
+        };
+        match msg {
+            Some((t, m)) => {
+                last_t = last_t.max(t);
+                source.took_up(last_t);
+                if !lost_reported {
+                    observer.take(m, &mut out);
+                    emit(&events, last_t, &mut out).await;
+                }
+                source.done();
+            }
+            None if rx.is_closed() && rx.is_empty() => break,
+            None => {}
+        }
+        if !lost_reported && rx.is_empty() {
+            if let Some(t) = Shared::time(&shared.overflow_at) {
+                last_t = last_t.max(t);
+                source.took_up(last_t);
+                observer.lost("overflow", &mut out);
+                emit(&events, last_t, &mut out).await;
+                lost_reported = true;
+                source.done();
+            }
+        }
+    }
+    // Everything queued has been taken up: report a late overflow, then the end.
+    if !lost_reported {
+        if let Some(t) = Shared::time(&shared.overflow_at) {
+            last_t = last_t.max(t);
+            source.took_up(last_t);
+            observer.lost("overflow", &mut out);
+            emit(&events, last_t, &mut out).await;
+            source.done();
+        }
+    }
+    let t_close = Shared::time(&shared.closed_at).unwrap_or(last_t).max(last_t);
+    source.took_up(t_close);
+    observer.close(&mut out);
+    emit(&events, t_close, &mut out).await;
+    source.done();
+    // `shared` (and with it the source registration) goes when this task ends.
+}
+
+/// Sends a batch of events stamped `t`. A send fails only when the correlator task has
+/// stopped (shutdown): nothing to do then but keep draining so the data path never notices.
+async fn emit(events: &mpsc::Sender<Timed>, t: Millis, out: &mut Vec<EventKind>) {
+    let mut open = true;
+    for kind in out.drain(..) {
+        if open && events.send((t, kind)).await.is_err() {
+            open = false;
+        }
+    }
+}
