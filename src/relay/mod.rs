@@ -266,8 +266,9 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             stall: Stall(args.test_stall_observers),
             next_stream: AtomicU64::new(0),
         });
+        let stop = shutdown_signal()?;
         eprint!("{}", banner(addr, &state.mounts));
-        serve(listener, state, shutdown_signal()).await;
+        serve(listener, state, stop).await;
         let _ = stop_live.send(());
         let summary = live_task
             .await
@@ -289,16 +290,18 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
-async fn shutdown_signal() {
+/// SIGINT or SIGTERM. The handlers are installed when this is called (before the banner is
+/// printed), so a signal sent as soon as the banner appears is never fatal.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }
 
 /// Accepts connections until `shutdown` completes.
