@@ -4,6 +4,8 @@
 //! Everything listens on 127.0.0.1 with ephemeral ports; every wait is bounded.
 #![allow(dead_code)]
 
+pub mod ws;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
