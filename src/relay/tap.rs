@@ -234,3 +234,119 @@ async fn emit(events: &mpsc::Sender<Timed>, t: Millis, out: &mut Vec<EventKind>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Sources;
+
+    /// Records what it is told as `stream_close`-shaped marker events, so tests can read the
+    /// order and the stamps.
+    struct Recorder;
+
+    fn mark(word: &str) -> EventKind {
+        EventKind::ObservationLost {
+            stream: "s".into(),
+            reason: word.to_string(),
+        }
+    }
+
+    impl StreamObserver for Recorder {
+        fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+            out.push(mark(match msg {
+                TapMsg::RequestChunk(_) => "req",
+                TapMsg::RequestEnd => "req_end",
+                TapMsg::ResponseHead { .. } => "head",
+                TapMsg::ResponseChunk(_) => "resp",
+                TapMsg::ClientBytes(_) => "client",
+                TapMsg::ServerBytes(_) => "server",
+            }));
+        }
+        fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+            out.push(mark(reason));
+        }
+        fn close(&mut self, out: &mut Vec<EventKind>) {
+            out.push(mark("close"));
+        }
+    }
+
+    fn word(k: &EventKind) -> String {
+        match k {
+            EventKind::ObservationLost { reason, .. } => reason.clone(),
+            other => other.type_name().to_string(),
+        }
+    }
+
+    async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![mark("open")],
+            clock,
+            queue,
+            tx,
+            Stall(stall),
+        );
+        for _ in 0..copies {
+            tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        }
+        drop(tap);
+        let mut got = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            got.push(ev);
+        }
+        (got, sources)
+    }
+
+    #[tokio::test]
+    async fn copies_become_events_in_order_then_the_close() {
+        let (got, sources) = run_tap(64, false, 3).await;
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(words, ["open", "resp", "resp", "resp", "close"]);
+        assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "stamps never go back");
+        assert_eq!(sources.watermark(1e12), 1e12, "a finished stream holds nothing back");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_observer_loses_copies_and_is_told_overflow_after_what_was_queued() {
+        let (got, _) = run_tap(4, true, 50).await;
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(
+            words,
+            ["open", "resp", "resp", "resp", "resp", "overflow", "close"],
+            "four copies fit the queue; the rest were dropped, never waited for"
+        );
+        assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[tokio::test]
+    async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![mark("open")],
+            clock,
+            8,
+            tx,
+            Stall(true),
+        );
+        tap.send(TapMsg::ClientBytes(Bytes::from_static(b"x")));
+        // Its copy is queued and not taken up: nothing after the opening may be released.
+        let w = sources.watermark(clock.now_ms() + 1e6);
+        assert!(w <= t_open, "watermark {w} passed the stream's pending work at {t_open}");
+        drop(tap);
+        while rx.recv().await.is_some() {}
+    }
+}
