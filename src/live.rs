@@ -202,7 +202,10 @@ impl Sequencer {
     pub fn release(&mut self, w: Millis, mut each: impl FnMut(Event)) {
         while self.heap.peek().is_some_and(|h| h.t < w) {
             let h = self.heap.pop().expect("peeked");
-            each(Event { t: h.t, kind: h.kind });
+            each(Event {
+                t: h.t,
+                kind: h.kind,
+            });
         }
         if w > self.released {
             self.released = w;
@@ -215,7 +218,10 @@ impl Sequencer {
             if h.t > self.released {
                 self.released = h.t;
             }
-            each(Event { t: h.t, kind: h.kind });
+            each(Event {
+                t: h.t,
+                kind: h.kind,
+            });
         }
     }
 
@@ -436,7 +442,13 @@ pub fn spawn(
         }
         Ok(task.summary)
     });
-    Ok((LiveHandle { events: tx, sources }, join))
+    Ok((
+        LiveHandle {
+            events: tx,
+            sources,
+        },
+        join,
+    ))
 }
 
 #[cfg(test)]

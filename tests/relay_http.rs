@@ -31,7 +31,9 @@ fn header<'a>(seen: &'a Seen, name: &str) -> Option<&'a str> {
 
 /// An upstream that records each request and answers with `x-reply-len` pattern bytes
 /// (seed `x-reply-seed`), in 16 KiB frames.
-async fn echo_upstream(tls: Option<Arc<rustls::ServerConfig>>) -> (Upstream, Arc<Mutex<Vec<Seen>>>) {
+async fn echo_upstream(
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (Upstream, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let keep = seen.clone();
     let up = Upstream::start(
@@ -74,7 +76,13 @@ async fn echo_upstream(tls: Option<Arc<rustls::ServerConfig>>) -> (Upstream, Arc
     (up, seen)
 }
 
-async fn round_trip(relay: &Relay, path: &str, up_len: usize, down_len: usize, seed: u64) -> Vec<u8> {
+async fn round_trip(
+    relay: &Relay,
+    path: &str,
+    up_len: usize,
+    down_len: usize,
+    seed: u64,
+) -> Vec<u8> {
     let sent = Arc::new(pattern(up_len, seed));
     let req = request("POST", relay.addr, path)
         .header("x-reply-len", down_len.to_string())
@@ -87,7 +95,11 @@ async fn round_trip(relay: &Relay, path: &str, up_len: usize, down_len: usize, s
         .expect("answer within the wait bound")
         .expect("response");
     assert_eq!(res.status(), 200);
-    assert_eq!(res.headers()["content-encoding"], "zstd", "encodings pass untouched");
+    assert_eq!(
+        res.headers()["content-encoding"],
+        "zstd",
+        "encodings pass untouched"
+    );
     collect(res.into_body()).await.expect("whole body")
 }
 
@@ -112,14 +124,25 @@ async fn bodies_from_empty_to_large_pass_byte_exact_over_plain_and_tls() {
             let seed = 10 + i as u64;
             let got = round_trip(&relay, &format!("/{mount}/v1/echo?n={i}"), up, down, seed).await;
             assert_eq!(got.len(), down, "{mount} case {i}");
-            assert_eq!(sha(&got), sha(&pattern(down, seed + 1)), "{mount} case {i}: bytes down");
+            assert_eq!(
+                sha(&got),
+                sha(&pattern(down, seed + 1)),
+                "{mount} case {i}: bytes down"
+            );
             let last = seen.lock().unwrap().last().cloned().unwrap();
             assert_eq!(last.body_len, up, "{mount} case {i}");
-            assert_eq!(last.body_sha, sha(&pattern(up, seed)), "{mount} case {i}: bytes up");
+            assert_eq!(
+                last.body_sha,
+                sha(&pattern(up, seed)),
+                "{mount} case {i}: bytes up"
+            );
         }
     }
     let last = plain_seen.lock().unwrap().last().cloned().unwrap();
-    assert_eq!(last.path, "/base/v1/echo?n=3", "only the mount prefix changes");
+    assert_eq!(
+        last.path, "/base/v1/echo?n=3",
+        "only the mount prefix changes"
+    );
 }
 
 #[tokio::test]
@@ -232,7 +255,10 @@ async fn error_of(relay: &Relay, path: &str) -> (u16, serde_json::Value) {
         .unwrap();
     let status = res.status().as_u16();
     let body = collect(res.into_body()).await.unwrap();
-    (status, serde_json::from_slice(&body).expect("a JSON error body"))
+    (
+        status,
+        serde_json::from_slice(&body).expect("a JSON error body"),
+    )
 }
 
 #[tokio::test]
@@ -364,7 +390,10 @@ async fn a_reset_mid_stream_breaks_the_client_stream_after_the_bytes_that_came()
     let mut body = res.into_body();
     let mut got = Vec::new();
     let end = loop {
-        match tokio::time::timeout(WAIT, body.frame()).await.expect("bounded") {
+        match tokio::time::timeout(WAIT, body.frame())
+            .await
+            .expect("bounded")
+        {
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
                     got.extend_from_slice(&d);
@@ -375,7 +404,10 @@ async fn a_reset_mid_stream_breaks_the_client_stream_after_the_bytes_that_came()
         }
     };
     assert_eq!(got, b"event: ping\ndata: {\"a\":1}\n\n");
-    assert_eq!(end, "error", "the client must see the stream broke, not a clean end");
+    assert_eq!(
+        end, "error",
+        "the client must see the stream broke, not a clean end"
+    );
 }
 
 #[tokio::test]
@@ -391,9 +423,18 @@ fn the_banner_names_the_overrides_and_remote_listens_are_refused() {
     let mut relay = Relay::start(&[]);
     let log = relay.log();
     let base = format!("http://{}", relay.addr);
-    assert!(log.contains(&format!("ANTHROPIC_BASE_URL={base}/anthropic")), "{log}");
-    assert!(log.contains(&format!("codex -c 'openai_base_url=\"{base}/openai/v1\"'")), "{log}");
-    assert!(log.contains(&format!("openai_base_url=\"{base}/chatgpt\"")), "{log}");
+    assert!(
+        log.contains(&format!("ANTHROPIC_BASE_URL={base}/anthropic")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("codex -c 'openai_base_url=\"{base}/openai/v1\"'")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("openai_base_url=\"{base}/chatgpt\"")),
+        "{log}"
+    );
     assert!(relay.stop().success());
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))

@@ -24,9 +24,7 @@ type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
 fn responses_script(req: &Value) -> Vec<Value> {
     let prev = req["previous_response_id"].as_str();
     let created = |id: &str| json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}});
-    let completed = |id: &str, output: Value| {
-        json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}})
-    };
+    let completed = |id: &str, output: Value| json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}});
     if req["generate"] == json!(false) {
         return vec![created("resp_warm"), completed("resp_warm", json!([]))];
     }
@@ -55,7 +53,9 @@ fn responses_script(req: &Value) -> Vec<Value> {
 
 /// A WebSocket upstream speaking the Responses script through tungstenite, hashing every byte
 /// after its 101; it reports the digests when the connection ends.
-async fn responses_upstream(tls: Option<Arc<rustls::ServerConfig>>) -> (Upstream, oneshot::Receiver<Digests>) {
+async fn responses_upstream(
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (Upstream, oneshot::Receiver<Digests>) {
     let (tx, rx) = oneshot::channel();
     let reports: Reports = Arc::new(Mutex::new(Some(tx)));
     let up = Upstream::start(
@@ -106,7 +106,11 @@ async fn codex_loop_over(relay: &Relay, path: &str) -> Digests {
     )
     .await;
     assert_eq!(status, 101, "{head:?}");
-    assert!(head.iter().any(|l| l.eq_ignore_ascii_case("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")), "{head:?}");
+    assert!(
+        head.iter()
+            .any(|l| l.eq_ignore_ascii_case("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")),
+        "{head:?}"
+    );
     let (io, tally) = Hashing::new(tcp);
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, None).await;
     let requests = [
@@ -163,14 +167,22 @@ async fn a_codex_websocket_loop_passes_byte_exact_over_plain_and_tls() {
             .unwrap_or_else(|_| panic!("{path}: the upstream never saw the client go"))
             .unwrap();
         assert!(client.written.1 > 0 && client.read.1 > 0);
-        assert_eq!(client.written, upstream.read, "{path}: client to upstream bytes");
-        assert_eq!(upstream.written, client.read, "{path}: upstream to client bytes");
+        assert_eq!(
+            client.written, upstream.read,
+            "{path}: client to upstream bytes"
+        );
+        assert_eq!(
+            upstream.written, client.read,
+            "{path}: upstream to client bytes"
+        );
     }
 }
 
 /// A raw upstream: after its 101 (with permessage-deflate), for each step it reads exactly the
 /// client bytes it expects, then writes its own; then it reads to the end.
-async fn raw_upstream(steps: Vec<(Vec<u8>, Vec<u8>)>) -> (Upstream, oneshot::Receiver<(Digests, bool)>) {
+async fn raw_upstream(
+    steps: Vec<(Vec<u8>, Vec<u8>)>,
+) -> (Upstream, oneshot::Receiver<(Digests, bool)>) {
     let (tx, rx) = oneshot::channel();
     let reports = Arc::new(Mutex::new(Some(tx)));
     let steps = Arc::new(steps);
@@ -218,16 +230,35 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
     let mask = |i: u8| Some([0x11 ^ i, 0x22, 0x33 ^ i, 0x44]);
     let mut steps = Vec::new();
     let turns = [
-        (json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}), responses_script(&json!({"generate":false}))),
-        (json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm","input":[]}), responses_script(&json!({"previous_response_id":"resp_warm"}))),
-        (json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_turn",
-                "input":[{"type":"function_call_output","call_id":"call_1","output":"hi"}]}), responses_script(&json!({"previous_response_id":"resp_turn"}))),
+        (
+            json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+            responses_script(&json!({"generate":false})),
+        ),
+        (
+            json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm","input":[]}),
+            responses_script(&json!({"previous_response_id":"resp_warm"})),
+        ),
+        (
+            json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_turn",
+                "input":[{"type":"function_call_output","call_id":"call_1","output":"hi"}]}),
+            responses_script(&json!({"previous_response_id":"resp_turn"})),
+        ),
     ];
     for (i, (req, events)) in turns.iter().enumerate() {
-        let c = frame(1, &client_deflate.message(&req.to_string()), true, mask(i as u8));
+        let c = frame(
+            1,
+            &client_deflate.message(&req.to_string()),
+            true,
+            mask(i as u8),
+        );
         let mut s = Vec::new();
         for ev in events {
-            s.extend(frame(1, &server_deflate.message(&ev.to_string()), true, None));
+            s.extend(frame(
+                1,
+                &server_deflate.message(&ev.to_string()),
+                true,
+                None,
+            ));
         }
         steps.push((c, s));
     }
@@ -241,12 +272,19 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
         &mut tcp,
         &relay.addr.to_string(),
         "/openai/v1/responses",
-        &[("sec-websocket-extensions", "permessage-deflate; client_max_window_bits"), ("thread-id", "th-2")],
+        &[
+            (
+                "sec-websocket-extensions",
+                "permessage-deflate; client_max_window_bits",
+            ),
+            ("thread-id", "th-2"),
+        ],
     )
     .await;
     assert_eq!(status, 101);
     assert!(
-        head.iter().any(|l| l.eq_ignore_ascii_case("sec-websocket-extensions: permessage-deflate")),
+        head.iter()
+            .any(|l| l.eq_ignore_ascii_case("sec-websocket-extensions: permessage-deflate")),
         "the negotiated extension comes back as the upstream sent it: {head:?}"
     );
     let mut received = Vec::new();
@@ -261,7 +299,10 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
     }
     // Abrupt exit, no close frame.
     drop(tcp);
-    let (upstream, matched) = tokio::time::timeout(WAIT, done).await.expect("the upstream saw the end").unwrap();
+    let (upstream, matched) = tokio::time::timeout(WAIT, done)
+        .await
+        .expect("the upstream saw the end")
+        .unwrap();
     assert!(matched, "the upstream got the client's frames unchanged");
     assert_eq!(upstream.read, (sha(&client_bytes), client_bytes.len()));
     assert_eq!(upstream.written, (sha(&server_bytes), server_bytes.len()));
@@ -283,10 +324,19 @@ async fn a_refused_upgrade_comes_back_as_an_ordinary_response() {
     .await;
     let relay = Relay::start(&["--upstream".into(), up.mount("openai", "")]);
     let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    let (status, head) = client_handshake(&mut tcp, &relay.addr.to_string(), "/openai/v1/responses", &[]).await;
+    let (status, head) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[],
+    )
+    .await;
     assert_eq!(status, 426, "{head:?}");
     let mut body = vec![0u8; r#"{"error":"upgrade required"}"#.len()];
-    tokio::time::timeout(WAIT, tcp.read_exact(&mut body)).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut body))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(body, br#"{"error":"upgrade required"}"#);
 }
 
@@ -300,7 +350,9 @@ async fn an_upstream_that_drops_the_connection_closes_the_client_side() {
             tokio::spawn(async move {
                 if let Ok(up) = upgrade.await {
                     let mut io = hyper_util::rt::TokioIo::new(up);
-                    let _ = io.write_all(&frame(1, b"{\"type\":\"bye\"}", false, None)).await;
+                    let _ = io
+                        .write_all(&frame(1, b"{\"type\":\"bye\"}", false, None))
+                        .await;
                     // Gone without a close frame.
                 }
             });
@@ -310,7 +362,13 @@ async fn an_upstream_that_drops_the_connection_closes_the_client_side() {
     .await;
     let relay = Relay::start(&["--upstream".into(), up.mount("openai", "")]);
     let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    let (status, _) = client_handshake(&mut tcp, &relay.addr.to_string(), "/openai/v1/responses", &[]).await;
+    let (status, _) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[],
+    )
+    .await;
     assert_eq!(status, 101);
     let mut rest = Vec::new();
     tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest))

@@ -115,9 +115,10 @@ impl Failure {
                 match io.kind() {
                     K::ConnectionRefused => return Failure::Refused,
                     K::TimedOut => return Failure::Timeout,
-                    K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
-                        found = Failure::Reset
-                    }
+                    K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::BrokenPipe
+                    | K::UnexpectedEof => found = Failure::Reset,
                     _ => {}
                 }
                 if let Some(inner) = io.get_ref() {
@@ -150,7 +151,12 @@ impl Failure {
 }
 
 /// A small JSON error body naming the mount and the failure class (never a header value).
-pub fn relay_error(mount: &str, status: StatusCode, class: &str, message: &str) -> Response<ResBody> {
+pub fn relay_error(
+    mount: &str,
+    status: StatusCode,
+    class: &str,
+    message: &str,
+) -> Response<ResBody> {
     let mut body = String::with_capacity(160);
     body.push_str(r#"{"error":{"type":"relay_error","mount":"#);
     correlator::json::push_str(&mut body, mount);
@@ -225,7 +231,10 @@ impl Drop for ExchangeLog {
 }
 
 /// The relay's request handler.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<ResBody>, Infallible> {
+pub async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<ResBody>, Infallible> {
     let target = req
         .uri()
         .path_and_query()
@@ -286,7 +295,12 @@ fn observe_http(state: &State, req: &Request<Incoming>, rest: &str) -> Option<Ar
     )))
 }
 
-async fn forward(state: Arc<State>, mount: Mount, rest: String, req: Request<Incoming>) -> Response<ResBody> {
+async fn forward(
+    state: Arc<State>,
+    mount: Mount,
+    rest: String,
+    req: Request<Incoming>,
+) -> Response<ResBody> {
     let log = ExchangeLog::new(&mount.name, req.method(), rest_path(&rest));
     let tap = observe_http(&state, &req, &rest);
     let uri = match mount.upstream_uri(&rest) {
@@ -309,7 +323,9 @@ async fn forward(state: Arc<State>, mount: Mount, rest: String, req: Request<Inc
     let body = RelayBody::new(body, Flow::Request, tap.clone(), log.up.clone());
     let upstream_req = Request::from_parts(parts, body);
 
-    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req)).await {
+    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req))
+        .await
+    {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::classify(&e)),
         Ok(Ok(res)) => Ok(res),
@@ -327,7 +343,11 @@ async fn forward(state: Arc<State>, mount: Mount, rest: String, req: Request<Inc
 
 /// Passes an upstream response back: status and end-to-end headers as received, the body
 /// streamed frame by frame.
-pub fn respond(res: Response<Incoming>, tap: Option<Arc<Tap>>, log: Arc<ExchangeLog>) -> Response<ResBody> {
+pub fn respond(
+    res: Response<Incoming>,
+    tap: Option<Arc<Tap>>,
+    log: Arc<ExchangeLog>,
+) -> Response<ResBody> {
     log.status.store(res.status().as_u16(), Ordering::Relaxed);
     if let Some(tap) = &tap {
         tap.send(TapMsg::ResponseHead {

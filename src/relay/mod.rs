@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
-use crate::live::{self, LiveHandle, LiveConfig, Sinks, Timed};
+use crate::live::{self, LiveConfig, LiveHandle, Sinks, Timed};
 use body::RelayBody;
 use mounts::{Mount, Mounts};
 use tap::Stall;
@@ -202,6 +202,7 @@ pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
 
 pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     init_logging(&args.log);
+    raise_open_files_limit();
     if !args.listen.ip().is_loopback() && !args.allow_remote {
         bail!(
             "--listen {} is not a loopback address; the relay carries credentials, so it \
@@ -209,7 +210,10 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             args.listen
         );
     }
-    for (name, v) in [("--close-wait", args.close_wait), ("--max-window", args.max_window)] {
+    for (name, v) in [
+        ("--close-wait", args.close_wait),
+        ("--max-window", args.max_window),
+    ] {
         if !v.is_finite() || v < 0.0 {
             bail!("{name} takes a number of milliseconds >= 0, got {v}");
         }
@@ -280,6 +284,24 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
+/// the relay near 500 streams, so the soft limit is raised to the hard one.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::debug!("could not raise the open files limit");
+            }
+        }
+    }
+}
+
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
@@ -305,7 +327,11 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 }
 
 /// Accepts connections until `shutdown` completes.
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {

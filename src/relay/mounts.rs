@@ -133,9 +133,7 @@ impl Mounts {
     /// query). `/anthropicx/...` does not match `/anthropic`: prefixes end at a segment boundary.
     pub fn route<'a>(&self, path_and_query: &'a str) -> Option<(&Mount, &'a str)> {
         let after_slash = path_and_query.strip_prefix('/')?;
-        let end = after_slash
-            .find(['/', '?'])
-            .unwrap_or(after_slash.len());
+        let end = after_slash.find(['/', '?']).unwrap_or(after_slash.len());
         let name = &after_slash[..end];
         let mount = self.get(name)?;
         Some((mount, &after_slash[end..]))

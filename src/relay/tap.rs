@@ -216,7 +216,9 @@ async fn run(
             source.done();
         }
     }
-    let t_close = Shared::time(&shared.closed_at).unwrap_or(last_t).max(last_t);
+    let t_close = Shared::time(&shared.closed_at)
+        .unwrap_or(last_t)
+        .max(last_t);
     source.took_up(t_close);
     observer.close(&mut out);
     emit(&events, t_close, &mut out).await;
@@ -309,8 +311,15 @@ mod tests {
         let (got, sources) = run_tap(64, false, 3).await;
         let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
         assert_eq!(words, ["open", "resp", "resp", "resp", "close"]);
-        assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "stamps never go back");
-        assert_eq!(sources.watermark(1e12), 1e12, "a finished stream holds nothing back");
+        assert!(
+            got.windows(2).all(|w| w[0].0 <= w[1].0),
+            "stamps never go back"
+        );
+        assert_eq!(
+            sources.watermark(1e12),
+            1e12,
+            "a finished stream holds nothing back"
+        );
     }
 
     #[tokio::test]
@@ -345,7 +354,10 @@ mod tests {
         tap.send(TapMsg::ClientBytes(Bytes::from_static(b"x")));
         // Its copy is queued and not taken up: nothing after the opening may be released.
         let w = sources.watermark(clock.now_ms() + 1e6);
-        assert!(w <= t_open, "watermark {w} passed the stream's pending work at {t_open}");
+        assert!(
+            w <= t_open,
+            "watermark {w} passed the stream's pending work at {t_open}"
+        );
         drop(tap);
         while rx.recv().await.is_some() {}
     }

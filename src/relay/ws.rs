@@ -16,7 +16,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::body::{Flow, RelayBody};
-use super::http::{relay_error, respond, rest_path, strip_hop_by_hop, ExchangeLog, Failure, ResBody};
+use super::http::{
+    relay_error, respond, rest_path, strip_hop_by_hop, ExchangeLog, Failure, ResBody,
+};
 use super::mounts::Mount;
 use super::tap::{self, Tap, TapMsg};
 use super::{observer, State};
@@ -64,9 +66,14 @@ pub async fn forward_upgrade(
     }
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    let upstream_req = Request::from_parts(parts, RelayBody::new(body, Flow::Request, None, log.up.clone()));
+    let upstream_req = Request::from_parts(
+        parts,
+        RelayBody::new(body, Flow::Request, None, log.up.clone()),
+    );
 
-    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req)).await {
+    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req))
+        .await
+    {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::classify(&e)),
         Ok(Ok(res)) => Ok(res),
@@ -81,10 +88,17 @@ pub async fn forward_upgrade(
                 StatusCode::BAD_GATEWAY
             };
             log.status.store(status.as_u16(), Ordering::Relaxed);
-            return relay_error(&mount.name, status, f.as_str(), match f {
-                Failure::Timeout => "the upstream did not answer the WebSocket handshake in time",
-                _ => "the WebSocket handshake with the upstream failed",
-            });
+            return relay_error(
+                &mount.name,
+                status,
+                f.as_str(),
+                match f {
+                    Failure::Timeout => {
+                        "the upstream did not answer the WebSocket handshake in time"
+                    }
+                    _ => "the WebSocket handshake with the upstream failed",
+                },
+            );
         }
     };
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {

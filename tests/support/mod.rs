@@ -154,6 +154,10 @@ impl Relay {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
     pub fn log(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
     }
@@ -215,9 +219,7 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
 // ---------------------------------------------------------------------------------------
 
 pub type Handler = Arc<
-    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
-        + Send
-        + Sync,
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
 >;
 
 pub fn handler<F, Fut>(f: F) -> Handler
@@ -330,7 +332,10 @@ pub async fn collect(body: Incoming) -> Result<Vec<u8>, hyper::Error> {
 
 /// Reads a whole request body on the upstream side.
 pub async fn read_body(body: Incoming) -> Vec<u8> {
-    body.collect().await.map(|c| c.to_bytes().to_vec()).unwrap_or_default()
+    body.collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .unwrap_or_default()
 }
 
 pub fn sse_response(body: Body) -> Response<Body> {

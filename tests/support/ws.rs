@@ -130,7 +130,10 @@ pub async fn client_handshake(
 }
 
 /// A 101 answer to an upgrade request, echoing `extensions` when given.
-pub fn switching(req: &hyper::Request<hyper::body::Incoming>, extensions: Option<&str>) -> hyper::Response<Body> {
+pub fn switching(
+    req: &hyper::Request<hyper::body::Incoming>,
+    extensions: Option<&str>,
+) -> hyper::Response<Body> {
     let key = req.headers()["sec-websocket-key"].as_bytes();
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key);
     let mut b = hyper::Response::builder()
