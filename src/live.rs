@@ -134,6 +134,7 @@ impl Sources {
         live.values().fold(now0, |w, s| w.min(s.mark(now0)))
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.live.lock().map(|l| l.len()).unwrap_or(0)
     }
@@ -225,12 +226,9 @@ impl Sequencer {
         }
     }
 
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.heap.len()
-    }
-
-    pub fn released(&self) -> Millis {
-        self.released
     }
 }
 

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 
 use super::body::{Flow, RelayBody};
 use super::mounts::{path_template, Mount};
-use super::tap::{self, Tap, TapMsg};
+use super::tap::{Tap, TapMsg};
 use super::{observer, ws, State};
 
 pub type ResBody = Either<RelayBody<Incoming>, Full<Bytes>>;
@@ -273,26 +273,12 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> 
 
 /// Starts observing an exchange if its route is observed.
 fn observe_http(state: &State, req: &Request<Incoming>, rest: &str) -> Option<Arc<Tap>> {
-    let live = state.live.as_ref()?;
+    state.live.as_ref()?;
     let plan = observer::plan(req.method().as_str(), rest_path(rest), false, req.headers())?;
-    let guard = live.sources.register(&state.clock);
-    let t_open = state.clock.now_ms();
-    let mut opening = Vec::new();
-    let obs = plan.open_http(
-        state.next_stream(),
-        header_str(req.headers(), &header::CONTENT_ENCODING),
-        &mut opening,
-    );
-    Some(Arc::new(tap::start(
-        guard,
-        t_open,
-        obs,
-        opening,
-        state.clock,
-        state.observer_queue,
-        live.events.clone(),
-        state.stall,
-    )))
+    let encoding = header_str(req.headers(), &header::CONTENT_ENCODING);
+    state
+        .start_tap(|stream, out| plan.open_http(stream, encoding, out))
+        .map(Arc::new)
 }
 
 async fn forward(

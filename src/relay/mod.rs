@@ -113,12 +113,31 @@ pub struct State {
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
-    pub observer_queue: usize,
-    pub stall: Stall,
+    tap_settings: tap::Settings,
     next_stream: AtomicU64,
 }
 
 impl State {
+    /// Starts observing a stream: registers it with the watermark, opens its observer and
+    /// returns the data path's tap (`None` when the run has no correlator).
+    pub fn start_tap(
+        &self,
+        open: impl FnOnce(String, &mut Vec<correlator::EventKind>) -> Box<dyn tap::StreamObserver>,
+    ) -> Option<tap::Tap> {
+        let live = self.live.as_ref()?;
+        let guard = live.sources.register(&self.clock);
+        let t_open = self.clock.now_ms();
+        let mut opening = Vec::new();
+        let observer = open(self.next_stream(), &mut opening);
+        Some(tap::start(
+            guard,
+            t_open,
+            observer,
+            opening,
+            &self.tap_settings,
+        ))
+    }
+
     /// A fresh stream id (a per-run counter; it is pseudonymized like every id).
     pub fn next_stream(&self) -> String {
         format!("s{}", self.next_stream.fetch_add(1, Ordering::Relaxed) + 1)
@@ -264,10 +283,14 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             mounts,
             client,
             clock,
+            tap_settings: tap::Settings {
+                clock,
+                queue: args.observer_queue,
+                events: live.events.clone(),
+                stall: Stall(args.test_stall_observers),
+            },
             live: Some(live),
             response_timeout: Duration::from_millis(args.response_timeout),
-            observer_queue: args.observer_queue,
-            stall: Stall(args.test_stall_observers),
             next_stream: AtomicU64::new(0),
         });
         let stop = shutdown_signal()?;

@@ -95,11 +95,6 @@ impl Tap {
             self.shared.wake.notify_one();
         }
     }
-
-    /// Whether copies are still being taken.
-    pub fn observing(&self) -> bool {
-        Shared::time(&self.shared.overflow_at).is_none()
-    }
 }
 
 impl Drop for Tap {
@@ -115,19 +110,33 @@ impl Drop for Tap {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Stall(pub bool);
 
-/// Starts the observer task for one stream and returns its tap. `open` builds the observer
-/// (its opening events go out stamped `t_open`); the source in `guard` must have been
-/// registered before `t_open` was read.
+/// What every tap of a run shares.
+#[derive(Clone)]
+pub struct Settings {
+    pub clock: Clock,
+    /// Copies queued per stream before it is marked `observation_lost`.
+    pub queue: usize,
+    /// Where observers send their events (the live correlator).
+    pub events: mpsc::Sender<Timed>,
+    pub stall: Stall,
+}
+
+/// Starts the observer task for one stream and returns its tap. The observer's `opening`
+/// events go out stamped `t_open`; the source in `guard` must have been registered before
+/// `t_open` was read.
 pub fn start(
     guard: SourceGuard,
     t_open: Millis,
     observer: Box<dyn StreamObserver>,
     opening: Vec<EventKind>,
-    clock: Clock,
-    queue: usize,
-    events: mpsc::Sender<Timed>,
-    stall: Stall,
+    settings: &Settings,
 ) -> Tap {
+    let Settings {
+        clock,
+        queue,
+        events,
+        stall,
+    } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
     let shared = Arc::new(Shared {
         guard,
@@ -285,16 +294,20 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
+        let settings = Settings {
+            clock,
+            queue,
+            events: tx,
+            stall: Stall(stall),
+        };
         let tap = start(
             guard,
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
-            clock,
-            queue,
-            tx,
-            Stall(stall),
+            &settings,
         );
+        drop(settings);
         for _ in 0..copies {
             tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
         }
@@ -341,16 +354,20 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
+        let settings = Settings {
+            clock,
+            queue: 8,
+            events: tx,
+            stall: Stall(true),
+        };
         let tap = start(
             guard,
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
-            clock,
-            8,
-            tx,
-            Stall(true),
+            &settings,
         );
+        drop(settings);
         tap.send(TapMsg::ClientBytes(Bytes::from_static(b"x")));
         // Its copy is queued and not taken up: nothing after the opening may be released.
         let w = sources.watermark(clock.now_ms() + 1e6);

@@ -20,7 +20,7 @@ use super::http::{
     relay_error, respond, rest_path, strip_hop_by_hop, ExchangeLog, Failure, ResBody,
 };
 use super::mounts::Mount;
-use super::tap::{self, Tap, TapMsg};
+use super::tap::{Tap, TapMsg};
 use super::{observer, State};
 
 /// After one side has ended cleanly, how long the other may still finish what it is sending.
@@ -106,29 +106,13 @@ pub async fn forward_upgrade(
         return respond(res, None, log);
     }
     log.status.store(101, Ordering::Relaxed);
-    let tap = match (plan, &state.live) {
-        (Some(plan), Some(live)) => {
-            let guard = live.sources.register(&state.clock);
-            let t_open = state.clock.now_ms();
-            let mut opening = Vec::new();
-            let extensions = res
-                .headers()
-                .get(header::SEC_WEBSOCKET_EXTENSIONS)
-                .and_then(|v| v.to_str().ok());
-            let obs = plan.open_ws(state.next_stream(), extensions, &mut opening);
-            Some(tap::start(
-                guard,
-                t_open,
-                obs,
-                opening,
-                state.clock,
-                state.observer_queue,
-                live.events.clone(),
-                state.stall,
-            ))
-        }
-        _ => None,
-    };
+    let tap = plan.and_then(|plan| {
+        let extensions = res
+            .headers()
+            .get(header::SEC_WEBSOCKET_EXTENSIONS)
+            .and_then(|v| v.to_str().ok());
+        state.start_tap(|stream, out| plan.open_ws(stream, extensions, out))
+    });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     tokio::spawn(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
