@@ -23,7 +23,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -232,12 +232,17 @@ impl Sequencer {
     }
 }
 
+/// A capture file: written in order, and seekable so that its header's `end` can be filled
+/// in when the run stops.
+pub trait Capture: Write + Seek + Send {}
+impl<T: Write + Seek + Send> Capture for T {}
+
 /// Where records and the capture go.
 pub struct Sinks {
     /// Records v1, one line per record, flushed per record.
     pub records: Box<dyn Write + Send>,
     /// The sanitized trace v1, in the order events were fed to the correlator.
-    pub capture: Option<Box<dyn Write + Send>>,
+    pub capture: Option<Box<dyn Capture>>,
 }
 
 pub struct LiveConfig {
@@ -254,8 +259,14 @@ pub struct LiveHandle {
     pub sources: Arc<Sources>,
 }
 
+/// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
+const END_ROOM: usize = 32;
+
 /// The capture's first line: trace v1 with the options this run used, so that
-/// `windowtap replay FILE` decides with the same ones.
+/// `windowtap replay FILE` decides with the same ones, and `"end"`: the time the correlator's
+/// clock had reached when the run stopped (null until then). A decision taken live while
+/// idle, after the last event, happened at a time no event of the trace shows; a replay that
+/// advances to `end` before finishing takes it at the same time.
 pub fn capture_header(c: &Config) -> String {
     let mut s = String::from(r#"{"type":"trace","version":1,"close_wait":"#);
     correlator::json::push_ms(&mut s, c.close_wait);
@@ -263,8 +274,34 @@ pub fn capture_header(c: &Config) -> String {
     s.push_str(c.window_open.as_str());
     s.push_str(r#"","max_window":"#);
     correlator::json::push_ms(&mut s, c.max_window);
+    s.push_str(r#","end":"#);
+    s.push_str(&end_value(None));
     s.push('}');
     s
+}
+
+/// `end`'s value padded to its fixed room.
+fn end_value(end: Option<Millis>) -> String {
+    let mut v = String::with_capacity(END_ROOM);
+    match end {
+        Some(t) => correlator::json::push_ms(&mut v, t),
+        None => v.push_str("null"),
+    }
+    if v.len() > END_ROOM {
+        v = "null".to_string();
+    }
+    while v.len() < END_ROOM {
+        v.push(' ');
+    }
+    v
+}
+
+/// Where `end`'s value starts in the header.
+fn end_offset(header: &str) -> u64 {
+    (header
+        .rfind(r#""end":"#)
+        .expect("the header has an end field")
+        + r#""end":"#.len()) as u64
 }
 
 struct Task {
@@ -278,6 +315,10 @@ struct Task {
     summary: Summary,
     line: String,
     pushed: bool,
+    /// How far the correlator's clock was advanced with no event.
+    advanced: Option<Millis>,
+    /// Where the header's `end` value is in the capture.
+    end_at: u64,
 }
 
 impl Task {
@@ -332,6 +373,7 @@ impl Task {
         }
         if self.pushed {
             self.corr.advance(w, &mut self.records);
+            self.advanced = Some(w);
         }
         if let Some(cap) = &mut self.sinks.capture {
             cap.flush()?;
@@ -352,6 +394,13 @@ impl Task {
         self.corr.finish(&mut self.records);
         if let Some(cap) = &mut self.sinks.capture {
             cap.flush()?;
+            if let Some(end) = self.advanced {
+                let pos = cap.stream_position()?;
+                cap.seek(SeekFrom::Start(self.end_at))?;
+                cap.write_all(end_value(Some(end)).as_bytes())?;
+                cap.seek(SeekFrom::Start(pos))?;
+                cap.flush()?;
+            }
         }
         self.write_records()?;
         self.sinks.records.flush()
@@ -394,8 +443,11 @@ pub fn spawn(
     ingest: Option<mpsc::Receiver<Timed>>,
     shutdown: oneshot::Receiver<()>,
 ) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Summary>>)> {
+    let header = capture_header(&cfg.correlator);
+    let mut end_at = 0;
     if let Some(cap) = &mut sinks.capture {
-        cap.write_all(capture_header(&cfg.correlator).as_bytes())?;
+        end_at = cap.stream_position()? + end_offset(&header);
+        cap.write_all(header.as_bytes())?;
         cap.write_all(b"\n")?;
         cap.flush()?;
     }
@@ -412,6 +464,8 @@ pub fn spawn(
         summary: Summary::default(),
         line: String::with_capacity(512),
         pushed: false,
+        advanced: None,
+        end_at,
     };
     let tick = cfg.tick;
     let join = tokio::spawn(async move {
@@ -513,6 +567,209 @@ mod tests {
         assert_eq!(sources.watermark(7.0), 7.0);
     }
 
+    /// An in-memory file shared with the test.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<io::Cursor<Vec<u8>>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for Buf {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.0.lock().unwrap().seek(pos)
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().get_ref().clone()).unwrap()
+        }
+    }
+
+    /// Replays a capture as `windowtap replay` should: every event, then time advanced to
+    /// the header's `end`, then finish.
+    fn replay_capture(trace: &str, config: &Config) -> String {
+        let header: serde_json::Value =
+            serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+        let events = trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
+        let mut c = Correlator::new(config.clone());
+        let mut out = Vec::new();
+        for ev in &events {
+            c.push(ev, &mut out);
+        }
+        if let Some(end) = header["end"].as_f64() {
+            c.advance(end, &mut out);
+        }
+        c.finish(&mut out);
+        out.iter().map(|r| r.to_line()).collect()
+    }
+
+    use correlator::event::{CallKind, Client, Hints, Outcome, ResponseStatus, Transport};
+
+    /// Relay events of one stream, sent the way an observer task sends them: registered,
+    /// stamped when their bytes passed, deregistered after the close.
+    async fn stream_events(live: &LiveHandle, clock: &Clock, events: Vec<EventKind>) {
+        let guard = live.sources.register(clock);
+        for (i, kind) in events.into_iter().enumerate() {
+            if i > 0 {
+                guard.source().begin();
+            }
+            let t = clock.now_ms();
+            guard.source().took_up(t);
+            live.events.send((t, kind)).await.unwrap();
+            guard.source().done();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn claude_turn(
+        stream: &str,
+        request: &str,
+        outputs: Vec<String>,
+        call: Option<&str>,
+    ) -> Vec<EventKind> {
+        let response = format!("{stream}/r");
+        let mut v = vec![
+            EventKind::StreamOpen {
+                stream: stream.into(),
+                client: Client::Claude,
+                transport: Transport::Http,
+                thread: Some("sess".into()),
+            },
+            EventKind::Request {
+                stream: stream.into(),
+                request: request.into(),
+                previous_response: None,
+                outputs,
+            },
+            EventKind::ResponseStart {
+                stream: stream.into(),
+                response: response.clone(),
+                request: Some(request.into()),
+            },
+        ];
+        if let Some(call) = call {
+            v.push(EventKind::ToolCall {
+                stream: stream.into(),
+                response: response.clone(),
+                call: call.into(),
+                item: None,
+                name: "mcp__probe__echo".into(),
+                namespace: None,
+                kind: CallKind::ToolUse,
+            });
+        }
+        v.push(EventKind::ResponseEnd {
+            stream: stream.into(),
+            response,
+            status: ResponseStatus::Completed,
+        });
+        v.push(EventKind::StreamClose {
+            stream: stream.into(),
+        });
+        v
+    }
+
+    /// Runs a Claude tool loop with one MCP call inside its window through the live task
+    /// (with or without the continuation that closes the window); returns the records
+    /// written live and the records of `replay` over the capture written live.
+    async fn live_and_replayed(continuation: bool) -> (String, String) {
+        let clock = Clock::start();
+        let records = Buf::default();
+        let capture = Buf::default();
+        let (ingest_tx, ingest_rx) = mpsc::channel(16);
+        let (stop, stopped) = oneshot::channel();
+        let config = Config {
+            close_wait: 30.0,
+            ..Config::default()
+        };
+        let (live, task) = spawn(
+            LiveConfig {
+                correlator: config.clone(),
+                pseudo: Pseudonymizer::new(&[3; 32]),
+                tick: Duration::from_millis(5),
+            },
+            clock,
+            Sinks {
+                records: Box::new(records.clone()),
+                capture: Some(Box::new(capture.clone())),
+            },
+            Some(ingest_rx),
+            stopped,
+        )
+        .unwrap();
+        stream_events(
+            &live,
+            &clock,
+            claude_turn("s1", "q1", vec![], Some("toolu_1")),
+        )
+        .await;
+        let start = clock.now_ms();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let end = clock.now_ms();
+        ingest_tx
+            .send((
+                clock.now_ms(),
+                EventKind::McpInterval {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start,
+                    end,
+                    outcome: Outcome::Result,
+                    hints: Hints {
+                        tool_use_id: Some("toolu_1".into()),
+                        ..Hints::default()
+                    },
+                },
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if continuation {
+            stream_events(
+                &live,
+                &clock,
+                claude_turn("s2", "q2", vec!["toolu_1".into()], None),
+            )
+            .await;
+        }
+        // Idle long enough for timer-driven decisions (close_wait is 30 ms) to happen live.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.send(()).unwrap();
+        let summary = task.await.unwrap().unwrap();
+        assert_eq!(summary.total(), 1);
+
+        let trace = capture.text();
+        assert!(
+            !trace.contains("toolu_1") && !trace.contains("sess"),
+            "ids are pseudonymized"
+        );
+        (records.text(), replay_capture(&trace, &config))
+    }
+
+    #[tokio::test]
+    async fn live_records_equal_the_replay_of_the_capture() {
+        let (live, replayed) = live_and_replayed(true).await;
+        let record: serde_json::Value = serde_json::from_str(live.trim()).unwrap();
+        assert_eq!(record["decision"], "attributed", "{live}");
+        assert_eq!(replayed, live);
+    }
+
+    #[tokio::test]
+    async fn a_window_given_up_while_idle_replays_the_same() {
+        let (live, replayed) = live_and_replayed(false).await;
+        let record: serde_json::Value = serde_json::from_str(live.trim()).unwrap();
+        assert_eq!(record["reason"], "unclosed", "{live}");
+        assert_eq!(replayed, live);
+    }
+
     #[test]
     fn the_capture_header_carries_the_options() {
         let h = capture_header(&Config::default());
@@ -521,5 +778,16 @@ mod tests {
         assert_eq!(v["close_wait"], 1000);
         assert_eq!(v["window_open"], "call");
         assert_eq!(v["max_window"], 1800000);
+        assert!(v["end"].is_null());
+        let at = end_offset(&h) as usize;
+        let filled = format!(
+            "{}{}{}",
+            &h[..at],
+            end_value(Some(1234.5)),
+            &h[at + END_ROOM..]
+        );
+        assert_eq!(filled.len(), h.len());
+        let v: serde_json::Value = serde_json::from_str(&filled).unwrap();
+        assert_eq!(v["end"], 1234.5);
     }
 }

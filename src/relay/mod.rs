@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use correlator::pseudo::{Pseudonymizer, KEY_LEN};
+use correlator::records::Summary;
 use correlator::{Config, WindowOpen};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -248,63 +249,131 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     let sinks = Sinks {
         records: open_sink(args.records.as_ref())?,
         capture: match &args.capture {
-            Some(p) => Some(open_sink(Some(p))?),
+            Some(p) => Some(Box::new(BufWriter::new(
+                File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )) as Box<dyn live::Capture>),
             None => None,
         },
+    };
+    let config = RelayConfig {
+        listen: args.listen,
+        mounts: Mounts::with_overrides(&args.upstreams),
+        extra_roots,
+        connect_timeout: Duration::from_millis(args.connect_timeout),
+        response_timeout: Duration::from_millis(args.response_timeout),
+        correlator: Config {
+            close_wait: args.close_wait,
+            window_open: args.window_open,
+            max_window: args.max_window,
+            ..Config::default()
+        },
+        key,
+        observer_queue: args.observer_queue,
+        stall: Stall(args.test_stall_observers),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let clock = Clock::start();
-        let mounts = Mounts::with_overrides(&args.upstreams);
-        let client = upstream_client(&extra_roots, Duration::from_millis(args.connect_timeout))?;
-        let listener = TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("listening on {}", args.listen))?;
-        let addr = listener.local_addr()?;
-        // The ingest socket will send MCP reports on this channel once it is wired in.
-        let (_ingest_tx, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
-        let (stop_live, live_stopped) = oneshot::channel();
-        let live_cfg = LiveConfig {
-            correlator: Config {
-                close_wait: args.close_wait,
-                window_open: args.window_open,
-                max_window: args.max_window,
-                ..Config::default()
-            },
-            pseudo: Pseudonymizer::new(&key),
-            tick: Duration::from_millis(20),
-        };
-        let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
-            .context("writing the capture header")?;
-        let state = Arc::new(State {
-            mounts,
-            client,
-            clock,
-            tap_settings: tap::Settings {
-                clock,
-                queue: args.observer_queue,
-                events: live.events.clone(),
-                stall: Stall(args.test_stall_observers),
-            },
-            live: Some(live),
-            response_timeout: Duration::from_millis(args.response_timeout),
-            next_stream: AtomicU64::new(0),
-        });
         let stop = shutdown_signal()?;
-        eprint!("{}", banner(addr, &state.mounts));
-        serve(listener, state, stop).await;
-        let _ = stop_live.send(());
-        let summary = live_task
-            .await
-            .context("the correlator task failed")?
-            .context("writing records or capture")?;
+        let running = start(config, Clock::start(), sinks).await?;
+        eprint!("{}", banner(running.addr, &running.mounts));
+        stop.await;
+        let summary = running.stop().await?;
         eprintln!("windowtap relay stopped: {summary}");
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Everything a relay run needs, files already opened.
+pub struct RelayConfig {
+    pub listen: SocketAddr,
+    pub mounts: Mounts,
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub correlator: Config,
+    /// The pseudonymization key.
+    pub key: [u8; KEY_LEN],
+    pub observer_queue: usize,
+    pub stall: Stall,
+}
+
+/// A running relay.
+pub struct Running {
+    /// The bound listen address.
+    pub addr: SocketAddr,
+    pub mounts: Mounts,
+    /// Where MCP reports go (`McpStart` / `McpInterval`, times on the relay clock): the
+    /// ingest socket sends here.
+    #[allow(dead_code)] // until the ingest socket is wired in
+    pub ingest: mpsc::Sender<Timed>,
+    stop_accepting: oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+    stop_live: oneshot::Sender<()>,
+    live: tokio::task::JoinHandle<std::io::Result<Summary>>,
+}
+
+impl Running {
+    /// Stops accepting, finishes the correlator (every pending interval decided), flushes
+    /// the records and the capture, and returns the run's summary.
+    pub async fn stop(self) -> anyhow::Result<Summary> {
+        let _ = self.stop_accepting.send(());
+        let _ = self.server.await;
+        let _ = self.stop_live.send(());
+        self.live
+            .await
+            .context("the correlator task failed")?
+            .context("writing records or capture")
+    }
+}
+
+/// Binds the listener, starts the correlator task and starts accepting. `clock` is the
+/// relay clock MCP report times must be on.
+pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
+    let client = upstream_client(&config.extra_roots, config.connect_timeout)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
+    let (stop_live, live_stopped) = oneshot::channel();
+    let live_cfg = LiveConfig {
+        correlator: config.correlator,
+        pseudo: Pseudonymizer::new(&config.key),
+        tick: Duration::from_millis(20),
+    };
+    let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
+        .context("writing the capture header")?;
+    let state = Arc::new(State {
+        mounts: config.mounts.clone(),
+        client,
+        clock,
+        tap_settings: tap::Settings {
+            clock,
+            queue: config.observer_queue,
+            events: live.events.clone(),
+            stall: config.stall,
+        },
+        live: Some(live),
+        response_timeout: config.response_timeout,
+        next_stream: AtomicU64::new(0),
+    });
+    let (stop_accepting, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Running {
+        addr,
+        mounts: config.mounts,
+        ingest,
+        stop_accepting,
+        server,
+        stop_live,
+        live: live_task,
+    })
 }
 
 /// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
