@@ -134,7 +134,7 @@ impl Sources {
         live.values().fold(now0, |w, s| w.min(s.mark(now0)))
     }
 
-    #[cfg(test)]
+    /// Streams still registered (in flight).
     pub fn len(&self) -> usize {
         self.live.lock().map(|l| l.len()).unwrap_or(0)
     }

@@ -314,7 +314,12 @@ pub struct Running {
     server: tokio::task::JoinHandle<()>,
     stop_live: oneshot::Sender<()>,
     live: tokio::task::JoinHandle<std::io::Result<Summary>>,
+    sources: Arc<live::Sources>,
 }
+
+/// On stop, how long streams still in flight may take to end (an exchange whose last bytes
+/// were just sent) before the correlator finishes without their remaining events.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 impl Running {
     /// Stops accepting, finishes the correlator (every pending interval decided), flushes
@@ -322,6 +327,10 @@ impl Running {
     pub async fn stop(self) -> anyhow::Result<Summary> {
         let _ = self.stop_accepting.send(());
         let _ = self.server.await;
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.sources.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let _ = self.stop_live.send(());
         self.live
             .await
@@ -347,6 +356,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     };
     let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
         .context("writing the capture header")?;
+    let sources = live.sources.clone();
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
@@ -373,6 +383,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         server,
         stop_live,
         live: live_task,
+        sources,
     })
 }
 
