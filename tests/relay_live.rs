@@ -421,6 +421,105 @@ async fn a_stalled_observer_never_slows_forwarding_and_marks_its_stream_lost() {
     replay(&capture);
 }
 
-/// Keeps the unused-import lint quiet when a test above is filtered out.
-#[allow(dead_code)]
-fn _unused(_: Arc<Mutex<()>>) {}
+fn responses_sse(id: &str, call: Option<&str>) -> String {
+    let mut s = sse_event(
+        "response.created",
+        &json!({"type":"response.created","sequence_number":0,"response":{"id":id,"status":"in_progress","output":[]}}),
+    );
+    let mut output = json!([]);
+    if let Some(call) = call {
+        let item = json!({"type":"function_call","id":"fc_7","call_id":call,"namespace":"mcp__probe",
+            "name":"echo","arguments":format!("{{\"text\":\"{CANARY}\"}}"),"status":"completed"});
+        s.push_str(&sse_event("response.output_item.added", &json!({"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":item})));
+        s.push_str(&sse_event("response.output_item.done", &json!({"type":"response.output_item.done","sequence_number":2,"output_index":0,"item":item})));
+        output = json!([item]);
+    }
+    s.push_str(&sse_event(
+        "response.completed",
+        &json!({"type":"response.completed","sequence_number":3,"response":{"id":id,"status":"completed","output":output}}),
+    ));
+    s
+}
+
+/// Codex over HTTP: zstd request bodies (as Codex sends them with a ChatGPT login), the whole
+/// input re-sent, the continuation carrying the function_call_output.
+#[tokio::test]
+async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched() {
+    let seen = Arc::new(Mutex::new(Vec::<[u8; 32]>::new()));
+    let keep = seen.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let keep = keep.clone();
+            async move {
+                assert_eq!(req.headers()["content-encoding"], "zstd");
+                let body = read_body(req.into_body()).await;
+                keep.lock().unwrap().push(sha(&body));
+                let plain = zstd::decode_all(&body[..]).unwrap();
+                let text = if String::from_utf8_lossy(&plain).contains("function_call_output") {
+                    responses_sse("resp_b", None)
+                } else {
+                    responses_sse("resp_a", Some("call_7"))
+                };
+                sse_response(full(text))
+            }
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("chatgpt", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+    ]);
+    let turn = json!({"model":"gpt-5","stream":true,"store":false,"input":[{"type":"message","role":"user","content":CANARY}]});
+    let cont = json!({"model":"gpt-5","stream":true,"store":false,"input":[
+        {"type":"message","role":"user","content":CANARY},
+        {"type":"function_call","call_id":"call_7","namespace":"mcp__probe","name":"echo","arguments":"{}"},
+        {"type":"function_call_output","call_id":"call_7","output":CANARY}]});
+    let mut sent = Vec::new();
+    for (body, want) in [
+        (turn, responses_sse("resp_a", Some("call_7"))),
+        (cont, responses_sse("resp_b", None)),
+    ] {
+        let packed = zstd::encode_all(body.to_string().as_bytes(), 3).unwrap();
+        sent.push(sha(&packed));
+        let req = request("POST", relay.addr, "/chatgpt/responses")
+            .header("content-type", "application/json")
+            .header("content-encoding", "zstd")
+            .header("originator", "codex_cli_rs")
+            .header("thread-id", "th-http")
+            .header("authorization", format!("Bearer {CANARY}"))
+            .body(full(packed))
+            .unwrap();
+        let res = send(relay.addr, req).await.unwrap();
+        assert_eq!(collect(res.into_body()).await.unwrap(), want.as_bytes());
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        sent,
+        "the compressed bodies reached the upstream as sent"
+    );
+    assert!(relay.stop().success());
+    let text = std::fs::read_to_string(&capture).unwrap();
+    assert_no_canary("capture", &text);
+    let lines = capture_lines(&capture);
+    let events = &lines[1..];
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .expect("a tool_call");
+    assert_eq!(call["kind"], "function");
+    let cont = events
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .nth(1)
+        .expect("two requests");
+    assert_eq!(cont["outputs"], json!([call["call"]]));
+    assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
+}
