@@ -6,7 +6,7 @@
 //! taken up everything queued before. Each copy is stamped on the data path, when the bytes
 //! passed; the observer stamps the events a copy produces with that time, never its own.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -46,12 +46,19 @@ pub trait StreamObserver: Send {
 
 const NONE: u64 = u64::MAX;
 
+/// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
+/// bounds their size (an upload's chunks can be large), so a stalled observer costs at most
+/// this much memory before its stream is marked lost.
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+
 struct Shared {
     guard: SourceGuard,
     /// The time of the first dropped copy (`NONE` while nothing was dropped).
     overflow_at: AtomicU64,
     /// When the data path let go of the tap (`NONE` while it holds it).
     closed_at: AtomicU64,
+    /// Bytes of copies queued and not yet taken up.
+    queued_bytes: AtomicUsize,
     wake: Notify,
 }
 
@@ -81,7 +88,11 @@ impl Tap {
         let source = self.shared.guard.source();
         source.begin();
         let t = self.clock.now_ms();
-        if self.tx.try_send((t, msg)).is_err() {
+        let size = msg.size();
+        let queued = self.shared.queued_bytes.fetch_add(size, Ordering::SeqCst) + size;
+        let sent = queued <= MAX_QUEUED_BYTES && self.tx.try_send((t, msg)).is_ok();
+        if !sent {
+            self.shared.queued_bytes.fetch_sub(size, Ordering::SeqCst);
             // The unit stays pending until the observer has reported the loss; only the
             // first overflow counts (two directions may race here).
             if self
@@ -93,6 +104,19 @@ impl Tap {
                 source.done();
             }
             self.shared.wake.notify_one();
+        }
+    }
+}
+
+impl TapMsg {
+    /// The bytes this copy holds.
+    pub fn size(&self) -> usize {
+        match self {
+            TapMsg::RequestChunk(b)
+            | TapMsg::ResponseChunk(b)
+            | TapMsg::ClientBytes(b)
+            | TapMsg::ServerBytes(b) => b.len(),
+            TapMsg::RequestEnd | TapMsg::ResponseHead { .. } => 0,
         }
     }
 }
@@ -142,6 +166,7 @@ pub fn start(
         guard,
         overflow_at: AtomicU64::new(NONE),
         closed_at: AtomicU64::new(NONE),
+        queued_bytes: AtomicUsize::new(0),
         wake: Notify::new(),
     });
     tokio::spawn(run(
@@ -193,6 +218,7 @@ async fn run(
         };
         match msg {
             Some((t, m)) => {
+                shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
                 last_t = last_t.max(t);
                 source.took_up(last_t);
                 if !lost_reported {
@@ -345,6 +371,32 @@ mod tests {
             "four copies fit the queue; the rest were dropped, never waited for"
         );
         assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[tokio::test]
+    async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let settings = Settings {
+            clock,
+            queue: 1000,
+            events: tx,
+            stall: Stall(true),
+        };
+        let tap = start(guard, clock.now_ms(), Box::new(Recorder), vec![], &settings);
+        drop(settings);
+        let chunk = Bytes::from(vec![0u8; 1 << 20]);
+        for _ in 0..10 {
+            tap.send(TapMsg::RequestChunk(chunk.clone()));
+        }
+        drop(tap);
+        let mut words = Vec::new();
+        while let Some((_, k)) = rx.recv().await {
+            words.push(word(&k));
+        }
+        assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
     }
 
     #[tokio::test]
