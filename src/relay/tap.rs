@@ -44,6 +44,65 @@ pub trait StreamObserver: Send {
     fn close(&mut self, out: &mut Vec<EventKind>);
 }
 
+/// Contains an observer's panics: a fault in a parser loses observation of its stream (reason
+/// `observer`), never the relay's forwarding nor, through a dead task, the watermark.
+pub struct Contained {
+    inner: Box<dyn StreamObserver>,
+    stream: String,
+    failed: bool,
+}
+
+impl Contained {
+    pub fn new(stream: String, inner: Box<dyn StreamObserver>) -> Self {
+        Contained {
+            inner,
+            stream,
+            failed: false,
+        }
+    }
+
+    fn guard(
+        &mut self,
+        out: &mut Vec<EventKind>,
+        f: impl FnOnce(&mut dyn StreamObserver, &mut Vec<EventKind>),
+    ) {
+        if self.failed {
+            return;
+        }
+        let before = out.len();
+        let inner = &mut *self.inner;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(inner, out)));
+        if caught.is_err() {
+            out.truncate(before);
+            self.failed = true;
+            tracing::warn!("an observer failed; observation of its stream stops");
+            out.push(EventKind::ObservationLost {
+                stream: self.stream.clone(),
+                reason: "observer".to_string(),
+            });
+        }
+    }
+}
+
+impl StreamObserver for Contained {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+        self.guard(out, |o, out| o.take(msg, out));
+    }
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+        self.guard(out, |o, out| o.lost(reason, out));
+    }
+    fn close(&mut self, out: &mut Vec<EventKind>) {
+        if !self.failed {
+            self.guard(out, |o, out| o.close(out));
+        }
+        if self.failed {
+            out.push(EventKind::StreamClose {
+                stream: self.stream.clone(),
+            });
+        }
+    }
+}
+
 const NONE: u64 = u64::MAX;
 
 /// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
@@ -371,6 +430,37 @@ mod tests {
             "four copies fit the queue; the rest were dropped, never waited for"
         );
         assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    struct Faulty;
+
+    impl StreamObserver for Faulty {
+        fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {
+            panic!("a parser bug");
+        }
+        fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
+        fn close(&mut self, _out: &mut Vec<EventKind>) {}
+    }
+
+    #[test]
+    fn a_panicking_observer_loses_its_stream_and_still_closes_it() {
+        let mut c = Contained::new("s9".into(), Box::new(Faulty));
+        let mut out = Vec::new();
+        c.take(TapMsg::RequestEnd, &mut out);
+        c.take(TapMsg::RequestEnd, &mut out);
+        c.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                EventKind::ObservationLost {
+                    stream: "s9".into(),
+                    reason: "observer".into()
+                },
+                EventKind::StreamClose {
+                    stream: "s9".into()
+                },
+            ]
+        );
     }
 
     #[tokio::test]
