@@ -129,7 +129,16 @@ impl State {
         let guard = live.sources.register(&self.clock);
         let t_open = self.clock.now_ms();
         let mut opening = Vec::new();
-        let observer = open(self.next_stream(), &mut opening);
+        let stream = self.next_stream();
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            open(stream.clone(), &mut opening)
+        }));
+        let Ok(observer) = opened else {
+            // The stream goes unobserved; its registration ends with `guard` here.
+            tracing::warn!("an observer failed to open; the stream is forwarded unobserved");
+            return None;
+        };
+        let observer = Box::new(tap::Contained::new(stream, observer));
         Some(tap::start(
             guard,
             t_open,
