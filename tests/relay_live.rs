@@ -523,3 +523,96 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
     assert_eq!(cont["outputs"], json!([call["call"]]));
     assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
 }
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the struct we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The whole loop: a Claude tool turn through the relay, the MCP call reported on the ingest
+/// socket the way `windowtap wrap` reports it, the continuation. The call is attributed live,
+/// and replaying the capture gives the same record.
+#[tokio::test]
+async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_replay() {
+    use tokio::io::AsyncWriteExt;
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+        "--close-wait".into(),
+        "200".into(),
+    ]);
+    let history = json!([{"role":"user","content":CANARY}]);
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":history}),
+    )
+    .await;
+
+    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
+        .await
+        .unwrap();
+    let start_ns = mono_ns();
+    let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
+        mono_ns()
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    sock.flush().await.unwrap();
+    // The report reaches the correlator before the host sends its continuation.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[
+            {"role":"user","content":CANARY},
+            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
+        ]}),
+    )
+    .await;
+    drop(sock);
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let live = std::fs::read_to_string(&records).unwrap();
+    assert_no_canary("records", &live);
+    let recs: Vec<Value> = live
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 1, "{live}");
+    assert_eq!(recs[0]["decision"], "attributed", "{live}");
+    assert_eq!(recs[0]["alias"], "probe");
+    let evidence: Vec<&str> = recs[0]["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        evidence.contains(&"tool_use_id") && evidence.contains(&"route"),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        replay(&capture),
+        live,
+        "live records equal the replay of the capture"
+    );
+}

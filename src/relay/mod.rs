@@ -76,6 +76,10 @@ pub struct RelayArgs {
     /// A window not closed this long after it opened becomes broken, in milliseconds.
     #[arg(long, default_value_t = 1_800_000.0, value_name = "MS")]
     max_window: f64,
+    /// The Unix socket wrapped MCP servers report their calls on [default:
+    /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
+    #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
+    ingest: Option<PathBuf>,
     /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
     #[arg(long, value_name = "FILE")]
     id_key_file: Option<PathBuf>,
@@ -277,6 +281,7 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             ..Config::default()
         },
         key,
+        ingest: Some(crate::ingest::listen_path(args.ingest.clone())?),
         observer_queue: args.observer_queue,
         stall: Stall(args.test_stall_observers),
     };
@@ -288,6 +293,13 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let stop = shutdown_signal()?;
         let running = start(config, Clock::start(), sinks).await?;
         eprint!("{}", banner(running.addr, &running.mounts));
+        if let Some(sock) = &running.ingest_socket {
+            eprintln!(
+                "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
+                sock.path().display(),
+                crate::ingest::ENV
+            );
+        }
         stop.await;
         let summary = running.stop().await?;
         eprintln!("windowtap relay stopped: {summary}");
@@ -306,6 +318,9 @@ pub struct RelayConfig {
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; KEY_LEN],
+    /// Where to listen for wrappers' MCP reports (none: reports only through
+    /// [`Running::ingest`]).
+    pub ingest: Option<PathBuf>,
     pub observer_queue: usize,
     pub stall: Stall,
 }
@@ -317,8 +332,10 @@ pub struct Running {
     pub mounts: Mounts,
     /// Where MCP reports go (`McpStart` / `McpInterval`, times on the relay clock): the
     /// ingest socket sends here.
-    #[allow(dead_code)] // until the ingest socket is wired in
+    #[allow(dead_code)] // for `windowtap run` and in-process callers
     pub ingest: mpsc::Sender<Timed>,
+    /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
+    pub ingest_socket: Option<crate::ingest::IngestHandle>,
     stop_accepting: oneshot::Sender<()>,
     server: tokio::task::JoinHandle<()>,
     stop_live: oneshot::Sender<()>,
@@ -334,6 +351,8 @@ impl Running {
     /// Stops accepting, finishes the correlator (every pending interval decided), flushes
     /// the records and the capture, and returns the run's summary.
     pub async fn stop(self) -> anyhow::Result<Summary> {
+        // No new reports: what the wrappers sent so far is all the correlator will get.
+        drop(self.ingest_socket);
         let _ = self.stop_accepting.send(());
         let _ = self.server.await;
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -380,6 +399,10 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         response_timeout: config.response_timeout,
         next_stream: AtomicU64::new(0),
     });
+    let ingest_socket = match config.ingest {
+        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone()).await?),
+        None => None,
+    };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(serve(listener, state, async move {
         let _ = stopped.await;
@@ -388,6 +411,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         addr,
         mounts: config.mounts,
         ingest,
+        ingest_socket,
         stop_accepting,
         server,
         stop_live,

@@ -82,14 +82,21 @@ pub struct Relay {
     child: Option<Child>,
     pub addr: SocketAddr,
     pub stderr: Arc<Mutex<Vec<String>>>,
+    /// This relay's own ingest socket (relays of concurrent tests must not share one).
+    pub ingest: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Relay {
     /// Starts `windowtap relay --listen 127.0.0.1:0 ARGS...` and waits for its banner.
     pub fn start(args: &[String]) -> Relay {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = dir.path().join("ingest.sock");
         let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
             .arg("relay")
             .args(["--listen", "127.0.0.1:0"])
+            .arg("--ingest")
+            .arg(&ingest)
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -130,6 +137,8 @@ impl Relay {
             child: Some(child),
             addr,
             stderr: lines,
+            ingest,
+            _dir: dir,
         }
     }
 

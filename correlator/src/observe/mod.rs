@@ -11,11 +11,13 @@
 //! - [`sse`], [`ws_frames`], [`decode`]: framing and content decoding.
 //! - [`anthropic`], [`responses`]: the per-protocol state machines.
 //! - [`body`]: request-body scanners.
+//! - [`jsonrpc`]: MCP stdio lines (for the wrapper), `tools/call` starts and ends.
 
 pub mod anthropic;
 pub mod body;
 pub mod decode;
 pub mod exchange;
+pub mod jsonrpc;
 mod peek;
 pub mod responses;
 pub mod sse;
