@@ -142,7 +142,19 @@ fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
 
+/// Replays a capture with `windowtap replay`, after `windowtap check` has accepted it.
 fn replay(capture: &Path) -> String {
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "check rejected the capture: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
         .arg("replay")
         .arg(capture)
