@@ -387,6 +387,10 @@ async fn a_reset_mid_stream_breaks_the_client_stream_after_the_bytes_that_came()
         .unwrap();
     let res = send(relay.addr, req).await.unwrap();
     assert_eq!(res.status(), 200);
+    assert!(
+        res.headers().get("date").is_none(),
+        "no header the upstream did not send"
+    );
     let mut body = res.into_body();
     let mut got = Vec::new();
     let end = loop {

@@ -489,6 +489,8 @@ pub async fn serve(
             let service = hyper::service::service_fn(move |req| http::handle(state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
+                // The response head is the upstream's: no Date it did not send.
+                .auto_date_header(false)
                 .serve_connection(TokioIo::new(io), service)
                 .with_upgrades();
             if let Err(e) = conn.await {
