@@ -8,7 +8,10 @@ use correlator::Millis;
 
 /// The current CLOCK_MONOTONIC reading in nanoseconds.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime only writes into the timespec we own; CLOCK_MONOTONIC always exists
     // on Linux, so the call cannot fail.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -24,7 +27,9 @@ pub struct Clock {
 impl Clock {
     /// A clock whose epoch is now.
     pub fn start() -> Self {
-        Clock { epoch_ns: mono_ns() }
+        Clock {
+            epoch_ns: mono_ns(),
+        }
     }
 
     /// Milliseconds from the epoch to a monotonic reading (0 for readings before the epoch).
@@ -44,7 +49,9 @@ mod tests {
 
     #[test]
     fn readings_map_to_milliseconds_since_the_epoch() {
-        let c = Clock { epoch_ns: 5_000_000 };
+        let c = Clock {
+            epoch_ns: 5_000_000,
+        };
         assert_eq!(c.ms_at(5_000_000), 0.0);
         assert_eq!(c.ms_at(7_500_000), 2.5);
         assert_eq!(c.ms_at(1), 0.0);

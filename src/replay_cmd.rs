@@ -1,10 +1,191 @@
-//! `windowtap replay` (being written).
+//! `windowtap replay`: the correlator over captured or hand-written traces, offline.
 
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct ReplayArgs {}
+use anyhow::{bail, Context};
+use correlator::records::Summary;
+use correlator::trace::TraceReader;
+use correlator::{Config, Correlator, WindowOpen};
+use serde_json::Value;
 
-pub fn main(_args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("replay is not built yet")
+#[derive(clap::Args)]
+#[command(after_help = "\
+Options not given on the command line are read from the trace header when it has them \
+(`close_wait`, `window_open`, `max_window`), else the defaults apply.
+
+Examples:
+  windowtap replay traces/
+  windowtap replay capture.jsonl --close-wait 50 -o records.jsonl")]
+pub struct ReplayArgs {
+    /// Trace v1 files, or directories: every `*.jsonl` directly in a directory, each replayed
+    /// on its own, in name order.
+    #[arg(required = true, value_name = "TRACE|DIR")]
+    inputs: Vec<PathBuf>,
+    /// How long after an interval's end (and its window's response end) a still-open window
+    /// is given up, in milliseconds [default: 1000].
+    #[arg(long, value_name = "MS")]
+    close_wait: Option<f64>,
+    /// When a window opens for containment: at its response's first complete tool call, or
+    /// at the response's completion [default: call].
+    #[arg(long, value_name = "call|response", value_parser = parse_window_open)]
+    window_open: Option<WindowOpen>,
+    /// A window not closed this long after it opened becomes broken, in milliseconds
+    /// [default: 1800000].
+    #[arg(long, value_name = "MS")]
+    max_window: Option<f64>,
+    /// Write records here instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
+    WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
+}
+
+/// Every trace file named by the inputs, directories expanded.
+fn trace_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for input in inputs {
+        let meta = std::fs::metadata(input).with_context(|| format!("{}", input.display()))?;
+        if meta.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(input)
+                .with_context(|| format!("reading directory {}", input.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                bail!(
+                    "{}: no *.jsonl trace files in this directory",
+                    input.display()
+                );
+            }
+            files.extend(found);
+        } else {
+            files.push(input.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn number_option(
+    header: &serde_json::Map<String, Value>,
+    key: &str,
+    file: &Path,
+) -> anyhow::Result<Option<f64>> {
+    match header.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+            _ => bail!(
+                "{}:1: header field `{key}` must be a number >= 0",
+                file.display()
+            ),
+        },
+        Some(_) => bail!(
+            "{}:1: header field `{key}` must be a number",
+            file.display()
+        ),
+    }
+}
+
+/// The options for one trace: the command line first, then the trace header, then defaults.
+fn config_for(
+    args: &ReplayArgs,
+    header: Option<&serde_json::Map<String, Value>>,
+    file: &Path,
+) -> anyhow::Result<Config> {
+    let mut c = Config::default();
+    if let Some(h) = header {
+        if let Some(v) = number_option(h, "close_wait", file)? {
+            c.close_wait = v;
+        }
+        if let Some(v) = number_option(h, "max_window", file)? {
+            c.max_window = v;
+        }
+        match h.get("window_open") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                c.window_open = parse_window_open(s).map_err(|e| {
+                    anyhow::anyhow!("{}:1: header field `window_open`: {e}", file.display())
+                })?
+            }
+            Some(_) => bail!(
+                "{}:1: header field `window_open` must be a string",
+                file.display()
+            ),
+        }
+    }
+    if let Some(v) = args.close_wait {
+        c.close_wait = v;
+    }
+    if let Some(v) = args.max_window {
+        c.max_window = v;
+    }
+    if let Some(v) = args.window_open {
+        c.window_open = v;
+    }
+    Ok(c)
+}
+
+/// Replays one trace; the records are returned only when the whole trace read cleanly.
+pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Vec<correlator::Record>> {
+    let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut reader = TraceReader::new(
+        BufReader::with_capacity(1 << 16, f),
+        file.display().to_string(),
+    );
+    let mut out = Vec::new();
+    let mut correlator: Option<Correlator> = None;
+    while let Some(ev) = reader.next() {
+        let ev = ev?;
+        let c = match &mut correlator {
+            Some(c) => c,
+            None => correlator.insert(Correlator::new(config_for(args, reader.header(), file)?)),
+        };
+        c.push(&ev, &mut out);
+    }
+    if let Some(c) = &mut correlator {
+        c.finish(&mut out);
+    } else {
+        // A header with no events: still check its options.
+        config_for(args, reader.header(), file)?;
+    }
+    Ok(out)
+}
+
+pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    if let Some(v) = args
+        .close_wait
+        .into_iter()
+        .chain(args.max_window)
+        .find(|v| !v.is_finite() || *v < 0.0)
+    {
+        bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
+    }
+    let files = trace_files(&args.inputs)?;
+    let mut sink: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut summary = Summary::default();
+    let mut line = String::with_capacity(512);
+    for file in &files {
+        let records = replay_file(file, &args)?;
+        for r in &records {
+            summary.add(r);
+            line.clear();
+            r.write_json(&mut line);
+            line.push('\n');
+            sink.write_all(line.as_bytes()).context("writing records")?;
+        }
+    }
+    sink.flush().context("writing records")?;
+    eprintln!("{summary}");
+    Ok(ExitCode::SUCCESS)
 }

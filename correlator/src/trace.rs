@@ -396,6 +396,7 @@ pub struct TraceReader<R> {
     line_no: usize,
     buf: String,
     header_seen: bool,
+    header: Option<Map<String, Value>>,
     validator: Validator,
     failed: bool,
 }
@@ -409,9 +410,16 @@ impl<R: BufRead> TraceReader<R> {
             line_no: 0,
             buf: String::new(),
             header_seen: false,
+            header: None,
             validator: Validator::new(),
             failed: false,
         }
+    }
+
+    /// The header line's fields, once the first event (or the end) has been read. Extra
+    /// header fields are allowed; replay reads its options from them.
+    pub fn header(&self) -> Option<&Map<String, Value>> {
+        self.header.as_ref()
     }
 
     fn error(&self, f: Fault) -> TraceError {
@@ -455,6 +463,7 @@ impl<R: BufRead> TraceReader<R> {
                 }
             }
             self.header_seen = true;
+            self.header = Some(obj);
             return Ok(None);
         }
         let ev = parse_event(&obj)?;

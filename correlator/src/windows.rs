@@ -1,1 +1,585 @@
 //! Threads, response chains and windows (design.md §3).
+//!
+//! [`Tracker`] applies relay and MCP events to the state the decision rule reads: which
+//! windows are open, closed or broken and when, which streams lost observation, which requests
+//! each thread sent, and, per open window, the MCP calls that started inside it. It keeps only
+//! what a pending or future decision can still need: state older than the retention horizon is
+//! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::event::{CallKind, Millis, ResponseStatus};
+
+/// Index of a window in the tracker's table (never reused within one run).
+pub type WinId = u64;
+
+/// Total order for times, so they can key ordered sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Time(pub Millis);
+
+impl Eq for Time {}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Time {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Whose requests count as "its thread's" for a window: a known thread key, or, for a stream
+/// whose thread is unknown, that stream alone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ThreadKey {
+    Known(String),
+    Anon(String),
+}
+
+impl ThreadKey {
+    fn of(thread: &Option<String>, stream: &str) -> ThreadKey {
+        match thread {
+            Some(t) => ThreadKey::Known(t.clone()),
+            None => ThreadKey::Anon(stream.to_string()),
+        }
+    }
+}
+
+/// One client tool call of a window's response.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub call: String,
+    pub item: Option<String>,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub kind: CallKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WindowState {
+    Open,
+    /// Closed at this time by a continuing request.
+    Closed(Millis),
+    /// Broken at this time: it never closes.
+    Broken(Millis),
+}
+
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub thread: Option<String>,
+    pub stream: String,
+    pub response: String,
+    /// When the first client tool call of the response was complete.
+    pub open: Millis,
+    pub calls: Vec<Call>,
+    pub state: WindowState,
+    /// The request that closed the window.
+    pub request: Option<String>,
+    /// When the response ended (any status), and when it completed (status completed).
+    pub response_end: Option<Millis>,
+    pub completed_at: Option<Millis>,
+    /// MCP calls that started inside the window (start ≥ open) and are still running.
+    pub running: u32,
+    /// The latest end among reported MCP calls that started inside the window.
+    pub max_inside_end: Millis,
+    /// The first request of the window's thread after the window opened.
+    pub next_request: Option<Millis>,
+    /// Pending intervals that wait on this window (it is one of their open candidates).
+    pub waiters: Vec<u64>,
+    thread_key: ThreadKey,
+    /// When `max_window` breaks it if it is still open.
+    deadline: Millis,
+}
+
+impl Window {
+    pub fn is_open(&self) -> bool {
+        self.state == WindowState::Open
+    }
+
+    /// The time the window became final, if it has.
+    fn final_at(&self) -> Option<Millis> {
+        match self.state {
+            WindowState::Open => None,
+            WindowState::Closed(t) | WindowState::Broken(t) => Some(t),
+        }
+    }
+}
+
+struct StreamState {
+    thread: Option<String>,
+    open: Millis,
+    lost: bool,
+    /// Responses started on this stream that have not ended.
+    active: Vec<String>,
+}
+
+struct ResponseState {
+    stream: String,
+    window: Option<WinId>,
+}
+
+/// The open span of a stream whose observation was lost.
+#[derive(Debug, Clone)]
+pub struct LostSpan {
+    pub stream: String,
+    pub open: Millis,
+    pub close: Option<Millis>,
+    pub lost_at: Millis,
+}
+
+/// What an applied event changed that pending decisions may depend on.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Windows whose state, response end or MCP bookkeeping changed.
+    pub windows: Vec<WinId>,
+    /// Something that can make any pending interval `incomplete` happened (a loss, a break).
+    pub global: bool,
+}
+
+#[derive(Default)]
+pub struct Tracker {
+    streams: FxHashMap<String, StreamState>,
+    responses: FxHashMap<String, ResponseState>,
+    windows: FxHashMap<WinId, Window>,
+    next_win: WinId,
+    /// Open windows, by open time (for candidates and MCP bookkeeping).
+    open: BTreeSet<(Time, WinId)>,
+    /// Open windows by their response id and by their calls' ids (for continuations).
+    open_by_response: FxHashMap<String, WinId>,
+    open_by_call: FxHashMap<String, WinId>,
+    /// Open windows' `max_window` deadlines.
+    deadlines: BTreeSet<(Time, WinId)>,
+    /// Closed windows in close order (closes happen in time order).
+    closed: VecDeque<(Millis, WinId)>,
+    /// Broken windows, in break order.
+    broken: VecDeque<WinId>,
+    /// Windows (open or broken) whose thread has sent no request since they opened.
+    awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
+    /// Spans of streams whose observation was lost.
+    lost: Vec<LostSpan>,
+    /// Running MCP calls: interval id -> start.
+    running: FxHashMap<String, Millis>,
+    /// MCP calls reported at the current time (a window opening at the same time must see them).
+    reported_now: Vec<(Millis, Millis)>,
+    now: Millis,
+    /// Everything the tracker dropped concerned times before this; intervals that start
+    /// earlier cannot be judged exactly.
+    forgotten_before: Millis,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Tracker {
+            forgotten_before: f64::NEG_INFINITY,
+            ..Default::default()
+        }
+    }
+
+    pub fn window(&self, id: WinId) -> Option<&Window> {
+        self.windows.get(&id)
+    }
+
+    pub fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
+        self.windows.get_mut(&id)
+    }
+
+    pub fn forgotten_before(&self) -> Millis {
+        self.forgotten_before
+    }
+
+    /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
+    pub fn set_now(&mut self, t: Millis) {
+        if t > self.now {
+            self.reported_now.clear();
+        }
+        self.now = t;
+    }
+
+    /// Open windows that opened at or before `s`.
+    pub fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
+        self.open.range(..=(Time(s), WinId::MAX)).map(|(_, id)| *id)
+    }
+
+    /// Closed windows with open ≤ s and close ≥ e.
+    pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
+        let from = self.closed.partition_point(|(c, _)| *c < e);
+        self.closed.range(from..).filter_map(move |(_, id)| {
+            let w = self.windows.get(id)?;
+            (w.open <= s).then_some(*id)
+        })
+    }
+
+    pub fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
+        self.broken.iter().filter_map(|id| self.windows.get(id))
+    }
+
+    pub fn lost_spans(&self) -> &[LostSpan] {
+        &self.lost
+    }
+
+    /// The earliest `max_window` deadline of an open window.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.deadlines.first().map(|(t, _)| t.0)
+    }
+
+    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<String>) {
+        self.streams.insert(
+            stream.to_string(),
+            StreamState {
+                thread,
+                open: t,
+                lost: false,
+                active: Vec::new(),
+            },
+        );
+    }
+
+    pub fn request(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        request: &str,
+        previous_response: Option<&str>,
+        outputs: &[String],
+        ch: &mut Changes,
+    ) {
+        let Some(st) = self.streams.get(stream) else {
+            return;
+        };
+        let thread = st.thread.clone();
+        let key = ThreadKey::of(&thread, stream);
+
+        // This request is "after the window opened" for every waiting window of its thread
+        // that opened strictly earlier.
+        if let Some(list) = self.awaiting_request.get_mut(&key) {
+            let windows = &mut self.windows;
+            list.retain(|id| match windows.get_mut(id) {
+                Some(w) if w.open < t => {
+                    w.next_request = Some(t);
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            });
+            if list.is_empty() {
+                self.awaiting_request.remove(&key);
+            }
+        }
+
+        let mut continued: Vec<WinId> = Vec::new();
+        if let Some(prev) = previous_response {
+            if let Some(id) = self.open_by_response.get(prev) {
+                continued.push(*id);
+            }
+        }
+        for c in outputs {
+            if let Some(id) = self.open_by_call.get(c) {
+                if !continued.contains(id) {
+                    continued.push(*id);
+                }
+            }
+        }
+        for id in continued {
+            let compatible = match (&thread, self.windows.get(&id).map(|w| &w.thread)) {
+                (Some(a), Some(Some(b))) => a == b,
+                _ => true,
+            };
+            if compatible {
+                self.close(id, t, request);
+                ch.windows.push(id);
+            }
+        }
+    }
+
+    pub fn response_start(&mut self, stream: &str, response: &str) {
+        let Some(st) = self.streams.get_mut(stream) else {
+            return;
+        };
+        st.active.push(response.to_string());
+        self.responses.insert(
+            response.to_string(),
+            ResponseState {
+                stream: stream.to_string(),
+                window: None,
+            },
+        );
+    }
+
+    pub fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
+        let Some(rs) = self.responses.get_mut(response) else {
+            return;
+        };
+        if let Some(id) = rs.window {
+            if let Some(w) = self.windows.get_mut(&id) {
+                if w.is_open() {
+                    self.open_by_call.insert(call.call.clone(), id);
+                }
+                w.calls.push(call);
+            }
+            return;
+        }
+        let id = self.next_win;
+        self.next_win += 1;
+        rs.window = Some(id);
+        let stream = rs.stream.clone();
+        let thread = self.streams.get(&stream).and_then(|s| s.thread.clone());
+        let thread_key = ThreadKey::of(&thread, &stream);
+
+        // MCP calls already running (or reported at this same instant) that started at or
+        // after this open are inside the window.
+        let running = self.running.values().filter(|s| **s >= t).count() as u32;
+        let max_inside_end = self
+            .reported_now
+            .iter()
+            .filter(|(s, _)| *s >= t)
+            .map(|(_, e)| *e)
+            .fold(f64::NEG_INFINITY, f64::max);
+
+        self.open_by_response.insert(response.to_string(), id);
+        self.open_by_call.insert(call.call.clone(), id);
+        self.open.insert((Time(t), id));
+        self.deadlines.insert((Time(t + max_window), id));
+        self.awaiting_request
+            .entry(thread_key.clone())
+            .or_default()
+            .push(id);
+        self.windows.insert(
+            id,
+            Window {
+                thread,
+                stream,
+                response: response.to_string(),
+                open: t,
+                calls: vec![call],
+                state: WindowState::Open,
+                request: None,
+                response_end: None,
+                completed_at: None,
+                running,
+                max_inside_end,
+                next_request: None,
+                waiters: Vec::new(),
+                thread_key,
+                deadline: t + max_window,
+            },
+        );
+    }
+
+    pub fn response_end(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        response: &str,
+        status: ResponseStatus,
+        ch: &mut Changes,
+    ) {
+        if let Some(st) = self.streams.get_mut(stream) {
+            st.active.retain(|r| r != response);
+        }
+        let Some(rs) = self.responses.remove(response) else {
+            return;
+        };
+        let Some(id) = rs.window else { return };
+        if let Some(w) = self.windows.get_mut(&id) {
+            w.response_end = Some(t);
+            if status == ResponseStatus::Completed {
+                w.completed_at = Some(t);
+            }
+        }
+        ch.windows.push(id);
+        if status != ResponseStatus::Completed {
+            self.break_window(id, t, ch);
+        }
+    }
+
+    pub fn stream_close(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+        let Some(st) = self.streams.remove(stream) else {
+            return;
+        };
+        if st.lost {
+            if let Some(span) = self.lost.iter_mut().rev().find(|l| l.stream == stream) {
+                span.close = Some(t);
+            }
+        }
+        // A response whose stream ends before it does: its window is broken.
+        for r in st.active {
+            if let Some(rs) = self.responses.remove(&r) {
+                if let Some(id) = rs.window {
+                    self.break_window(id, t, ch);
+                }
+            }
+        }
+    }
+
+    pub fn observation_lost(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+        let Some(st) = self.streams.get_mut(stream) else {
+            return;
+        };
+        if st.lost {
+            return;
+        }
+        st.lost = true;
+        self.lost.push(LostSpan {
+            stream: stream.to_string(),
+            open: st.open,
+            close: None,
+            lost_at: t,
+        });
+        ch.global = true;
+    }
+
+    pub fn mcp_start(&mut self, interval: &str, start: Millis, ch: &mut Changes) {
+        self.running.insert(interval.to_string(), start);
+        for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
+            if let Some(w) = self.windows.get_mut(id) {
+                w.running += 1;
+                ch.windows.push(*id);
+            }
+        }
+    }
+
+    pub fn mcp_interval(&mut self, interval: &str, start: Millis, end: Millis, ch: &mut Changes) {
+        let was_running = self.running.remove(interval).is_some();
+        self.reported_now.push((start, end));
+        for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
+            if let Some(w) = self.windows.get_mut(id) {
+                if was_running {
+                    w.running = w.running.saturating_sub(1);
+                }
+                w.max_inside_end = w.max_inside_end.max(end);
+                ch.windows.push(*id);
+            }
+        }
+    }
+
+    /// Breaks every open window whose `max_window` deadline is at or before `t`.
+    pub fn expire(&mut self, t: Millis, ch: &mut Changes) {
+        while let Some(&(Time(d), id)) = self.deadlines.first() {
+            if d > t {
+                break;
+            }
+            self.deadlines.pop_first();
+            self.break_window(id, d, ch);
+        }
+    }
+
+    fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
+        let w = self.windows.get_mut(&id)?;
+        self.open.remove(&(Time(w.open), id));
+        self.deadlines.remove(&(Time(w.deadline), id));
+        self.open_by_response.remove(&w.response);
+        for c in &w.calls {
+            if self.open_by_call.get(&c.call) == Some(&id) {
+                self.open_by_call.remove(&c.call);
+            }
+        }
+        Some(w)
+    }
+
+    fn close(&mut self, id: WinId, t: Millis, request: &str) {
+        match self.windows.get(&id) {
+            Some(w) if w.is_open() => {}
+            _ => return,
+        }
+        let Some(w) = self.leave_open_sets(id) else {
+            return;
+        };
+        w.state = WindowState::Closed(t);
+        w.request = Some(request.to_string());
+        self.closed.push_back((t, id));
+    }
+
+    fn break_window(&mut self, id: WinId, t: Millis, ch: &mut Changes) {
+        match self.windows.get(&id) {
+            Some(w) if w.is_open() => {}
+            _ => return,
+        }
+        let Some(w) = self.leave_open_sets(id) else {
+            return;
+        };
+        w.state = WindowState::Broken(t);
+        self.broken.push_back(id);
+        ch.windows.push(id);
+        ch.global = true;
+    }
+
+    /// Drops what no decision about an interval starting at or after `horizon` can need:
+    /// windows final before it (unless broken with no later request of their thread), lost
+    /// spans closed before it, and windows no longer waited on.
+    pub fn forget_before(&mut self, horizon: Millis) {
+        if horizon <= self.forgotten_before {
+            return;
+        }
+        while let Some(&(c, id)) = self.closed.front() {
+            if c >= horizon {
+                break;
+            }
+            self.closed.pop_front();
+            self.drop_window_if_unwaited(id);
+        }
+        let windows = &self.windows;
+        let mut keep = VecDeque::with_capacity(self.broken.len());
+        let mut dropped = Vec::new();
+        for id in self.broken.drain(..) {
+            let Some(w) = windows.get(&id) else { continue };
+            let gone = w.final_at().is_some_and(|b| b < horizon)
+                && w.next_request.is_some_and(|q| q < horizon);
+            if gone {
+                dropped.push(id);
+            } else {
+                keep.push_back(id);
+            }
+        }
+        self.broken = keep;
+        for id in dropped {
+            self.drop_window_if_unwaited(id);
+        }
+        self.lost.retain(|l| l.close.is_none_or(|c| c >= horizon));
+        self.forgotten_before = horizon;
+    }
+
+    fn drop_window_if_unwaited(&mut self, id: WinId) {
+        let Some(w) = self.windows.get(&id) else {
+            return;
+        };
+        if !w.waiters.is_empty() {
+            return;
+        }
+        if w.next_request.is_none() {
+            if let Some(list) = self.awaiting_request.get_mut(&w.thread_key) {
+                list.retain(|x| *x != id);
+                if list.is_empty() {
+                    self.awaiting_request.remove(&w.thread_key);
+                }
+            }
+        }
+        self.windows.remove(&id);
+    }
+
+    /// Windows that are final, no longer indexed anywhere and only kept because intervals
+    /// were waiting on them; called once those intervals are decided.
+    pub fn release(&mut self, ids: &FxHashSet<WinId>) {
+        for id in ids {
+            let Some(w) = self.windows.get(id) else {
+                continue;
+            };
+            let Some(f) = w.final_at() else { continue };
+            let indexed = match w.state {
+                WindowState::Closed(_) => f >= self.forgotten_before,
+                WindowState::Broken(_) => self.broken.contains(id),
+                WindowState::Open => true,
+            };
+            if !indexed && w.waiters.is_empty() {
+                self.windows.remove(id);
+            }
+        }
+    }
+
+    /// How many windows the tracker holds (for tests and memory reports).
+    pub fn window_count(&self) -> usize {
+        self.windows.len()
+    }
+}
