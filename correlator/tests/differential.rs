@@ -91,12 +91,14 @@ proptest! {
         cases: 1000,
         // A failure is minimised by `minimise` below; shrinking a seed finds nothing smaller.
         max_shrink_iters: 0,
+        // The failing shape is printed; no regression file is written into the tree.
+        failure_persistence: None,
         ..ProptestConfig::default()
     })]
 
     #[test]
     fn replay_agrees_with_the_reference(shape in shapes()) {
-        let Generated { events, config } = generate(shape);
+        let Generated { events, config, .. } = generate(shape);
         match round_trip(&events) {
             Ok(back) => prop_assert_eq!(&back, &events, "the trace did not read back unchanged"),
             Err(e) => prop_assert!(false, "generator wrote an invalid trace: {e}"),
@@ -151,7 +153,12 @@ fn record_lines(records: &[Record]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 100, max_shrink_iters: 0, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 100,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn the_same_trace_twice_gives_byte_identical_records(shape in shapes()) {
@@ -170,6 +177,7 @@ proptest! {
             c.push(ev, &mut out);
         }
         c.finish(&mut out);
+        prop_assert_eq!(c.pending(), 0, "intervals still pending after finish");
         let mut reported: Vec<&str> = g
             .events
             .iter()

@@ -61,6 +61,8 @@ pub struct Shape {
 pub struct Generated {
     pub events: Vec<Event>,
     pub config: Config,
+    /// How messy the run was: 0 clean, 1 some trouble, 2 a lot.
+    pub mess: u64,
 }
 
 /// A call the generator has emitted, for noise that refers back to it.
@@ -105,9 +107,21 @@ struct Gen {
     agents: Vec<Agent>,
     calls: Vec<Emitted>,
     threads: Vec<String>,
+    /// 0: a clean run; 1: some trouble; 2: a lot.
+    mess: u64,
+    /// Every MCP call's (start, end), for noise aimed at their edges.
+    spans: Vec<(Millis, Millis)>,
+    /// Hosts start within this many half-milliseconds of each other.
+    spread: usize,
 }
 
 impl Gen {
+    /// Something going wrong, `percent` per cent of the time at mess level 1, twice that at
+    /// level 2, never at level 0.
+    fn trouble(&mut self, percent: u64) -> bool {
+        self.rng.chance(percent * self.mess)
+    }
+
     fn id(&mut self, prefix: &str) -> String {
         self.next_id += 1;
         format!("{prefix}{}", self.next_id)
@@ -124,7 +138,7 @@ impl Gen {
     }
 
     fn status(&mut self) -> ResponseStatus {
-        if self.rng.chance(88) {
+        if !self.trouble(6) {
             ResponseStatus::Completed
         } else {
             self.rng.pick(&[
@@ -173,6 +187,7 @@ impl Gen {
     ) -> Millis {
         let s = start;
         let e = s + self.steps(3);
+        self.spans.push((s, e));
         let report = if self.rng.chance(15) {
             e + 5.0 + self.rng.below(60) as f64 * 0.5
         } else {
@@ -196,7 +211,7 @@ impl Gen {
                     start: s,
                 },
             );
-            if self.rng.chance(3) {
+            if self.trouble(2) {
                 // The report never comes: the call runs to the end of the trace.
                 self.agents.push(agent);
                 return e;
@@ -329,12 +344,12 @@ impl Gen {
             self.threads.push(th.clone());
             Some(th)
         };
-        let mut a = Agent::at(self.rng.below(40) as f64 * 0.5);
+        let mut a = Agent::at(self.rng.below(self.spread) as f64 * 0.5);
         let mut ws: Option<String> = None;
         let mut prev_response: Option<String> = None;
         let mut prev_calls: Vec<String> = Vec::new();
         let turns = 1 + self.rng.below(max_turns);
-        for _ in 0..turns {
+        for turn in 0..turns {
             let stream = match (&ws, host) {
                 (Some(s), Host::CodexWs) => s.clone(),
                 _ => {
@@ -390,7 +405,13 @@ impl Gen {
                     request: answers,
                 },
             );
-            let n_calls = self.rng.pick(&[0, 1, 1, 1, 1, 2, 2, 2, 3]);
+            // A tool loop ends with a plain answer; a last response with calls leaves a window
+            // that nothing ever closes.
+            let n_calls = if turn + 1 == turns && !self.trouble(8) {
+                0
+            } else {
+                self.rng.pick(&[0, 1, 1, 1, 1, 2, 2, 2, 3])
+            };
             let mut calls = Vec::new();
             for _ in 0..n_calls {
                 let dt = self.steps(2);
@@ -441,7 +462,7 @@ impl Gen {
             let mut all_done = a.t;
             for c in &calls {
                 if self.rng.chance(92) {
-                    let start = if self.rng.chance(5) {
+                    let start = if self.trouble(3) {
                         (c.t - 1.0).max(0.0)
                     } else {
                         c.t + self.steps(1)
@@ -452,9 +473,8 @@ impl Gen {
             }
             self.calls.extend(calls.iter().cloned());
             // How the response ends.
-            let fate = self.rng.below(100);
             let trailing = self.steps(2);
-            if fate < 5 {
+            if self.trouble(3) {
                 a.emit(
                     trailing,
                     EventKind::ObservationLost {
@@ -465,18 +485,18 @@ impl Gen {
                 let dt = self.steps(2);
                 a.emit(dt, EventKind::StreamClose { stream });
                 ws = None;
-                if self.rng.chance(50) {
+                if self.rng.chance(25) {
                     break;
                 }
                 prev_response = Some(response);
                 prev_calls = calls.iter().map(|c| c.call.clone()).collect();
                 continue;
             }
-            if fate < 10 {
+            if self.trouble(3) {
                 // The stream ends before the response does: the window is broken.
                 a.emit(trailing, EventKind::StreamClose { stream });
                 ws = None;
-                if self.rng.chance(50) {
+                if self.rng.chance(25) {
                     break;
                 }
                 prev_response = None;
@@ -502,14 +522,14 @@ impl Gen {
             if status != ResponseStatus::Completed {
                 prev_response = None;
                 prev_calls.clear();
-                if self.rng.chance(50) {
+                if self.rng.chance(25) {
                     break;
                 }
                 continue;
             }
             // The continuation follows once every call has ended, mostly; sometimes too
             // early, sometimes much later (a slow host).
-            let next = if self.rng.chance(8) {
+            let next = if self.trouble(4) {
                 a.t
             } else if self.rng.chance(10) {
                 all_done + 10.0 + self.rng.below(40) as f64
@@ -561,11 +581,27 @@ impl Gen {
         self.agents.push(a);
     }
 
-    /// A stream that loses observation somewhere in the trace.
+    /// A stream that loses observation somewhere in the trace; often one whose open span
+    /// just touches an MCP call (closing exactly at its start, or opening exactly at its end),
+    /// since closed intervals make those edges count.
     fn lossy_stream(&mut self, span: Millis) {
-        let mut a = Agent::at(self.rng.below((span as usize).max(1)) as f64);
+        let (open_at, close_at) = match (self.rng.below(3), self.spans.is_empty()) {
+            (1, false) => {
+                let (s, _) = self.rng.pick(&self.spans);
+                ((s - 1.0 - self.steps(2)).max(0.0), Some(s))
+            }
+            (2, false) => {
+                let (_, e) = self.rng.pick(&self.spans);
+                (e, None)
+            }
+            _ => (self.rng.below((span as usize).max(1)) as f64, None),
+        };
+        let mut a = Agent::at(open_at);
         let stream = self.open_stream(&mut a, 0.0, Host::ClaudeHttp, &None);
-        let dt = self.steps(3);
+        let dt = match close_at {
+            Some(c) => (c - open_at) / 2.0,
+            None => self.steps(3),
+        };
         a.emit(
             dt,
             EventKind::ObservationLost {
@@ -573,10 +609,11 @@ impl Gen {
                 reason: "overflow".into(),
             },
         );
-        if self.rng.chance(80) {
-            let dt = self.steps(3);
-            a.emit(dt, EventKind::StreamClose { stream });
-        }
+        let dt = match close_at {
+            Some(c) => c - a.t,
+            None => self.steps(3),
+        };
+        a.emit(dt, EventKind::StreamClose { stream });
         self.agents.push(a);
     }
 
@@ -629,17 +666,34 @@ pub fn generate(shape: Shape) -> Generated {
         agents: Vec::new(),
         calls: Vec::new(),
         threads: Vec::new(),
+        mess: 0,
+        spread: 1,
+        spans: Vec::new(),
     };
+    // Some traces crowd every host into the same moments, most spread them out.
+    g.spread = if g.rng.chance(30) {
+        40
+    } else {
+        1 + 80 * shape.hosts
+    };
+    g.mess = g.rng.below(3) as u64;
     let config = Config {
-        close_wait: g.rng.pick(&[0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0]),
+        close_wait: g
+            .rng
+            .pick(&[0.0, 0.5, 1.0, 3.0, 5.0, 5.0, 10.0, 10.0, 20.0]),
         window_open: if g.rng.chance(30) {
             WindowOpen::Response
         } else {
             WindowOpen::Call
         },
-        max_window: g
-            .rng
-            .pick(&[2.0, 5.0, 12.5, 30.0, 1.0e6, 1.0e6, 1.0e6, 1.0e6]),
+        max_window: if g.trouble(15) {
+            g.rng.pick(&[2.0, 5.0, 12.5, 30.0])
+        } else {
+            1.0e6
+        },
+        // Generated traces span well under `retain` (hours), so nothing is ever dropped for
+        // age and the reference need not model it.
+        ..Config::default()
     };
     for _ in 0..shape.hosts {
         g.host(shape.max_turns.max(1));
@@ -655,14 +709,19 @@ pub fn generate(shape: Shape) -> Generated {
             g.cross_thread_continuation();
         }
     }
-    if g.rng.chance(25) {
+    if g.trouble(12) {
         g.lossy_stream(span);
     }
     for _ in 0..g.rng.below(3) {
         g.orphan_call(span);
     }
+    let mess = g.mess;
     let events = g.merge();
-    Generated { events, config }
+    Generated {
+        events,
+        config,
+        mess,
+    }
 }
 
 /// The events as a trace v1 file.

@@ -128,15 +128,17 @@ pub fn reference(events: &[Event], config: &Config) -> Vec<Record> {
     };
     w.index(events);
     w.find_windows(events);
-    let mut decided: Vec<(Millis, usize, Record)> = (0..w.intervals.len())
+    let mut decided: Vec<(Millis, bool, usize, Record)> = (0..w.intervals.len())
         .map(|k| {
-            let r = w.decide(k);
-            (r.decided_at, k, r)
+            let (r, forced) = w.decide(k);
+            (r.decided_at, forced, k, r)
         })
         .collect();
-    // Brief 9: decision order; ties in the order the intervals were reported.
-    decided.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    decided.into_iter().map(|(_, _, r)| r).collect()
+    // Brief 9: decision order; ties in the order the intervals were reported. Brief 10: at
+    // the end of the trace, what is due at the last event's time is decided first, then
+    // the rest, so a forced decision follows every normal one at that time.
+    decided.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    decided.into_iter().map(|(_, _, _, r)| r).collect()
 }
 
 impl World<'_> {
@@ -433,16 +435,19 @@ impl World<'_> {
         v
     }
 
-    fn decide(&self, k: usize) -> Record {
+    /// The record for interval `k`, and whether the end of the trace forced it.
+    fn decide(&self, k: usize) -> (Record, bool) {
         let iv = &self.intervals[k];
         for t in self.moments(iv) {
             if let Some(r) = self.decide_at(iv, t, false) {
-                return r;
+                return (r, false);
             }
         }
         // Brief 10: the trace ended; still-open candidates count as given up.
-        self.decide_at(iv, self.last_t, true)
-            .expect("a forced decision always decides")
+        let r = self
+            .decide_at(iv, self.last_t, true)
+            .expect("a forced decision always decides");
+        (r, true)
     }
 
     /// The record for `iv` if the rule decides at `t` (always, when `forced`).
