@@ -116,6 +116,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 100,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Fewer, bigger traces: many threads at once, long tool loops.
+    #[test]
+    fn replay_agrees_with_the_reference_on_crowded_traces(
+        seed in any::<u64>(), hosts in 8usize..20, max_turns in 3usize..8,
+    ) {
+        let shape = Shape { seed, hosts, max_turns };
+        let Generated { events, config, .. } = generate(shape);
+        prop_assert!(round_trip(&events).is_ok());
+        if disagreement(&events, &config).is_some() {
+            let small = minimise(&events, &config);
+            let diff = disagreement(&small, &config).unwrap_or_default();
+            prop_assert!(
+                false,
+                "{shape:?}\n{}\nminimal trace:\n{}{diff}",
+                describe_config(&config),
+                trace_text(&small)
+            );
+        }
+    }
+}
+
 /// The generator reaches every outcome of the rule, so agreement above means something.
 #[test]
 fn the_generator_reaches_every_outcome() {
