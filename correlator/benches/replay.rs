@@ -331,23 +331,21 @@ impl Iterator for Workload {
     type Item = Event;
 
     fn next(&mut self) -> Option<Event> {
-        loop {
-            let Reverse((k, _, i)) = self.heap.pop()?;
-            let t = f64::from_bits(k);
-            if self.threads[i].queue.is_empty() {
-                // Idle until now: start a loop.
-                self.threads[i].queue = self.tool_loop(i, t);
-            }
-            let thread = &mut self.threads[i];
-            let event = thread.queue.pop_front()?;
-            let next_key = match thread.queue.front() {
-                Some(e) => key(e.t),
-                None => key(event.t + self.rng.ms(0.0, 2.0 * self.mean_idle_ms)),
-            };
-            self.seq += 1;
-            self.heap.push(Reverse((next_key, self.seq, i)));
-            return Some(event);
+        let Reverse((k, _, i)) = self.heap.pop()?;
+        let t = f64::from_bits(k);
+        if self.threads[i].queue.is_empty() {
+            // Idle until now: start a loop.
+            self.threads[i].queue = self.tool_loop(i, t);
         }
+        let thread = &mut self.threads[i];
+        let event = thread.queue.pop_front()?;
+        let next_key = match thread.queue.front() {
+            Some(e) => key(e.t),
+            None => key(event.t + self.rng.ms(0.0, 2.0 * self.mean_idle_ms)),
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((next_key, self.seq, i)));
+        Some(event)
     }
 }
 
