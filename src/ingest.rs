@@ -1,1 +1,940 @@
-//! The ingest socket (being written).
+//! The ingest socket: where wrappers report MCP intervals to the relay (design.md §1, §4).
+//!
+//! A Unix domain socket (mode 0600) carrying JSON Lines from each wrapper to the relay, one
+//! report per line, never anything back. Protocol version 1 (also in `docs/ingest.md`):
+//!
+//! ```text
+//! {"v":1,"type":"start","id":"w4242-9f1c2a7e-1","alias":"probe","tool":"echo","start_ns":81234567890,
+//!  "tool_use_id":"toolu_01","item_id":null,"call_id":null,"thread":null}
+//! {"v":1,"type":"end","id":"w4242-9f1c2a7e-1","alias":"probe","tool":"echo","start_ns":81234567890,
+//!  "end_ns":81299999999,"outcome":"result","tool_use_id":"toolu_01","item_id":null,"call_id":null,"thread":null}
+//! ```
+//!
+//! - `id`: the interval id, unique across wrappers (the wrapper's pid, a random word fixed at its
+//!   start, and a counter), at most 128 bytes.
+//! - `start_ns`, `end_ns`: readings of CLOCK_MONOTONIC (`crate::clock::mono_ns`), which the
+//!   relay shares; `start_ns` is when the `tools/call` line was written to the server, `end_ns`
+//!   when its answer was read back (or the cancellation passed, or the server went away).
+//! - `outcome`: `result`, `error`, `cancelled` or `lost`.
+//! - hints (`tool_use_id`, `item_id`, `call_id`, `thread`): strings or null, optional on `start`
+//!   (the relay uses them if the wrapper vanishes before the end).
+//! - Unknown extra fields are ignored, so later minor additions stay readable.
+//!
+//! The relay turns `start` into `mcp_start` and `end` into `mcp_interval`, with times converted
+//! by [`Clock::ms_at`] and the event's `t` the relay's clock when the line arrived. When a
+//! wrapper's connection drops, each of its calls that started and did not end becomes an
+//! `mcp_interval` with outcome `lost`, ending then. A bad line is counted and logged by its fault
+//! (never its content) and the connection goes on.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use correlator::event::{Hints, Outcome};
+use correlator::{EventKind, Millis};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinSet;
+
+use crate::clock::{mono_ns, Clock};
+
+/// The protocol version this module writes and reads.
+pub const VERSION: u64 = 1;
+/// The environment variable naming the socket for wrappers.
+pub const ENV: &str = "WINDOWTAP_INGEST";
+/// Longest accepted line; a report is a few hundred bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+const MAX_ID: usize = 128;
+/// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
+const MAX_RUNNING: usize = 65_536;
+const MAX_NAME: usize = 1024;
+
+/// One report, as the wrapper writes it and the relay reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    Start {
+        id: String,
+        alias: String,
+        tool: String,
+        start_ns: u64,
+        hints: Hints,
+    },
+    End {
+        id: String,
+        alias: String,
+        tool: String,
+        start_ns: u64,
+        end_ns: u64,
+        outcome: Outcome,
+        hints: Hints,
+    },
+}
+
+/// Why a line was refused. Names the fault, never the content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    #[error("line longer than {MAX_LINE} bytes")]
+    TooLong,
+    #[error("connection closed in the middle of a line")]
+    Truncated,
+    #[error("not JSON")]
+    NotJson,
+    #[error("not a JSON object")]
+    NotObject,
+    #[error("unsupported protocol version (this relay reads v{VERSION})")]
+    Version,
+    #[error("unknown report type")]
+    UnknownType,
+    #[error("missing or mistyped field `{0}`")]
+    Field(&'static str),
+    #[error("end_ns is before start_ns")]
+    EndBeforeStart,
+    #[error("a time lies ahead of the relay's clock")]
+    Future,
+    #[error("start for an interval id that is already running")]
+    DuplicateStart,
+    #[error("too many intervals running on one connection")]
+    TooManyRunning,
+}
+
+impl Report {
+    /// The report as one line of JSON, with its `\n`.
+    pub fn to_line(&self) -> String {
+        let mut m = Map::new();
+        m.insert("v".into(), VERSION.into());
+        let (id, alias, tool, start_ns, hints) = match self {
+            Report::Start {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+            } => {
+                m.insert("type".into(), "start".into());
+                (id, alias, tool, start_ns, hints)
+            }
+            Report::End {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+                ..
+            } => {
+                m.insert("type".into(), "end".into());
+                (id, alias, tool, start_ns, hints)
+            }
+        };
+        m.insert("id".into(), id.as_str().into());
+        m.insert("alias".into(), alias.as_str().into());
+        m.insert("tool".into(), tool.as_str().into());
+        m.insert("start_ns".into(), (*start_ns).into());
+        if let Report::End {
+            end_ns, outcome, ..
+        } = self
+        {
+            m.insert("end_ns".into(), (*end_ns).into());
+            m.insert("outcome".into(), outcome.as_str().into());
+        }
+        for (k, v) in [
+            ("tool_use_id", &hints.tool_use_id),
+            ("item_id", &hints.item_id),
+            ("call_id", &hints.call_id),
+            ("thread", &hints.thread),
+        ] {
+            m.insert(k.into(), v.as_deref().map_or(Value::Null, Value::from));
+        }
+        let mut line = Value::Object(m).to_string();
+        line.push('\n');
+        line
+    }
+
+    /// Reads one line (without its `\n`).
+    pub fn parse(line: &[u8]) -> Result<Report, Fault> {
+        let value: Value = serde_json::from_slice(line).map_err(|_| Fault::NotJson)?;
+        let Value::Object(m) = value else {
+            return Err(Fault::NotObject);
+        };
+        if m.get("v").and_then(Value::as_u64) != Some(VERSION) {
+            return Err(Fault::Version);
+        }
+        let kind = m
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or(Fault::Field("type"))?;
+        let text = |k: &'static str, max: usize| -> Result<String, Fault> {
+            match m.get(k).and_then(Value::as_str) {
+                Some(s) if !s.is_empty() && s.len() <= max => Ok(s.to_string()),
+                _ => Err(Fault::Field(k)),
+            }
+        };
+        let ns = |k: &'static str| m.get(k).and_then(Value::as_u64).ok_or(Fault::Field(k));
+        let hint = |k: &'static str| -> Result<Option<String>, Fault> {
+            match m.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.len() <= MAX_NAME => Ok(Some(s.clone())),
+                Some(_) => Err(Fault::Field(k)),
+            }
+        };
+        let hints = Hints {
+            tool_use_id: hint("tool_use_id")?,
+            item_id: hint("item_id")?,
+            call_id: hint("call_id")?,
+            thread: hint("thread")?,
+        };
+        let (id, alias, tool) = (
+            text("id", MAX_ID)?,
+            text("alias", MAX_NAME)?,
+            text("tool", MAX_NAME)?,
+        );
+        let start_ns = ns("start_ns")?;
+        match kind {
+            "start" => Ok(Report::Start {
+                id,
+                alias,
+                tool,
+                start_ns,
+                hints,
+            }),
+            "end" => {
+                let end_ns = ns("end_ns")?;
+                if end_ns < start_ns {
+                    return Err(Fault::EndBeforeStart);
+                }
+                let outcome = m
+                    .get("outcome")
+                    .and_then(Value::as_str)
+                    .and_then(Outcome::parse)
+                    .ok_or(Fault::Field("outcome"))?;
+                Ok(Report::End {
+                    id,
+                    alias,
+                    tool,
+                    start_ns,
+                    end_ns,
+                    outcome,
+                    hints,
+                })
+            }
+            _ => Err(Fault::UnknownType),
+        }
+    }
+}
+
+/// Where the relay listens and wrappers look when not told: `$XDG_RUNTIME_DIR/windowtap/
+/// ingest.sock`, else `<tmp>/windowtap-<uid>/ingest.sock`. The directory is private (0700).
+pub fn default_path() -> PathBuf {
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("windowtap"),
+        _ => {
+            // SAFETY: getuid cannot fail.
+            let uid = unsafe { libc::getuid() };
+            std::env::temp_dir().join(format!("windowtap-{uid}"))
+        }
+    };
+    dir.join("ingest.sock")
+}
+
+/// Where a wrapper that was given no path looks, in order. Hosts may not pass the user's
+/// environment on to MCP servers (Codex forwards only a short list of variables unless told
+/// otherwise), so besides [`default_path`] the wrapper also tries where `$XDG_RUNTIME_DIR`
+/// usually points and the temp-dir fallback, whatever its own environment says.
+pub fn wrapper_candidates() -> Vec<PathBuf> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut paths = vec![
+        default_path(),
+        PathBuf::from(format!("/run/user/{uid}/windowtap/ingest.sock")),
+        std::env::temp_dir()
+            .join(format!("windowtap-{uid}"))
+            .join("ingest.sock"),
+        PathBuf::from(format!("/tmp/windowtap-{uid}/ingest.sock")),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    paths.retain(|p| seen.insert(p.clone()));
+    paths
+}
+
+/// Creates the default path's directory (0700) if needed and checks nobody else can use it.
+pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("setting mode 0700 on {}", dir.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        bail!(
+            "{} must be a directory owned by this user with mode 0700; refusing to put the ingest socket there",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The path to listen on: `explicit` as given, else [`default_path`] with its private
+/// directory created and checked. For the relay's `--ingest` option.
+pub fn listen_path(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    let p = default_path();
+    if let Some(dir) = p.parent() {
+        prepare_private_dir(dir)?;
+    }
+    Ok(p)
+}
+
+/// Counters of one ingest listener.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections: AtomicU64,
+    /// Connections open now (a connection counts until its last event has been sent).
+    pub open: AtomicU64,
+    /// Lines turned into events.
+    pub accepted: AtomicU64,
+    pub bad_lines: AtomicU64,
+    /// Intervals ended `lost` because their wrapper's connection dropped.
+    pub lost: AtomicU64,
+}
+
+/// A running listener. Dropping it stops listening and removes the socket file.
+pub struct IngestHandle {
+    path: PathBuf,
+    counters: Arc<Counters>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl IngestHandle {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for IngestHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What every connection shares: the clock, the output, and a lock that makes stamping and
+/// sending one step, so events leave in the order of their `t` across connections.
+struct Shared {
+    clock: Clock,
+    tx: mpsc::Sender<(Millis, EventKind)>,
+    counters: Arc<Counters>,
+    order: Mutex<()>,
+}
+
+impl Shared {
+    /// Stamps the event with the relay clock now (never before `not_before`) and sends it.
+    async fn emit(&self, not_before: Millis, kind: EventKind) {
+        let _order = self.order.lock().await;
+        let t = self.clock.now_ms().max(not_before);
+        // A closed receiver means the relay is shutting down; nothing left to tell.
+        let _ = self.tx.send((t, kind)).await;
+    }
+}
+
+/// Listens on `path` (mode 0600) and sends `mcp_start` / `mcp_interval` events to `tx`, each
+/// with its `t`. Refuses a path held by a live listener or by something that is not a socket;
+/// replaces a stale socket file. Call it inside a Tokio runtime; the listener runs on it until
+/// the handle is dropped.
+///
+/// Events leave in the order of their `t`, but `t` is read when a line arrives: a caller that
+/// merges them with other events should merge by arrival, not re-sort.
+pub async fn serve(
+    path: PathBuf,
+    clock: Clock,
+    tx: mpsc::Sender<(Millis, EventKind)>,
+) -> anyhow::Result<IngestHandle> {
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if !meta.file_type().is_socket() {
+            bail!("{} exists and is not a socket", path.display());
+        }
+        if UnixStream::connect(&path).await.is_ok() {
+            bail!("another listener is already serving {}", path.display());
+        }
+        std::fs::remove_file(&path)
+            .with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
+    let counters = Arc::new(Counters::default());
+    let shared = Arc::new(Shared {
+        clock,
+        tx,
+        counters: counters.clone(),
+        order: Mutex::new(()),
+    });
+    let task = tokio::spawn(async move {
+        // Connection tasks live in the set, so aborting this task ends them too.
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+                        shared.counters.open.fetch_add(1, Ordering::SeqCst);
+                        conns.spawn(connection(stream, shared.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ingest: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    });
+    Ok(IngestHandle {
+        path,
+        counters,
+        task,
+    })
+}
+
+/// A call that started on this connection and has not ended.
+struct Running {
+    alias: String,
+    tool: String,
+    start_ns: u64,
+    hints: Hints,
+}
+
+async fn connection(stream: UnixStream, shared: Arc<Shared>) {
+    let mut reader = BufReader::new(stream);
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut line = Vec::new();
+    loop {
+        match read_line(&mut reader, &mut line).await {
+            Ok(None) => break,
+            Ok(Some(Ok(()))) => match accept(&line, &mut running, &shared).await {
+                Ok(()) => {
+                    shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(fault) => bad_line(&shared, &fault),
+            },
+            Ok(Some(Err(fault))) => bad_line(&shared, &fault),
+            Err(e) => {
+                tracing::debug!(error = %e, "ingest: connection read failed");
+                break;
+            }
+        }
+    }
+    // The wrapper went away: whatever it had running ends here, lost.
+    let now_ns = mono_ns();
+    let mut left: Vec<(String, Running)> = running.into_iter().collect();
+    left.sort_by_key(|(_, r)| r.start_ns);
+    for (id, r) in left {
+        let start = shared.clock.ms_at(r.start_ns);
+        let end = shared.clock.ms_at(now_ns).max(start);
+        shared.counters.lost.fetch_add(1, Ordering::Relaxed);
+        let kind = EventKind::McpInterval {
+            interval: id,
+            alias: r.alias,
+            tool: r.tool,
+            start,
+            end,
+            outcome: Outcome::Lost,
+            hints: r.hints,
+        };
+        shared.emit(end, kind).await;
+    }
+    shared.counters.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn bad_line(shared: &Shared, fault: &Fault) {
+    shared.counters.bad_lines.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(fault = %fault, "ingest: bad line skipped");
+}
+
+async fn accept(
+    line: &[u8],
+    running: &mut HashMap<String, Running>,
+    shared: &Shared,
+) -> Result<(), Fault> {
+    let report = Report::parse(line)?;
+    let now_ns = mono_ns();
+    // Both ends read the same monotonic clock, so a reading from the future is a broken
+    // wrapper; stamping it would push `t` ahead and every later event would go backwards.
+    let latest = match &report {
+        Report::Start { start_ns, .. } => *start_ns,
+        Report::End { end_ns, .. } => *end_ns,
+    };
+    if latest > now_ns {
+        return Err(Fault::Future);
+    }
+    let ms = |ns| shared.clock.ms_at(ns);
+    match report {
+        Report::Start {
+            id,
+            alias,
+            tool,
+            start_ns,
+            hints,
+        } => {
+            if running.contains_key(&id) {
+                return Err(Fault::DuplicateStart);
+            }
+            if running.len() >= MAX_RUNNING {
+                return Err(Fault::TooManyRunning);
+            }
+            running.insert(
+                id.clone(),
+                Running {
+                    alias: alias.clone(),
+                    tool: tool.clone(),
+                    start_ns,
+                    hints,
+                },
+            );
+            let start = ms(start_ns);
+            shared
+                .emit(
+                    start,
+                    EventKind::McpStart {
+                        interval: id,
+                        alias,
+                        tool,
+                        start,
+                    },
+                )
+                .await;
+        }
+        Report::End {
+            id,
+            alias,
+            tool,
+            start_ns,
+            end_ns,
+            outcome,
+            hints,
+        } => {
+            running.remove(&id);
+            let (start, end) = (ms(start_ns), ms(end_ns));
+            let kind = EventKind::McpInterval {
+                interval: id,
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints,
+            };
+            shared.emit(end, kind).await;
+        }
+    }
+    Ok(())
+}
+
+/// Reads one line into `line` (without `\n`): `None` at a clean end of the connection, a fault
+/// for an over-long or cut-off line. Never holds more than [`MAX_LINE`] bytes.
+async fn read_line(
+    reader: &mut BufReader<UnixStream>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), Fault>>> {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(if line.is_empty() && !too_long {
+                None
+            } else {
+                Some(Err(Fault::Truncated))
+            });
+        }
+        let (take, done) = match memchr_nl(buf) {
+            Some(i) => (i, true),
+            None => (buf.len(), false),
+        };
+        if !too_long && line.len() + take <= MAX_LINE {
+            line.extend_from_slice(&buf[..take]);
+        } else {
+            too_long = true;
+            line.clear();
+        }
+        reader.consume(take + usize::from(done));
+        if done {
+            return Ok(Some(if too_long {
+                Err(Fault::TooLong)
+            } else {
+                Ok(())
+            }));
+        }
+    }
+}
+
+fn memchr_nl(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+/// `windowtap ingest`: listen and print what arrives as trace v1, for testing wrappers without
+/// a relay.
+#[derive(clap::Args)]
+pub struct IngestArgs {
+    /// Socket path [default: $XDG_RUNTIME_DIR/windowtap/ingest.sock or a private temp dir].
+    #[arg(long, value_name = "PATH")]
+    pub ingest: Option<PathBuf>,
+}
+
+pub fn main(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(harness(args))
+}
+
+async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::Write;
+    use tokio::signal::unix::{signal, SignalKind};
+
+    let path = listen_path(args.ingest)?;
+    // Handlers first: whoever reads "listening" may signal at once.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let clock = Clock::start();
+    let (tx, mut rx) = mpsc::channel(1024);
+    let handle = serve(path, clock, tx).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", correlator::trace::HEADER)?;
+    out.flush()?;
+    eprintln!("windowtap ingest: listening on {}", handle.path().display());
+    let mut print = |t, kind| -> std::io::Result<()> {
+        let line = correlator::trace::event_line(&correlator::Event { t, kind });
+        out.write_all(line.as_bytes())?;
+        out.flush()
+    };
+    loop {
+        tokio::select! {
+            biased;
+            Some((t, kind)) = rx.recv() => print(t, kind)?,
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    // Let connections that are still open finish what they were saying (bounded).
+    let c = handle.counters();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while c.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        let wait = std::time::Duration::from_millis(20);
+        if let Ok(Some((t, kind))) = tokio::time::timeout(wait, rx.recv()).await {
+            print(t, kind)?;
+        }
+    }
+    while let Ok((t, kind)) = rx.try_recv() {
+        print(t, kind)?;
+    }
+    eprintln!(
+        "windowtap ingest: {} connections, {} reports accepted, {} bad lines, {} lost",
+        c.connections.load(Ordering::Relaxed),
+        c.accepted.load(Ordering::Relaxed),
+        c.bad_lines.load(Ordering::Relaxed),
+        c.lost.load(Ordering::Relaxed),
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+
+    fn hints(tool_use_id: Option<&str>) -> Hints {
+        Hints {
+            tool_use_id: tool_use_id.map(Into::into),
+            ..Hints::default()
+        }
+    }
+
+    #[test]
+    fn reports_round_trip_through_their_line() {
+        let reports = [
+            Report::Start {
+                id: "w1-ab-1".into(),
+                alias: "probe".into(),
+                tool: "echo".into(),
+                start_ns: 5,
+                hints: hints(Some("toolu_1")),
+            },
+            Report::End {
+                id: "w1-ab-1".into(),
+                alias: "probe".into(),
+                tool: "echo \"quoted\"".into(),
+                start_ns: 5,
+                end_ns: 9,
+                outcome: Outcome::Cancelled,
+                hints: Hints {
+                    tool_use_id: None,
+                    item_id: Some("fc_1".into()),
+                    call_id: Some("call_1".into()),
+                    thread: Some("th".into()),
+                },
+            },
+        ];
+        for r in reports {
+            let line = r.to_line();
+            assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+            assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r));
+        }
+    }
+
+    #[test]
+    fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
+        let paths = wrapper_candidates();
+        assert_eq!(paths[0], default_path());
+        let uid = unsafe { libc::getuid() };
+        assert!(paths.contains(&PathBuf::from(format!(
+            "/run/user/{uid}/windowtap/ingest.sock"
+        ))));
+        assert!(paths.contains(&PathBuf::from(format!("/tmp/windowtap-{uid}/ingest.sock"))));
+        let unique: std::collections::HashSet<_> = paths.iter().collect();
+        assert_eq!(unique.len(), paths.len());
+    }
+
+    #[test]
+    fn bad_lines_are_named_by_their_fault() {
+        let table: &[(&str, Fault)] = &[
+            ("nope", Fault::NotJson),
+            ("[1]", Fault::NotObject),
+            (r#"{"type":"start"}"#, Fault::Version),
+            (r#"{"v":2,"type":"start"}"#, Fault::Version),
+            (
+                r#"{"v":1,"type":"middle","id":"i","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::UnknownType,
+            ),
+            (
+                r#"{"v":1,"type":"start","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::Field("id"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"","alias":"a","tool":"t","start_ns":1}"#,
+                Fault::Field("id"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":-1}"#,
+                Fault::Field("start_ns"),
+            ),
+            (
+                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":1,"thread":7}"#,
+                Fault::Field("thread"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2}"#,
+                Fault::Field("outcome"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"fine"}"#,
+                Fault::Field("outcome"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#,
+                Fault::EndBeforeStart,
+            ),
+        ];
+        for (line, fault) in table {
+            assert_eq!(
+                Report::parse(line.as_bytes()).as_ref(),
+                Err(fault),
+                "{line}"
+            );
+            // The message names the fault and never repeats the line.
+            assert!(!fault.to_string().contains(line));
+        }
+    }
+
+    /// A listener on a fresh socket, its events, and its directory (kept alive).
+    async fn listener() -> (
+        IngestHandle,
+        mpsc::Receiver<(Millis, EventKind)>,
+        tempfile::TempDir,
+        Clock,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::start();
+        let (tx, rx) = mpsc::channel(64);
+        let handle = serve(dir.path().join("ingest.sock"), clock, tx)
+            .await
+            .unwrap();
+        (handle, rx, dir, clock)
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<(Millis, EventKind)>) -> (Millis, EventKind) {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an event in time")
+            .expect("open")
+    }
+
+    #[tokio::test]
+    async fn starts_and_ends_become_events_stamped_on_arrival() {
+        let (handle, mut rx, _dir, clock) = listener().await;
+        let mode = std::fs::metadata(handle.path()).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let mut conn = UnixStream::connect(handle.path()).await.unwrap();
+        let s = mono_ns();
+        let e = s + 1_000;
+        let start = Report::Start {
+            id: "i1".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(None),
+        };
+        let end = Report::End {
+            id: "i1".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            end_ns: e,
+            outcome: Outcome::Error,
+            hints: hints(Some("toolu_9")),
+        };
+        // Wait until the end's reading is in the past, so it is not refused as from the future.
+        while mono_ns() <= e {
+            tokio::task::yield_now().await;
+        }
+        conn.write_all(format!("{}{}", start.to_line(), end.to_line()).as_bytes())
+            .await
+            .unwrap();
+        let (t1, k1) = next(&mut rx).await;
+        assert_eq!(
+            k1,
+            EventKind::McpStart {
+                interval: "i1".into(),
+                alias: "a".into(),
+                tool: "t".into(),
+                start: clock.ms_at(s)
+            }
+        );
+        assert!(t1 >= clock.ms_at(s));
+        let (t2, k2) = next(&mut rx).await;
+        assert_eq!(
+            k2,
+            EventKind::McpInterval {
+                interval: "i1".into(),
+                alias: "a".into(),
+                tool: "t".into(),
+                start: clock.ms_at(s),
+                end: clock.ms_at(e),
+                outcome: Outcome::Error,
+                hints: hints(Some("toolu_9")),
+            }
+        );
+        assert!(t2 >= t1 && t2 >= clock.ms_at(e));
+        assert_eq!(handle.counters().accepted.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wrapper_loses_its_running_calls_and_bad_lines_are_skipped() {
+        let (handle, mut rx, _dir, clock) = listener().await;
+        let mut conn = UnixStream::connect(handle.path()).await.unwrap();
+        let s = mono_ns();
+        let start = |id: &str| Report::Start {
+            id: id.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(Some("toolu_2")),
+        };
+        let long = "x".repeat(MAX_LINE + 10);
+        let future = Report::Start {
+            id: "f".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: u64::MAX / 2,
+            hints: hints(None),
+        };
+        let text = format!(
+            "{}garbage\n{long}\n{}{}{}",
+            start("i2").to_line(),
+            start("i2").to_line(),
+            future.to_line(),
+            start("i3").to_line()
+        );
+        conn.write_all(text.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(next(&mut rx).await.1);
+        }
+        assert!(matches!(&seen[1], EventKind::McpStart { interval, .. } if interval == "i3"));
+        drop(conn);
+        let mut lost = Vec::new();
+        for _ in 0..2 {
+            let (t, k) = next(&mut rx).await;
+            match k {
+                EventKind::McpInterval {
+                    interval,
+                    outcome,
+                    hints: h,
+                    start,
+                    end,
+                    ..
+                } => {
+                    assert_eq!(outcome, Outcome::Lost);
+                    assert_eq!(h, hints(Some("toolu_2")));
+                    assert_eq!(start, clock.ms_at(s));
+                    assert!(end >= start && t >= end);
+                    lost.push(interval);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        lost.sort();
+        assert_eq!(lost, vec!["i2".to_string(), "i3".to_string()]);
+        let c = handle.counters();
+        assert_eq!(
+            c.bad_lines.load(Ordering::Relaxed),
+            4,
+            "garbage, too long, duplicate, future"
+        );
+        assert_eq!(c.lost.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_live_listener_is_not_displaced_and_a_stale_socket_is() {
+        let (handle, _rx, dir, clock) = listener().await;
+        let (tx, _rx2) = mpsc::channel(1);
+        let err = serve(handle.path().to_path_buf(), clock, tx.clone())
+            .await
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("already serving"), "{err}");
+        // A socket file nobody listens on any more.
+        let stale = std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).unwrap();
+        drop(stale);
+        let again = serve(dir.path().join("stale.sock"), clock, tx.clone())
+            .await
+            .unwrap();
+        assert!(again.path().exists());
+        drop(again);
+        assert!(
+            !dir.path().join("stale.sock").exists(),
+            "dropping the handle removes the socket"
+        );
+        let file = dir.path().join("plain");
+        std::fs::write(&file, b"").unwrap();
+        assert!(serve(file, clock, tx).await.is_err());
+        drop(handle);
+    }
+}

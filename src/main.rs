@@ -1,10 +1,16 @@
 //! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
+mod check;
 mod clock;
+mod env_cmd;
 mod ingest;
+mod otlp;
 mod relay;
 mod replay_cmd;
+mod report;
+#[allow(dead_code)] // wired to the relay in `windowtap run` once the relay lands
+mod run;
 mod wrap;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +30,16 @@ enum Command {
     Relay(relay::RelayArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
     Wrap(wrap::WrapArgs),
+    /// Draw attribution records (and optionally their trace) as an HTML timeline.
+    Report(report::ReportArgs),
+    /// Validate trace v1 and records v1 files, naming the line and field of each error.
+    Check(check::CheckArgs),
+    /// Print the override that points Claude Code or Codex at a running relay.
+    Env(env_cmd::EnvArgs),
+    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v1
+    /// (for trying a wrapper without the relay).
+    #[command(hide = true)]
+    Ingest(ingest::IngestArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +48,10 @@ fn main() -> std::process::ExitCode {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay::main(args),
         Command::Wrap(args) => wrap::main(args),
+        Command::Report(args) => report::main(args),
+        Command::Check(args) => check::main(args),
+        Command::Env(args) => env_cmd::main(args),
+        Command::Ingest(args) => ingest::main(args),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,8 @@ use correlator::trace::TraceReader;
 use correlator::{Config, Correlator, WindowOpen};
 use serde_json::Value;
 
+use crate::otlp;
+
 #[derive(clap::Args)]
 #[command(after_help = "\
 Options not given on the command line are read from the trace header when it has them \
@@ -18,7 +20,8 @@ Options not given on the command line are read from the trace header when it has
 
 Examples:
   windowtap replay traces/
-  windowtap replay capture.jsonl --close-wait 50 -o records.jsonl")]
+  windowtap replay capture.jsonl --close-wait 50 -o records.jsonl
+  windowtap replay traces/ --otlp-endpoint http://127.0.0.1:6006")]
 pub struct ReplayArgs {
     /// Trace v1 files, or directories: every `*.jsonl` directly in a directory, each replayed
     /// on its own, in name order.
@@ -39,6 +42,8 @@ pub struct ReplayArgs {
     /// Write records here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    otlp: otlp::OtlpArgs,
 }
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
@@ -131,8 +136,15 @@ fn config_for(
     Ok(c)
 }
 
+/// One replayed trace: its records, and the wall-clock time of its clock's 0 if the header
+/// says (`epoch_unix_ms`), for OTLP span times.
+pub struct Replayed {
+    pub records: Vec<correlator::Record>,
+    pub epoch_unix_ms: Option<f64>,
+}
+
 /// Replays one trace; the records are returned only when the whole trace read cleanly.
-pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Vec<correlator::Record>> {
+pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Replayed> {
     let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut reader = TraceReader::new(
         BufReader::with_capacity(1 << 16, f),
@@ -154,7 +166,14 @@ pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Vec<correla
         // A header with no events: still check its options.
         config_for(args, reader.header(), file)?;
     }
-    Ok(out)
+    let epoch_unix_ms = match reader.header() {
+        Some(h) => number_option(h, "epoch_unix_ms", file)?,
+        None => None,
+    };
+    Ok(Replayed {
+        records: out,
+        epoch_unix_ms,
+    })
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -167,6 +186,14 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
     }
     let files = trace_files(&args.inputs)?;
+    let resolved = args.otlp.resolve()?;
+    for w in &resolved.warnings {
+        eprintln!("windowtap: warning: otlp: {w}");
+    }
+    let exporter = resolved
+        .config
+        .map(otlp::BlockingExporter::start)
+        .transpose()?;
     let mut sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -176,16 +203,35 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();
     let mut line = String::with_capacity(512);
     for file in &files {
-        let records = replay_file(file, &args)?;
-        for r in &records {
+        let replayed = replay_file(file, &args)?;
+        let records = &replayed.records;
+        for r in records {
             summary.add(r);
             line.clear();
             r.write_json(&mut line);
             line.push('\n');
             sink.write_all(line.as_bytes()).context("writing records")?;
         }
+        // Records first: export may wait for queue room (bounded), the records never do.
+        if let Some(e) = &exporter {
+            let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
+            for r in records {
+                e.record(r, epoch);
+            }
+        }
     }
     sink.flush().context("writing records")?;
+    drop(sink);
     eprintln!("{summary}");
+    if let Some(e) = exporter {
+        // Export is best effort: a collector that is down costs spans, not the exit code.
+        let (endpoint, report) = e.finish();
+        let line = otlp::report_line(&endpoint, &report);
+        if report.lost() > 0 {
+            eprintln!("windowtap: warning: {line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

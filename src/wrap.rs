@@ -1,10 +1,458 @@
-//! The stdio MCP wrapper (being written).
+//! `windowtap wrap`: runs a stdio MCP server and reports when each `tools/call` really ran.
+//!
+//! The host talks to the wrapper as if it were the server. Bytes pass through untouched in
+//! both directions, written as soon as they are read (a line is never held back waiting for
+//! the next one, and a giant line streams through in pieces), by plain blocking threads so
+//! that nothing sits between a read and its write but the observation of the line that just
+//! ended. Observation ([`correlator::observe::jsonrpc`]) sees every line whole through a small
+//! skeleton; reports go to the relay's ingest socket from a thread of their own through a
+//! bounded queue, so a missing or stuck relay can never slow the MCP session: reports are then
+//! dropped and counted.
+//!
+//! Times: a line is stamped when it has been read whole, just before it is passed on. So a
+//! call's start is just before its request reaches the server (whose answer therefore cannot
+//! be observed first) and its end just before the answer reaches the host (so a call the host
+//! makes in reply always starts after it).
 
-use std::process::ExitCode;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::mem::ManuallyDrop;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use correlator::observe::jsonrpc::{Call, Direction, LineScanner, Observation, Observer};
+
+use crate::clock::mono_ns;
+use crate::ingest::{self, Report};
 
 #[derive(clap::Args)]
-pub struct WrapArgs {}
+pub struct WrapArgs {
+    /// The server's name as the host knows it: the `<alias>` of `mcp__<alias>__<tool>`.
+    #[arg(long, value_name = "NAME")]
+    pub alias: String,
+    /// The relay's ingest socket [default: $XDG_RUNTIME_DIR/windowtap/ingest.sock, or a
+    /// private temp dir; the relay prints its path when it starts].
+    #[arg(long, env = ingest::ENV, value_name = "PATH")]
+    pub ingest: Option<PathBuf>,
+    /// The MCP server command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
 
-pub fn main(_args: WrapArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the wrapper is not built yet")
+/// Reports waiting for the socket; beyond this they are dropped (the relay is not keeping up).
+const QUEUE: usize = 4096;
+/// How often a missing relay is looked for again.
+const RETRY: Duration = Duration::from_secs(1);
+/// How long a stuck relay may block one report write before the connection is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the wrapper waits at exit for the last reports to leave.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+/// Read size for each direction.
+const CHUNK: usize = 64 * 1024;
+
+pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
+    if args.alias.is_empty() {
+        anyhow::bail!("--alias must not be empty");
+    }
+    let paths = match &args.ingest {
+        Some(p) => vec![p.clone()],
+        None => ingest::wrapper_candidates(),
+    };
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no server command given")?;
+    let mut child = Command::new(program)
+        .args(rest)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()))?;
+    let pid = child.id() as libc::pid_t;
+    // Now that the server runs with the signal state we were given, block the forwarded
+    // signals before any thread exists, so every thread inherits the mask and only the
+    // forwarding thread receives them.
+    let signals = SignalSet::forwarded();
+    signals.block();
+    let reaped = Arc::new(Mutex::new(false));
+    signals.forward_to(pid, reaped.clone());
+
+    let session = Arc::new(Session {
+        alias: args.alias,
+        prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
+        observer: Mutex::new(Observer::new()),
+        reporter: Reporter::start(paths),
+    });
+
+    let server_in = child.stdin.take().context("server stdin")?;
+    let mut server_out = child.stdout.take().context("server stdout")?;
+    {
+        let session = session.clone();
+        std::thread::Builder::new()
+            .name("wrap-up".into())
+            .spawn(move || {
+                let mut host_in = std_fd(0);
+                let mut server_in = server_in;
+                pump(
+                    &mut *host_in,
+                    &mut server_in,
+                    Direction::ClientToServer,
+                    &session,
+                );
+                // The host closed its side (or the server's stdin broke): close the server's.
+                drop(server_in);
+            })?;
+    }
+    let mut host_out = std_fd(1);
+    pump(
+        &mut server_out,
+        &mut *host_out,
+        Direction::ServerToClient,
+        &session,
+    );
+
+    // The server closed its stdout (it is exiting): calls still running end now.
+    let gone = mono_ns();
+    // Wait for it without reaping first, so that the signal
+    // thread never signals a pid that may already belong to someone else.
+    wait_exited(pid);
+    let status = {
+        let mut r = reaped.lock().unwrap_or_else(|e| e.into_inner());
+        *r = true;
+        child.wait().context("waiting for the MCP server")?
+    };
+    session.lose_running(gone);
+    let dropped = session.reporter.finish();
+    if dropped > 0 {
+        eprintln!(
+            "windowtap wrap: {dropped} interval report(s) dropped: the relay's ingest socket was not reachable"
+        );
+    }
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    };
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// A standard descriptor as an unbuffered file that is never closed by us.
+fn std_fd(fd: i32) -> ManuallyDrop<File> {
+    // SAFETY: 0 and 1 are open for the life of the process; ManuallyDrop keeps them open.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
+}
+
+/// One wrapped MCP session.
+struct Session {
+    alias: String,
+    /// Makes interval ids unique across wrappers: pid and a random word.
+    prefix: String,
+    observer: Mutex<Observer>,
+    reporter: Reporter,
+}
+
+impl Session {
+    /// Observes a line and queues what it showed. Queueing happens under the observer's lock
+    /// (it never blocks), so a call's start is always queued before its end, even when the
+    /// answer is read on the other thread before this one got further.
+    fn observe(&self, dir: Direction, skeleton: &[u8], t: u64) {
+        let mut out = Vec::new();
+        let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
+        obs.skeleton(dir, skeleton, t, &mut out);
+        self.report(out);
+    }
+
+    fn report(&self, out: Vec<Observation>) {
+        for o in out {
+            self.reporter.send(self.to_report(o));
+        }
+    }
+
+    fn lose_running(&self, t: u64) {
+        let mut out = Vec::new();
+        let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
+        obs.lose_all(t, &mut out);
+        self.report(out);
+    }
+
+    fn to_report(&self, o: Observation) -> Report {
+        let id = |c: &Call| format!("{}-{}", self.prefix, c.seq + 1);
+        match o {
+            Observation::Start(call) => Report::Start {
+                id: id(&call),
+                alias: self.alias.clone(),
+                tool: call.tool,
+                start_ns: call.start,
+                hints: call.hints,
+            },
+            Observation::End { call, end, outcome } => Report::End {
+                id: id(&call),
+                alias: self.alias.clone(),
+                tool: call.tool,
+                start_ns: call.start,
+                end_ns: end,
+                outcome,
+                hints: call.hints,
+            },
+        }
+    }
+}
+
+/// Copies `src` to `dst` until `src` ends, observing each complete line. If `dst` breaks, the
+/// rest of `src` is drained unobserved (so the writer on the other side never blocks) and the
+/// calls still running end as lost when the session ends.
+fn pump(src: &mut dyn Read, dst: &mut dyn Write, dir: Direction, session: &Session) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut scanner = LineScanner::new();
+    let mut dst_ok = true;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let mut rest = &buf[..n];
+        while !rest.is_empty() && dst_ok {
+            let Some(i) = rest.iter().position(|&b| b == b'\n') else {
+                // Part of a line: forward it now, observe it when its line ends.
+                scanner.push(rest);
+                dst_ok = write(dst, rest);
+                break;
+            };
+            let (line, tail) = rest.split_at(i + 1);
+            rest = tail;
+            scanner.push(&line[..i]);
+            let skeleton = scanner.finish();
+            // Each line is observed, and stamped, as soon as it is whole and before it is passed
+            // on: a request is registered before the server can answer it, and an answer is
+            // stamped before the host can react to it, so one call's end always precedes the
+            // start of a call the host sent in reply. A call whose request then fails to arrive
+            // stays running and ends lost with the session.
+            if let Some(sk) = &skeleton {
+                session.observe(dir, sk, mono_ns());
+            }
+            dst_ok = write(dst, line);
+        }
+    }
+}
+
+fn write(dst: &mut dyn Write, bytes: &[u8]) -> bool {
+    dst.write_all(bytes).and_then(|()| dst.flush()).is_ok()
+}
+
+/// Sends reports to the ingest socket from its own thread.
+struct Reporter {
+    tx: SyncSender<Option<String>>,
+    counts: Arc<Counts>,
+    done: Mutex<mpsc::Receiver<()>>,
+}
+
+impl Reporter {
+    fn start(paths: Vec<PathBuf>) -> Reporter {
+        let (tx, rx) = mpsc::sync_channel::<Option<String>>(QUEUE);
+        let (done_tx, done) = mpsc::channel();
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wrap-report".into())
+            .spawn(move || {
+                let mut link = Link {
+                    paths,
+                    conn: None,
+                    last_try: None,
+                    warned: false,
+                };
+                while let Ok(Some(line)) = rx.recv() {
+                    if !link.send(line.as_bytes()) {
+                        c.dropped.fetch_add(1, Ordering::SeqCst);
+                    }
+                    c.handled.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = done_tx.send(());
+            });
+        if spawned.is_err() {
+            eprintln!("windowtap wrap: warning: cannot start the reporting thread; no intervals will be reported");
+        }
+        Reporter {
+            tx,
+            counts,
+            done: Mutex::new(done),
+        }
+    }
+
+    /// Queues a report; never blocks.
+    fn send(&self, report: Report) {
+        // Counted before it is queued, so `handled` can never overtake `queued`.
+        self.counts.queued.fetch_add(1, Ordering::SeqCst);
+        if self.tx.try_send(Some(report.to_line())).is_err() {
+            self.counts.queued.fetch_sub(1, Ordering::SeqCst);
+            self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Lets the queued reports leave (bounded wait) and returns how many never did.
+    fn finish(&self) -> u64 {
+        let deadline = Instant::now() + FLUSH_AT_EXIT;
+        // Queue the end marker behind the reports, waiting for room until the deadline.
+        let queued = loop {
+            match self.tx.try_send(None) {
+                Ok(()) => break true,
+                Err(TrySendError::Full(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => break false,
+            }
+        };
+        if queued {
+            let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = done.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+        let c = &self.counts;
+        let waiting = c.queued.load(Ordering::SeqCst) - c.handled.load(Ordering::SeqCst);
+        c.dropped.load(Ordering::SeqCst) + waiting
+    }
+}
+
+/// What became of reports: queued for the thread, handled by it, dropped anywhere.
+#[derive(Default)]
+struct Counts {
+    queued: AtomicU64,
+    handled: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// The connection to the relay, made and remade lazily.
+struct Link {
+    /// Where to look, in order: the one path given, or the default candidates.
+    paths: Vec<PathBuf>,
+    conn: Option<UnixStream>,
+    last_try: Option<Instant>,
+    warned: bool,
+}
+
+impl Link {
+    /// Sends one line; false if it had to be dropped.
+    fn send(&mut self, line: &[u8]) -> bool {
+        if self.conn.is_none() && self.last_try.is_none_or(|t| t.elapsed() >= RETRY) {
+            self.last_try = Some(Instant::now());
+            let mut failure = None;
+            for path in &self.paths {
+                match UnixStream::connect(path) {
+                    Ok(s) => {
+                        let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                        self.conn = Some(s);
+                        break;
+                    }
+                    Err(e) => failure = failure.or(Some(e)),
+                }
+            }
+            if let (None, Some(e)) = (&self.conn, failure) {
+                self.warn(&e);
+            }
+        }
+        let Some(conn) = &mut self.conn else {
+            return false;
+        };
+        match conn.write_all(line) {
+            Ok(()) => true,
+            Err(e) => {
+                self.conn = None;
+                self.last_try = Some(Instant::now());
+                self.warn(&e);
+                false
+            }
+        }
+    }
+
+    fn warn(&mut self, e: &io::Error) {
+        if !self.warned {
+            self.warned = true;
+            let paths: Vec<String> = self.paths.iter().map(|p| p.display().to_string()).collect();
+            eprintln!(
+                "windowtap wrap: warning: relay ingest socket unavailable at {} ({e}); the MCP session goes on, interval reports are dropped until it is back (set --ingest or {})",
+                paths.join(" or "),
+                ingest::ENV
+            );
+        }
+    }
+}
+
+/// SIGINT and SIGTERM: what the host may send the server through us.
+struct SignalSet(libc::sigset_t);
+
+impl SignalSet {
+    fn forwarded() -> SignalSet {
+        // SAFETY: sigemptyset/sigaddset only write into the set we own.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            SignalSet(set)
+        }
+    }
+
+    /// Blocks the signals, then makes sure they are not ignored: an ignored signal is
+    /// discarded before `sigwait` could see it (a shell starts background jobs with SIGINT
+    /// ignored). The server keeps whatever it inherited, as it would without the wrapper.
+    fn block(&self) {
+        // SAFETY: the set is initialised; the old mask is not needed; SIG_DFL is always valid,
+        // and while blocked the default action cannot run.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut());
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        }
+    }
+
+    /// Starts a thread that passes each signal on to `pid` while it has not been reaped.
+    fn forward_to(self, pid: libc::pid_t, reaped: Arc<Mutex<bool>>) {
+        let spawned = std::thread::Builder::new()
+            .name("wrap-signals".into())
+            .spawn(move || loop {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: the set is initialised and blocked in every thread; sig is ours.
+                if unsafe { libc::sigwait(&self.0, &mut sig) } != 0 {
+                    continue;
+                }
+                let r = reaped.lock().unwrap_or_else(|e| e.into_inner());
+                if !*r {
+                    // SAFETY: pid is our unreaped child, so it cannot have been reused.
+                    unsafe { libc::kill(pid, sig) };
+                }
+            });
+        if spawned.is_err() {
+            eprintln!("windowtap wrap: warning: cannot start the signal thread; SIGINT/SIGTERM will not reach the server");
+        }
+    }
+}
+
+/// Waits until `pid` has exited, leaving it unreaped.
+fn wait_exited(pid: libc::pid_t) {
+    loop {
+        // SAFETY: siginfo is plain data we own; waitid with WNOWAIT does not reap.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }

@@ -3,6 +3,9 @@
 //! byte-identical from run to run.
 
 use std::fmt;
+use std::io::BufRead;
+
+use serde_json::{Map, Value};
 
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
@@ -67,6 +70,19 @@ impl Evidence {
             Evidence::Thread => "thread",
             Evidence::Route => "route",
         }
+    }
+
+    pub const ALL: [Evidence; 6] = [
+        Evidence::Containment,
+        Evidence::ToolUseId,
+        Evidence::ItemId,
+        Evidence::CallId,
+        Evidence::Thread,
+        Evidence::Route,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == s)
     }
 }
 
@@ -223,6 +239,472 @@ impl fmt::Display for Summary {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The strict records v1 reader.
+//
+// Mirrors `trace::TraceReader`: every malformed line is an error naming the source, the line,
+// the field when there is one, and what was wrong; it never guesses. Beyond fields and types it
+// checks what the decision rule guarantees of every record (design.md §4, §6), so that a
+// checker run over a records file catches a correlator that breaks its own rule.
+
+/// A malformed records line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct RecordError {
+    /// The file (or other source) the line came from.
+    pub source_name: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// The field at fault, when one is (`window.close` for a window's field).
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: ", self.source_name, self.line)?;
+        if let Some(field) = self.field {
+            write!(f, "field `{field}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A fault found on one line, before it is tied to a source and line number.
+struct Fault {
+    field: Option<&'static str>,
+    message: String,
+}
+
+fn fault(field: &'static str, message: impl Into<String>) -> Fault {
+    Fault {
+        field: Some(field),
+        message: message.into(),
+    }
+}
+
+fn line_fault(message: impl Into<String>) -> Fault {
+    Fault {
+        field: None,
+        message: message.into(),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Typed access to one object's fields; `name` maps a key to what errors call it.
+struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+    /// Maps a bare key to the name errors use (`close` -> `window.close`).
+    name: fn(&'static str) -> &'static str,
+}
+
+fn bare(k: &'static str) -> &'static str {
+    k
+}
+
+fn in_window(k: &'static str) -> &'static str {
+    match k {
+        "thread" => "window.thread",
+        "stream" => "window.stream",
+        "response" => "window.response",
+        "request" => "window.request",
+        "open" => "window.open",
+        "close" => "window.close",
+        other => other,
+    }
+}
+
+impl Fields<'_> {
+    fn get(&self, k: &'static str) -> Result<&Value, Fault> {
+        self.obj
+            .get(k)
+            .ok_or_else(|| fault((self.name)(k), "missing"))
+    }
+
+    fn wrong(&self, k: &'static str, want: &str, got: &Value) -> Fault {
+        fault(
+            (self.name)(k),
+            format!("expected {want}, got {}", kind_of(got)),
+        )
+    }
+
+    fn string(&self, k: &'static str) -> Result<String, Fault> {
+        match self.get(k)? {
+            Value::String(s) => Ok(s.clone()),
+            other => Err(self.wrong(k, "a string", other)),
+        }
+    }
+
+    fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
+        match self.get(k)? {
+            Value::String(s) => Ok(Some(s.clone())),
+            Value::Null => Ok(None),
+            other => Err(self.wrong(k, "a string or null", other)),
+        }
+    }
+
+    fn time(&self, k: &'static str) -> Result<Millis, Fault> {
+        match self.get(k)? {
+            Value::Number(n) => match n.as_f64() {
+                Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
+                _ => Err(fault(
+                    (self.name)(k),
+                    format!("must be a finite number >= 0, got {n}"),
+                )),
+            },
+            other => Err(self.wrong(k, "a number", other)),
+        }
+    }
+
+    fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
+        match self.get(k)? {
+            Value::Null => Ok(None),
+            _ => self.time(k).map(Some),
+        }
+    }
+}
+
+/// Parses one `attribution` line, checking fields, types and the rule's invariants.
+fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
+    let f = Fields { obj, name: bare };
+    match f.get("version")? {
+        Value::Number(n) if n.as_u64() == Some(1) => {}
+        other => {
+            return Err(fault(
+                "version",
+                format!("unsupported records version {other}"),
+            ))
+        }
+    }
+    let interval = f.string("interval")?;
+    let alias = f.string("alias")?;
+    let tool = f.string("tool")?;
+    let start = f.time("start")?;
+    let end = f.time("end")?;
+    if end < start {
+        return Err(fault("end", format!("{end} is before start {start}")));
+    }
+    let decision = f.string("decision")?;
+    let attributed = match decision.as_str() {
+        "attributed" => true,
+        "abstained" => false,
+        other => {
+            return Err(fault(
+                "decision",
+                format!("`{other}` is not one of attributed, abstained"),
+            ))
+        }
+    };
+    let reason = match f.opt_string("reason")? {
+        None => None,
+        Some(s) => Some(Reason::parse(&s).ok_or_else(|| {
+            let words: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+            fault(
+                "reason",
+                format!("`{s}` is not one of {} (or null)", words.join(", ")),
+            )
+        })?),
+    };
+    let evidence = match f.get("evidence")? {
+        Value::Array(items) => {
+            let mut out: Vec<Evidence> = Vec::with_capacity(items.len());
+            for v in items {
+                let Value::String(s) = v else {
+                    return Err(fault(
+                        "evidence",
+                        format!("expected strings, found {}", kind_of(v)),
+                    ));
+                };
+                let e = Evidence::parse(s).ok_or_else(|| {
+                    let words: Vec<&str> = Evidence::ALL.iter().map(|e| e.as_str()).collect();
+                    fault(
+                        "evidence",
+                        format!("`{s}` is not one of {}", words.join(", ")),
+                    )
+                })?;
+                if out.contains(&e) {
+                    return Err(fault("evidence", format!("`{s}` is listed twice")));
+                }
+                out.push(e);
+            }
+            out
+        }
+        other => return Err(f.wrong("evidence", "an array", other)),
+    };
+    let candidates = match f.get("candidates")? {
+        Value::Number(n) => match n.as_u64() {
+            Some(c) => {
+                usize::try_from(c).map_err(|_| fault("candidates", format!("{c} is too large")))?
+            }
+            None => {
+                return Err(fault(
+                    "candidates",
+                    format!("must be a whole number >= 0, got {n}"),
+                ))
+            }
+        },
+        other => return Err(f.wrong("candidates", "a number", other)),
+    };
+    let window = match f.get("window")? {
+        Value::Null => None,
+        Value::Object(w) => {
+            let wf = Fields {
+                obj: w,
+                name: in_window,
+            };
+            let open = wf.time("open")?;
+            let close = wf.opt_time("close")?;
+            Some(WindowRef {
+                thread: wf.opt_string("thread")?,
+                stream: wf.string("stream")?,
+                response: wf.string("response")?,
+                request: wf.opt_string("request")?,
+                open,
+                close,
+            })
+        }
+        other => return Err(f.wrong("window", "an object or null", other)),
+    };
+    let decided_at = f.time("decided_at")?;
+    if decided_at < end {
+        return Err(fault(
+            "decided_at",
+            format!(
+                "{decided_at} is before the interval's end {end}: no decision precedes its report"
+            ),
+        ));
+    }
+
+    if attributed {
+        if let Some(r) = reason {
+            return Err(fault(
+                "reason",
+                format!("must be null when the decision is attributed, got `{r}`"),
+            ));
+        }
+        let Some(w) = &window else {
+            return Err(fault("window", "an attributed record must name its window"));
+        };
+        if evidence.first() != Some(&Evidence::Containment) {
+            return Err(fault(
+                "evidence",
+                "an attributed record's evidence starts with `containment`",
+            ));
+        }
+        if candidates != 1 {
+            return Err(fault(
+                "candidates",
+                format!("an attributed record has exactly 1 candidate, got {candidates}"),
+            ));
+        }
+        let Some(close) = w.close else {
+            return Err(fault(
+                "window.close",
+                "an attributed record's window has closed (null is not allowed)",
+            ));
+        };
+        if w.open > start {
+            return Err(fault(
+                "window.open",
+                format!(
+                    "{} is after the interval's start {start}: the window does not contain it",
+                    w.open
+                ),
+            ));
+        }
+        if close < end {
+            return Err(fault(
+                "window.close",
+                format!(
+                    "{close} is before the interval's end {end}: the window does not contain it"
+                ),
+            ));
+        }
+        if close > decided_at {
+            return Err(fault(
+                "window.close",
+                format!("{close} is after decided_at {decided_at}: the window closed before the decision"),
+            ));
+        }
+        if w.request.is_none() {
+            return Err(fault(
+                "window.request",
+                "a closed window names the request that closed it (null is not allowed)",
+            ));
+        }
+    } else {
+        let Some(r) = reason else {
+            return Err(fault(
+                "reason",
+                "an abstained record names its reason (null is not allowed)",
+            ));
+        };
+        if window.is_some() {
+            return Err(fault(
+                "window",
+                "must be null when the decision is abstained",
+            ));
+        }
+        let ok = match r {
+            Reason::Incomplete => true,
+            Reason::Ambiguous => candidates >= 2,
+            Reason::Unclosed | Reason::IdentityConflict => candidates == 1,
+            Reason::NoWindow => candidates == 0,
+        };
+        if !ok {
+            let want = match r {
+                Reason::Ambiguous => "2 or more",
+                Reason::NoWindow => "0",
+                _ => "exactly 1",
+            };
+            return Err(fault(
+                "candidates",
+                format!("`{r}` means {want} candidates, got {candidates}"),
+            ));
+        }
+    }
+    Ok(Record {
+        interval,
+        alias,
+        tool,
+        start,
+        end,
+        reason,
+        evidence,
+        candidates,
+        window,
+        decided_at,
+    })
+}
+
+/// Reads records v1 from any buffered reader, one record at a time. An optional live-run
+/// header (`{"type":"run",…}`) may come first; it is kept, not returned as a record.
+pub struct RecordReader<R> {
+    input: R,
+    source_name: String,
+    line_no: usize,
+    buf: String,
+    seen_line: bool,
+    run_header: Option<Map<String, Value>>,
+    failed: bool,
+}
+
+impl<R: BufRead> RecordReader<R> {
+    /// `source_name` is what errors call the input (usually the file path).
+    pub fn new(input: R, source_name: impl Into<String>) -> Self {
+        RecordReader {
+            input,
+            source_name: source_name.into(),
+            line_no: 0,
+            buf: String::new(),
+            seen_line: false,
+            run_header: None,
+            failed: false,
+        }
+    }
+
+    /// The live run's header record, if the file starts with one (once it has been read).
+    pub fn run_header(&self) -> Option<&Map<String, Value>> {
+        self.run_header.as_ref()
+    }
+
+    fn error(&self, f: Fault) -> RecordError {
+        RecordError {
+            source_name: self.source_name.clone(),
+            line: self.line_no,
+            field: f.field,
+            message: f.message,
+        }
+    }
+
+    fn parse_line(&mut self) -> Result<Option<Record>, Fault> {
+        let line = self.buf.trim_end_matches(['\n', '\r']);
+        if line.trim().is_empty() {
+            return Ok(None);
+        }
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| line_fault(format!("bad JSON: {e}")))?;
+        let Value::Object(obj) = value else {
+            return Err(line_fault(format!(
+                "expected a JSON object, got {}",
+                kind_of(&value)
+            )));
+        };
+        let first = !self.seen_line;
+        self.seen_line = true;
+        let ty = Fields {
+            obj: &obj,
+            name: bare,
+        }
+        .string("type")?;
+        match ty.as_str() {
+            "attribution" => parse_record(&obj).map(Some),
+            "run" if first => {
+                self.run_header = Some(obj);
+                Ok(None)
+            }
+            "run" => Err(fault("type", "a run header may only be the first line")),
+            "trace" => Err(fault(
+                "type",
+                "this is a trace v1 header, not a record (is this a trace file?)",
+            )),
+            other => Err(fault(
+                "type",
+                format!("unknown record type `{other}` (expected `attribution`)"),
+            )),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for RecordReader<R> {
+    type Item = Result<Record, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            self.buf.clear();
+            self.line_no += 1;
+            match self.input.read_line(&mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    self.failed = true;
+                    let msg = if e.kind() == std::io::ErrorKind::InvalidData {
+                        "not valid UTF-8".to_string()
+                    } else {
+                        format!("read error: {e}")
+                    };
+                    return Some(Err(self.error(line_fault(msg))));
+                }
+            }
+            match self.parse_line() {
+                Ok(Some(r)) => return Some(Ok(r)),
+                Ok(None) => continue,
+                Err(f) => {
+                    self.failed = true;
+                    return Some(Err(self.error(f)));
+                }
+            }
+        }
+    }
+}
+
+/// Reads a whole records file into memory.
+pub fn read_all(input: impl BufRead, source_name: &str) -> Result<Vec<Record>, RecordError> {
+    RecordReader::new(input, source_name).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,12 +744,55 @@ mod tests {
 
     #[test]
     fn summary_line_names_every_reason() {
-        let mut s = Summary::default();
-        s.attributed = 3;
-        s.abstained[1] = 2;
+        let s = Summary { attributed: 3, abstained: [0, 2, 0, 0, 0] };
         assert_eq!(
             s.to_string(),
             "5 intervals: 3 attributed, 2 abstained (incomplete 0, ambiguous 2, unclosed 0, identity_conflict 0, no_window 0)"
         );
+    }
+
+    #[test]
+    fn written_records_read_back_identically() {
+        let attributed = Record {
+            interval: "i1".into(),
+            alias: "probe".into(),
+            tool: "echo".into(),
+            start: 7187.5,
+            end: 7264.0,
+            reason: None,
+            evidence: vec![Evidence::Containment, Evidence::ItemId, Evidence::Route],
+            candidates: 1,
+            window: Some(WindowRef {
+                thread: None,
+                stream: "s1".into(),
+                response: "r1".into(),
+                request: Some("q2".into()),
+                open: 6905.0,
+                close: Some(7278.0),
+            }),
+            decided_at: 7280.0,
+        };
+        let abstained = Record {
+            interval: "i\"2<".into(),
+            reason: Some(Reason::Ambiguous),
+            evidence: vec![],
+            candidates: 2,
+            window: None,
+            ..attributed.clone()
+        };
+        let text = format!(
+            "{{\"type\":\"run\",\"epoch\":\"2026-11-29T21:00:00Z\"}}\n{}\n{}",
+            attributed.to_line(),
+            abstained.to_line()
+        );
+        let mut reader = RecordReader::new(text.as_bytes(), "r.jsonl");
+        let back: Vec<Record> = reader.by_ref().collect::<Result<_, _>>().unwrap();
+        assert_eq!(back, vec![attributed, abstained]);
+        assert!(reader.run_header().is_some_and(|h| h.contains_key("epoch")));
+    }
+
+    #[test]
+    fn an_empty_records_file_has_no_records() {
+        assert_eq!(read_all(&b""[..], "e.jsonl").unwrap(), vec![]);
     }
 }

@@ -1,0 +1,1420 @@
+//! MCP `tools/call` observation over stdio JSON-RPC (design.md §4, protocols.md §4).
+//!
+//! The wrapper forwards every byte itself; this module only watches copies of the lines, one
+//! direction at a time, and says when a `tools/call` started and when it ended. Sans-IO: time
+//! comes in with each line as an opaque monotonic reading (the wrapper passes nanoseconds).
+//!
+//! Two parts:
+//! - [`LineScanner`] digests one line, fed in pieces of any size, into a small *skeleton*: the
+//!   same JSON with every subtree the observer never reads dropped (arguments, result content,
+//!   nested `_meta` objects). A 32 MiB tool result therefore costs one linear pass and a few
+//!   hundred bytes of memory, and the answer is the same as for the whole line. Lines that are
+//!   not JSON or not UTF-8 digest to nothing.
+//! - [`Observer`] pairs requests and responses by JSON-RPC id. `tools/call` only flows client →
+//!   server, so only client requests are tracked; their responses come server → client, and a
+//!   client `notifications/cancelled` ends them too. Server requests (sampling, elicitation)
+//!   live in the server's own id space and are ignored, as are the client's answers to them.
+//!   Nothing about the protocol generation matters: `server/discover` and `initialize` sessions
+//!   send the same `tools/call`.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::event::{Hints, Outcome};
+
+/// Which way a line travelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Host (MCP client) to server: requests such as `tools/call`, cancellations.
+    ClientToServer,
+    /// Server to host: responses, server notifications and requests.
+    ServerToClient,
+}
+
+/// A `tools/call` as seen when it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// A number unique within this observer, in order of start.
+    pub seq: u64,
+    /// `params.name`.
+    pub tool: String,
+    /// The time passed with the request line.
+    pub start: u64,
+    /// Identity hints from `params._meta`.
+    pub hints: Hints,
+}
+
+/// What the observer saw on one line (or at [`Observer::lose_all`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observation {
+    /// A `tools/call` request went to the server.
+    Start(Call),
+    /// It ended: answered, failed, cancelled or lost.
+    End {
+        call: Call,
+        end: u64,
+        outcome: Outcome,
+    },
+}
+
+/// Longest string (raw, between its quotes) or number kept in a skeleton. Longer ones become
+/// `null`: an id, method, tool name or hint of that size is not one we could report anyway.
+const SCALAR_CAP: usize = 4096;
+/// Longest object key we look at. Longer keys drop their member.
+const KEY_CAP: usize = 256;
+/// Largest skeleton. Past it the line is given up (a message with thousands of scalar members
+/// where we keep members is not an MCP message we need).
+const SKELETON_CAP: usize = 64 * 1024;
+/// Deepest nesting followed (serde_json's own limit). Deeper lines are given up, so that a
+/// line of a million `[` costs no more memory than any other.
+const MAX_DEPTH: usize = 128;
+/// Most `tools/call` requests tracked at once; beyond it new calls are not reported.
+pub const MAX_RUNNING: usize = 65_536;
+
+/// What role a container plays, which decides which of its members the skeleton keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A top-level array (a JSON-RPC batch): its objects are messages.
+    Batch,
+    /// A message: keeps scalars, and `params`, `result`, `error` as containers.
+    Message,
+    /// `params`: keeps scalars and `_meta`.
+    Params,
+    /// `result`, `error`, `params._meta`: keep scalars only.
+    Scalars,
+    /// Dropped subtree: lexed, never written.
+    Dropped,
+}
+
+impl Role {
+    /// The role of a container value found in this role under `key` (`None`: in an array).
+    fn child(self, key: Option<&[u8]>) -> Role {
+        match (self, key) {
+            (Role::Batch, None) => Role::Message,
+            (Role::Message, Some(b"params")) => Role::Params,
+            (Role::Message, Some(b"result")) | (Role::Message, Some(b"error")) => Role::Scalars,
+            (Role::Params, Some(b"_meta")) => Role::Scalars,
+            _ => Role::Dropped,
+        }
+    }
+
+    fn keeps_scalars(self) -> bool {
+        self != Role::Dropped
+    }
+}
+
+#[derive(Debug)]
+struct Frame {
+    is_object: bool,
+    role: Role,
+    /// Whether a member has been written into this (kept) container yet.
+    wrote_member: bool,
+    /// The current member's key, when it is to be kept (objects only).
+    key: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lex {
+    /// Expecting a value (after `:`, after `[` or `,` in an array, or at the top).
+    Value,
+    /// Just after `{` or `,` in an object: expecting a key (or `}` right after `{`).
+    Key { first: bool },
+    /// Just after `[`: a value or `]`.
+    ArrayFirst,
+    /// After a key: expecting `:`.
+    Colon,
+    /// After a complete value: expecting `,` or a closing bracket.
+    After,
+    /// Inside a string.
+    Str { what: StrKind, escape: bool },
+    /// Inside a number or `true` / `false` / `null`.
+    Literal { keep: bool },
+    /// The top-level value is complete; only whitespace may follow.
+    Done,
+    /// Not JSON, not UTF-8, or too big: the line digests to nothing.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StrKind {
+    /// A key of a kept object: read, to decide about its value.
+    Key,
+    /// A key inside a dropped subtree: skipped.
+    DroppedKey,
+    Kept,
+    Dropped,
+}
+
+/// Digests one line at a time into a skeleton. Feed pieces with [`push`](Self::push) and end
+/// the line with [`finish`](Self::finish); the scanner is then ready for the next line.
+#[derive(Debug)]
+pub struct LineScanner {
+    out: Vec<u8>,
+    stack: Vec<Frame>,
+    lex: Lex,
+    /// Raw bytes of the key, string or literal being read, when it may be kept.
+    tok: Vec<u8>,
+    tok_overflow: bool,
+    /// Incomplete UTF-8 sequence at the end of the last piece.
+    utf8_carry: Vec<u8>,
+    empty: bool,
+}
+
+impl Default for LineScanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LineScanner {
+    pub fn new() -> Self {
+        LineScanner {
+            out: Vec::new(),
+            stack: Vec::new(),
+            lex: Lex::Value,
+            tok: Vec::new(),
+            tok_overflow: false,
+            utf8_carry: Vec::new(),
+            empty: true,
+        }
+    }
+
+    /// Feeds the next piece of the current line (without its `\n`).
+    pub fn push(&mut self, piece: &[u8]) {
+        if piece.is_empty() || self.lex == Lex::Failed {
+            return;
+        }
+        self.empty = false;
+        if !self.utf8_ok(piece) {
+            self.fail();
+            return;
+        }
+        let mut i = 0;
+        while i < piece.len() && self.lex != Lex::Failed {
+            i = self.step(piece, i);
+        }
+    }
+
+    /// Ends the line: the skeleton of a complete JSON value, or `None` for anything else
+    /// (empty, not JSON, not UTF-8, truncated, too big). Resets the scanner.
+    pub fn finish(&mut self) -> Option<Vec<u8>> {
+        if let Lex::Literal { keep } = self.lex {
+            self.end_literal(keep);
+        }
+        let ok = !self.empty
+            && self.lex == Lex::Done
+            && self.utf8_carry.is_empty()
+            && self.out.len() <= SKELETON_CAP;
+        let out = std::mem::take(&mut self.out);
+        *self = LineScanner::new();
+        ok.then_some(out)
+    }
+
+    fn fail(&mut self) {
+        self.lex = Lex::Failed;
+        self.out.clear();
+        self.stack.clear();
+        self.tok.clear();
+    }
+
+    /// Checks the piece is UTF-8, carrying an incomplete trailing sequence to the next piece.
+    fn utf8_ok(&mut self, piece: &[u8]) -> bool {
+        let mut rest = piece;
+        if !self.utf8_carry.is_empty() {
+            // Complete the carried sequence with at most 3 more bytes.
+            let need = 4 - self.utf8_carry.len();
+            let take = need.min(rest.len());
+            let mut joined = std::mem::take(&mut self.utf8_carry);
+            joined.extend_from_slice(&rest[..take]);
+            match std::str::from_utf8(&joined) {
+                Ok(_) => rest = &rest[take..],
+                Err(e) if e.valid_up_to() > 0 => {
+                    // The carried sequence completed; re-check the bytes after it in place.
+                    let used = e.valid_up_to() - (joined.len() - take);
+                    rest = &rest[used..];
+                }
+                Err(e) if e.error_len().is_none() => {
+                    self.utf8_carry = joined;
+                    return true;
+                }
+                Err(_) => return false,
+            }
+        }
+        match std::str::from_utf8(rest) {
+            Ok(_) => true,
+            Err(e) if e.error_len().is_none() => {
+                self.utf8_carry = rest[e.valid_up_to()..].to_vec();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn role(&self) -> Role {
+        self.stack.last().map_or(Role::Batch, |f| f.role)
+    }
+
+    /// Whether the value about to start is written, and with what role if it is a container.
+    fn value_role(&self) -> (bool, Role) {
+        match self.stack.last() {
+            // The top-level value: an object is a message, an array a batch.
+            None => (true, Role::Batch),
+            Some(f) if f.role == Role::Dropped => (false, Role::Dropped),
+            Some(f) if f.is_object => match &f.key {
+                Some(k) => (true, f.role.child(Some(k))),
+                None => (false, Role::Dropped),
+            },
+            Some(f) => (true, f.role.child(None)),
+        }
+    }
+
+    /// Writes the `,` and key that precede a kept value in its container.
+    fn open_member(&mut self) {
+        let Some(f) = self.stack.last_mut() else {
+            return;
+        };
+        if f.wrote_member {
+            self.out.push(b',');
+        }
+        f.wrote_member = true;
+        if f.is_object {
+            if let Some(k) = &f.key {
+                self.out.push(b'"');
+                self.out.extend_from_slice(k);
+                self.out.extend_from_slice(b"\":");
+            }
+        }
+    }
+
+    fn after_value(&mut self) {
+        self.lex = if self.stack.is_empty() {
+            Lex::Done
+        } else {
+            Lex::After
+        };
+        if self.out.len() > SKELETON_CAP {
+            self.fail();
+        }
+    }
+
+    fn end_literal(&mut self, keep: bool) {
+        if keep {
+            if self.tok_overflow || !valid_literal(&self.tok) {
+                if !self.tok_overflow {
+                    // Something like `tru` or `1x`: not JSON at all.
+                    self.fail();
+                    return;
+                }
+                self.out.extend_from_slice(b"null");
+            } else {
+                self.out.extend_from_slice(&self.tok);
+            }
+        }
+        self.tok.clear();
+        self.tok_overflow = false;
+        self.after_value();
+    }
+
+    /// Consumes bytes from `piece[i..]` in the current state; returns the next index.
+    fn step(&mut self, piece: &[u8], i: usize) -> usize {
+        let b = piece[i];
+        match self.lex {
+            Lex::Failed => piece.len(),
+            Lex::Str { what, escape } => self.string_bytes(piece, i, what, escape),
+            Lex::Literal { keep } => {
+                if matches!(b, b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'.' | b'+' | b'-') {
+                    if keep {
+                        if self.tok.len() < 64 {
+                            self.tok.push(b);
+                        } else {
+                            self.tok_overflow = true;
+                        }
+                    }
+                    i + 1
+                } else {
+                    self.end_literal(keep);
+                    i // re-read this byte in the new state
+                }
+            }
+            _ if matches!(b, b' ' | b'\t' | b'\r' | b'\n') => i + 1,
+            Lex::Done => {
+                self.fail();
+                piece.len()
+            }
+            Lex::Colon => {
+                if b == b':' {
+                    self.lex = Lex::Value;
+                } else {
+                    self.fail();
+                }
+                i + 1
+            }
+            Lex::Key { first } => {
+                match b {
+                    b'"' => {
+                        self.tok.clear();
+                        self.tok_overflow = false;
+                        let dropped = self.role() == Role::Dropped;
+                        let what = if dropped {
+                            StrKind::DroppedKey
+                        } else {
+                            StrKind::Key
+                        };
+                        self.lex = Lex::Str {
+                            what,
+                            escape: false,
+                        };
+                    }
+                    b'}' if first => self.close(true),
+                    _ => self.fail(),
+                }
+                i + 1
+            }
+            Lex::After => {
+                let is_object = self.stack.last().is_some_and(|f| f.is_object);
+                match (b, is_object) {
+                    (b',', true) => self.lex = Lex::Key { first: false },
+                    (b',', false) => self.lex = Lex::Value,
+                    (b'}', true) => self.close(true),
+                    (b']', false) => self.close(false),
+                    _ => self.fail(),
+                }
+                i + 1
+            }
+            Lex::ArrayFirst if b == b']' => {
+                self.close(false);
+                i + 1
+            }
+            Lex::Value | Lex::ArrayFirst => {
+                let (keep, role) = self.value_role();
+                let keep_scalar = keep && self.role_for_scalars();
+                match b {
+                    b'{' | b'[' if self.stack.len() >= MAX_DEPTH => self.fail(),
+                    b'{' | b'[' => {
+                        let kept = keep && role != Role::Dropped;
+                        if kept {
+                            self.open_member();
+                            self.out.push(b);
+                        }
+                        let role = if kept { role } else { Role::Dropped };
+                        let role = if b == b'{' && self.stack.is_empty() {
+                            Role::Message
+                        } else {
+                            role
+                        };
+                        self.stack.push(Frame {
+                            is_object: b == b'{',
+                            role,
+                            wrote_member: false,
+                            key: None,
+                        });
+                        self.lex = if b == b'{' {
+                            Lex::Key { first: true }
+                        } else {
+                            Lex::ArrayFirst
+                        };
+                    }
+                    b'"' => {
+                        self.tok.clear();
+                        self.tok_overflow = false;
+                        let what = if keep_scalar {
+                            StrKind::Kept
+                        } else {
+                            StrKind::Dropped
+                        };
+                        self.lex = Lex::Str {
+                            what,
+                            escape: false,
+                        };
+                    }
+                    b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                        self.tok.clear();
+                        self.tok_overflow = false;
+                        // A dropped literal only has to be made of literal bytes; kept ones are
+                        // checked when they end.
+                        if keep_scalar {
+                            self.open_member();
+                            self.tok.push(b);
+                        }
+                        self.lex = Lex::Literal { keep: keep_scalar };
+                    }
+                    _ => self.fail(),
+                }
+                i + 1
+            }
+        }
+    }
+
+    /// Whether scalars are kept where the next value goes (a dropped container keeps none;
+    /// a member with an over-long key is dropped).
+    fn role_for_scalars(&self) -> bool {
+        match self.stack.last() {
+            None => true,
+            Some(f) => f.role.keeps_scalars() && (!f.is_object || f.key.is_some()),
+        }
+    }
+
+    fn close(&mut self, is_object: bool) {
+        let Some(f) = self.stack.pop() else {
+            self.fail();
+            return;
+        };
+        if f.is_object != is_object {
+            self.fail();
+            return;
+        }
+        if f.role != Role::Dropped {
+            self.out.push(if is_object { b'}' } else { b']' });
+        }
+        self.after_value();
+    }
+
+    fn string_bytes(
+        &mut self,
+        piece: &[u8],
+        mut i: usize,
+        what: StrKind,
+        mut escape: bool,
+    ) -> usize {
+        loop {
+            if escape {
+                if i >= piece.len() {
+                    break;
+                }
+                self.tok_byte(what, piece[i]);
+                escape = false;
+                i += 1;
+                continue;
+            }
+            let rest = &piece[i..];
+            match memchr::memchr2(b'"', b'\\', rest) {
+                None => {
+                    self.tok_bytes(what, rest);
+                    i = piece.len();
+                    break;
+                }
+                Some(j) => {
+                    self.tok_bytes(what, &rest[..j]);
+                    if rest[j] == b'\\' {
+                        self.tok_byte(what, b'\\');
+                        escape = true;
+                        i += j + 1;
+                    } else {
+                        i += j + 1;
+                        self.end_string(what);
+                        return i;
+                    }
+                }
+            }
+        }
+        self.lex = Lex::Str { what, escape };
+        i
+    }
+
+    fn tok_bytes(&mut self, what: StrKind, bytes: &[u8]) {
+        let cap = match what {
+            StrKind::Dropped | StrKind::DroppedKey => return,
+            StrKind::Key => KEY_CAP,
+            StrKind::Kept => SCALAR_CAP,
+        };
+        if bytes.iter().any(|&b| b < 0x20) {
+            // Raw control characters are not allowed inside JSON strings.
+            self.fail();
+            return;
+        }
+        if self.tok.len() + bytes.len() > cap {
+            self.tok_overflow = true;
+        } else {
+            self.tok.extend_from_slice(bytes);
+        }
+    }
+
+    fn tok_byte(&mut self, what: StrKind, b: u8) {
+        self.tok_bytes(what, &[b]);
+    }
+
+    fn end_string(&mut self, what: StrKind) {
+        if self.lex == Lex::Failed {
+            return;
+        }
+        match what {
+            StrKind::Key => {
+                let key = if self.tok_overflow {
+                    None
+                } else {
+                    unescape_key(&self.tok)
+                };
+                if let Some(f) = self.stack.last_mut() {
+                    f.key = key;
+                }
+                self.lex = Lex::Colon;
+                return;
+            }
+            StrKind::Kept => {
+                self.open_member();
+                if self.tok_overflow {
+                    self.out.extend_from_slice(b"null");
+                } else {
+                    self.out.push(b'"');
+                    let tok = std::mem::take(&mut self.tok);
+                    self.out.extend_from_slice(&tok);
+                    self.out.push(b'"');
+                }
+            }
+            StrKind::DroppedKey => {
+                self.lex = Lex::Colon;
+                return;
+            }
+            StrKind::Dropped => {}
+        }
+        self.tok.clear();
+        self.tok_overflow = false;
+        self.after_value();
+    }
+}
+
+/// A key in its unescaped form, re-escaped as plain JSON (keys with escapes are rare, but
+/// `"claudecode\/toolUseId"` is the same key as `"claudecode/toolUseId"`).
+fn unescape_key(raw: &[u8]) -> Option<Vec<u8>> {
+    if !raw.contains(&b'\\') {
+        return Some(raw.to_vec());
+    }
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    let s: String = serde_json::from_slice(&quoted).ok()?;
+    let json = serde_json::to_string(&s).ok()?;
+    Some(json.as_bytes()[1..json.len() - 1].to_vec())
+}
+
+fn valid_literal(tok: &[u8]) -> bool {
+    match tok {
+        b"true" | b"false" | b"null" => true,
+        _ => serde_json::from_slice::<serde_json::Number>(tok).is_ok(),
+    }
+}
+
+/// A JSON-RPC id as a map key: strings and integers are distinct ids (`"1"` is not `1`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Id {
+    Str(String),
+    Int(i128),
+}
+
+impl Id {
+    fn of(v: &Value) -> Option<Id> {
+        match v {
+            Value::String(s) => Some(Id::Str(s.clone())),
+            Value::Number(n) => n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from))
+                .map(Id::Int),
+            _ => None,
+        }
+    }
+}
+
+/// Pairs `tools/call` requests with their ends. One per MCP session (per wrapped server).
+#[derive(Debug, Default)]
+pub struct Observer {
+    running: HashMap<Id, Call>,
+    next_seq: u64,
+}
+
+impl Observer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many calls have started and not ended.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Observes one complete line (without its `\n`) that travelled `dir` at time `t`.
+    pub fn line(&mut self, dir: Direction, line: &[u8], t: u64, out: &mut Vec<Observation>) {
+        let mut scanner = LineScanner::new();
+        scanner.push(line);
+        if let Some(skeleton) = scanner.finish() {
+            self.skeleton(dir, &skeleton, t, out);
+        }
+    }
+
+    /// Observes a line already digested by a [`LineScanner`].
+    pub fn skeleton(
+        &mut self,
+        dir: Direction,
+        skeleton: &[u8],
+        t: u64,
+        out: &mut Vec<Observation>,
+    ) {
+        let Ok(value) = serde_json::from_slice::<Value>(skeleton) else {
+            return;
+        };
+        match value {
+            Value::Array(batch) => {
+                for msg in &batch {
+                    self.message(dir, msg, t, out);
+                }
+            }
+            msg => self.message(dir, &msg, t, out),
+        }
+    }
+
+    /// Ends every running call as `lost` (the server exited or a pipe broke), oldest first.
+    pub fn lose_all(&mut self, t: u64, out: &mut Vec<Observation>) {
+        let mut calls: Vec<Call> = self.running.drain().map(|(_, c)| c).collect();
+        calls.sort_by_key(|c| c.seq);
+        for call in calls {
+            let end = t.max(call.start);
+            out.push(Observation::End {
+                call,
+                end,
+                outcome: Outcome::Lost,
+            });
+        }
+    }
+
+    fn message(&mut self, dir: Direction, msg: &Value, t: u64, out: &mut Vec<Observation>) {
+        let Some(obj) = msg.as_object() else {
+            return;
+        };
+        let method = obj.get("method").and_then(Value::as_str);
+        match (dir, method) {
+            (Direction::ClientToServer, Some("tools/call")) => {
+                let Some(id) = obj.get("id").and_then(Id::of) else {
+                    return;
+                };
+                let params = obj.get("params");
+                let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+                    return;
+                };
+                let hints = params
+                    .and_then(|p| p.get("_meta"))
+                    .map(hints_of)
+                    .unwrap_or_default();
+                // Ids must be unique among running requests; a reused one leaves no way to
+                // tell the two answers apart, so the older call's end is unknowable.
+                if let Some(old) = self.running.remove(&id) {
+                    let end = t.max(old.start);
+                    out.push(Observation::End {
+                        call: old,
+                        end,
+                        outcome: Outcome::Lost,
+                    });
+                }
+                if self.running.len() >= MAX_RUNNING {
+                    return;
+                }
+                let call = Call {
+                    seq: self.next_seq,
+                    tool: tool.to_string(),
+                    start: t,
+                    hints,
+                };
+                self.next_seq += 1;
+                self.running.insert(id, call.clone());
+                out.push(Observation::Start(call));
+            }
+            (Direction::ClientToServer, Some("notifications/cancelled")) => {
+                let request = obj.get("params").and_then(|p| p.get("requestId"));
+                if let Some(id) = request.and_then(Id::of) {
+                    self.end(&id, t, Outcome::Cancelled, out);
+                }
+            }
+            (Direction::ServerToClient, None) => {
+                let Some(id) = obj.get("id").and_then(Id::of) else {
+                    return;
+                };
+                let outcome = if obj.contains_key("error") {
+                    Outcome::Error
+                } else if let Some(result) = obj.get("result") {
+                    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                        Outcome::Error
+                    } else {
+                        Outcome::Result
+                    }
+                } else {
+                    return;
+                };
+                self.end(&id, t, outcome, out);
+            }
+            // Other requests and notifications, the client's answers to server requests, and
+            // server notifications (a server's `notifications/cancelled` names its own
+            // requests) say nothing about `tools/call`.
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, id: &Id, t: u64, outcome: Outcome, out: &mut Vec<Observation>) {
+        if let Some(call) = self.running.remove(id) {
+            let end = t.max(call.start);
+            out.push(Observation::End { call, end, outcome });
+        }
+    }
+}
+
+fn hints_of(meta: &Value) -> Hints {
+    let s = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
+    Hints {
+        tool_use_id: s("claudecode/toolUseId"),
+        item_id: s("itemId"),
+        call_id: s("callId"),
+        thread: s("threadId"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Direction::{ClientToServer as C2S, ServerToClient as S2C};
+
+    /// A compact view of an observation: (start|end, tool, outcome, start, end).
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Start(&'static str, u64),
+        End(&'static str, Outcome, u64, u64),
+    }
+
+    fn run(lines: &[(Direction, &str)]) -> (Vec<Seen>, Vec<Observation>) {
+        let mut obs = Observer::new();
+        let mut out = Vec::new();
+        for (t, (dir, line)) in lines.iter().enumerate() {
+            obs.line(*dir, line.as_bytes(), 10 * (t as u64 + 1), &mut out);
+        }
+        let seen = out
+            .iter()
+            .map(|o| match o {
+                Observation::Start(c) => Seen::Start(leak(&c.tool), c.start),
+                Observation::End { call, end, outcome } => {
+                    Seen::End(leak(&call.tool), *outcome, call.start, *end)
+                }
+            })
+            .collect();
+        (seen, out)
+    }
+
+    fn leak(s: &str) -> &'static str {
+        Box::leak(s.to_string().into_boxed_str())
+    }
+
+    const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"claude-code"}}}"#;
+    const INIT_OK: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"0"}}}"#;
+    const DISCOVER: &str = r#"{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    const DISCOVER_OK: &str = r#"{"jsonrpc":"2.0","id":"server-discover-probe-1","result":{"resultType":"complete","supportedVersions":["2026-07-28"]}}"#;
+
+    #[test]
+    fn a_scripted_table_of_sessions() {
+        use Outcome::*;
+        #[allow(clippy::type_complexity)]
+        let table: Vec<(&str, Vec<(Direction, &str)>, Vec<Seen>)> = vec![
+            (
+                "initialize era, integer id, Claude Code's field order",
+                vec![
+                    (C2S, INIT),
+                    (S2C, INIT_OK),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                    ),
+                    (C2S, r#"{"method":"tools/list","jsonrpc":"2.0","id":1}"#),
+                    (S2C, r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#),
+                    (
+                        C2S,
+                        r#"{"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"claudecode/toolUseId":"toolu_1","progressToken":2}},"jsonrpc":"2.0","id":2}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"result":{"content":[{"type":"text","text":"hi"}]},"jsonrpc":"2.0","id":2}"#,
+                    ),
+                ],
+                vec![Seen::Start("echo", 60), Seen::End("echo", Result, 60, 70)],
+            ),
+            (
+                "discover era, string ids",
+                vec![
+                    (C2S, DISCOVER),
+                    (S2C, DISCOVER_OK),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"add","arguments":{"a":1},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","id":"c1","result":{"resultType":"complete","content":[]}}"#,
+                    ),
+                ],
+                vec![Seen::Start("add", 30), Seen::End("add", Result, 30, 40)],
+            ),
+            (
+                "responses out of order",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fast"}}"#,
+                    ),
+                    (S2C, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+                    (S2C, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+                ],
+                vec![
+                    Seen::Start("slow", 10),
+                    Seen::Start("fast", 20),
+                    Seen::End("fast", Result, 20, 30),
+                    Seen::End("slow", Result, 10, 40),
+                ],
+            ),
+            (
+                "the string id \"1\" is not the integer id 1",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":"1","method":"tools/call","params":{"name":"s"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"i"}}"#,
+                    ),
+                    (S2C, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+                    (S2C, r#"{"jsonrpc":"2.0","id":"1","result":{}}"#),
+                ],
+                vec![
+                    Seen::Start("s", 10),
+                    Seen::Start("i", 20),
+                    Seen::End("i", Result, 20, 30),
+                    Seen::End("s", Result, 10, 40),
+                ],
+            ),
+            (
+                "JSON-RPC error and isError both end as error",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"nope"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"Unknown tool"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"boom"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","id":6,"result":{"content":[],"isError":true}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fine"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"isError":false}}"#,
+                    ),
+                ],
+                vec![
+                    Seen::Start("nope", 10),
+                    Seen::End("nope", Error, 10, 20),
+                    Seen::Start("boom", 30),
+                    Seen::End("boom", Error, 30, 40),
+                    Seen::Start("fine", 50),
+                    Seen::End("fine", Result, 50, 60),
+                ],
+            ),
+            (
+                "cancellation ends the call; the late answer is ignored",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"wait"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"user"}}"#,
+                    ),
+                    (S2C, r#"{"jsonrpc":"2.0","id":"long","result":{}}"#),
+                ],
+                vec![
+                    Seen::Start("wait", 10),
+                    Seen::End("wait", Cancelled, 10, 30),
+                ],
+            ),
+            (
+                "unknown ids, other methods and the server's own requests are ignored",
+                vec![
+                    (S2C, r#"{"jsonrpc":"2.0","id":99,"result":{}}"#),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":98}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"x"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"backwards"}}"#,
+                    ),
+                    (C2S, r#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+                    (S2C, r#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+                    ),
+                ],
+                vec![],
+            ),
+            (
+                "a server cancelling its own request does not end the client's call with that id",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t"}}"#,
+                    ),
+                    (
+                        S2C,
+                        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}"#,
+                    ),
+                    (S2C, r#"{"jsonrpc":"2.0","id":4,"result":{}}"#),
+                ],
+                vec![Seen::Start("t", 10), Seen::End("t", Result, 10, 30)],
+            ),
+            (
+                "garbage, truncated JSON and calls without a name or id report nothing",
+                vec![
+                    (C2S, "hello"),
+                    (C2S, ""),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x""#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}} trailing"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"no-id"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"x"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+                    ),
+                    (C2S, r#"[1,2"#),
+                    (C2S, r#"{"a":tru}"#),
+                    (S2C, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+                ],
+                vec![],
+            ),
+            (
+                "a reused running id loses the older call",
+                vec![
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
+                    ),
+                    (
+                        C2S,
+                        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"b"}}"#,
+                    ),
+                    (S2C, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+                ],
+                vec![
+                    Seen::Start("a", 10),
+                    Seen::End("a", Lost, 10, 20),
+                    Seen::Start("b", 20),
+                    Seen::End("b", Result, 20, 30),
+                ],
+            ),
+            (
+                "a batch holds several messages",
+                vec![
+                    (
+                        C2S,
+                        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"b"}}]"#,
+                    ),
+                    (
+                        S2C,
+                        r#"[{"jsonrpc":"2.0","id":2,"result":{}},{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}]"#,
+                    ),
+                ],
+                vec![
+                    Seen::Start("a", 10),
+                    Seen::Start("b", 10),
+                    Seen::End("b", Result, 10, 20),
+                    Seen::End("a", Error, 10, 20),
+                ],
+            ),
+        ];
+        for (name, lines, want) in table {
+            let (seen, _) = run(&lines);
+            assert_eq!(seen, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn hints_come_from_meta_for_both_hosts() {
+        let (_, out) = run(&[
+            (
+                C2S,
+                r#"{"method":"tools/call","params":{"name":"echo","_meta":{"claudecode/toolUseId":"toolu_01","progressToken":1}},"jsonrpc":"2.0","id":1}"#,
+            ),
+            (
+                C2S,
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"callId":"exec-9","itemId":"fc_1","x-codex-turn-metadata":{"turn_id":"x","nested":{"deep":[1,2]}},"threadId":"th-1","progressToken":1},"name":"echo","arguments":{"text":"hi"}}}"#,
+            ),
+            (
+                C2S,
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","_meta":{"claudecode\/toolUseId":"toolu_esc","itemId":5}}}"#,
+            ),
+        ]);
+        let hints: Vec<Hints> = out
+            .into_iter()
+            .map(|o| match o {
+                Observation::Start(c) => c.hints,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        let h = |t: Option<&str>, i: Option<&str>, c: Option<&str>, th: Option<&str>| Hints {
+            tool_use_id: t.map(Into::into),
+            item_id: i.map(Into::into),
+            call_id: c.map(Into::into),
+            thread: th.map(Into::into),
+        };
+        assert_eq!(
+            hints,
+            vec![
+                h(Some("toolu_01"), None, None, None),
+                h(None, Some("fc_1"), Some("exec-9"), Some("th-1")),
+                // An escaped key is the same key; a non-string hint is no hint.
+                h(Some("toolu_esc"), None, None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn lose_all_ends_running_calls_oldest_first() {
+        let mut obs = Observer::new();
+        let mut out = Vec::new();
+        for (id, name) in [(3, "c"), (1, "a"), (2, "b")] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}"}}}}"#
+            );
+            obs.line(C2S, line.as_bytes(), id, &mut out);
+        }
+        out.clear();
+        obs.lose_all(100, &mut out);
+        let tools: Vec<(&str, Outcome, u64)> = out
+            .iter()
+            .map(|o| match o {
+                Observation::End { call, outcome, end } => (call.tool.as_str(), *outcome, *end),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            vec![
+                ("c", Outcome::Lost, 100),
+                ("a", Outcome::Lost, 100),
+                ("b", Outcome::Lost, 100)
+            ]
+        );
+        assert_eq!(obs.running(), 0);
+    }
+
+    #[test]
+    fn skeleton_drops_what_is_never_read() {
+        let mut s = LineScanner::new();
+        s.push(br#"{"result":{"content":[{"type":"text","text":"big"}],"isError":true,"#);
+        s.push(br#""structuredContent":{"a":[1,{"b":"c"}]}},"jsonrpc":"2.0","id":7}"#);
+        let sk = s.finish().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&sk).unwrap(),
+            r#"{"result":{"isError":true},"jsonrpc":"2.0","id":7}"#
+        );
+    }
+
+    #[test]
+    fn a_giant_result_split_anywhere_still_ends_its_call() {
+        // 8 MiB of text, including escapes and multi-byte characters, before the id.
+        let mut text = String::new();
+        while text.len() < 8 << 20 {
+            text.push_str("ab\\\"cd é 漢字 \\u00e9 \\\\ ");
+        }
+        let line = format!(
+            r#"{{"result":{{"content":[{{"type":"text","text":"{text}"}}],"isError":false}},"jsonrpc":"2.0","id":"big"}}"#
+        );
+        for piece_len in [1usize << 20, 4093, 7] {
+            let mut obs = Observer::new();
+            let mut out = Vec::new();
+            let req =
+                r#"{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"read"}}"#;
+            obs.line(C2S, req.as_bytes(), 1, &mut out);
+            let mut s = LineScanner::new();
+            let bytes = line.as_bytes();
+            // Only the first and the last 64 KiB go through in small pieces, to keep it quick.
+            let (head, rest) = bytes.split_at(64 << 10);
+            let (mid, tail) = rest.split_at(rest.len() - (64 << 10));
+            for p in head.chunks(piece_len) {
+                s.push(p);
+            }
+            s.push(mid);
+            for p in tail.chunks(piece_len) {
+                s.push(p);
+            }
+            let sk = s.finish().expect("a JSON line");
+            assert!(sk.len() < 200, "skeleton of {} bytes", sk.len());
+            obs.skeleton(S2C, &sk, 2, &mut out);
+            assert_eq!(out.len(), 2, "piece length {piece_len}");
+            assert!(matches!(
+                out[1],
+                Observation::End {
+                    outcome: Outcome::Result,
+                    end: 2,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_anywhere_digests_to_nothing() {
+        let good = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"s":"é"}}}"#;
+        let mut s = LineScanner::new();
+        s.push(good.as_bytes());
+        assert!(s.finish().is_some());
+        // A multi-byte character split across pieces is fine.
+        let cut = good.find('é').unwrap() + 1;
+        s.push(&good.as_bytes()[..cut]);
+        s.push(&good.as_bytes()[cut..]);
+        assert!(s.finish().is_some());
+        // A stray byte inside a dropped string is not.
+        let mut bad = good.as_bytes().to_vec();
+        let at = good.find('é').unwrap();
+        bad[at] = 0xff;
+        s.push(&bad);
+        assert!(s.finish().is_none());
+        // Nor is a sequence cut off at the end of the line.
+        s.push(&good.as_bytes()[..cut]);
+        assert!(s.finish().is_none());
+        // And the scanner is ready for the next line.
+        s.push(good.as_bytes());
+        assert!(s.finish().is_some());
+    }
+
+    #[test]
+    fn nesting_deeper_than_serde_follows_is_given_up_without_growing() {
+        let mut s = LineScanner::new();
+        for _ in 0..1000 {
+            s.push(&[b'['; 1000]);
+        }
+        assert!(s.stack.len() <= MAX_DEPTH);
+        assert!(s.finish().is_none());
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        s.push(ok.as_bytes());
+        assert!(s.finish().is_some());
+    }
+
+    #[test]
+    fn over_long_scalars_become_null_and_are_not_reported() {
+        let long = "x".repeat(SCALAR_CAP + 1);
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{long}"}}}}"#
+        );
+        let (seen, _) = run(&[(C2S, &line)]);
+        assert_eq!(seen, vec![]);
+    }
+
+    #[test]
+    fn skeleton_reads_the_same_as_the_whole_line() {
+        // For ordinary messages, observing the skeleton equals observing a full parse.
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"callId":"c","itemId":"i","threadId":"t","x":{"y":[1]}},"name":"echo","arguments":{"text":"hi","n":[1,2,{"z":null}]}}}"#,
+            r#"  {"jsonrpc" : "2.0" , "id" : 2 , "result" : { "content" : [ ] , "isError" : false } }  "#,
+            r#"{"jsonrpc":"2.0","id":-3,"error":{"code":-32601,"message":"nope","data":{"x":1}}}"#,
+            r#"[]"#,
+            r#"{}"#,
+            r#"42"#,
+            r#""str""#,
+        ];
+        for line in lines {
+            let mut s = LineScanner::new();
+            s.push(line.as_bytes());
+            let sk = s.finish().unwrap_or_else(|| panic!("{line}"));
+            let whole: Value = serde_json::from_str(line).unwrap();
+            let skel: Value = serde_json::from_slice(&sk).unwrap();
+            let pick = |v: &Value| {
+                (
+                    v.get("id").cloned(),
+                    v.get("method").cloned(),
+                    v.pointer("/params/name").cloned(),
+                    v.pointer("/params/_meta/itemId").cloned(),
+                    v.pointer("/result/isError").cloned(),
+                    v.get("error").is_some(),
+                    v.get("result").is_some(),
+                )
+            };
+            assert_eq!(pick(&whole), pick(&skel), "{line}");
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z_/]{0,12}",
+                "\\PC{0,8}",
+                Just("quo\"te\\back\nline\u{1}é漢".to_string()),
+                Just("itemId".to_string()),
+                Just("params".to_string()),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                (-1e9f64..1e9).prop_map(|f| json!(f)),
+                text().prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::vec((text(), inner), 0..6)
+                        .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn id() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                (0i64..4).prop_map(Value::from),
+                "[a-c]".prop_map(Value::from),
+                value()
+            ]
+        }
+
+        fn meta() -> impl Strategy<Value = Value> {
+            (
+                prop::option::of(prop_oneof![text().prop_map(Value::from), value()]),
+                prop::option::of(text()),
+                prop::option::of(text()),
+                prop::option::of(text()),
+                value(),
+            )
+                .prop_map(|(tu, item, call, thread, extra)| {
+                    let mut m = serde_json::Map::new();
+                    if let Some(v) = tu {
+                        m.insert("claudecode/toolUseId".into(), v);
+                    }
+                    if let Some(v) = item {
+                        m.insert("itemId".into(), v.into());
+                    }
+                    if let Some(v) = call {
+                        m.insert("callId".into(), v.into());
+                    }
+                    if let Some(v) = thread {
+                        m.insert("threadId".into(), v.into());
+                    }
+                    m.insert("x-codex-turn-metadata".into(), extra);
+                    Value::Object(m)
+                })
+        }
+
+        /// A line and the direction it travels: mostly MCP-shaped, some anything at all.
+        fn message() -> impl Strategy<Value = (Direction, Value)> {
+            prop_oneof![
+                (id(), text(), value(), meta()).prop_map(|(id, name, args, meta)| (
+                    Direction::ClientToServer,
+                    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args,"_meta":meta}})
+                )),
+                (id(), value(), prop_oneof![any::<bool>().prop_map(Value::from), value()]).prop_map(
+                    |(id, content, is_error)| (
+                        Direction::ServerToClient,
+                        json!({"result":{"content":content,"isError":is_error},"jsonrpc":"2.0","id":id})
+                    )
+                ),
+                (id(), value()).prop_map(|(id, e)| (Direction::ServerToClient, json!({"jsonrpc":"2.0","id":id,"error":e}))),
+                id().prop_map(|id| (
+                    Direction::ClientToServer,
+                    json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id}})
+                )),
+                (any::<bool>(), value()).prop_map(|(up, v)| (
+                    if up { Direction::ClientToServer } else { Direction::ServerToClient },
+                    v
+                )),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Whatever the lines and however they are cut into pieces, observing through the
+            /// skeleton gives exactly what observing the whole parsed line gives.
+            #[test]
+            fn the_skeleton_observes_like_the_whole_line(
+                msgs in prop::collection::vec(message(), 1..12),
+                cuts in prop::collection::vec(1usize..64, 1..8),
+            ) {
+                let mut fast = Observer::new();
+                let mut whole = Observer::new();
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                let mut scanner = LineScanner::new();
+                for (n, (dir, msg)) in msgs.iter().enumerate() {
+                    let line = serde_json::to_vec(msg).unwrap();
+                    let mut rest = &line[..];
+                    let mut k = 0;
+                    while !rest.is_empty() {
+                        let take = cuts[k % cuts.len()].min(rest.len());
+                        scanner.push(&rest[..take]);
+                        rest = &rest[take..];
+                        k += 1;
+                    }
+                    let t = n as u64;
+                    if let Some(sk) = scanner.finish() {
+                        fast.skeleton(*dir, &sk, t, &mut got);
+                    } else {
+                        prop_assert!(false, "a JSON line digests: {}", String::from_utf8_lossy(&line));
+                    }
+                    whole.skeleton(*dir, &line, t, &mut want);
+                }
+                prop_assert_eq!(got, want);
+            }
+
+            /// Bytes that are not one JSON value never digest to anything.
+            #[test]
+            fn garbage_never_digests(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+                let mut s = LineScanner::new();
+                s.push(&bytes);
+                let digested = s.finish();
+                let is_json = serde_json::from_slice::<Value>(&bytes).is_ok();
+                if !is_json {
+                    prop_assert!(digested.is_none(), "{:?}", String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+    }
+}

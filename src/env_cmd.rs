@@ -1,0 +1,138 @@
+//! `windowtap env claude|codex`: the one override that points a host at a running relay.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::ingest;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Host {
+    Claude,
+    Codex,
+}
+
+#[derive(clap::Args)]
+pub struct EnvArgs {
+    /// Which host to point at the relay.
+    pub host: Host,
+    /// The relay's address, as it printed it.
+    #[arg(long, default_value = "http://127.0.0.1:8787", value_name = "URL")]
+    pub relay: String,
+    /// The relay's ingest socket, for wrapped MCP servers [default: the relay's default path,
+    /// when a socket is there].
+    #[arg(long, env = ingest::ENV, value_name = "PATH")]
+    pub ingest: Option<PathBuf>,
+}
+
+pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
+    let relay = relay_base(&args.relay)?;
+    let ingest = args.ingest.or_else(|| {
+        let p = ingest::default_path();
+        std::fs::symlink_metadata(&p)
+            .ok()
+            .filter(|m| m.file_type().is_socket())
+            .map(|_| p)
+    });
+    print!(
+        "{}",
+        lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str()))
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The relay URL without a trailing slash, refused if it could not sit inside the quotes of a
+/// shell line unchanged.
+fn relay_base(url: &str) -> anyhow::Result<&str> {
+    let ok_scheme = url.starts_with("http://") || url.starts_with("https://");
+    let ok_chars = url
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && !b"'\"\\`$".contains(&b));
+    if !ok_scheme || !ok_chars {
+        anyhow::bail!(
+            "--relay must be an http:// or https:// URL without quotes, spaces, `$` or backslashes"
+        );
+    }
+    Ok(url.trim_end_matches('/'))
+}
+
+fn lines(host: Host, relay: &str, ingest: Option<&str>) -> String {
+    let mut s = String::new();
+    match host {
+        Host::Claude => {
+            s.push_str(&format!("export ANTHROPIC_BASE_URL={relay}/anthropic\n"));
+        }
+        Host::Codex => {
+            s.push_str("# Codex ignores OPENAI_BASE_URL; pass one of these to `codex` (or `codex exec`):\n");
+            s.push_str(&format!(
+                "#   API key login:\n-c 'openai_base_url=\"{relay}/openai/v1\"'\n"
+            ));
+            s.push_str(&format!(
+                "#   ChatGPT login:\n-c 'openai_base_url=\"{relay}/chatgpt\"'\n"
+            ));
+        }
+    }
+    match ingest {
+        // Single quotes keep the path as it is; a path containing one is left as a hint.
+        Some(p) if !p.contains('\'') => {
+            s.push_str(&format!("export {}='{p}'\n", ingest::ENV));
+        }
+        _ => s.push_str(&format!(
+            "# For wrapped MCP servers: export {}=<the ingest socket the relay printed>\n",
+            ingest::ENV
+        )),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_gets_its_base_url_under_the_anthropic_mount() {
+        let out = lines(
+            Host::Claude,
+            relay_base("http://127.0.0.1:9000/").unwrap(),
+            Some("/run/x/ingest.sock"),
+        );
+        assert_eq!(
+            out,
+            "export ANTHROPIC_BASE_URL=http://127.0.0.1:9000/anthropic\nexport WINDOWTAP_INGEST='/run/x/ingest.sock'\n"
+        );
+    }
+
+    #[test]
+    fn codex_gets_both_login_variants() {
+        let out = lines(
+            Host::Codex,
+            relay_base("http://127.0.0.1:8787").unwrap(),
+            None,
+        );
+        assert!(
+            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/openai/v1\"'\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/chatgpt\"'\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# For wrapped MCP servers: export WINDOWTAP_INGEST="),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_url_that_would_break_the_quoting_is_refused() {
+        for bad in [
+            "127.0.0.1:8787",
+            "http://x'y",
+            "http://x y",
+            "http://$(id)",
+            "ftp://x",
+        ] {
+            assert!(relay_base(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! OTLP export of attribution records: each record becomes one `execute_tool {tool}` span
+//! (OTLP/HTTP protobuf, `POST …/v1/traces`), so a tracing backend shows which MCP calls ran in
+//! which model response window, and where windowtap abstained and why.
+//!
+//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
+//! - [`span`]: record → span, with the GenAI/MCP attribute names and deterministic ids.
+//! - [`export`]: the never-blocking queue, batching and the HTTP client.
+//! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
+//!
+//! Live commands (relay, run) flatten [`OtlpArgs`], start an [`Exporter`] inside their
+//! runtime and call [`ExporterHandle::record`] for each record; `docs/otlp.md` shows the code.
+//! `docs/otlp.md` documents the span format and the decisions behind it.
+
+pub mod blocking;
+pub mod config;
+pub mod export;
+pub mod span;
+#[cfg(test)]
+pub mod testing;
+
+pub use blocking::{replay_epoch, BlockingExporter};
+// The live commands (relay, run) take these; replay uses the blocking wrapper.
+#[allow(unused_imports)]
+pub use config::{resolve, ConfigError, Endpoint, ExportConfig, Resolved};
+#[allow(unused_imports)]
+pub use export::{ExportError, ExportReport, Exporter, ExporterHandle, StartError};
+
+/// The command-line side, for every command that exports (`#[command(flatten)]` it).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OtlpArgs {
+    /// Also export each record as an OpenTelemetry span, OTLP/HTTP protobuf, to
+    /// `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` turn export on.
+    /// Export failures are warnings: the records are written regardless.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl OtlpArgs {
+    /// The flag and this process's `OTEL_*` environment.
+    pub fn resolve(&self) -> Result<Resolved, ConfigError> {
+        resolve(self.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())
+    }
+}
+
+/// One line for the user: how many spans went where, and what was lost and why.
+pub fn report_line(endpoint: &Endpoint, r: &ExportReport) -> String {
+    let mut line = format!("otlp: {} spans exported to {endpoint}", r.exported);
+    let lost = r.lost();
+    if lost > 0 {
+        line.push_str(&format!(
+            "; {lost} not delivered ({} dropped from a full queue, {} rejected, {} failed, {} unsent at shutdown)",
+            r.dropped, r.rejected, r.failed, r.unsent
+        ));
+        if let Some(e) = r.first_error {
+            line.push_str(&format!(": {e}"));
+        }
+    }
+    line
+}
+
+/// The wall-clock time of a running clock's 0, from how far that clock has run: call it once
+/// at start with the clock's current reading in ms.
+#[allow(dead_code)] // for the live commands
+pub fn clock_epoch_unix_nanos(clock_now_ms: f64) -> u64 {
+    span::unix_nanos(now_unix_nanos(), -clock_now_ms)
+}
+
+/// Wall-clock now in Unix nanoseconds (0 if the clock is before 1970).
+pub fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_epoch_is_now_less_the_clock_reading() {
+        let before = now_unix_nanos();
+        let epoch = clock_epoch_unix_nanos(1500.0);
+        let after = now_unix_nanos();
+        assert!(before - 1_500_000_000 <= epoch && epoch <= after - 1_500_000_000);
+    }
+
+    #[test]
+    fn the_report_line_says_what_was_lost_and_why() {
+        let e = Endpoint::from_flag("http://127.0.0.1:9").unwrap();
+        let ok = ExportReport {
+            queued: 3,
+            exported: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            report_line(&e, &ok),
+            "otlp: 3 spans exported to http://127.0.0.1:9/v1/traces"
+        );
+        let bad = ExportReport {
+            queued: 2,
+            dropped: 1,
+            failed: 2,
+            first_error: Some(ExportError::Status(503)),
+            ..Default::default()
+        };
+        assert_eq!(
+            report_line(&e, &bad),
+            "otlp: 0 spans exported to http://127.0.0.1:9/v1/traces; 3 not delivered \
+             (1 dropped from a full queue, 0 rejected, 2 failed, 0 unsent at shutdown): \
+             the collector answered HTTP 503"
+        );
+    }
+}

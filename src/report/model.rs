@@ -1,0 +1,632 @@
+//! What the timeline shows, computed before anything is drawn: lanes (one per thread), windows,
+//! where each interval goes, and where observation was lost.
+//!
+//! Windows come from the records alone (only the windows intervals were attributed to) or, with
+//! a trace, from a read-only pass over it that follows design.md §3 the way the correlator
+//! does: a window opens at its response's first complete client tool call, closes at the first
+//! request of the same thread that continues the response, and breaks when the response ends
+//! in any other status than completed, when its stream closes first, or `max_window` after it
+//! opened. The pass keeps everything (it is for drawing, not for deciding), so it stays apart
+//! from `correlator::windows`, whose tracker forgets what no decision needs.
+
+use std::collections::HashMap;
+
+use correlator::event::{EventKind, ResponseStatus};
+use correlator::records::Reason;
+use correlator::{Event, Millis, Record};
+
+/// How a window ended, as far as the input shows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WindowEnd {
+    Closed(Millis),
+    Broken(Millis, BreakCause),
+    /// Still open when the input ends (or, from records alone, never seen to close).
+    Open,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakCause {
+    Status(ResponseStatus),
+    StreamClosed,
+    MaxWindow,
+}
+
+impl BreakCause {
+    pub fn describe(self) -> String {
+        match self {
+            BreakCause::Status(s) => format!("its response ended `{s}`"),
+            BreakCause::StreamClosed => "its stream closed before the response ended".into(),
+            BreakCause::MaxWindow => "not closed within max_window".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub thread: Option<String>,
+    pub stream: String,
+    pub response: String,
+    /// When the first client tool call was complete.
+    pub open: Millis,
+    pub end: WindowEnd,
+    /// The request that closed it.
+    pub request: Option<String>,
+    /// Client tool calls seen (0 when the window is known only from a record).
+    pub calls: usize,
+    /// When the response completed, if it did (and the trace says so).
+    pub completed_at: Option<Millis>,
+    pub lane: usize,
+}
+
+impl Window {
+    /// The time the window stopped being open, if it did.
+    pub fn final_at(&self) -> Option<Millis> {
+        match self.end {
+            WindowEnd::Closed(t) | WindowEnd::Broken(t, _) => Some(t),
+            WindowEnd::Open => None,
+        }
+    }
+}
+
+/// Whose lane something goes on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LaneKey {
+    Thread(String),
+    /// A stream whose thread is unknown is a thread of its own.
+    Stream(String),
+    Unattributed,
+}
+
+impl LaneKey {
+    fn of(thread: &Option<String>, stream: &str) -> LaneKey {
+        match thread {
+            Some(t) => LaneKey::Thread(t.clone()),
+            None => LaneKey::Stream(stream.to_string()),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            LaneKey::Thread(t) => format!("thread {t}"),
+            LaneKey::Stream(s) => format!("stream {s} (no thread)"),
+            LaneKey::Unattributed => "unattributed".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Lane {
+    pub key: LaneKey,
+    /// Which hosts and transports the lane's streams used (`claude · http`), from the trace.
+    pub detail: Option<String>,
+    /// The earliest time anything on the lane happens (lanes are ordered by it).
+    pub first: Millis,
+}
+
+/// How many windows open at an abstention's start are kept for its hover title; one more is
+/// kept to know that there were more.
+pub const NEAR_MAX: usize = 8;
+
+/// Where one record is drawn.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    pub record: usize,
+    pub lane: usize,
+    /// Windows that opened by the interval's start and had not ended before it, most recent
+    /// first, at most [`NEAR_MAX`] + 1 (from the trace; for an attributed record, its window).
+    pub near: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Lost {
+    pub lane: usize,
+    pub t: Millis,
+    pub stream: String,
+    pub reason: String,
+}
+
+/// The decision category a mark is coloured by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    Attributed,
+    Abstained(Reason),
+}
+
+impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Attributed,
+        Category::Abstained(Reason::Incomplete),
+        Category::Abstained(Reason::Ambiguous),
+        Category::Abstained(Reason::Unclosed),
+        Category::Abstained(Reason::IdentityConflict),
+        Category::Abstained(Reason::NoWindow),
+    ];
+
+    pub fn of(r: &Record) -> Category {
+        match r.reason {
+            None => Category::Attributed,
+            Some(reason) => Category::Abstained(reason),
+        }
+    }
+
+    pub fn index(self) -> usize {
+        Category::ALL.iter().position(|c| *c == self).unwrap_or(0)
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Category::Attributed => "attributed",
+            Category::Abstained(r) => r.as_str(),
+        }
+    }
+}
+
+pub struct Timeline {
+    pub records: Vec<Record>,
+    pub windows: Vec<Window>,
+    pub lanes: Vec<Lane>,
+    pub marks: Vec<Mark>,
+    pub lost: Vec<Lost>,
+    /// Whether windows come from a trace (all windows) or from records (attributed ones only).
+    pub from_trace: bool,
+    pub t0: Millis,
+    pub t1: Millis,
+}
+
+#[derive(Default)]
+struct Lanes {
+    lanes: Vec<Lane>,
+    index: HashMap<LaneKey, usize>,
+}
+
+impl Lanes {
+    fn get(&mut self, key: LaneKey, t: Millis) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            let lane = &mut self.lanes[i];
+            lane.first = lane.first.min(t);
+            return i;
+        }
+        self.lanes.push(Lane {
+            key: key.clone(),
+            detail: None,
+            first: t,
+        });
+        self.index.insert(key, self.lanes.len() - 1);
+        self.lanes.len() - 1
+    }
+}
+
+/// Every window of a trace, and every loss of observation, per design.md §3.
+fn trace_windows(
+    events: &[Event],
+    max_window: Millis,
+    lanes: &mut Lanes,
+) -> (Vec<Window>, Vec<Lost>) {
+    struct Stream {
+        thread: Option<String>,
+        active: Vec<String>,
+    }
+    let mut streams: HashMap<&str, Stream> = HashMap::new();
+    // Response -> its window, once it has one.
+    let mut by_response: HashMap<&str, usize> = HashMap::new();
+    // Call id -> window, for continuations by tool output.
+    let mut by_call: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut windows: Vec<Window> = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    let mut lost = Vec::new();
+    // Host and transport per lane, in order of first appearance.
+    let mut details: HashMap<LaneKey, Vec<String>> = HashMap::new();
+
+    for ev in events {
+        // A window not closed within max_window breaks at that moment, before anything at or
+        // after it applies (the correlator expires deadlines the same way).
+        open.retain(|&i| {
+            let w = &mut windows[i];
+            let deadline = w.open + max_window;
+            if deadline <= ev.t {
+                w.end = WindowEnd::Broken(deadline, BreakCause::MaxWindow);
+                false
+            } else {
+                true
+            }
+        });
+        match &ev.kind {
+            EventKind::StreamOpen {
+                stream,
+                thread,
+                client,
+                transport,
+            } => {
+                let d = details.entry(LaneKey::of(thread, stream)).or_default();
+                let word = format!("{client} · {transport}");
+                if !d.contains(&word) {
+                    d.push(word);
+                }
+                streams.insert(
+                    stream,
+                    Stream {
+                        thread: thread.clone(),
+                        active: Vec::new(),
+                    },
+                );
+            }
+            EventKind::ResponseStart {
+                stream, response, ..
+            } => {
+                if let Some(st) = streams.get_mut(stream.as_str()) {
+                    st.active.push(response.clone());
+                }
+            }
+            EventKind::ToolCall {
+                stream,
+                response,
+                call,
+                ..
+            } => {
+                let idx = match by_response.get(response.as_str()) {
+                    Some(&i) => {
+                        windows[i].calls += 1;
+                        i
+                    }
+                    None => {
+                        let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
+                        let lane = lanes.get(LaneKey::of(&thread, stream), ev.t);
+                        windows.push(Window {
+                            thread,
+                            stream: stream.clone(),
+                            response: response.clone(),
+                            open: ev.t,
+                            end: WindowEnd::Open,
+                            request: None,
+                            calls: 1,
+                            completed_at: None,
+                            lane,
+                        });
+                        let i = windows.len() - 1;
+                        by_response.insert(response, i);
+                        open.push(i);
+                        i
+                    }
+                };
+                by_call.entry(call).or_default().push(idx);
+            }
+            EventKind::Request {
+                stream,
+                request,
+                previous_response,
+                outputs,
+            } => {
+                let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
+                let mut continued: Vec<usize> = Vec::new();
+                if let Some(&i) = previous_response
+                    .as_deref()
+                    .and_then(|p| by_response.get(p))
+                {
+                    continued.push(i);
+                }
+                for c in outputs {
+                    continued.extend(by_call.get(c.as_str()).into_iter().flatten().copied());
+                }
+                for i in continued {
+                    let w = &mut windows[i];
+                    let same_thread = match (&thread, &w.thread) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    };
+                    if w.end == WindowEnd::Open && same_thread {
+                        w.end = WindowEnd::Closed(ev.t);
+                        w.request = Some(request.clone());
+                        open.retain(|&o| o != i);
+                    }
+                }
+            }
+            EventKind::ResponseEnd {
+                stream,
+                response,
+                status,
+            } => {
+                if let Some(st) = streams.get_mut(stream.as_str()) {
+                    st.active.retain(|r| r != response);
+                }
+                if let Some(&i) = by_response.get(response.as_str()) {
+                    let w = &mut windows[i];
+                    if *status == ResponseStatus::Completed {
+                        w.completed_at = Some(ev.t);
+                    } else if w.end == WindowEnd::Open {
+                        w.end = WindowEnd::Broken(ev.t, BreakCause::Status(*status));
+                        open.retain(|&o| o != i);
+                    }
+                }
+            }
+            EventKind::StreamClose { stream } => {
+                if let Some(st) = streams.remove(stream.as_str()) {
+                    for r in st.active {
+                        if let Some(&i) = by_response.get(r.as_str()) {
+                            let w = &mut windows[i];
+                            if w.end == WindowEnd::Open {
+                                w.end = WindowEnd::Broken(ev.t, BreakCause::StreamClosed);
+                                open.retain(|&o| o != i);
+                            }
+                        }
+                    }
+                }
+            }
+            EventKind::ObservationLost { stream, reason } => {
+                let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
+                let lane = lanes.get(LaneKey::of(&thread, stream), ev.t);
+                lost.push(Lost {
+                    lane,
+                    t: ev.t,
+                    stream: stream.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            EventKind::McpStart { .. } | EventKind::McpInterval { .. } => {}
+        }
+    }
+    for lane in &mut lanes.lanes {
+        if let Some(d) = details.get(&lane.key) {
+            lane.detail = Some(d.join(", "));
+        }
+    }
+    (windows, lost)
+}
+
+impl Timeline {
+    /// Lays out records, with the trace they came from when there is one.
+    pub fn build(records: Vec<Record>, trace: Option<(&[Event], Millis)>) -> Timeline {
+        let mut lanes = Lanes::default();
+        let (mut windows, lost) = match trace {
+            Some((events, max_window)) => trace_windows(events, max_window, &mut lanes),
+            None => (Vec::new(), Vec::new()),
+        };
+        let n_trace = windows.len();
+        let mut by_response: HashMap<String, usize> = windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.response.clone(), i))
+            .collect();
+
+        let mut marks = Vec::with_capacity(records.len());
+        let mut unattributed: Vec<usize> = Vec::new();
+        for (ri, r) in records.iter().enumerate() {
+            if let Some(wr) = &r.window {
+                // The trace's window when it knows it; otherwise the record's own account.
+                let wi = match by_response.get(&wr.response) {
+                    Some(&i) => i,
+                    None => {
+                        let lane = lanes.get(LaneKey::of(&wr.thread, &wr.stream), wr.open);
+                        windows.push(Window {
+                            thread: wr.thread.clone(),
+                            stream: wr.stream.clone(),
+                            response: wr.response.clone(),
+                            open: wr.open,
+                            end: wr.close.map_or(WindowEnd::Open, WindowEnd::Closed),
+                            request: wr.request.clone(),
+                            calls: 0,
+                            completed_at: None,
+                            lane,
+                        });
+                        by_response.insert(wr.response.clone(), windows.len() - 1);
+                        windows.len() - 1
+                    }
+                };
+                let lane = windows[wi].lane;
+                lanes.get(lanes.lanes[lane].key.clone(), r.start);
+                marks.push(Mark {
+                    record: ri,
+                    lane,
+                    near: vec![wi],
+                });
+                continue;
+            }
+            // An abstention: beside the most recent window that could have held it, if the
+            // trace shows one; else on the unattributed lane.
+            // The trace's windows are in open order and none stays open past max_window, so
+            // only those that opened in [start - max_window, start] can qualify.
+            let mut near: Vec<usize> = Vec::new();
+            if let Some((_, max_window)) = trace {
+                let from = windows[..n_trace].partition_point(|w| w.open < r.start - max_window);
+                let to = windows[..n_trace].partition_point(|w| w.open <= r.start);
+                // Most recent first, and only as many as a hover title lists.
+                near = (from..to)
+                    .rev()
+                    .filter(|&i| windows[i].final_at().is_none_or(|f| f >= r.start))
+                    .take(NEAR_MAX + 1)
+                    .collect();
+            }
+            match near
+                .iter()
+                .copied()
+                .max_by(|a, b| windows[*a].open.total_cmp(&windows[*b].open))
+            {
+                Some(wi) => {
+                    let lane = windows[wi].lane;
+                    marks.push(Mark {
+                        record: ri,
+                        lane,
+                        near,
+                    });
+                }
+                None => {
+                    unattributed.push(marks.len());
+                    marks.push(Mark {
+                        record: ri,
+                        lane: usize::MAX,
+                        near,
+                    });
+                }
+            }
+        }
+        if !unattributed.is_empty() {
+            let lane = lanes.get(LaneKey::Unattributed, f64::INFINITY);
+            for m in unattributed {
+                marks[m].lane = lane;
+            }
+        }
+
+        // Lanes in order of first activity, the unattributed lane last.
+        let mut order: Vec<usize> = (0..lanes.lanes.len()).collect();
+        order.sort_by(|a, b| {
+            let (la, lb) = (&lanes.lanes[*a], &lanes.lanes[*b]);
+            (la.key == LaneKey::Unattributed)
+                .cmp(&(lb.key == LaneKey::Unattributed))
+                .then(la.first.total_cmp(&lb.first))
+        });
+        let mut new_index = vec![0; order.len()];
+        for (new, old) in order.iter().enumerate() {
+            new_index[*old] = new;
+        }
+        let sorted: Vec<Lane> = order.iter().map(|i| lanes.lanes[*i].clone()).collect();
+        for w in &mut windows {
+            w.lane = new_index[w.lane];
+        }
+        for m in &mut marks {
+            m.lane = new_index[m.lane];
+        }
+        let mut lost = lost;
+        for l in &mut lost {
+            l.lane = new_index[l.lane];
+        }
+
+        let times = records
+            .iter()
+            .flat_map(|r| [r.start, r.end])
+            .chain(
+                windows
+                    .iter()
+                    .flat_map(|w| [Some(w.open), w.final_at()].into_iter().flatten()),
+            )
+            .chain(lost.iter().map(|l| l.t));
+        let (mut t0, mut t1) = (f64::INFINITY, f64::NEG_INFINITY);
+        for t in times {
+            t0 = t0.min(t);
+            t1 = t1.max(t);
+        }
+        if !t0.is_finite() {
+            (t0, t1) = (0.0, 1.0);
+        }
+        if t1 <= t0 {
+            t1 = t0 + 1.0;
+        }
+        Timeline {
+            records,
+            windows,
+            lanes: sorted,
+            marks,
+            lost,
+            from_trace: trace.is_some(),
+            t0,
+            t1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use correlator::records::{Evidence, WindowRef};
+    use correlator::trace::read_all;
+
+    fn events(lines: &[&str]) -> Vec<Event> {
+        let text = format!("{}\n{}\n", correlator::trace::HEADER, lines.join("\n"));
+        read_all(text.as_bytes(), "t.jsonl").unwrap()
+    }
+
+    fn record(interval: &str, start: Millis, end: Millis, reason: Option<Reason>) -> Record {
+        Record {
+            interval: interval.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start,
+            end,
+            reason,
+            evidence: vec![],
+            candidates: 2,
+            window: None,
+            decided_at: end,
+        }
+    }
+
+    /// Two threads with a window open each; an interval in both is ambiguous and is drawn
+    /// beside the more recent window, its title naming both.
+    #[test]
+    fn an_abstention_sits_beside_the_latest_window_open_at_its_start() {
+        let ev = events(&[
+            r#"{"type":"stream_open","t":0,"stream":"a","client":"claude","transport":"http","thread":"A"}"#,
+            r#"{"type":"stream_open","t":0,"stream":"b","client":"codex","transport":"websocket","thread":"B"}"#,
+            r#"{"type":"response_start","t":1,"stream":"a","response":"ra","request":null}"#,
+            r#"{"type":"response_start","t":1,"stream":"b","response":"rb","request":null}"#,
+            r#"{"type":"tool_call","t":10,"stream":"a","response":"ra","call":"ca","item":null,"name":"n","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"tool_call","t":20,"stream":"b","response":"rb","call":"cb","item":"ib","name":"n","namespace":null,"kind":"function"}"#,
+            r#"{"type":"response_end","t":25,"stream":"a","response":"ra","status":"completed"}"#,
+            r#"{"type":"response_end","t":26,"stream":"b","response":"rb","status":"incomplete"}"#,
+            r#"{"type":"request","t":90,"stream":"b","request":"qb","previous_response":"rb","outputs":[]}"#,
+            r#"{"type":"request","t":100,"stream":"a","request":"qa","previous_response":null,"outputs":["ca"]}"#,
+        ]);
+        let tl = Timeline::build(
+            vec![
+                record("i1", 22.0, 24.0, Some(Reason::Ambiguous)),
+                record("i2", 5.0, 6.0, Some(Reason::NoWindow)),
+            ],
+            Some((&ev, 1_000_000.0)),
+        );
+        assert_eq!(tl.windows.len(), 2);
+        let ra = &tl.windows[0];
+        assert_eq!(ra.end, WindowEnd::Closed(100.0));
+        assert_eq!(ra.request.as_deref(), Some("qa"));
+        let rb = &tl.windows[1];
+        assert_eq!(
+            rb.end,
+            WindowEnd::Broken(26.0, BreakCause::Status(ResponseStatus::Incomplete))
+        );
+        assert_eq!(tl.lanes[rb.lane].key, LaneKey::Thread("B".into()));
+        assert_eq!(
+            tl.lanes[rb.lane].detail.as_deref(),
+            Some("codex · websocket")
+        );
+
+        assert_eq!(tl.marks[0].lane, rb.lane);
+        assert_eq!(tl.marks[0].near, vec![1, 0]);
+        // Nothing was open at 5: the unattributed lane, last.
+        assert_eq!(tl.lanes[tl.marks[1].lane].key, LaneKey::Unattributed);
+        assert_eq!(tl.marks[1].lane, tl.lanes.len() - 1);
+    }
+
+    #[test]
+    fn max_window_breaks_a_window_at_its_deadline_and_records_alone_give_their_windows() {
+        let ev = events(&[
+            r#"{"type":"stream_open","t":0,"stream":"a","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"response_start","t":1,"stream":"a","response":"ra","request":null}"#,
+            r#"{"type":"tool_call","t":10,"stream":"a","response":"ra","call":"ca","item":null,"name":"n","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":11,"stream":"a","response":"ra","status":"completed"}"#,
+            r#"{"type":"stream_close","t":12,"stream":"a"}"#,
+            r#"{"type":"stream_open","t":500,"stream":"b","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"request","t":500,"stream":"b","request":"q","previous_response":null,"outputs":["ca"]}"#,
+        ]);
+        let tl = Timeline::build(vec![], Some((&ev, 100.0)));
+        assert_eq!(
+            tl.windows[0].end,
+            WindowEnd::Broken(110.0, BreakCause::MaxWindow)
+        );
+        assert_eq!(tl.lanes[0].key, LaneKey::Stream("a".into()));
+
+        let mut r = record("i1", 20.0, 30.0, None);
+        r.candidates = 1;
+        r.evidence = vec![Evidence::Containment];
+        r.window = Some(WindowRef {
+            thread: None,
+            stream: "s".into(),
+            response: "r".into(),
+            request: Some("q".into()),
+            open: 10.0,
+            close: Some(40.0),
+        });
+        let tl = Timeline::build(vec![r], None);
+        assert_eq!(tl.windows.len(), 1);
+        assert_eq!(tl.windows[0].end, WindowEnd::Closed(40.0));
+        assert_eq!(tl.marks[0].near, vec![0]);
+        assert_eq!(tl.lanes.len(), 1);
+        assert_eq!((tl.t0, tl.t1), (10.0, 40.0));
+    }
+}

@@ -1,0 +1,315 @@
+//! `windowtap report` as a user runs it: records (and a trace) in, one self-contained HTML
+//! timeline out, well-formed, escaped, and bounded in size however many intervals there are.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use correlator::records::{Evidence, Reason, Record, WindowRef};
+
+fn windowtap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(args)
+        .output()
+        .expect("run windowtap")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `windowtap report` and returns the page.
+fn report(records: &Path, trace: Option<&Path>) -> String {
+    let out_path = records.with_extension("html");
+    let mut args = vec!["report", s(records), "-o", s(&out_path)];
+    if let Some(t) = trace {
+        args.extend(["--trace", s(t)]);
+    }
+    let out = windowtap(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(out_path).unwrap()
+}
+
+/// Checks that every tag the page opens is closed, in order (void tags are written `<x/>`).
+fn assert_balanced(html: &str) {
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find('<') {
+        rest = &rest[i + 1..];
+        let end = rest.find('>').expect("a tag is closed by `>`");
+        let tag = &rest[..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('!') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            let open = stack
+                .pop()
+                .unwrap_or_else(|| panic!("`</{name}>` closes nothing"));
+            assert_eq!(open, name, "`</{name}>` closes `<{open}>`");
+        } else if !tag.ends_with('/') {
+            let name = tag.split_whitespace().next().expect("tag name");
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric()),
+                "odd tag `<{tag}>`"
+            );
+            stack.push(name.to_string());
+        }
+    }
+    assert!(stack.is_empty(), "never closed: {stack:?}");
+}
+
+/// No reference to anything on a network, except the SVG namespace name.
+fn assert_offline(html: &str) {
+    let without_ns = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    assert!(!without_ns.contains("http://"), "http:// reference");
+    assert!(!without_ns.contains("https://"), "https:// reference");
+    assert!(!html.contains("<script"), "scripts");
+    assert!(!html.contains("<link"), "external resources");
+    assert!(
+        !html.contains("@import") && !html.contains("url("),
+        "CSS fetches"
+    );
+}
+
+const HEADER: &str = r#"{"type":"trace","version":1}"#;
+
+/// A Claude thread with one attributed call, a Codex stream whose observation is lost, a call
+/// with no window at all, and a response that fails (a broken window).
+fn trace(alias: &str) -> String {
+    let alias = serde_json::to_string(alias).unwrap();
+    [
+        HEADER.to_string(),
+        r#"{"type":"stream_open","t":0,"stream":"c1","client":"claude","transport":"http","thread":"sess"}"#.into(),
+        r#"{"type":"request","t":5,"stream":"c1","request":"q1","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"response_start","t":300,"stream":"c1","response":"r1","request":"q1"}"#.into(),
+        r#"{"type":"tool_call","t":1800,"stream":"c1","response":"r1","call":"toolu_1","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#.into(),
+        r#"{"type":"response_end","t":1900,"stream":"c1","response":"r1","status":"completed"}"#.into(),
+        r#"{"type":"stream_close","t":1901,"stream":"c1"}"#.into(),
+        format!(r#"{{"type":"mcp_interval","t":2102,"interval":"i1","alias":{alias},"tool":"echo","start":1850,"end":2100,"outcome":"result","tool_use_id":"toolu_1"}}"#),
+        r#"{"type":"stream_open","t":2200,"stream":"c2","client":"claude","transport":"http","thread":"sess"}"#.into(),
+        r#"{"type":"request","t":2205,"stream":"c2","request":"q2","previous_response":null,"outputs":["toolu_1"]}"#.into(),
+        r#"{"type":"response_start","t":2500,"stream":"c2","response":"r2","request":"q2"}"#.into(),
+        r#"{"type":"tool_call","t":2600,"stream":"c2","response":"r2","call":"toolu_2","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#.into(),
+        r#"{"type":"response_end","t":2700,"stream":"c2","response":"r2","status":"failed"}"#.into(),
+        r#"{"type":"stream_close","t":2701,"stream":"c2"}"#.into(),
+        // The thread moves on (a side request), so the broken window hides nothing.
+        r#"{"type":"stream_open","t":3000,"stream":"c3","client":"claude","transport":"http","thread":"sess"}"#.into(),
+        r#"{"type":"request","t":3005,"stream":"c3","request":"q3","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"stream_close","t":3100,"stream":"c3"}"#.into(),
+        r#"{"type":"mcp_interval","t":5002,"interval":"i2","alias":"probe","tool":"echo","start":4000,"end":5000,"outcome":"result"}"#.into(),
+        r#"{"type":"stream_open","t":6000,"stream":"x1","client":"codex","transport":"websocket","thread":"th-x"}"#.into(),
+        r#"{"type":"observation_lost","t":6500,"stream":"x1","reason":"decode"}"#.into(),
+        r#"{"type":"mcp_interval","t":7002,"interval":"i3","alias":"probe","tool":"echo","start":6400,"end":7000,"outcome":"result"}"#.into(),
+        r#"{"type":"stream_close","t":8000,"stream":"x1"}"#.into(),
+        String::new(),
+    ]
+    .join("\n")
+}
+
+/// Replays a trace with the binary and returns (trace path, records path).
+fn replayed(dir: &Path, alias: &str) -> (PathBuf, PathBuf) {
+    let t = write(dir, "run.jsonl", &trace(alias));
+    let r = dir.join("records.jsonl");
+    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (t, r)
+}
+
+#[test]
+fn a_replayed_run_draws_every_window_and_interval_with_its_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, r) = replayed(dir.path(), "probe");
+    let records = std::fs::read_to_string(&r).unwrap();
+    assert!(
+        records.contains(r#""interval":"i1","#) && records.contains(r#""decision":"attributed""#)
+    );
+    assert!(
+        records.contains(r#""reason":"no_window""#) && records.contains(r#""reason":"incomplete""#)
+    );
+
+    let html = report(&r, Some(&t));
+    assert_balanced(&html);
+    assert_offline(&html);
+    for id in ["i1", "i2", "i3"] {
+        assert_eq!(
+            html.matches(&format!("data-interval=\"{id}\"")).count(),
+            1,
+            "{id}"
+        );
+    }
+    // Both windows, the broken one said to be broken, and the loss of observation.
+    assert!(html.contains("window of response r1"));
+    assert!(html.contains("closed 2205 ms by request q2"));
+    assert!(html.contains("window of response r2"));
+    assert!(html.contains("broken 2700 ms: its response ended `failed`"));
+    assert!(html.contains("observation lost on stream x1 at 6500 ms (decode)"));
+    // Abstentions are labelled with their reason; the attributed one lists its evidence.
+    assert!(html.contains(">no_window</text>"));
+    assert!(html.contains(">incomplete</text>"));
+    assert!(html.contains("evidence: containment, tool_use_id, route"));
+    assert!(html.contains("data-count=\"total\">3<"));
+    assert!(html.contains("data-count=\"attributed\">1<"));
+    // Lanes: one per thread; the no-window call sits on the unattributed lane.
+    for lane in ["thread sess", "thread th-x", "unattributed"] {
+        assert!(html.contains(&format!(">{lane}</text>")), "{lane}");
+    }
+    assert!(html.contains(">claude · http</text>"));
+    assert!(html.contains(">codex · websocket</text>"));
+}
+
+#[test]
+fn without_the_trace_only_attributed_windows_are_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, r) = replayed(dir.path(), "probe");
+    let html = report(&r, None);
+    assert_balanced(&html);
+    assert!(html.contains("attributed windows only"));
+    assert!(html.contains("window of response r1"));
+    assert!(!html.contains("window of response r2"));
+    assert!(html.contains(">unattributed</text>"));
+    for id in ["i1", "i2", "i3"] {
+        assert!(html.contains(&format!("data-interval=\"{id}\"")), "{id}");
+    }
+}
+
+#[test]
+fn hostile_ids_and_names_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, r) = replayed(dir.path(), "<script>alert('x')</script>");
+    // Ids and thread names are data too.
+    let text = std::fs::read_to_string(&t)
+        .unwrap()
+        .replace("\"sess\"", "\"</svg><img src=x onerror=alert(1)>\"")
+        .replace("\"i2\"", "\"\\\"><b>i2&amp;\"");
+    let t = write(dir.path(), "run.jsonl", &text);
+    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let html = report(&r, Some(&t));
+    assert_balanced(&html);
+    assert_offline(&html);
+    assert!(!html.contains("<img") && !html.contains("<b>"));
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;/echo"));
+    assert!(html.contains("thread &lt;/svg&gt;&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(html.contains("data-interval=\"&quot;&gt;&lt;b&gt;i2&amp;amp;\""));
+}
+
+fn attributed(i: usize, thread: &str, t: f64) -> Record {
+    Record {
+        interval: format!("i{i}"),
+        alias: "probe".into(),
+        tool: "echo".into(),
+        start: t + 10.0,
+        end: t + 60.0,
+        reason: None,
+        evidence: vec![Evidence::Containment, Evidence::ToolUseId],
+        candidates: 1,
+        window: Some(WindowRef {
+            thread: Some(thread.into()),
+            stream: format!("s{i}"),
+            response: format!("r{i}"),
+            request: Some(format!("q{i}")),
+            open: t,
+            close: Some(t + 80.0),
+        }),
+        decided_at: t + 80.0,
+    }
+}
+
+fn abstained(i: usize, reason: Reason, t: f64) -> Record {
+    Record {
+        reason: Some(reason),
+        evidence: vec![],
+        candidates: match reason {
+            Reason::Ambiguous => 2,
+            Reason::NoWindow => 0,
+            _ => 1,
+        },
+        window: None,
+        ..attributed(i, "-", t)
+    }
+}
+
+/// `n` records over `threads` threads, one in five abstained (reasons in turn).
+fn records_file(dir: &Path, n: usize, threads: usize) -> PathBuf {
+    let mut text = String::new();
+    for i in 0..n {
+        let t = i as f64 * 100.0;
+        let r = if i % 5 == 4 {
+            abstained(i, Reason::ALL[(i / 5) % 5], t)
+        } else {
+            attributed(i, &format!("th{}", i % threads), t)
+        };
+        text.push_str(&r.to_line());
+    }
+    write(dir, "many.jsonl", &text)
+}
+
+#[test]
+fn a_few_hundred_intervals_are_drawn_one_by_one_on_time_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(&records_file(dir.path(), 300, 4), None);
+    assert_balanced(&html);
+    assert!(html.contains("Page 1 of 3"));
+    assert!(html.contains("Page 3 of 3"));
+    assert_eq!(html.matches("<svg class=\"tl\"").count(), 3);
+    for i in 0..300 {
+        assert!(html.contains(&format!("data-interval=\"i{i}\"")), "i{i}");
+    }
+    assert!(!html.contains("class=\"aggregated\""));
+}
+
+#[test]
+fn ten_thousand_intervals_collapse_to_density_strips_of_bounded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 10_000;
+    let html = report(&records_file(dir.path(), n, 60), None);
+    assert_balanced(&html);
+    assert_offline(&html);
+    // Aggregated: no interval drawn one by one, the counts still exact.
+    assert!(html.contains("class=\"aggregated\""));
+    assert!(!html.contains("data-interval="));
+    assert!(html.contains("data-count=\"total\">10000<"));
+    assert!(html.contains("data-count=\"attributed\">8000<"));
+    for reason in Reason::ALL {
+        assert!(
+            html.contains(&format!("data-count=\"{reason}\">400<")),
+            "{reason}"
+        );
+    }
+    // Per-lane counts add up to every interval; thread lanes past the cap share one (48 threads, 24 drawn alone
+    // carry the attributed intervals), the unattributed lane stays on its own.
+    let lane_total: usize = html
+        .split("data-intervals=\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(lane_total, n);
+    assert!(html.contains("… 24 more lanes"));
+    assert!(html.contains(">unattributed</text>"));
+    // The abstentions table is capped.
+    assert!(html.contains("Abstentions (2000, the first 200 listed)"));
+    assert!(
+        html.len() < 1_000_000,
+        "{} bytes for {n} intervals",
+        html.len()
+    );
+}
