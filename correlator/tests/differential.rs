@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use correlator::event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
 };
-use correlator::records::{Evidence, Reason, Record};
+use correlator::records::{Reason, Record};
 use correlator::{replay, Config, Correlator, WindowOpen};
 use proptest::prelude::*;
 
@@ -18,11 +18,8 @@ use support::reference::reference;
 // ---------------------------------------------------------------------------------------------
 // Comparing the two
 
-/// A record as compared: `route` evidence is left out (it depends on `correlator::route`, not
-/// on the rule; the reference does not compute it).
+/// A record as compared: its record line, every field included.
 fn comparable(r: &Record) -> String {
-    let mut r = r.clone();
-    r.evidence.retain(|e| *e != Evidence::Route);
     r.to_line()
 }
 
@@ -145,10 +142,12 @@ proptest! {
     }
 }
 
-/// The generator reaches every outcome of the rule, so agreement above means something.
+/// The generator reaches every outcome of the rule and every kind of evidence, so agreement
+/// above means something.
 #[test]
 fn the_generator_reaches_every_outcome() {
     let mut seen = [0usize; 6];
+    let mut evidence = [0usize; 6];
     let mut intervals = 0;
     for seed in 0..300 {
         let g = generate(Shape {
@@ -163,14 +162,23 @@ fn the_generator_reaches_every_outcome() {
                 Some(reason) => 1 + Reason::ALL.iter().position(|x| *x == reason).unwrap(),
             };
             seen[i] += 1;
+            for e in &r.evidence {
+                evidence[*e as usize] += 1;
+            }
         }
     }
-    eprintln!("outcomes over {intervals} intervals: {seen:?}");
+    eprintln!("outcomes over {intervals} intervals (attributed, then per reason): {seen:?}");
+    eprintln!("evidence (containment, tool_use_id, item_id, call_id, thread, route): {evidence:?}");
     assert!(intervals > 1000, "only {intervals} intervals");
     assert!(
-        seen.iter()
-            .all(|&n| n * 50 >= seen.iter().sum::<usize>() / 20),
-        "attributed, then abstentions per reason: {seen:?}"
+        seen.iter().all(|&n| n * 100 >= intervals),
+        "each outcome on at least 1% of intervals: {seen:?}"
+    );
+    // Every kind of evidence shows up, and none but containment on every attributed record.
+    assert_eq!(evidence[0], seen[0]);
+    assert!(
+        evidence[1..].iter().all(|&n| n > 0 && n < evidence[0]),
+        "evidence counts: {evidence:?}"
     );
 }
 

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use correlator::event::{Event, EventKind, Hints, Millis, ResponseStatus};
 use correlator::records::{Evidence, Reason, Record, WindowRef};
-use correlator::{Config, WindowOpen};
+use correlator::{route, Config, WindowOpen};
 
 struct StreamInfo {
     open_t: Millis,
@@ -28,6 +28,8 @@ struct Call {
     t: Millis,
     call: String,
     item: Option<String>,
+    name: String,
+    namespace: Option<String>,
 }
 
 struct Response {
@@ -202,6 +204,8 @@ impl World<'_> {
                     response,
                     call,
                     item,
+                    name,
+                    namespace,
                     ..
                 } => {
                     if let Some(r) = self.responses.get_mut(response) {
@@ -210,6 +214,8 @@ impl World<'_> {
                             t,
                             call: call.clone(),
                             item: item.clone(),
+                            name: name.clone(),
+                            namespace: namespace.clone(),
                         });
                     }
                 }
@@ -544,7 +550,9 @@ impl World<'_> {
         None
     }
 
-    /// Brief 8, without `route` (compared separately, see the differential test).
+    /// Brief 8. How a model-visible name maps to an MCP alias and tool is `correlator::route`'s
+    /// business (tested on its own); which calls are asked, and where `route` goes, is the
+    /// rule's.
     fn evidence(&self, iv: &Interval, w: &Window, t: Millis) -> Vec<Evidence> {
         let h = &iv.hints;
         let mut ev = vec![Evidence::Containment];
@@ -568,6 +576,12 @@ impl World<'_> {
             if hint == th {
                 ev.push(Evidence::Thread);
             }
+        }
+        if self
+            .calls_by(w, t)
+            .any(|c| route::resolves(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
+        {
+            ev.push(Evidence::Route);
         }
         ev
     }
