@@ -205,6 +205,31 @@ proptest! {
         prop_assert_eq!(first, second);
     }
 
+    /// Live mode: letting time pass between events (`advance`, at any moment up to and
+    /// including the next event's time) changes nothing in what is decided, or when.
+    #[test]
+    fn advancing_time_between_events_changes_nothing(shape in shapes(), picks in any::<u64>()) {
+        let g = generate(shape);
+        let want = record_lines(&replay(g.events.clone(), &g.config));
+        let mut rng = support::gen::Rng::new(picks);
+        let mut c = Correlator::new(g.config.clone());
+        let mut out = Vec::new();
+        for (i, ev) in g.events.iter().enumerate() {
+            if i > 0 && rng.chance(50) {
+                let prev = g.events[i - 1].t;
+                let now = match rng.below(3) {
+                    0 => prev,
+                    1 => ev.t,
+                    _ => prev + (ev.t - prev) * rng.below(5) as f64 / 4.0,
+                };
+                c.advance(now, &mut out);
+            }
+            c.push(ev, &mut out);
+        }
+        c.finish(&mut out);
+        prop_assert_eq!(record_lines(&out), want);
+    }
+
     #[test]
     fn finish_leaves_no_interval_undecided(shape in shapes()) {
         let g = generate(shape);
@@ -587,6 +612,39 @@ fn a_broken_candidate_makes_the_answer_incomplete() {
     let records = reference(&events, &Config::default());
     assert_eq!(records[0].reason, Some(Reason::Incomplete));
     assert_eq!(records[0].decided_at, 8.0);
+    replay_agrees(&events, &Config::default());
+}
+
+/// design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
+/// another request, makes every later interval `incomplete`, on any thread, even one whose
+/// own window contains it and closed normally.
+#[test]
+fn a_dead_threads_broken_window_makes_later_calls_everywhere_incomplete() {
+    let events = Script::new()
+        .open(
+            0.0,
+            "dead",
+            Client::Codex,
+            Transport::Websocket,
+            Some("t-dead"),
+        )
+        .request(1.0, "dead", "qd", None, &[])
+        .start(1.0, "dead", "rd", "qd")
+        .call(2.0, "dead", "rd", "cd", Some("id"))
+        .end(3.0, "dead", "rd", ResponseStatus::Failed)
+        .close(3.0, "dead")
+        .open(100.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(101.0, "a", "qa", None, &[])
+        .start(101.0, "a", "ra", "qa")
+        .call(102.0, "a", "ra", "ca", Some("ia"))
+        .end(103.0, "a", "ra", ResponseStatus::Completed)
+        .mcp(106.0, "i1", 104.0, 105.0, codex_hints("ia", "ta"))
+        .request(107.0, "a", "qa2", Some("ra"), &[])
+        .close(108.0, "a")
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Incomplete));
+    assert_eq!(records[0].decided_at, 106.0);
     replay_agrees(&events, &Config::default());
 }
 
