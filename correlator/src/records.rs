@@ -744,7 +744,10 @@ mod tests {
 
     #[test]
     fn summary_line_names_every_reason() {
-        let s = Summary { attributed: 3, abstained: [0, 2, 0, 0, 0] };
+        let s = Summary {
+            attributed: 3,
+            abstained: [0, 2, 0, 0, 0],
+        };
         assert_eq!(
             s.to_string(),
             "5 intervals: 3 attributed, 2 abstained (incomplete 0, ambiguous 2, unclosed 0, identity_conflict 0, no_window 0)"

@@ -45,4 +45,3 @@ impl Lost {
     /// Events out of the protocol's order (a call outside any response, …).
     pub const PROTOCOL: Lost = Lost("protocol");
 }
-
