@@ -5,6 +5,7 @@ mod check;
 mod clock;
 mod env_cmd;
 mod ingest;
+mod live;
 mod otlp;
 mod relay;
 mod replay_cmd;

@@ -1,1 +1,508 @@
-fn main() {}
+//! Replay throughput and memory of the correlator on a large, realistic workload.
+//!
+//! The workload: 10,000 threads (Claude-like HTTP and Codex-like WebSocket hosts), each doing
+//! a tool loop now and then: a few responses with one to three client tool calls, the MCP
+//! calls they trigger (each reported with `mcp_start` and `mcp_interval`), the continuation
+//! 10–90 ms after the last call ends, and a final plain answer. Idle gaps between loops are
+//! sized so that about eighty threads are mid-loop at any moment (or, in a quieter variant,
+//! about twenty); a longer trace means
+//! more loops per thread, not more threads at once.
+//!
+//! Criterion measures replay of 1M pre-generated events. Then, once each and outside
+//! criterion's repetition, 1M and 10M events are generated on the fly and fed straight into
+//! the correlator, with a counting global allocator tracking the peak heap in use: the
+//! correlator's memory should follow what is open at once, not the length of the trace.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use correlator::event::{
+    CallKind, Client, Event, EventKind, Hints, Outcome, ResponseStatus, Transport,
+};
+use correlator::records::{Reason, Record};
+use correlator::{Config, Correlator};
+use criterion::{Criterion, Throughput};
+
+// ---------------------------------------------------------------------------------------------
+// Counting allocator
+
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    let now = CURRENT.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counters only
+// observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                grew(new_size - layout.size());
+            } else {
+                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Starts a peak measurement from what is allocated now; returns that baseline.
+fn reset_peak() -> usize {
+    let now = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(now, Ordering::Relaxed);
+    now
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workload
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`, whole milliseconds plus a quarter-millisecond fraction.
+    fn ms(&mut self, lo: f64, hi: f64) -> f64 {
+        let span = ((hi - lo) * 4.0) as u64;
+        lo + (self.next() % span.max(1)) as f64 / 4.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const THREADS: usize = 10_000;
+/// A tool loop lasts about 10 s; with this mean idle gap between loops about 80 of 10,000
+/// threads are mid-loop at any moment (and about 40 windows open).
+const BUSY: f64 = 1_200_000.0;
+/// About 20 threads mid-loop at any moment.
+const QUIET: f64 = 5_000_000.0;
+
+struct Thread {
+    key: Option<String>,
+    codex: bool,
+    /// Events of the current loop, in time order.
+    queue: VecDeque<Event>,
+}
+
+/// An endless, time-ordered stream of events from [`THREADS`] threads.
+struct Workload {
+    rng: Rng,
+    threads: Vec<Thread>,
+    /// (time of the thread's next event or next loop start, tie-breaker, thread).
+    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    seq: u64,
+    next_id: u64,
+    mean_idle_ms: f64,
+}
+
+/// Heap key for a time: `f64` bits order like the numbers for non-negative values.
+fn key(t: f64) -> u64 {
+    t.to_bits()
+}
+
+impl Workload {
+    fn new(seed: u64, mean_idle_ms: f64) -> Self {
+        let mut rng = Rng(seed);
+        let mut heap = BinaryHeap::with_capacity(THREADS);
+        let threads = (0..THREADS)
+            .map(|i| {
+                let start = rng.ms(0.0, mean_idle_ms);
+                heap.push(Reverse((key(start), i as u64, i)));
+                Thread {
+                    // One thread in twenty has no known key.
+                    key: (rng.below(20) != 0).then(|| format!("th{i}")),
+                    codex: rng.below(2) == 0,
+                    queue: VecDeque::new(),
+                }
+            })
+            .collect();
+        Workload {
+            rng,
+            threads,
+            heap,
+            seq: THREADS as u64,
+            next_id: 0,
+            mean_idle_ms,
+        }
+    }
+
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{}", self.next_id)
+    }
+
+    /// Generates one whole tool loop of thread `i` starting at `t0`.
+    fn tool_loop(&mut self, i: usize, t0: f64) -> VecDeque<Event> {
+        let thread = self.threads[i].key.clone();
+        let codex = self.threads[i].codex;
+        let mut relay: Vec<Event> = Vec::with_capacity(32);
+        let mut mcp: Vec<Event> = Vec::with_capacity(16);
+        let mut t = t0;
+        let ws = self.id("ws");
+        if codex {
+            relay.push(ev(
+                t,
+                open(&ws, Client::Codex, Transport::Websocket, &thread),
+            ));
+        }
+        let turns = 2 + self.rng.below(4);
+        let mut previous: Option<String> = None;
+        let mut outputs: Vec<String> = Vec::new();
+        for turn in 0..turns {
+            let stream = if codex { ws.clone() } else { self.id("s") };
+            if !codex {
+                relay.push(ev(
+                    t,
+                    open(&stream, Client::Claude, Transport::Http, &thread),
+                ));
+            }
+            let request = self.id("q");
+            t += self.rng.ms(0.5, 3.0);
+            relay.push(ev(
+                t,
+                EventKind::Request {
+                    stream: stream.clone(),
+                    request: request.clone(),
+                    previous_response: if codex { previous.clone() } else { None },
+                    outputs: std::mem::take(&mut outputs),
+                },
+            ));
+            let response = self.id("r");
+            t += self.rng.ms(300.0, 900.0);
+            relay.push(ev(
+                t,
+                EventKind::ResponseStart {
+                    stream: stream.clone(),
+                    response: response.clone(),
+                    request: Some(request),
+                },
+            ));
+            let last_turn = turn + 1 == turns;
+            let calls = if last_turn { 0 } else { 1 + self.rng.below(3) };
+            let mut all_done = 0.0f64;
+            for _ in 0..calls {
+                t += self.rng.ms(200.0, 1500.0);
+                let call = self.id(if codex { "call_" } else { "toolu_" });
+                let item = codex.then(|| self.id("ctc_"));
+                relay.push(ev(
+                    t,
+                    EventKind::ToolCall {
+                        stream: stream.clone(),
+                        response: response.clone(),
+                        call: call.clone(),
+                        item: item.clone(),
+                        name: if codex {
+                            "exec".into()
+                        } else {
+                            "mcp__probe__echo".into()
+                        },
+                        namespace: codex.then(|| "functions".into()),
+                        kind: if codex {
+                            CallKind::Custom
+                        } else {
+                            CallKind::ToolUse
+                        },
+                    },
+                ));
+                // The host runs the call as soon as its item is complete.
+                let s = t + self.rng.ms(1.0, 6.0);
+                let e = s + self.rng.ms(20.0, 2000.0);
+                let interval = self.id("i");
+                mcp.push(ev(
+                    s + 0.25,
+                    EventKind::McpStart {
+                        interval: interval.clone(),
+                        alias: "probe".into(),
+                        tool: "echo".into(),
+                        start: s,
+                    },
+                ));
+                let hints = if codex {
+                    Hints {
+                        tool_use_id: None,
+                        item_id: item,
+                        call_id: Some(call.clone()),
+                        thread: thread.clone(),
+                    }
+                } else {
+                    Hints {
+                        tool_use_id: Some(call.clone()),
+                        ..Hints::default()
+                    }
+                };
+                mcp.push(ev(
+                    e + 0.5,
+                    EventKind::McpInterval {
+                        interval,
+                        alias: "probe".into(),
+                        tool: "echo".into(),
+                        start: s,
+                        end: e,
+                        outcome: Outcome::Result,
+                        hints,
+                    },
+                ));
+                all_done = all_done.max(e);
+                outputs.push(call);
+            }
+            t += self.rng.ms(20.0, 400.0);
+            relay.push(ev(
+                t,
+                EventKind::ResponseEnd {
+                    stream: stream.clone(),
+                    response: response.clone(),
+                    status: ResponseStatus::Completed,
+                },
+            ));
+            if !codex {
+                relay.push(ev(t + 1.0, EventKind::StreamClose { stream }));
+            }
+            // The continuation follows 10–90 ms after the last call ended.
+            t = t.max(all_done) + self.rng.ms(10.0, 90.0);
+            previous = Some(response);
+        }
+        if codex {
+            relay.push(ev(t, EventKind::StreamClose { stream: ws }));
+        }
+        relay.extend(mcp);
+        // Stable: each stream's and each call's own events keep their order.
+        relay.sort_by(|a, b| a.t.total_cmp(&b.t));
+        relay.into()
+    }
+}
+
+fn ev(t: f64, kind: EventKind) -> Event {
+    Event { t, kind }
+}
+
+fn open(stream: &str, client: Client, transport: Transport, thread: &Option<String>) -> EventKind {
+    EventKind::StreamOpen {
+        stream: stream.into(),
+        client,
+        transport,
+        thread: thread.clone(),
+    }
+}
+
+impl Iterator for Workload {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        let Reverse((k, _, i)) = self.heap.pop()?;
+        let t = f64::from_bits(k);
+        if self.threads[i].queue.is_empty() {
+            // Idle until now: start a loop.
+            self.threads[i].queue = self.tool_loop(i, t);
+        }
+        let thread = &mut self.threads[i];
+        let event = thread.queue.pop_front()?;
+        let next_key = match thread.queue.front() {
+            Some(e) => key(e.t),
+            None => key(event.t + self.rng.ms(0.0, 2.0 * self.mean_idle_ms)),
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((next_key, self.seq, i)));
+        Some(event)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+
+/// CPU time this thread has run, in seconds (Linux `schedstat`), so that rates stay
+/// meaningful on a machine shared with other work; `None` where unavailable.
+fn cpu_secs() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+/// What one run saw.
+struct Seen {
+    /// Records: attributed, then abstentions per reason.
+    counts: [usize; 6],
+    max_pending: usize,
+    max_windows: usize,
+}
+
+/// Feeds `events` to a correlator, discarding records as they come.
+fn run(events: impl Iterator<Item = Event>) -> Seen {
+    let mut c = Correlator::new(Config::default());
+    let mut out: Vec<Record> = Vec::with_capacity(64);
+    let mut counts = [0usize; 6];
+    let (mut max_pending, mut max_windows) = (0, 0);
+    let mut tally = |out: &mut Vec<Record>| {
+        for r in out.drain(..) {
+            let i = match r.reason {
+                None => 0,
+                Some(reason) => 1 + Reason::ALL.iter().position(|x| *x == reason).unwrap_or(0),
+            };
+            counts[i] += 1;
+        }
+    };
+    for (k, e) in events.enumerate() {
+        c.push(&e, &mut out);
+        tally(&mut out);
+        if k % 4096 == 0 {
+            max_pending = max_pending.max(c.pending());
+            max_windows = max_windows.max(c.windows_held());
+        }
+    }
+    c.finish(&mut out);
+    tally(&mut out);
+    Seen {
+        counts,
+        max_pending,
+        max_windows,
+    }
+}
+
+/// The same as [`run`] over a borrowed slice (no cloning in the timed loop).
+fn run_slice(events: &[Event]) -> usize {
+    let mut c = Correlator::new(Config::default());
+    let mut out: Vec<Record> = Vec::with_capacity(64);
+    let mut n = 0;
+    for e in events {
+        c.push(e, &mut out);
+        n += out.len();
+        out.clear();
+    }
+    c.finish(&mut out);
+    n + out.len()
+}
+
+fn bench_replay(c: &mut Criterion) {
+    const N: usize = 1_000_000;
+    let mut g = c.benchmark_group("replay");
+    g.throughput(Throughput::Elements(N as u64));
+    g.sample_size(10);
+    for (name, idle) in [
+        ("1M events, 10k threads, ~80 mid-loop", BUSY),
+        ("1M events, 10k threads, ~20 mid-loop", QUIET),
+    ] {
+        let events: Vec<Event> = Workload::new(1, idle).take(N).collect();
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(run_slice(black_box(&events))))
+        });
+    }
+    g.finish();
+}
+
+/// One streamed run of `n` events: generation alone, then generation plus correlator, with
+/// the peak heap above the baseline. Rates are per second of this thread's CPU time (wall
+/// time in brackets: the machine may be shared).
+fn measure(n: usize, mean_idle_ms: f64) {
+    let (w0, c0) = (Instant::now(), cpu_secs());
+    let generated = Workload::new(7, mean_idle_ms)
+        .take(n)
+        .fold(0usize, |k, e| k + black_box(&e).t as usize % 2);
+    black_box(generated);
+    let gen_wall = w0.elapsed().as_secs_f64();
+    let gen_cpu = cpu_secs().zip(c0).map(|(b, a)| b - a);
+
+    let base = reset_peak();
+    let (w0, c0) = (Instant::now(), cpu_secs());
+    let seen = run(Workload::new(7, mean_idle_ms).take(n));
+    let total_wall = w0.elapsed().as_secs_f64();
+    let total_cpu = cpu_secs().zip(c0).map(|(b, a)| b - a);
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+
+    let rate = |secs: f64| n as f64 / secs.max(f64::EPSILON) / 1e6;
+    let replay_wall = total_wall - gen_wall;
+    match total_cpu.zip(gen_cpu) {
+        Some((total, gen)) => println!(
+            "streamed {n} events: replay {:.2} M events/s of CPU ({:.2} M/s wall); \
+             generation {gen:.2} s CPU, generation + replay {total:.2} s CPU ({total_wall:.2} s wall)",
+            rate(total - gen),
+            rate(replay_wall),
+        ),
+        None => println!(
+            "streamed {n} events: replay {:.2} M events/s wall; generation {gen_wall:.2} s, \
+             generation + replay {total_wall:.2} s",
+            rate(replay_wall),
+        ),
+    }
+    let [attributed, incomplete, ambiguous, unclosed, conflict, no_window] = seen.counts;
+    println!(
+        "  peak heap above baseline {:.1} MiB (correlator and generator); at most {} intervals \
+         pending and {} windows held; records: {attributed} attributed, {incomplete} incomplete, \
+         {ambiguous} ambiguous, {unclosed} unclosed, {conflict} identity_conflict, \
+         {no_window} no_window",
+        peak as f64 / (1024.0 * 1024.0),
+        seen.max_pending,
+        seen.max_windows,
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; without it (`cargo test --benches`, or `--test`) only
+    // check, quickly, that the workload is valid and the measurement works.
+    let quick =
+        !std::env::args().any(|a| a == "--bench") || std::env::args().any(|a| a == "--test");
+    if quick {
+        let events: Vec<Event> = Workload::new(1, BUSY).take(20_000).collect();
+        let mut text = format!("{}\n", correlator::trace::HEADER);
+        for e in &events {
+            text.push_str(&correlator::trace::event_line(e));
+        }
+        if let Err(e) = correlator::trace::read_all(text.as_bytes(), "workload") {
+            panic!("the workload is not a valid trace: {e}");
+        }
+        assert!(run_slice(&events) > 0, "the workload reports intervals");
+        measure(20_000, BUSY);
+        return;
+    }
+    let mut c = Criterion::default().configure_from_args();
+    bench_replay(&mut c);
+    c.final_summary();
+    println!("busy: ~80 of 10k threads mid-loop");
+    measure(1_000_000, BUSY);
+    if std::env::var_os("REPLAY_BENCH_SKIP_10M").is_none() {
+        measure(10_000_000, BUSY);
+    }
+    println!("quiet: ~20 of 10k threads mid-loop");
+    measure(1_000_000, QUIET);
+}

@@ -1,10 +1,516 @@
-//! The transparent relay (being written).
+//! `windowtap relay`: the program Claude Code and Codex are pointed at.
+//!
+//! It forwards every byte to the real API and back, unchanged ([`http`], [`ws`]); observed
+//! streams hand copies to observer tasks through taps ([`tap`], [`observer`]) whose events go
+//! to the live correlator ([`crate::live`]). Nothing on the observation side can delay, alter
+//! or break forwarding.
 
+pub mod body;
+pub mod http;
+pub mod mounts;
+pub mod observer;
+pub mod tap;
+pub mod ws;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-#[derive(clap::Args)]
-pub struct RelayArgs {}
+use anyhow::{bail, Context};
+use correlator::pseudo::{Pseudonymizer, KEY_LEN};
+use correlator::records::Summary;
+use correlator::{Config, WindowOpen};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
 
-pub fn main(_args: RelayArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the relay is not built yet")
+use crate::clock::Clock;
+use crate::live::{self, LiveConfig, LiveHandle, Sinks, Timed};
+use body::RelayBody;
+use mounts::{Mount, Mounts};
+use tap::Stall;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  windowtap relay
+  windowtap relay --records records.jsonl --capture trace.jsonl
+  windowtap relay --upstream anthropic=https://gateway.example/anthropic")]
+pub struct RelayArgs {
+    /// Address to listen on (loopback only unless --allow-remote).
+    #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Allow a non-loopback --listen address.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Add or replace a mount: requests to /NAME/... go to URL/... (repeatable).
+    #[arg(long = "upstream", value_name = "NAME=URL", value_parser = parse_mount)]
+    upstreams: Vec<Mount>,
+    /// A PEM file of extra root certificates to trust for upstream TLS.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Write attribution records here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    records: Option<PathBuf>,
+    /// Write the sanitized trace v1 of this run here (replayable with `windowtap replay`).
+    #[arg(long, value_name = "FILE")]
+    capture: Option<PathBuf>,
+    /// How long after an interval's end a still-open window is given up, in milliseconds.
+    #[arg(long, default_value_t = 1000.0, value_name = "MS")]
+    close_wait: f64,
+    /// When a window opens for containment: at its first complete tool call or at its
+    /// response's completion.
+    #[arg(long, default_value = "call", value_name = "call|response", value_parser = parse_window_open)]
+    window_open: WindowOpen,
+    /// A window not closed this long after it opened becomes broken, in milliseconds.
+    #[arg(long, default_value_t = 1_800_000.0, value_name = "MS")]
+    max_window: f64,
+    /// The Unix socket wrapped MCP servers report their calls on [default:
+    /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
+    #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
+    ingest: Option<PathBuf>,
+    /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
+    #[arg(long, value_name = "FILE")]
+    id_key_file: Option<PathBuf>,
+    /// Give up connecting to an upstream after this many milliseconds (answered with 504).
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    connect_timeout: u64,
+    /// Give up waiting for an upstream's response head after this many milliseconds
+    /// (answered with 504). Bodies may stream for as long as they take.
+    #[arg(long, default_value_t = 300_000, value_name = "MS")]
+    response_timeout: u64,
+    /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    log: String,
+    /// Copies queued per observed stream before it is marked observation_lost.
+    #[arg(long, default_value_t = 1024, hide = true)]
+    observer_queue: usize,
+    /// Test hook: observers take nothing up until their stream has ended.
+    #[arg(long, hide = true)]
+    test_stall_observers: bool,
+}
+
+fn parse_mount(s: &str) -> Result<Mount, String> {
+    Mount::parse_arg(s).map_err(|e| e.to_string())
+}
+
+fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
+    WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
+}
+
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incoming>>;
+
+/// Everything a connection handler needs.
+pub struct State {
+    pub mounts: Mounts,
+    pub client: UpstreamClient,
+    pub clock: Clock,
+    pub live: Option<LiveHandle>,
+    pub response_timeout: Duration,
+    tap_settings: tap::Settings,
+    next_stream: AtomicU64,
+}
+
+impl State {
+    /// Starts observing a stream: registers it with the watermark, opens its observer and
+    /// returns the data path's tap (`None` when the run has no correlator).
+    pub fn start_tap(
+        &self,
+        open: impl FnOnce(String, &mut Vec<correlator::EventKind>) -> Box<dyn tap::StreamObserver>,
+    ) -> Option<tap::Tap> {
+        let live = self.live.as_ref()?;
+        let guard = live.sources.register(&self.clock);
+        let t_open = self.clock.now_ms();
+        let mut opening = Vec::new();
+        let stream = self.next_stream();
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            open(stream.clone(), &mut opening)
+        }));
+        let Ok(observer) = opened else {
+            // The stream goes unobserved; its registration ends with `guard` here.
+            tracing::warn!("an observer failed to open; the stream is forwarded unobserved");
+            return None;
+        };
+        let observer = Box::new(tap::Contained::new(stream, observer));
+        Some(tap::start(
+            guard,
+            t_open,
+            observer,
+            opening,
+            &self.tap_settings,
+        ))
+    }
+
+    /// A fresh stream id (a per-run counter; it is pseudonymized like every id).
+    pub fn next_stream(&self) -> String {
+        format!("s{}", self.next_stream.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// The upstream client: rustls with the webpki roots plus `extra_roots`, HTTP/1.1, pooled.
+pub fn upstream_client(
+    extra_roots: &[CertificateDer<'static>],
+    connect_timeout: Duration,
+) -> anyhow::Result<UpstreamClient> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in extra_roots {
+        roots
+            .add(cert.clone())
+            .context("adding a certificate from --upstream-ca")?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("setting up TLS")?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .http1_preserve_header_case(true)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build(https))
+}
+
+fn read_roots(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: not a PEM certificate file: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no certificate in this file", path.display());
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn open_sink(path: Option<&PathBuf>) -> anyhow::Result<Box<dyn Write + Send>> {
+    Ok(match path {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    })
+}
+
+/// The start-up message: where the relay listens and the exact overrides for each host.
+pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
+    let base = format!("http://{addr}");
+    let mut s = format!("windowtap relay listening on {base}\n");
+    for m in mounts.iter() {
+        s.push_str(&format!("  {m}\n"));
+    }
+    s.push_str(&format!(
+        "Claude Code:           ANTHROPIC_BASE_URL={base}/anthropic claude\n\
+         Codex (API key):       codex -c 'openai_base_url=\"{base}/openai/v1\"'\n\
+         Codex (ChatGPT login): codex -c 'openai_base_url=\"{base}/chatgpt\"'\n"
+    ));
+    s
+}
+
+pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
+    init_logging(&args.log);
+    raise_open_files_limit();
+    if !args.listen.ip().is_loopback() && !args.allow_remote {
+        bail!(
+            "--listen {} is not a loopback address; the relay carries credentials, so it \
+             listens on loopback only unless --allow-remote is given",
+            args.listen
+        );
+    }
+    for (name, v) in [
+        ("--close-wait", args.close_wait),
+        ("--max-window", args.max_window),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            bail!("{name} takes a number of milliseconds >= 0, got {v}");
+        }
+    }
+    let extra_roots = match &args.upstream_ca {
+        Some(p) => read_roots(p)?,
+        None => Vec::new(),
+    };
+    let key = match &args.id_key_file {
+        Some(p) => read_key(p)?,
+        None => rand::random::<[u8; KEY_LEN]>(),
+    };
+    let sinks = Sinks {
+        records: open_sink(args.records.as_ref())?,
+        capture: match &args.capture {
+            Some(p) => Some(Box::new(BufWriter::new(
+                File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )) as Box<dyn live::Capture>),
+            None => None,
+        },
+    };
+    let config = RelayConfig {
+        listen: args.listen,
+        mounts: Mounts::with_overrides(&args.upstreams),
+        extra_roots,
+        connect_timeout: Duration::from_millis(args.connect_timeout),
+        response_timeout: Duration::from_millis(args.response_timeout),
+        correlator: Config {
+            close_wait: args.close_wait,
+            window_open: args.window_open,
+            max_window: args.max_window,
+            ..Config::default()
+        },
+        key,
+        ingest: Some(crate::ingest::listen_path(args.ingest.clone())?),
+        observer_queue: args.observer_queue,
+        stall: Stall(args.test_stall_observers),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let stop = shutdown_signal()?;
+        let running = start(config, Clock::start(), sinks).await?;
+        eprint!("{}", banner(running.addr, &running.mounts));
+        if let Some(sock) = &running.ingest_socket {
+            eprintln!(
+                "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
+                sock.path().display(),
+                crate::ingest::ENV
+            );
+        }
+        stop.await;
+        let summary = running.stop().await?;
+        eprintln!("windowtap relay stopped: {summary}");
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Everything a relay run needs, files already opened.
+pub struct RelayConfig {
+    pub listen: SocketAddr,
+    pub mounts: Mounts,
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub correlator: Config,
+    /// The pseudonymization key.
+    pub key: [u8; KEY_LEN],
+    /// Where to listen for wrappers' MCP reports (none: reports only through
+    /// [`Running::ingest`]).
+    pub ingest: Option<PathBuf>,
+    pub observer_queue: usize,
+    pub stall: Stall,
+}
+
+/// A running relay.
+pub struct Running {
+    /// The bound listen address.
+    pub addr: SocketAddr,
+    pub mounts: Mounts,
+    /// Where MCP reports go (`McpStart` / `McpInterval`, times on the relay clock): the
+    /// ingest socket sends here.
+    #[allow(dead_code)] // for `windowtap run` and in-process callers
+    pub ingest: mpsc::Sender<Timed>,
+    /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
+    pub ingest_socket: Option<crate::ingest::IngestHandle>,
+    stop_accepting: oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+    stop_live: oneshot::Sender<()>,
+    live: tokio::task::JoinHandle<std::io::Result<Summary>>,
+    sources: Arc<live::Sources>,
+}
+
+/// On stop, how long streams still in flight may take to end (an exchange whose last bytes
+/// were just sent) before the correlator finishes without their remaining events.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+impl Running {
+    /// Stops accepting, finishes the correlator (every pending interval decided), flushes
+    /// the records and the capture, and returns the run's summary.
+    pub async fn stop(self) -> anyhow::Result<Summary> {
+        // No new reports: what the wrappers sent so far is all the correlator will get.
+        drop(self.ingest_socket);
+        let _ = self.stop_accepting.send(());
+        let _ = self.server.await;
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.sources.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = self.stop_live.send(());
+        self.live
+            .await
+            .context("the correlator task failed")?
+            .context("writing records or capture")
+    }
+}
+
+/// Binds the listener, starts the correlator task and starts accepting. `clock` is the
+/// relay clock MCP report times must be on.
+pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
+    let client = upstream_client(&config.extra_roots, config.connect_timeout)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
+    let (stop_live, live_stopped) = oneshot::channel();
+    let live_cfg = LiveConfig {
+        correlator: config.correlator,
+        pseudo: Pseudonymizer::new(&config.key),
+        tick: Duration::from_millis(20),
+    };
+    let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
+        .context("writing the capture header")?;
+    let sources = live.sources.clone();
+    let state = Arc::new(State {
+        mounts: config.mounts.clone(),
+        client,
+        clock,
+        tap_settings: tap::Settings {
+            clock,
+            queue: config.observer_queue,
+            events: live.events.clone(),
+            stall: config.stall,
+        },
+        live: Some(live),
+        response_timeout: config.response_timeout,
+        next_stream: AtomicU64::new(0),
+    });
+    let ingest_socket = match config.ingest {
+        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone()).await?),
+        None => None,
+    };
+    let (stop_accepting, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Running {
+        addr,
+        mounts: config.mounts,
+        ingest,
+        ingest_socket,
+        stop_accepting,
+        server,
+        stop_live,
+        live: live_task,
+        sources,
+    })
+}
+
+/// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
+/// the relay near 500 streams, so the soft limit is raised to the hard one.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::debug!("could not raise the open files limit");
+            }
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// SIGINT or SIGTERM. The handlers are installed when this is called (before the banner is
+/// printed), so a signal sent as soon as the banner appears is never fatal.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
+}
+
+/// Accepts connections until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            a = listener.accept() => a,
+        };
+        let (io, _) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = io.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| http::handle(state.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .preserve_header_case(true)
+                // The response head is the upstream's: no Date it did not send.
+                .auto_date_header(false)
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
+            }
+        });
+    }
+}
+
+/// A fixed word for a connection error (its text could echo request bytes).
+fn error_kind(e: &hyper::Error) -> &'static str {
+    if e.is_parse() {
+        "parse"
+    } else if e.is_incomplete_message() {
+        "incomplete"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_canceled() {
+        "canceled"
+    } else {
+        "io"
+    }
 }

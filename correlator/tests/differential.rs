@@ -1,0 +1,679 @@
+//! The incremental correlator against a brute-force reference of design.md §3–§4, on random
+//! valid traces; plus hand-made scenarios that pin the reference itself down.
+
+mod support;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use correlator::event::{
+    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
+};
+use correlator::records::{Reason, Record};
+use correlator::{replay, Config, Correlator, WindowOpen};
+use proptest::prelude::*;
+
+use support::gen::{generate, round_trip, trace_text, Generated, Shape};
+use support::reference::reference;
+
+// ---------------------------------------------------------------------------------------------
+// Comparing the two
+
+/// A record as compared: its record line, every field included.
+fn comparable(r: &Record) -> String {
+    r.to_line()
+}
+
+fn lines(records: &[Record]) -> String {
+    records.iter().map(comparable).collect()
+}
+
+/// `None` when `correlator::replay` and the reference agree on every record; otherwise both
+/// outputs (a panic in replay counts as a disagreement).
+fn disagreement(events: &[Event], config: &Config) -> Option<String> {
+    let want = lines(&reference(events, config));
+    let got = match catch_unwind(AssertUnwindSafe(|| replay(events.to_vec(), config))) {
+        Ok(records) => lines(&records),
+        Err(_) => "replay panicked\n".to_string(),
+    };
+    (want != got).then(|| format!("reference:\n{want}replay:\n{got}"))
+}
+
+/// Shrinks a disagreeing trace: drops chunks of events, then single events, as long as the
+/// trace stays valid and the two still disagree.
+fn minimise(events: &[Event], config: &Config) -> Vec<Event> {
+    let mut cur = events.to_vec();
+    let mut chunk = (cur.len() / 2).max(1);
+    loop {
+        let mut progress = false;
+        let mut i = 0;
+        while i < cur.len() {
+            let mut cand = cur.clone();
+            cand.drain(i..(i + chunk).min(cur.len()));
+            if round_trip(&cand).is_ok() && disagreement(&cand, config).is_some() {
+                cur = cand;
+                progress = true;
+            } else {
+                i += chunk;
+            }
+        }
+        if !progress {
+            if chunk == 1 {
+                return cur;
+            }
+            chunk = (chunk / 2).max(1);
+        }
+    }
+}
+
+fn describe_config(c: &Config) -> String {
+    format!(
+        "close_wait={} max_window={} window_open={:?}",
+        c.close_wait, c.max_window, c.window_open
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The differential property
+
+fn shapes() -> impl Strategy<Value = Shape> {
+    (any::<u64>(), 1usize..7, 1usize..5).prop_map(|(seed, hosts, max_turns)| Shape {
+        seed,
+        hosts,
+        max_turns,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 1000,
+        // A failure is minimised by `minimise` below; shrinking a seed finds nothing smaller.
+        max_shrink_iters: 0,
+        // The failing shape is printed; no regression file is written into the tree.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn replay_agrees_with_the_reference(shape in shapes()) {
+        let Generated { events, config, .. } = generate(shape);
+        match round_trip(&events) {
+            Ok(back) => prop_assert_eq!(&back, &events, "the trace did not read back unchanged"),
+            Err(e) => prop_assert!(false, "generator wrote an invalid trace: {e}"),
+        }
+        if disagreement(&events, &config).is_some() {
+            let small = minimise(&events, &config);
+            let diff = disagreement(&small, &config).unwrap_or_default();
+            prop_assert!(
+                false,
+                "{shape:?}\n{}\nminimal trace:\n{}{diff}",
+                describe_config(&config),
+                trace_text(&small)
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 100,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Fewer, bigger traces: many threads at once, long tool loops.
+    #[test]
+    fn replay_agrees_with_the_reference_on_crowded_traces(
+        seed in any::<u64>(), hosts in 8usize..20, max_turns in 3usize..8,
+    ) {
+        let shape = Shape { seed, hosts, max_turns };
+        let Generated { events, config, .. } = generate(shape);
+        prop_assert!(round_trip(&events).is_ok());
+        if disagreement(&events, &config).is_some() {
+            let small = minimise(&events, &config);
+            let diff = disagreement(&small, &config).unwrap_or_default();
+            prop_assert!(
+                false,
+                "{shape:?}\n{}\nminimal trace:\n{}{diff}",
+                describe_config(&config),
+                trace_text(&small)
+            );
+        }
+    }
+}
+
+/// The generator reaches every outcome of the rule and every kind of evidence, so agreement
+/// above means something.
+#[test]
+fn the_generator_reaches_every_outcome() {
+    let mut seen = [0usize; 6];
+    let mut evidence = [0usize; 6];
+    let mut intervals = 0;
+    for seed in 0..300 {
+        let g = generate(Shape {
+            seed,
+            hosts: 4,
+            max_turns: 4,
+        });
+        for r in reference(&g.events, &g.config) {
+            intervals += 1;
+            let i = match r.reason {
+                None => 0,
+                Some(reason) => 1 + Reason::ALL.iter().position(|x| *x == reason).unwrap(),
+            };
+            seen[i] += 1;
+            for e in &r.evidence {
+                evidence[*e as usize] += 1;
+            }
+        }
+    }
+    eprintln!("outcomes over {intervals} intervals (attributed, then per reason): {seen:?}");
+    eprintln!("evidence (containment, tool_use_id, item_id, call_id, thread, route): {evidence:?}");
+    assert!(intervals > 1000, "only {intervals} intervals");
+    assert!(
+        seen.iter().all(|&n| n * 100 >= intervals),
+        "each outcome on at least 1% of intervals: {seen:?}"
+    );
+    // Every kind of evidence shows up, and none but containment on every attributed record.
+    assert_eq!(evidence[0], seen[0]);
+    assert!(
+        evidence[1..].iter().all(|&n| n > 0 && n < evidence[0]),
+        "evidence counts: {evidence:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism and end of trace, on the incremental correlator
+
+fn record_lines(records: &[Record]) -> String {
+    records.iter().map(Record::to_line).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 100,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_same_trace_twice_gives_byte_identical_records(shape in shapes()) {
+        let g = generate(shape);
+        let first = record_lines(&replay(g.events.clone(), &g.config));
+        let second = record_lines(&replay(g.events.clone(), &g.config));
+        prop_assert_eq!(first, second);
+    }
+
+    /// Live mode: letting time pass between events (`advance`, at any moment up to and
+    /// including the next event's time) changes nothing in what is decided, or when.
+    #[test]
+    fn advancing_time_between_events_changes_nothing(shape in shapes(), picks in any::<u64>()) {
+        let g = generate(shape);
+        let want = record_lines(&replay(g.events.clone(), &g.config));
+        let mut rng = support::gen::Rng::new(picks);
+        let mut c = Correlator::new(g.config.clone());
+        let mut out = Vec::new();
+        for (i, ev) in g.events.iter().enumerate() {
+            if i > 0 && rng.chance(50) {
+                let prev = g.events[i - 1].t;
+                let now = match rng.below(3) {
+                    0 => prev,
+                    1 => ev.t,
+                    _ => prev + (ev.t - prev) * rng.below(5) as f64 / 4.0,
+                };
+                c.advance(now, &mut out);
+            }
+            c.push(ev, &mut out);
+        }
+        c.finish(&mut out);
+        prop_assert_eq!(record_lines(&out), want);
+    }
+
+    #[test]
+    fn finish_leaves_no_interval_undecided(shape in shapes()) {
+        let g = generate(shape);
+        let mut c = Correlator::new(g.config.clone());
+        let mut out = Vec::new();
+        for ev in &g.events {
+            c.push(ev, &mut out);
+        }
+        c.finish(&mut out);
+        prop_assert_eq!(c.pending(), 0, "intervals still pending after finish");
+        let mut reported: Vec<&str> = g
+            .events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::McpInterval { interval, .. } => Some(interval.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut decided: Vec<&str> = out.iter().map(|r| r.interval.as_str()).collect();
+        reported.sort_unstable();
+        decided.sort_unstable();
+        prop_assert_eq!(&decided, &reported, "one record per reported interval");
+        let last = g.events.last().map(|e| e.t).unwrap_or(0.0);
+        prop_assert!(out.iter().all(|r| r.decided_at <= last), "nothing decided after the last event");
+        let mut again = Vec::new();
+        c.finish(&mut again);
+        prop_assert!(again.is_empty(), "a second finish decided {} more", again.len());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-made scenarios, checked against the reference (and, through it, against replay)
+
+/// A tiny script language for hand-made traces.
+struct Script(Vec<Event>);
+
+impl Script {
+    fn new() -> Self {
+        Script(Vec::new())
+    }
+    fn ev(&mut self, t: Millis, kind: EventKind) -> &mut Self {
+        self.0.push(Event { t, kind });
+        self
+    }
+    fn open(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        client: Client,
+        transport: Transport,
+        thread: Option<&str>,
+    ) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::StreamOpen {
+                stream: stream.into(),
+                client,
+                transport,
+                thread: thread.map(Into::into),
+            },
+        )
+    }
+    fn request(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        request: &str,
+        previous: Option<&str>,
+        outputs: &[&str],
+    ) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::Request {
+                stream: stream.into(),
+                request: request.into(),
+                previous_response: previous.map(Into::into),
+                outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            },
+        )
+    }
+    fn start(&mut self, t: Millis, stream: &str, response: &str, request: &str) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::ResponseStart {
+                stream: stream.into(),
+                response: response.into(),
+                request: Some(request.into()),
+            },
+        )
+    }
+    fn call(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        response: &str,
+        call: &str,
+        item: Option<&str>,
+    ) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::ToolCall {
+                stream: stream.into(),
+                response: response.into(),
+                call: call.into(),
+                item: item.map(Into::into),
+                name: "exec".into(),
+                namespace: Some("functions".into()),
+                kind: CallKind::Custom,
+            },
+        )
+    }
+    fn end(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        response: &str,
+        status: ResponseStatus,
+    ) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::ResponseEnd {
+                stream: stream.into(),
+                response: response.into(),
+                status,
+            },
+        )
+    }
+    fn close(&mut self, t: Millis, stream: &str) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::StreamClose {
+                stream: stream.into(),
+            },
+        )
+    }
+    fn lost(&mut self, t: Millis, stream: &str) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::ObservationLost {
+                stream: stream.into(),
+                reason: "decode".into(),
+            },
+        )
+    }
+    fn mcp(&mut self, t: Millis, interval: &str, s: Millis, e: Millis, hints: Hints) -> &mut Self {
+        self.ev(
+            t,
+            EventKind::McpInterval {
+                interval: interval.into(),
+                alias: "probe".into(),
+                tool: "echo".into(),
+                start: s,
+                end: e,
+                outcome: Outcome::Result,
+                hints,
+            },
+        )
+    }
+    fn events(&self) -> Vec<Event> {
+        let back = round_trip(&self.0).expect("hand-made trace is valid");
+        assert_eq!(back, self.0);
+        self.0.clone()
+    }
+}
+
+fn codex_hints(item: &str, thread: &str) -> Hints {
+    Hints {
+        item_id: Some(item.into()),
+        thread: Some(thread.into()),
+        ..Hints::default()
+    }
+}
+
+/// Checks that replay agrees with the reference on a hand-made trace. Each hand-made test
+/// first pins the reference's answer, then calls this, so a failure says which side is off.
+fn replay_agrees(events: &[Event], config: &Config) {
+    let want = lines(&reference(events, config));
+    match catch_unwind(AssertUnwindSafe(|| replay(events.to_vec(), config))) {
+        Ok(got) => assert_eq!(
+            lines(&got),
+            want,
+            "replay disagrees with the reference on a hand-made trace\n{}",
+            trace_text(events)
+        ),
+        Err(_) => panic!(
+            "replay panicked on a hand-made trace\n{}",
+            trace_text(events)
+        ),
+    }
+}
+
+/// The seed-000 Codex probe: call item done at 6905, response completed 6957, MCP call
+/// 7187–7264, continuation at 7278, report at 7280: the design.md §6 example, exactly.
+#[test]
+fn the_codex_probe_is_attributed_as_in_the_design_example() {
+    let events = Script::new()
+        .open(0.0, "s1", Client::Codex, Transport::Websocket, Some("th1"))
+        .request(10.0, "s1", "q1", None, &[])
+        .start(12.0, "s1", "r1", "q1")
+        .call(6905.0, "s1", "r1", "c1", Some("r1item"))
+        .end(6957.0, "s1", "r1", ResponseStatus::Completed)
+        .ev(
+            7188.0,
+            EventKind::McpStart {
+                interval: "i1".into(),
+                alias: "probe".into(),
+                tool: "echo".into(),
+                start: 7187.0,
+            },
+        )
+        .request(7278.0, "s1", "q2", Some("r1"), &[])
+        .mcp(7280.0, "i1", 7187.0, 7264.0, codex_hints("r1item", "th1"))
+        .close(9000.0, "s1")
+        .events();
+    let records = reference(&events, &Config::default());
+    let want = concat!(
+        r#"{"type":"attribution","version":1,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"#,
+        r#""decision":"attributed","reason":null,"evidence":["containment","item_id","thread"],"candidates":1,"#,
+        r#""window":{"thread":"th1","stream":"s1","response":"r1","request":"q2","open":6905,"close":7278},"#,
+        r#""decided_at":7280}"#,
+        "\n"
+    )
+    .to_string();
+    assert_eq!(lines(&records), want);
+    // With the stricter completion-based window the call still fits (6957 ≤ 7187).
+    let strict = Config {
+        window_open: WindowOpen::Response,
+        ..Config::default()
+    };
+    assert_eq!(lines(&reference(&events, &strict)), want);
+    replay_agrees(&events, &Config::default());
+    replay_agrees(&events, &strict);
+}
+
+/// The seed-000 parent/subagent run: two threads, overlapping windows, each interval fits
+/// only its own window, so both are attributed; the second waits for its window to close.
+#[test]
+fn overlapping_parent_and_child_windows_each_get_their_own_call() {
+    let events = Script::new()
+        .open(
+            0.0,
+            "p",
+            Client::Codex,
+            Transport::Websocket,
+            Some("parent"),
+        )
+        .open(1.0, "c", Client::Codex, Transport::Websocket, Some("child"))
+        .request(2.0, "p", "pq1", None, &[])
+        .start(3.0, "p", "pr1", "pq1")
+        .request(4.0, "c", "cq1", None, &[])
+        .start(5.0, "c", "cr1", "cq1")
+        .call(19637.0, "p", "pr1", "pc1", Some("pi1"))
+        .end(19700.0, "p", "pr1", ResponseStatus::Completed)
+        .call(21818.0, "c", "cr1", "cc1", Some("ci1"))
+        .end(21900.0, "c", "cr1", ResponseStatus::Completed)
+        .mcp(
+            26884.0,
+            "parent-call",
+            19880.0,
+            26883.0,
+            codex_hints("pi1", "parent"),
+        )
+        .request(26915.0, "p", "pq2", Some("pr1"), &[])
+        .mcp(
+            28852.0,
+            "child-call",
+            21849.0,
+            28851.0,
+            codex_hints("ci1", "child"),
+        )
+        .request(28939.0, "c", "cq2", Some("cr1"), &[])
+        .close(30000.0, "p")
+        .close(30000.0, "c")
+        .events();
+    let records = reference(&events, &Config::default());
+    let got: Vec<(&str, Option<Reason>, Option<&str>, Millis)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.interval.as_str(),
+                r.reason,
+                r.window.as_ref().map(|w| w.response.as_str()),
+                r.decided_at,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("parent-call", None, Some("pr1"), 26915.0),
+            ("child-call", None, Some("cr1"), 28939.0),
+        ]
+    );
+    // The child's interval had two candidates (both windows open at its start) but only one
+    // contained it.
+    assert_eq!(records[1].candidates, 1);
+    replay_agrees(&events, &Config::default());
+}
+
+/// A Claude-like window that never sees its continuation is given up close_wait after the
+/// response ended and the call ended, whichever is later: `unclosed`, decided at that moment.
+#[test]
+fn a_window_without_continuation_is_given_up_after_close_wait() {
+    let events = Script::new()
+        .open(0.0, "h1", Client::Claude, Transport::Http, Some("sess"))
+        .request(1.0, "h1", "q1", None, &[])
+        .start(2.0, "h1", "r1", "q1")
+        .call(10.0, "h1", "r1", "toolu_1", None)
+        .mcp(20.0, "i1", 11.0, 19.5, Hints::default())
+        .end(30.0, "h1", "r1", ResponseStatus::Completed)
+        .close(31.0, "h1")
+        .open(5000.0, "late", Client::Other, Transport::Http, None)
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].reason, Some(Reason::Unclosed));
+    assert_eq!(records[0].candidates, 1);
+    assert_eq!(records[0].decided_at, 1030.0);
+    assert!(records[0].window.is_none() && records[0].evidence.is_empty());
+    replay_agrees(&events, &Config::default());
+}
+
+/// Two open windows on two threads, neither continued: `ambiguous`; and at the end of the
+/// trace (no time for close_wait to pass), still `ambiguous`, at the last event.
+#[test]
+fn two_open_windows_are_ambiguous_even_when_the_trace_ends_first() {
+    let events = Script::new()
+        .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .open(0.0, "b", Client::Codex, Transport::Websocket, Some("tb"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .request(1.0, "b", "qb", None, &[])
+        .start(1.0, "b", "rb", "qb")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .call(2.5, "b", "rb", "cb", Some("ib"))
+        .end(3.0, "a", "ra", ResponseStatus::Completed)
+        .end(3.0, "b", "rb", ResponseStatus::Completed)
+        .mcp(6.0, "i1", 4.0, 5.0, Hints::default())
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Ambiguous));
+    assert_eq!(records[0].candidates, 2);
+    assert_eq!(records[0].decided_at, 6.0);
+    replay_agrees(&events, &Config::default());
+}
+
+/// Observation lost on a stream that was open during the call: `incomplete`, at once.
+#[test]
+fn lost_observation_during_the_call_is_incomplete() {
+    let events = Script::new()
+        .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .end(3.0, "a", "ra", ResponseStatus::Completed)
+        .open(3.0, "x", Client::Claude, Transport::Http, None)
+        .mcp(6.0, "i1", 4.0, 5.0, codex_hints("ia", "ta"))
+        .lost(7.0, "x")
+        .request(9.0, "a", "qa2", Some("ra"), &[])
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Incomplete));
+    assert_eq!(records[0].decided_at, 7.0);
+    replay_agrees(&events, &Config::default());
+}
+
+/// A failed response's window is broken; with no request of its thread between its open and
+/// the call's start, tracking may have hidden it: `incomplete`.
+#[test]
+fn a_broken_candidate_makes_the_answer_incomplete() {
+    let events = Script::new()
+        .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .mcp(6.0, "i1", 4.0, 5.0, codex_hints("ia", "ta"))
+        .end(8.0, "a", "ra", ResponseStatus::Failed)
+        .close(9.0, "a")
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Incomplete));
+    assert_eq!(records[0].decided_at, 8.0);
+    replay_agrees(&events, &Config::default());
+}
+
+/// design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
+/// another request, makes every later interval `incomplete`, on any thread, even one whose
+/// own window contains it and closed normally.
+#[test]
+fn a_dead_threads_broken_window_makes_later_calls_everywhere_incomplete() {
+    let events = Script::new()
+        .open(
+            0.0,
+            "dead",
+            Client::Codex,
+            Transport::Websocket,
+            Some("t-dead"),
+        )
+        .request(1.0, "dead", "qd", None, &[])
+        .start(1.0, "dead", "rd", "qd")
+        .call(2.0, "dead", "rd", "cd", Some("id"))
+        .end(3.0, "dead", "rd", ResponseStatus::Failed)
+        .close(3.0, "dead")
+        .open(100.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(101.0, "a", "qa", None, &[])
+        .start(101.0, "a", "ra", "qa")
+        .call(102.0, "a", "ra", "ca", Some("ia"))
+        .end(103.0, "a", "ra", ResponseStatus::Completed)
+        .mcp(106.0, "i1", 104.0, 105.0, codex_hints("ia", "ta"))
+        .request(107.0, "a", "qa2", Some("ra"), &[])
+        .close(108.0, "a")
+        .events();
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Incomplete));
+    assert_eq!(records[0].decided_at, 106.0);
+    replay_agrees(&events, &Config::default());
+}
+
+/// The one containing window's response has no call with the hinted item: `identity_conflict`;
+/// a call that ended after the continuation fits no window: `no_window`.
+#[test]
+fn wrong_hints_conflict_and_late_calls_fit_nothing() {
+    let events = Script::new()
+        .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .end(3.0, "a", "ra", ResponseStatus::Completed)
+        .mcp(5.0, "wrong-item", 4.0, 5.0, codex_hints("not-ia", "ta"))
+        .request(7.0, "a", "qa2", Some("ra"), &[])
+        .mcp(8.0, "too-late", 4.0, 8.0, codex_hints("ia", "ta"))
+        .close(9.0, "a")
+        .events();
+    let records = reference(&events, &Config::default());
+    let got: Vec<(&str, Option<Reason>, Millis)> = records
+        .iter()
+        .map(|r| (r.interval.as_str(), r.reason, r.decided_at))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("wrong-item", Some(Reason::IdentityConflict), 7.0),
+            ("too-late", Some(Reason::NoWindow), 8.0),
+        ]
+    );
+    replay_agrees(&events, &Config::default());
+}

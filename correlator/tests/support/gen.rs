@@ -1,0 +1,740 @@
+//! A seeded generator of valid, messy trace v1 event sequences.
+//!
+//! Each "agent" (a host's relay traffic, one MCP call, a side request, some noise) writes its
+//! own events in time order; the agents are then merged with ties broken at random, so
+//! equal times from different agents land in any file order while each agent's own order
+//! (which is what makes the trace valid) is kept.
+//!
+//! Times sit on a quarter-millisecond grid with many zero steps: ties and fractions are the
+//! norm, and every sum the rule computes (end + close_wait, open + max_window) is exact in
+//! binary, so two implementations cannot disagree by rounding.
+
+use correlator::event::{
+    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
+};
+use correlator::trace::{event_line, read_all, TraceError, HEADER};
+use correlator::{Config, WindowOpen};
+
+/// SplitMix64: tiny, seedable, good enough to drive a test generator.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+
+    pub fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())].clone()
+    }
+}
+
+/// What to generate.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub seed: u64,
+    /// Host threads (each Claude-like HTTP, Codex-like WebSocket or Codex-like HTTP).
+    pub hosts: usize,
+    /// Most turns per host.
+    pub max_turns: usize,
+}
+
+/// A generated trace and the configuration to replay it with.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub events: Vec<Event>,
+    pub config: Config,
+    /// How messy the run was: 0 clean, 1 some trouble, 2 a lot.
+    pub mess: u64,
+}
+
+/// A call the generator has emitted, for noise that refers back to it.
+#[derive(Clone)]
+struct Emitted {
+    t: Millis,
+    response: String,
+    call: String,
+    item: Option<String>,
+}
+
+struct Agent {
+    t: Millis,
+    events: Vec<Event>,
+}
+
+impl Agent {
+    fn at(t: Millis) -> Self {
+        Agent {
+            t,
+            events: Vec::new(),
+        }
+    }
+
+    /// Moves the clock forward by `dt` and emits `kind` then.
+    fn emit(&mut self, dt: Millis, kind: EventKind) {
+        self.t += dt;
+        self.events.push(Event { t: self.t, kind });
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Host {
+    ClaudeHttp,
+    CodexWs,
+    CodexHttp,
+}
+
+struct Gen {
+    rng: Rng,
+    next_id: u64,
+    agents: Vec<Agent>,
+    calls: Vec<Emitted>,
+    threads: Vec<String>,
+    /// 0: a clean run; 1: some trouble; 2: a lot.
+    mess: u64,
+    /// Every MCP call's (start, end), for noise aimed at their edges.
+    spans: Vec<(Millis, Millis)>,
+    /// Hosts start within this many half-milliseconds of each other.
+    spread: usize,
+}
+
+impl Gen {
+    /// Something going wrong, `percent` per cent of the time at mess level 1, twice that at
+    /// level 2, never at level 0.
+    fn trouble(&mut self, percent: u64) -> bool {
+        self.rng.chance(percent * self.mess)
+    }
+
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{}", self.next_id)
+    }
+
+    /// A small time step: often zero, on a quarter-millisecond grid.
+    fn step(&mut self) -> Millis {
+        self.rng
+            .pick(&[0.0, 0.0, 0.25, 0.5, 1.0, 1.0, 1.0, 2.0, 2.0, 3.0])
+    }
+
+    fn steps(&mut self, n: usize) -> Millis {
+        (0..n).map(|_| self.step()).sum()
+    }
+
+    fn status(&mut self) -> ResponseStatus {
+        if !self.trouble(6) {
+            ResponseStatus::Completed
+        } else {
+            self.rng.pick(&[
+                ResponseStatus::Incomplete,
+                ResponseStatus::Failed,
+                ResponseStatus::Error,
+            ])
+        }
+    }
+
+    fn some_other_call(&mut self) -> Option<Emitted> {
+        if self.calls.is_empty() {
+            None
+        } else {
+            let i = self.rng.below(self.calls.len());
+            Some(self.calls[i].clone())
+        }
+    }
+
+    /// A hint: usually right, sometimes another call's, sometimes made up, sometimes absent.
+    fn hint(
+        &mut self,
+        right: Option<String>,
+        other: impl Fn(&Emitted) -> Option<String>,
+    ) -> Option<String> {
+        let roll = self.rng.below(100);
+        if roll < 70 {
+            right
+        } else if roll < 80 {
+            self.some_other_call().and_then(|e| other(&e))
+        } else if roll < 86 {
+            Some(self.id("bogus"))
+        } else {
+            None
+        }
+    }
+
+    /// The MCP side of one executed call: an optional `mcp_start`, then (almost always) the
+    /// `mcp_interval` report.
+    fn mcp_call(
+        &mut self,
+        host: Host,
+        call: &Emitted,
+        thread: &Option<String>,
+        start: Millis,
+    ) -> Millis {
+        let s = start;
+        let e = s + self.steps(3);
+        self.spans.push((s, e));
+        let report = if self.rng.chance(15) {
+            e + 5.0 + self.rng.below(60) as f64 * 0.5
+        } else {
+            e + self.steps(1)
+        };
+        let interval = self.id("i");
+        let (alias, tool) = if self.rng.chance(90) {
+            ("probe".to_string(), "echo".to_string())
+        } else {
+            ("other".to_string(), "lookup".to_string())
+        };
+        let mut agent = Agent::at(s);
+        if self.rng.chance(50) {
+            let dt = self.steps(1).min(report - s);
+            agent.emit(
+                dt,
+                EventKind::McpStart {
+                    interval: interval.clone(),
+                    alias: alias.clone(),
+                    tool: tool.clone(),
+                    start: s,
+                },
+            );
+            if self.trouble(2) {
+                // The report never comes: the call runs to the end of the trace.
+                self.agents.push(agent);
+                return e;
+            }
+        }
+        let hints = match host {
+            Host::ClaudeHttp => Hints {
+                tool_use_id: self.hint(Some(call.call.clone()), |o| Some(o.call.clone())),
+                ..Hints::default()
+            },
+            Host::CodexWs | Host::CodexHttp => {
+                let item_id = self.hint(call.item.clone(), |o| o.item.clone());
+                let call_id = match self.rng.below(10) {
+                    0..=4 => Some(call.call.clone()),
+                    5..=7 => Some(self.id("exec-")),
+                    _ => None,
+                };
+                let thread = match self.rng.below(10) {
+                    0..=5 => thread.clone(),
+                    6 => Some(self.rng.pick(&["thA".to_string(), "thB".to_string()])),
+                    _ => None,
+                };
+                Hints {
+                    tool_use_id: None,
+                    item_id,
+                    call_id,
+                    thread,
+                }
+            }
+        };
+        let outcome = self.rng.pick(&[
+            Outcome::Result,
+            Outcome::Result,
+            Outcome::Result,
+            Outcome::Error,
+            Outcome::Cancelled,
+            Outcome::Lost,
+        ]);
+        agent.t = agent.t.max(report);
+        agent.events.push(Event {
+            t: agent.t,
+            kind: EventKind::McpInterval {
+                interval,
+                alias,
+                tool,
+                start: s,
+                end: e,
+                outcome,
+                hints,
+            },
+        });
+        self.agents.push(agent);
+        e
+    }
+
+    fn open_stream(
+        &mut self,
+        a: &mut Agent,
+        dt: Millis,
+        host: Host,
+        thread: &Option<String>,
+    ) -> String {
+        let stream = self.id("s");
+        let (client, transport) = match host {
+            Host::ClaudeHttp => (Client::Claude, Transport::Http),
+            Host::CodexWs => (Client::Codex, Transport::Websocket),
+            Host::CodexHttp => (Client::Codex, Transport::Http),
+        };
+        a.emit(
+            dt,
+            EventKind::StreamOpen {
+                stream: stream.clone(),
+                client,
+                transport,
+                thread: thread.clone(),
+            },
+        );
+        stream
+    }
+
+    /// A side request on the same thread (Claude Code's title or summary requests): it shares
+    /// the thread but continues nothing.
+    fn side_request(&mut self, at: Millis, host: Host, thread: &Option<String>) {
+        let mut a = Agent::at(at);
+        let stream = self.open_stream(&mut a, 0.0, host, thread);
+        let request = self.id("q");
+        let response = self.id("r");
+        let dt = self.step();
+        a.emit(
+            dt,
+            EventKind::Request {
+                stream: stream.clone(),
+                request: request.clone(),
+                previous_response: None,
+                outputs: Vec::new(),
+            },
+        );
+        let dt = self.step();
+        a.emit(
+            dt,
+            EventKind::ResponseStart {
+                stream: stream.clone(),
+                response: response.clone(),
+                request: Some(request),
+            },
+        );
+        let dt = self.steps(2);
+        a.emit(
+            dt,
+            EventKind::ResponseEnd {
+                stream: stream.clone(),
+                response,
+                status: ResponseStatus::Completed,
+            },
+        );
+        let dt = self.step();
+        a.emit(dt, EventKind::StreamClose { stream });
+        self.agents.push(a);
+    }
+
+    /// One host thread doing a few turns of a tool loop.
+    fn host(&mut self, max_turns: usize) {
+        let host = self
+            .rng
+            .pick(&[Host::ClaudeHttp, Host::CodexWs, Host::CodexHttp]);
+        let thread = if self.rng.chance(20) {
+            None
+        } else {
+            let th = self.id("th");
+            self.threads.push(th.clone());
+            Some(th)
+        };
+        let mut a = Agent::at(self.rng.below(self.spread) as f64 * 0.5);
+        let mut ws: Option<String> = None;
+        let mut prev_response: Option<String> = None;
+        let mut prev_calls: Vec<String> = Vec::new();
+        let turns = 1 + self.rng.below(max_turns);
+        for turn in 0..turns {
+            let stream = match (&ws, host) {
+                (Some(s), Host::CodexWs) => s.clone(),
+                _ => {
+                    let dt = self.step();
+                    let s = self.open_stream(&mut a, dt, host, &thread);
+                    if host == Host::CodexWs {
+                        ws = Some(s.clone());
+                    }
+                    s
+                }
+            };
+            if self.rng.chance(12) {
+                let at = a.t + self.steps(2);
+                self.side_request(at, host, &thread);
+            }
+            // The continuation: by previous_response over a WebSocket (with the outputs in
+            // the input too, sometimes), by the tool outputs over HTTP.
+            let mut outputs = match host {
+                Host::CodexWs if self.rng.chance(70) => Vec::new(),
+                _ => prev_calls.clone(),
+            };
+            if !outputs.is_empty() && self.rng.chance(15) {
+                outputs.truncate(1);
+            }
+            let previous = match host {
+                Host::CodexWs => prev_response.clone(),
+                Host::CodexHttp if self.rng.chance(20) => prev_response.clone(),
+                _ => None,
+            };
+            let request = self.id("q");
+            let dt = self.step();
+            a.emit(
+                dt,
+                EventKind::Request {
+                    stream: stream.clone(),
+                    request: request.clone(),
+                    previous_response: previous,
+                    outputs,
+                },
+            );
+            let response = self.id("r");
+            let answers = if self.rng.chance(85) {
+                Some(request)
+            } else {
+                None
+            };
+            let dt = self.step();
+            a.emit(
+                dt,
+                EventKind::ResponseStart {
+                    stream: stream.clone(),
+                    response: response.clone(),
+                    request: answers,
+                },
+            );
+            // A tool loop ends with a plain answer; a last response with calls leaves a window
+            // that nothing ever closes.
+            let n_calls = if turn + 1 == turns && !self.trouble(8) {
+                0
+            } else {
+                self.rng.pick(&[0, 1, 1, 1, 1, 2, 2, 2, 3])
+            };
+            let mut calls = Vec::new();
+            for _ in 0..n_calls {
+                let dt = self.steps(2);
+                let (call, item, name, namespace, kind) = match host {
+                    Host::ClaudeHttp => (
+                        self.id("toolu_"),
+                        None,
+                        "mcp__probe__echo".to_string(),
+                        None,
+                        CallKind::ToolUse,
+                    ),
+                    _ if self.rng.chance(50) => (
+                        self.id("call_"),
+                        Some(self.id("ctc_")),
+                        "exec".to_string(),
+                        Some("functions".to_string()),
+                        CallKind::Custom,
+                    ),
+                    _ => (
+                        self.id("call_"),
+                        Some(self.id("fc_")),
+                        "echo".to_string(),
+                        Some("mcp__probe".to_string()),
+                        CallKind::Function,
+                    ),
+                };
+                a.emit(
+                    dt,
+                    EventKind::ToolCall {
+                        stream: stream.clone(),
+                        response: response.clone(),
+                        call: call.clone(),
+                        item: item.clone(),
+                        name,
+                        namespace,
+                        kind,
+                    },
+                );
+                let emitted = Emitted {
+                    t: a.t,
+                    response: response.clone(),
+                    call,
+                    item,
+                };
+                calls.push(emitted);
+            }
+            // The host runs each call as soon as its item is complete, in parallel.
+            let mut all_done = a.t;
+            for c in &calls {
+                if self.rng.chance(92) {
+                    let start = if self.trouble(3) {
+                        (c.t - 1.0).max(0.0)
+                    } else {
+                        c.t + self.steps(1)
+                    };
+                    let e = self.mcp_call(host, c, &thread, start);
+                    all_done = all_done.max(e);
+                }
+            }
+            self.calls.extend(calls.iter().cloned());
+            // How the response ends.
+            let trailing = self.steps(2);
+            if self.trouble(3) {
+                a.emit(
+                    trailing,
+                    EventKind::ObservationLost {
+                        stream: stream.clone(),
+                        reason: "decode".into(),
+                    },
+                );
+                let dt = self.steps(2);
+                a.emit(dt, EventKind::StreamClose { stream });
+                ws = None;
+                if self.rng.chance(25) {
+                    break;
+                }
+                prev_response = Some(response);
+                prev_calls = calls.iter().map(|c| c.call.clone()).collect();
+                continue;
+            }
+            if self.trouble(3) {
+                // The stream ends before the response does: the window is broken.
+                a.emit(trailing, EventKind::StreamClose { stream });
+                ws = None;
+                if self.rng.chance(25) {
+                    break;
+                }
+                prev_response = None;
+                prev_calls.clear();
+                continue;
+            }
+            let status = self.status();
+            a.emit(
+                trailing,
+                EventKind::ResponseEnd {
+                    stream: stream.clone(),
+                    response: response.clone(),
+                    status,
+                },
+            );
+            all_done = all_done.max(a.t);
+            if host != Host::CodexWs || self.rng.chance(10) {
+                // HTTP always; a WebSocket sometimes drops and reconnects.
+                let dt = self.step();
+                a.emit(dt, EventKind::StreamClose { stream });
+                ws = None;
+            }
+            if status != ResponseStatus::Completed {
+                prev_response = None;
+                prev_calls.clear();
+                if self.rng.chance(25) {
+                    break;
+                }
+                continue;
+            }
+            // The continuation follows once every call has ended, mostly; sometimes too
+            // early, sometimes much later (a slow host).
+            let next = if self.trouble(4) {
+                a.t
+            } else if self.rng.chance(10) {
+                all_done + 10.0 + self.rng.below(40) as f64
+            } else {
+                all_done + self.steps(1)
+            };
+            a.t = a.t.max(next);
+            prev_response = Some(response);
+            prev_calls = calls.iter().map(|c| c.call.clone()).collect();
+        }
+        if let Some(stream) = ws {
+            let dt = self.steps(2);
+            a.emit(dt, EventKind::StreamClose { stream });
+        }
+        self.agents.push(a);
+    }
+
+    /// A request on another thread (or none) naming an emitted call or response: with a
+    /// known, different thread it closes nothing; with no thread, ids alone decide.
+    fn cross_thread_continuation(&mut self) {
+        let Some(target) = self.some_other_call() else {
+            return;
+        };
+        let thread = if self.rng.chance(50) {
+            None
+        } else {
+            Some(self.id("th-stranger"))
+        };
+        let mut a = Agent::at(target.t + self.steps(3));
+        let stream = self.open_stream(&mut a, 0.0, Host::CodexHttp, &thread);
+        let (previous_response, outputs) = if self.rng.chance(50) {
+            (Some(target.response), Vec::new())
+        } else {
+            (None, vec![target.call])
+        };
+        let request = self.id("q");
+        let dt = self.step();
+        a.emit(
+            dt,
+            EventKind::Request {
+                stream: stream.clone(),
+                request,
+                previous_response,
+                outputs,
+            },
+        );
+        let dt = self.step();
+        a.emit(dt, EventKind::StreamClose { stream });
+        self.agents.push(a);
+    }
+
+    /// A stream that loses observation somewhere in the trace; often one whose open span
+    /// just touches an MCP call (closing exactly at its start, or opening exactly at its end),
+    /// since closed intervals make those edges count.
+    fn lossy_stream(&mut self, span: Millis) {
+        let (open_at, close_at) = match (self.rng.below(3), self.spans.is_empty()) {
+            (1, false) => {
+                let (s, _) = self.rng.pick(&self.spans);
+                ((s - 1.0 - self.steps(2)).max(0.0), Some(s))
+            }
+            (2, false) => {
+                let (_, e) = self.rng.pick(&self.spans);
+                (e, None)
+            }
+            _ => (self.rng.below((span as usize).max(1)) as f64, None),
+        };
+        let mut a = Agent::at(open_at);
+        let stream = self.open_stream(&mut a, 0.0, Host::ClaudeHttp, &None);
+        let dt = match close_at {
+            Some(c) => (c - open_at) / 2.0,
+            None => self.steps(3),
+        };
+        a.emit(
+            dt,
+            EventKind::ObservationLost {
+                stream: stream.clone(),
+                reason: "overflow".into(),
+            },
+        );
+        let dt = match close_at {
+            Some(c) => c - a.t,
+            None => self.steps(3),
+        };
+        a.emit(dt, EventKind::StreamClose { stream });
+        self.agents.push(a);
+    }
+
+    /// An MCP call no model asked for (another host, a manual call).
+    fn orphan_call(&mut self, span: Millis) {
+        let start = self.rng.below((span as usize).max(1)) as f64 * 0.5;
+        let fake = Emitted {
+            t: start,
+            response: String::new(),
+            call: self.id("orphan"),
+            item: None,
+        };
+        let host = self.rng.pick(&[Host::ClaudeHttp, Host::CodexWs]);
+        self.mcp_call(host, &fake, &None, start);
+    }
+
+    /// Interleaves the agents: always the earliest head next, ties broken at random.
+    fn merge(mut self) -> Vec<Event> {
+        let mut heads: Vec<std::vec::IntoIter<Event>> = Vec::new();
+        let mut peeked: Vec<Option<Event>> = Vec::new();
+        for a in std::mem::take(&mut self.agents) {
+            let mut it = a.events.into_iter();
+            peeked.push(it.next());
+            heads.push(it);
+        }
+        let mut out = Vec::new();
+        loop {
+            let min = peeked.iter().flatten().map(|e| e.t).min_by(f64::total_cmp);
+            let Some(min) = min else { break };
+            let ready: Vec<usize> = peeked
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.as_ref().is_some_and(|e| e.t == min))
+                .map(|(i, _)| i)
+                .collect();
+            let i = ready[self.rng.below(ready.len())];
+            let ev = peeked[i].take().expect("ready head");
+            peeked[i] = heads[i].next();
+            out.push(ev);
+        }
+        out
+    }
+}
+
+/// Generates one valid trace and a configuration for it.
+pub fn generate(shape: Shape) -> Generated {
+    let mut g = Gen {
+        rng: Rng::new(shape.seed),
+        next_id: 0,
+        agents: Vec::new(),
+        calls: Vec::new(),
+        threads: Vec::new(),
+        mess: 0,
+        spread: 1,
+        spans: Vec::new(),
+    };
+    // Some traces crowd every host into the same moments, most spread them out.
+    g.spread = if g.rng.chance(30) {
+        40
+    } else {
+        1 + 80 * shape.hosts
+    };
+    g.mess = g.rng.below(3) as u64;
+    let config = Config {
+        close_wait: g
+            .rng
+            .pick(&[0.0, 0.5, 1.0, 3.0, 5.0, 5.0, 10.0, 10.0, 20.0]),
+        window_open: if g.rng.chance(30) {
+            WindowOpen::Response
+        } else {
+            WindowOpen::Call
+        },
+        max_window: if g.trouble(15) {
+            g.rng.pick(&[2.0, 5.0, 12.5, 30.0])
+        } else {
+            1.0e6
+        },
+        // Generated traces span well under `retain` (hours), so nothing is ever dropped for
+        // age and the reference need not model it.
+        ..Config::default()
+    };
+    for _ in 0..shape.hosts {
+        g.host(shape.max_turns.max(1));
+    }
+    let span = g
+        .agents
+        .iter()
+        .filter_map(|a| a.events.last())
+        .map(|e| e.t)
+        .fold(0.0, f64::max);
+    if g.rng.chance(40) {
+        for _ in 0..1 + g.rng.below(2) {
+            g.cross_thread_continuation();
+        }
+    }
+    if g.trouble(12) {
+        g.lossy_stream(span);
+    }
+    for _ in 0..g.rng.below(3) {
+        g.orphan_call(span);
+    }
+    let mess = g.mess;
+    let events = g.merge();
+    Generated {
+        events,
+        config,
+        mess,
+    }
+}
+
+/// The events as a trace v1 file.
+pub fn trace_text(events: &[Event]) -> String {
+    let mut text = format!("{HEADER}\n");
+    for ev in events {
+        text.push_str(&event_line(ev));
+    }
+    text
+}
+
+/// Writes the events as trace v1 and reads them back with the strict reader: `Ok` only for
+/// a valid trace, and then the events must come back unchanged.
+pub fn round_trip(events: &[Event]) -> Result<Vec<Event>, TraceError> {
+    read_all(trace_text(events).as_bytes(), "generated.jsonl")
+}

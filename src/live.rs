@@ -1,0 +1,795 @@
+//! Live correlation: relay events and MCP reports go to ONE correlator (the same code as
+//! replay), in `t` order, behind a watermark (design.md §4).
+//!
+//! Sources of events:
+//! - each observed stream: its observer task stamps events with the time the bytes passed
+//!   through the relay, so they arrive here late and slightly out of order across streams;
+//! - the ingest socket: MCP reports, whose `t` is when they reached the correlator.
+//!
+//! The watermark `W` is a time before which no relay event can still arrive. Events are held
+//! in a heap and fed to the correlator only once they are older than `W`, and the
+//! correlator's clock is advanced to `W` (never further), so no decision is ever taken before
+//! every relay event stamped at or before it has been applied.
+//!
+//! How `W` is known without locks on the data path: every observed stream is a [`Source`]
+//! with a `pending` counter (copies handed to its observer and not yet fully turned into
+//! events here) and `last_t` (the time of the copy its observer last took up). The data path
+//! increments `pending` *before* reading the clock for a copy; the observer sends the copy's
+//! events *before* decrementing it. So, reading the clock first (`now0`) and then each
+//! source: a source with nothing pending cannot produce an event older than `now0`, and one
+//! with something pending cannot produce one older than its `last_t` (observers never stamp
+//! backwards). The correlator task reads the marks first and drains its channel after, so
+//! every event older than `W` is in the heap when `W` is used.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use correlator::pseudo::Pseudonymizer;
+use correlator::records::Summary;
+use correlator::{trace, Config, Correlator, Event, EventKind, Millis, Record};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::Clock;
+
+/// One timed event, as sources hand them over (raw ids; pseudonymized here).
+pub type Timed = (Millis, EventKind);
+
+/// How many relay events may wait between the observers and the correlator task before the
+/// observers wait (they are off the data path, so waiting there is harmless).
+pub const EVENT_QUEUE: usize = 8192;
+
+/// The watermark state of one observed stream (see the module docs).
+#[derive(Debug)]
+pub struct Source {
+    pending: AtomicU64,
+    last_t: AtomicU64,
+}
+
+impl Source {
+    /// Counts one copy (or other unit of observer work) as pending. Call before reading the
+    /// clock for its time.
+    pub fn begin(&self) {
+        self.pending.fetch_add(1, AtomicOrdering::SeqCst);
+    }
+
+    /// One pending unit is done: its events (if any) were sent.
+    pub fn done(&self) {
+        self.pending.fetch_sub(1, AtomicOrdering::SeqCst);
+    }
+
+    /// The observer took up work stamped `t` (non-decreasing).
+    pub fn took_up(&self, t: Millis) {
+        self.last_t.store(t.to_bits(), AtomicOrdering::SeqCst);
+    }
+
+    fn mark(&self, now0: Millis) -> Millis {
+        if self.pending.load(AtomicOrdering::SeqCst) == 0 {
+            now0
+        } else {
+            f64::from_bits(self.last_t.load(AtomicOrdering::SeqCst))
+        }
+    }
+}
+
+/// Every observed stream that may still produce events.
+#[derive(Debug, Default)]
+pub struct Sources {
+    next: AtomicU64,
+    live: Mutex<HashMap<u64, Arc<Source>>>,
+}
+
+/// A registered source; deregisters when dropped (after its last events were sent).
+#[derive(Debug)]
+pub struct SourceGuard {
+    id: u64,
+    source: Arc<Source>,
+    sources: Arc<Sources>,
+}
+
+impl SourceGuard {
+    pub fn source(&self) -> &Arc<Source> {
+        &self.source
+    }
+}
+
+impl Drop for SourceGuard {
+    fn drop(&mut self) {
+        if let Ok(mut live) = self.sources.live.lock() {
+            live.remove(&self.id);
+        }
+    }
+}
+
+impl Sources {
+    /// Registers a stream with one unit of work already pending (its opening), before any
+    /// of its times is read from `clock`.
+    pub fn register(self: &Arc<Self>, clock: &Clock) -> SourceGuard {
+        let id = self.next.fetch_add(1, AtomicOrdering::Relaxed);
+        let source = Arc::new(Source {
+            pending: AtomicU64::new(1),
+            last_t: AtomicU64::new(0f64.to_bits()),
+        });
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(id, source.clone());
+        }
+        // Stamped after registration: the watermark may already have passed an earlier time.
+        source.took_up(clock.now_ms());
+        SourceGuard {
+            id,
+            source,
+            sources: self.clone(),
+        }
+    }
+
+    /// The watermark given `now0`, a clock reading taken before this call.
+    pub fn watermark(&self, now0: Millis) -> Millis {
+        let live = match self.live.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        live.values().fold(now0, |w, s| w.min(s.mark(now0)))
+    }
+
+    /// Streams still registered (in flight).
+    pub fn len(&self) -> usize {
+        self.live.lock().map(|l| l.len()).unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    t: Millis,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Held {
+    // Reversed: BinaryHeap is a max-heap and we want the oldest (then first-arrived) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .t
+            .total_cmp(&self.t)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// Holds events back until the watermark passes them and releases them in `t` order (ties in
+/// arrival order). Sans-IO, so the ordering rules are unit-tested on their own.
+#[derive(Debug, Default)]
+pub struct Sequencer {
+    heap: BinaryHeap<Held>,
+    seq: u64,
+    /// Every event released so far is older than this.
+    released: Millis,
+    /// Events that arrived stamped before what was already released and were moved up.
+    pub late: u64,
+}
+
+impl Sequencer {
+    /// Offers an event. One stamped before what was already released cannot be fed in its
+    /// place any more; it is moved up to the release point (for MCP reports that is simply
+    /// when the report reached the correlator, which is what their `t` means).
+    pub fn offer(&mut self, t: Millis, kind: EventKind) {
+        let t = if t < self.released {
+            self.late += 1;
+            self.released
+        } else {
+            t
+        };
+        self.seq += 1;
+        self.heap.push(Held {
+            t,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    /// Releases, in order, every held event older than `w`.
+    pub fn release(&mut self, w: Millis, mut each: impl FnMut(Event)) {
+        while self.heap.peek().is_some_and(|h| h.t < w) {
+            let h = self.heap.pop().expect("peeked");
+            each(Event {
+                t: h.t,
+                kind: h.kind,
+            });
+        }
+        if w > self.released {
+            self.released = w;
+        }
+    }
+
+    /// Releases everything (shutdown).
+    pub fn release_all(&mut self, mut each: impl FnMut(Event)) {
+        while let Some(h) = self.heap.pop() {
+            if h.t > self.released {
+                self.released = h.t;
+            }
+            each(Event {
+                t: h.t,
+                kind: h.kind,
+            });
+        }
+    }
+
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+/// A capture file: written in order, and seekable so that its header's `end` can be filled
+/// in when the run stops.
+pub trait Capture: Write + Seek + Send {}
+impl<T: Write + Seek + Send> Capture for T {}
+
+/// Where records and the capture go.
+pub struct Sinks {
+    /// Records v1, one line per record, flushed per record.
+    pub records: Box<dyn Write + Send>,
+    /// The sanitized trace v1, in the order events were fed to the correlator.
+    pub capture: Option<Box<dyn Capture>>,
+}
+
+pub struct LiveConfig {
+    pub correlator: Config,
+    pub pseudo: Pseudonymizer,
+    /// How often time is advanced while no event arrives.
+    pub tick: Duration,
+}
+
+/// What the rest of the relay uses to feed the correlator task.
+#[derive(Clone)]
+pub struct LiveHandle {
+    pub events: mpsc::Sender<Timed>,
+    pub sources: Arc<Sources>,
+}
+
+/// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
+const END_ROOM: usize = 32;
+
+/// The capture's first line: trace v1 with the options this run used, so that
+/// `windowtap replay FILE` decides with the same ones, and `"end"`: the time the correlator's
+/// clock had reached when the run stopped (null until then). A decision taken live while
+/// idle, after the last event, happened at a time no event of the trace shows; a replay that
+/// advances to `end` before finishing takes it at the same time.
+pub fn capture_header(c: &Config) -> String {
+    let mut s = String::from(r#"{"type":"trace","version":1,"close_wait":"#);
+    correlator::json::push_ms(&mut s, c.close_wait);
+    s.push_str(r#","window_open":""#);
+    s.push_str(c.window_open.as_str());
+    s.push_str(r#"","max_window":"#);
+    correlator::json::push_ms(&mut s, c.max_window);
+    s.push_str(r#","end":"#);
+    s.push_str(&end_value(None));
+    s.push('}');
+    s
+}
+
+/// `end`'s value padded to its fixed room.
+fn end_value(end: Option<Millis>) -> String {
+    let mut v = String::with_capacity(END_ROOM);
+    match end {
+        Some(t) => correlator::json::push_ms(&mut v, t),
+        None => v.push_str("null"),
+    }
+    if v.len() > END_ROOM {
+        v = "null".to_string();
+    }
+    while v.len() < END_ROOM {
+        v.push(' ');
+    }
+    v
+}
+
+/// Where `end`'s value starts in the header.
+fn end_offset(header: &str) -> u64 {
+    (header
+        .rfind(r#""end":"#)
+        .expect("the header has an end field")
+        + r#""end":"#.len()) as u64
+}
+
+struct Task {
+    clock: Clock,
+    sources: Arc<Sources>,
+    seq: Sequencer,
+    corr: Correlator,
+    pseudo: Pseudonymizer,
+    sinks: Sinks,
+    records: Vec<Record>,
+    summary: Summary,
+    line: String,
+    pushed: bool,
+    /// How far the correlator's clock was advanced with no event.
+    advanced: Option<Millis>,
+    /// Where the header's `end` value is in the capture.
+    end_at: u64,
+}
+
+impl Task {
+    fn offer(&mut self, (t, kind): Timed) {
+        let kind = self.pseudo.event(kind);
+        self.seq.offer(t, kind);
+    }
+
+    fn feed(&mut self, ev: Event) -> io::Result<()> {
+        if let Some(cap) = &mut self.sinks.capture {
+            self.line.clear();
+            trace::write_event(&mut self.line, &ev);
+            self.line.push('\n');
+            cap.write_all(self.line.as_bytes())?;
+        }
+        self.corr.push(&ev, &mut self.records);
+        self.pushed = true;
+        Ok(())
+    }
+
+    fn write_records(&mut self) -> io::Result<()> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        // The capture first: a record never names an event the capture lacks.
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+        }
+        for r in self.records.drain(..) {
+            self.summary.add(&r);
+            self.line.clear();
+            r.write_json(&mut self.line);
+            self.line.push('\n');
+            self.sinks.records.write_all(self.line.as_bytes())?;
+            self.sinks.records.flush()?;
+        }
+        Ok(())
+    }
+
+    /// One round: marks first, then whatever has arrived, then release and advance.
+    fn round(&mut self, rx: &mut mpsc::Receiver<Timed>, ingest: &mut Ingest) -> io::Result<()> {
+        let now0 = self.clock.now_ms();
+        let w = self.sources.watermark(now0);
+        while let Ok(ev) = rx.try_recv() {
+            self.offer(ev);
+        }
+        ingest.drain(|ev| self.offer(ev));
+        let mut released = Vec::new();
+        self.seq.release(w, |ev| released.push(ev));
+        for ev in released {
+            self.feed(ev)?;
+        }
+        if self.pushed {
+            self.corr.advance(w, &mut self.records);
+            self.advanced = Some(w);
+        }
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+        }
+        self.write_records()
+    }
+
+    fn finish(&mut self, rx: &mut mpsc::Receiver<Timed>, ingest: &mut Ingest) -> io::Result<()> {
+        while let Ok(ev) = rx.try_recv() {
+            self.offer(ev);
+        }
+        ingest.drain(|ev| self.offer(ev));
+        let mut released = Vec::new();
+        self.seq.release_all(|ev| released.push(ev));
+        for ev in released {
+            self.feed(ev)?;
+        }
+        self.corr.finish(&mut self.records);
+        if let Some(cap) = &mut self.sinks.capture {
+            cap.flush()?;
+            if let Some(end) = self.advanced {
+                let pos = cap.stream_position()?;
+                cap.seek(SeekFrom::Start(self.end_at))?;
+                cap.write_all(end_value(Some(end)).as_bytes())?;
+                cap.seek(SeekFrom::Start(pos))?;
+                cap.flush()?;
+            }
+        }
+        self.write_records()?;
+        self.sinks.records.flush()
+    }
+}
+
+/// The MCP reports channel (absent until the ingest socket is wired).
+struct Ingest(Option<mpsc::Receiver<Timed>>);
+
+impl Ingest {
+    fn drain(&mut self, mut each: impl FnMut(Timed)) {
+        if let Some(rx) = &mut self.0 {
+            while let Ok(ev) = rx.try_recv() {
+                each(ev);
+            }
+        }
+    }
+
+    async fn recv(&mut self) -> Option<Timed> {
+        match &mut self.0 {
+            Some(rx) => match rx.recv().await {
+                Some(ev) => Some(ev),
+                None => {
+                    // The ingest side went away: nothing more will come from it.
+                    self.0 = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Starts the correlator task. It runs until `shutdown` fires (or its sender is dropped),
+/// then feeds everything held, finishes the correlator and flushes both sinks.
+pub fn spawn(
+    cfg: LiveConfig,
+    clock: Clock,
+    mut sinks: Sinks,
+    ingest: Option<mpsc::Receiver<Timed>>,
+    shutdown: oneshot::Receiver<()>,
+) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Summary>>)> {
+    let header = capture_header(&cfg.correlator);
+    let mut end_at = 0;
+    if let Some(cap) = &mut sinks.capture {
+        end_at = cap.stream_position()? + end_offset(&header);
+        cap.write_all(header.as_bytes())?;
+        cap.write_all(b"\n")?;
+        cap.flush()?;
+    }
+    let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
+    let sources = Arc::new(Sources::default());
+    let mut task = Task {
+        clock,
+        sources: sources.clone(),
+        seq: Sequencer::default(),
+        corr: Correlator::new(cfg.correlator),
+        pseudo: cfg.pseudo,
+        sinks,
+        records: Vec::new(),
+        summary: Summary::default(),
+        line: String::with_capacity(512),
+        pushed: false,
+        advanced: None,
+        end_at,
+    };
+    let tick = cfg.tick;
+    let join = tokio::spawn(async move {
+        let mut ingest = Ingest(ingest);
+        let mut shutdown = shutdown;
+        let mut timer = tokio::time::interval(tick);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Events are taken in as they come (so the queue never fills) but fed and decided
+        // on the timer only: a round reads every source's mark, which is too much work to do
+        // per event with a thousand streams open, and a record is due within one tick anyway.
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                ev = rx.recv() => match ev {
+                    Some(ev) => task.offer(ev),
+                    None => break,
+                },
+                ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
+                _ = timer.tick() => task.round(&mut rx, &mut ingest)?,
+            }
+        }
+        task.finish(&mut rx, &mut ingest)?;
+        if task.seq.late > 0 {
+            tracing::debug!(
+                late = task.seq.late,
+                "events moved up to the watermark on arrival"
+            );
+        }
+        Ok(task.summary)
+    });
+    Ok((
+        LiveHandle {
+            events: tx,
+            sources,
+        },
+        join,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(s: &str) -> EventKind {
+        EventKind::StreamClose { stream: s.into() }
+    }
+
+    fn drain(seq: &mut Sequencer, w: Millis) -> Vec<(Millis, String)> {
+        let mut v = Vec::new();
+        seq.release(w, |e| v.push((e.t, e.kind.stream().unwrap().to_string())));
+        v
+    }
+
+    #[test]
+    fn events_are_released_in_time_order_once_the_watermark_passes_them() {
+        let mut s = Sequencer::default();
+        s.offer(5.0, close("b"));
+        s.offer(3.0, close("a"));
+        s.offer(5.0, close("c"));
+        s.offer(9.0, close("d"));
+        assert_eq!(
+            drain(&mut s, 5.0),
+            vec![(3.0, "a".to_string())],
+            "an event at the watermark itself waits"
+        );
+        assert_eq!(
+            drain(&mut s, 6.0),
+            vec![(5.0, "b".to_string()), (5.0, "c".to_string())],
+            "ties keep their arrival order"
+        );
+        assert_eq!(s.held(), 1);
+    }
+
+    #[test]
+    fn a_late_event_is_moved_up_to_the_release_point() {
+        let mut s = Sequencer::default();
+        s.offer(1.0, close("a"));
+        drain(&mut s, 10.0);
+        s.offer(4.0, close("late"));
+        assert_eq!(s.late, 1);
+        assert_eq!(drain(&mut s, 11.0), vec![(10.0, "late".to_string())]);
+    }
+
+    #[test]
+    fn an_idle_source_holds_nothing_back_and_a_busy_one_holds_at_its_last_work() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let g = sources.register(&clock);
+        let registered = f64::from_bits(g.source().last_t.load(AtomicOrdering::SeqCst));
+        // Its opening is pending: the watermark stays at its registration.
+        assert_eq!(sources.watermark(1e9), registered);
+        g.source().took_up(registered + 2.0);
+        assert_eq!(sources.watermark(1e9), registered + 2.0);
+        g.source().done();
+        assert_eq!(sources.watermark(1e9), 1e9);
+        g.source().begin();
+        assert_eq!(sources.watermark(1e9), registered + 2.0);
+        g.source().done();
+        drop(g);
+        assert_eq!(sources.len(), 0);
+        assert_eq!(sources.watermark(7.0), 7.0);
+    }
+
+    /// An in-memory file shared with the test.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<io::Cursor<Vec<u8>>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for Buf {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.0.lock().unwrap().seek(pos)
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().get_ref().clone()).unwrap()
+        }
+    }
+
+    /// Replays a capture as `windowtap replay` should: every event, then time advanced to
+    /// the header's `end`, then finish.
+    fn replay_capture(trace: &str, config: &Config) -> String {
+        let header: serde_json::Value =
+            serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+        let events = trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
+        let mut c = Correlator::new(config.clone());
+        let mut out = Vec::new();
+        for ev in &events {
+            c.push(ev, &mut out);
+        }
+        if let Some(end) = header["end"].as_f64() {
+            c.advance(end, &mut out);
+        }
+        c.finish(&mut out);
+        out.iter().map(|r| r.to_line()).collect()
+    }
+
+    use correlator::event::{CallKind, Client, Hints, Outcome, ResponseStatus, Transport};
+
+    /// Relay events of one stream, sent the way an observer task sends them: registered,
+    /// stamped when their bytes passed, deregistered after the close.
+    async fn stream_events(live: &LiveHandle, clock: &Clock, events: Vec<EventKind>) {
+        let guard = live.sources.register(clock);
+        for (i, kind) in events.into_iter().enumerate() {
+            if i > 0 {
+                guard.source().begin();
+            }
+            let t = clock.now_ms();
+            guard.source().took_up(t);
+            live.events.send((t, kind)).await.unwrap();
+            guard.source().done();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn claude_turn(
+        stream: &str,
+        request: &str,
+        outputs: Vec<String>,
+        call: Option<&str>,
+    ) -> Vec<EventKind> {
+        let response = format!("{stream}/r");
+        let mut v = vec![
+            EventKind::StreamOpen {
+                stream: stream.into(),
+                client: Client::Claude,
+                transport: Transport::Http,
+                thread: Some("sess".into()),
+            },
+            EventKind::Request {
+                stream: stream.into(),
+                request: request.into(),
+                previous_response: None,
+                outputs,
+            },
+            EventKind::ResponseStart {
+                stream: stream.into(),
+                response: response.clone(),
+                request: Some(request.into()),
+            },
+        ];
+        if let Some(call) = call {
+            v.push(EventKind::ToolCall {
+                stream: stream.into(),
+                response: response.clone(),
+                call: call.into(),
+                item: None,
+                name: "mcp__probe__echo".into(),
+                namespace: None,
+                kind: CallKind::ToolUse,
+            });
+        }
+        v.push(EventKind::ResponseEnd {
+            stream: stream.into(),
+            response,
+            status: ResponseStatus::Completed,
+        });
+        v.push(EventKind::StreamClose {
+            stream: stream.into(),
+        });
+        v
+    }
+
+    /// Runs a Claude tool loop with one MCP call inside its window through the live task
+    /// (with or without the continuation that closes the window); returns the records
+    /// written live and the records of `replay` over the capture written live.
+    async fn live_and_replayed(continuation: bool) -> (String, String) {
+        let clock = Clock::start();
+        let records = Buf::default();
+        let capture = Buf::default();
+        let (ingest_tx, ingest_rx) = mpsc::channel(16);
+        let (stop, stopped) = oneshot::channel();
+        let config = Config {
+            close_wait: 30.0,
+            ..Config::default()
+        };
+        let (live, task) = spawn(
+            LiveConfig {
+                correlator: config.clone(),
+                pseudo: Pseudonymizer::new(&[3; 32]),
+                tick: Duration::from_millis(5),
+            },
+            clock,
+            Sinks {
+                records: Box::new(records.clone()),
+                capture: Some(Box::new(capture.clone())),
+            },
+            Some(ingest_rx),
+            stopped,
+        )
+        .unwrap();
+        stream_events(
+            &live,
+            &clock,
+            claude_turn("s1", "q1", vec![], Some("toolu_1")),
+        )
+        .await;
+        let start = clock.now_ms();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let end = clock.now_ms();
+        ingest_tx
+            .send((
+                clock.now_ms(),
+                EventKind::McpInterval {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start,
+                    end,
+                    outcome: Outcome::Result,
+                    hints: Hints {
+                        tool_use_id: Some("toolu_1".into()),
+                        ..Hints::default()
+                    },
+                },
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if continuation {
+            stream_events(
+                &live,
+                &clock,
+                claude_turn("s2", "q2", vec!["toolu_1".into()], None),
+            )
+            .await;
+        }
+        // Idle long enough for timer-driven decisions (close_wait is 30 ms) to happen live.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.send(()).unwrap();
+        let summary = task.await.unwrap().unwrap();
+        assert_eq!(summary.total(), 1);
+
+        let trace = capture.text();
+        assert!(
+            !trace.contains("toolu_1") && !trace.contains("sess"),
+            "ids are pseudonymized"
+        );
+        (records.text(), replay_capture(&trace, &config))
+    }
+
+    #[tokio::test]
+    async fn live_records_equal_the_replay_of_the_capture() {
+        let (live, replayed) = live_and_replayed(true).await;
+        let record: serde_json::Value = serde_json::from_str(live.trim()).unwrap();
+        assert_eq!(record["decision"], "attributed", "{live}");
+        assert_eq!(replayed, live);
+    }
+
+    #[tokio::test]
+    async fn a_window_given_up_while_idle_replays_the_same() {
+        let (live, replayed) = live_and_replayed(false).await;
+        let record: serde_json::Value = serde_json::from_str(live.trim()).unwrap();
+        assert_eq!(record["reason"], "unclosed", "{live}");
+        assert_eq!(replayed, live);
+    }
+
+    #[test]
+    fn the_capture_header_carries_the_options() {
+        let h = capture_header(&Config::default());
+        assert!(h.starts_with(r#"{"type":"trace","version":1,"#));
+        let v: serde_json::Value = serde_json::from_str(&h).unwrap();
+        assert_eq!(v["close_wait"], 1000);
+        assert_eq!(v["window_open"], "call");
+        assert_eq!(v["max_window"], 1800000);
+        assert!(v["end"].is_null());
+        let at = end_offset(&h) as usize;
+        let filled = format!(
+            "{}{}{}",
+            &h[..at],
+            end_value(Some(1234.5)),
+            &h[at + END_ROOM..]
+        );
+        assert_eq!(filled.len(), h.len());
+        let v: serde_json::Value = serde_json::from_str(&filled).unwrap();
+        assert_eq!(v["end"], 1234.5);
+    }
+}

@@ -1,0 +1,130 @@
+//! The body that the relay streams through: each frame passes as it arrives, unchanged (the
+//! same `Bytes`, never re-buffered), while its length is counted and, on an observed stream,
+//! a clone is handed to the tap.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::tap::{Tap, TapMsg};
+
+/// Which way a body flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Client to upstream.
+    Request,
+    /// Upstream to client.
+    Response,
+}
+
+pub struct RelayBody<B> {
+    inner: B,
+    flow: Flow,
+    tap: Option<Arc<Tap>>,
+    bytes: Arc<AtomicU64>,
+    ended: bool,
+    failed: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Whatever must live as long as the body streams (the exchange's log line).
+    keep: Option<Arc<dyn Send + Sync>>,
+}
+
+impl<B: Body<Data = Bytes> + Unpin> RelayBody<B> {
+    /// Wraps `inner`. A request body that is already complete (no body at all) tells the tap
+    /// at once, since the client may never poll it.
+    pub fn new(inner: B, flow: Flow, tap: Option<Arc<Tap>>, bytes: Arc<AtomicU64>) -> Self {
+        let mut b = RelayBody {
+            inner,
+            flow,
+            tap,
+            bytes,
+            ended: false,
+            failed: None,
+            keep: None,
+        };
+        if b.inner.is_end_stream() {
+            b.end();
+        }
+        b
+    }
+
+    /// Sets a flag raised if the inner body fails (for the exchange log).
+    pub fn on_failure(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.failed = Some(flag);
+        self
+    }
+
+    /// Keeps `value` alive until the body is dropped.
+    pub fn keep(mut self, value: Arc<dyn Send + Sync>) -> Self {
+        self.keep = Some(value);
+        self
+    }
+
+    fn end(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if self.flow == Flow::Request {
+            if let Some(tap) = &self.tap {
+                tap.send(TapMsg::RequestEnd);
+            }
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for RelayBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    if let Some(tap) = &this.tap {
+                        if !data.is_empty() {
+                            tap.send(match this.flow {
+                                Flow::Request => TapMsg::RequestChunk(data.clone()),
+                                Flow::Response => TapMsg::ResponseChunk(data.clone()),
+                            });
+                        }
+                    }
+                }
+                // A body of known length may never be polled again once complete.
+                if this.inner.is_end_stream() {
+                    this.end();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(f) = &this.failed {
+                    f.store(true, Ordering::Relaxed);
+                }
+                // No end: the observer learns the stream broke when the tap closes.
+                this.ended = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                this.end();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

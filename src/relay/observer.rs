@@ -1,0 +1,105 @@
+//! The observer side: which exchanges are observed, and `correlator::observe`'s observers
+//! driven by the tap's copies. This is the only module that knows the observers' API.
+
+use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
+use correlator::EventKind;
+use http::HeaderMap;
+
+use super::tap::{StreamObserver, TapMsg};
+
+/// An exchange that will be observed: decided from its request head.
+pub struct Plan {
+    api: Api,
+    client: correlator::event::Client,
+    thread: Option<String>,
+}
+
+/// Whether `method path` (the path after the mount prefix) is a model stream route, and if so
+/// how to observe it. Header values are read here only to find the thread key.
+pub fn plan(method: &str, path: &str, websocket: bool, headers: &HeaderMap) -> Option<Plan> {
+    let api = observed_route(method, path, websocket)?;
+    let pairs: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_bytes()))
+        .collect();
+    let (client, thread) = classify(api, &pairs);
+    Some(Plan {
+        api,
+        client,
+        thread,
+    })
+}
+
+impl Plan {
+    fn info(self, stream: String) -> ExchangeInfo {
+        ExchangeInfo {
+            stream,
+            api: self.api,
+            client: self.client,
+            thread: self.thread,
+        }
+    }
+
+    pub fn open_http(
+        self,
+        stream: String,
+        request_encoding: Option<&str>,
+        out: &mut Vec<EventKind>,
+    ) -> Box<dyn StreamObserver> {
+        Box::new(HttpObserver::new(self.info(stream), request_encoding, out))
+    }
+
+    pub fn open_ws(
+        self,
+        stream: String,
+        extensions: Option<&str>,
+        out: &mut Vec<EventKind>,
+    ) -> Box<dyn StreamObserver> {
+        Box::new(WsObserver::new(self.info(stream), extensions, out))
+    }
+}
+
+impl StreamObserver for HttpObserver {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+        match msg {
+            TapMsg::RequestChunk(b) => self.request_chunk(&b, out),
+            TapMsg::RequestEnd => self.request_end(out),
+            TapMsg::ResponseHead {
+                status,
+                content_type,
+                content_encoding,
+            } => self.response_head(
+                status,
+                content_type.as_deref(),
+                content_encoding.as_deref(),
+                out,
+            ),
+            TapMsg::ResponseChunk(b) => self.response_chunk(&b, out),
+            // Not produced for HTTP exchanges.
+            TapMsg::ClientBytes(_) | TapMsg::ServerBytes(_) => {}
+        }
+    }
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+        HttpObserver::lost(self, reason, out)
+    }
+    fn close(&mut self, out: &mut Vec<EventKind>) {
+        HttpObserver::close(self, out)
+    }
+}
+
+impl StreamObserver for WsObserver {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+        match msg {
+            TapMsg::ClientBytes(b) => self.client_bytes(&b, out),
+            TapMsg::ServerBytes(b) => self.server_bytes(&b, out),
+            // Not produced for WebSocket connections.
+            _ => {}
+        }
+    }
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+        WsObserver::lost(self, reason, out)
+    }
+    fn close(&mut self, out: &mut Vec<EventKind>) {
+        WsObserver::close(self, out)
+    }
+}

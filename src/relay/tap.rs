@@ -1,0 +1,523 @@
+//! Taps: the data path hands cheap copies (`Bytes` clones) of what it forwards to a stream's
+//! observer task through a bounded channel, and never waits for it.
+//!
+//! If the channel is full the copy is dropped, the tap stops copying for good and the observer
+//! is told `lost("overflow")` (stamped with the moment of the first dropped copy) once it has
+//! taken up everything queued before. Each copy is stamped on the data path, when the bytes
+//! passed; the observer stamps the events a copy produces with that time, never its own.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use correlator::{EventKind, Millis};
+use tokio::sync::{mpsc, Notify};
+
+use crate::clock::Clock;
+use crate::live::{SourceGuard, Timed};
+
+/// What a copy is.
+#[derive(Debug)]
+pub enum TapMsg {
+    /// HTTP request body bytes, as received from the client.
+    RequestChunk(Bytes),
+    /// The whole request has passed.
+    RequestEnd,
+    /// The upstream's response head.
+    ResponseHead {
+        status: u16,
+        content_type: Option<String>,
+        content_encoding: Option<String>,
+    },
+    /// HTTP response body bytes, as received from the upstream.
+    ResponseChunk(Bytes),
+    /// WebSocket bytes from the client (raw frames, masked).
+    ClientBytes(Bytes),
+    /// WebSocket bytes from the upstream (raw frames).
+    ServerBytes(Bytes),
+}
+
+/// A stream observer as the tap drives it: one of `correlator::observe`'s observers.
+pub trait StreamObserver: Send {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>);
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>);
+    fn close(&mut self, out: &mut Vec<EventKind>);
+}
+
+/// Contains an observer's panics: a fault in a parser loses observation of its stream (reason
+/// `observer`), never the relay's forwarding nor, through a dead task, the watermark.
+pub struct Contained {
+    inner: Box<dyn StreamObserver>,
+    stream: String,
+    failed: bool,
+}
+
+impl Contained {
+    pub fn new(stream: String, inner: Box<dyn StreamObserver>) -> Self {
+        Contained {
+            inner,
+            stream,
+            failed: false,
+        }
+    }
+
+    fn guard(
+        &mut self,
+        out: &mut Vec<EventKind>,
+        f: impl FnOnce(&mut dyn StreamObserver, &mut Vec<EventKind>),
+    ) {
+        if self.failed {
+            return;
+        }
+        let before = out.len();
+        let inner = &mut *self.inner;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(inner, out)));
+        if caught.is_err() {
+            out.truncate(before);
+            self.failed = true;
+            tracing::warn!("an observer failed; observation of its stream stops");
+            out.push(EventKind::ObservationLost {
+                stream: self.stream.clone(),
+                reason: "observer".to_string(),
+            });
+        }
+    }
+}
+
+impl StreamObserver for Contained {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+        self.guard(out, |o, out| o.take(msg, out));
+    }
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+        self.guard(out, |o, out| o.lost(reason, out));
+    }
+    fn close(&mut self, out: &mut Vec<EventKind>) {
+        if !self.failed {
+            self.guard(out, |o, out| o.close(out));
+        }
+        if self.failed {
+            out.push(EventKind::StreamClose {
+                stream: self.stream.clone(),
+            });
+        }
+    }
+}
+
+const NONE: u64 = u64::MAX;
+
+/// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
+/// bounds their size (an upload's chunks can be large), so a stalled observer costs at most
+/// this much memory before its stream is marked lost.
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+
+struct Shared {
+    guard: SourceGuard,
+    /// The time of the first dropped copy (`NONE` while nothing was dropped).
+    overflow_at: AtomicU64,
+    /// When the data path let go of the tap (`NONE` while it holds it).
+    closed_at: AtomicU64,
+    /// Bytes of copies queued and not yet taken up.
+    queued_bytes: AtomicUsize,
+    wake: Notify,
+}
+
+impl Shared {
+    fn time(v: &AtomicU64) -> Option<Millis> {
+        match v.load(Ordering::SeqCst) {
+            NONE => None,
+            bits => Some(f64::from_bits(bits)),
+        }
+    }
+}
+
+/// The data-path end. Dropping it (when the exchange or connection is over) closes the
+/// observer's stream.
+pub struct Tap {
+    tx: mpsc::Sender<(Millis, TapMsg)>,
+    shared: Arc<Shared>,
+    clock: Clock,
+}
+
+impl Tap {
+    /// Hands one copy to the observer, or drops it if the observer is behind.
+    pub fn send(&self, msg: TapMsg) {
+        if Shared::time(&self.shared.overflow_at).is_some() {
+            return;
+        }
+        let source = self.shared.guard.source();
+        source.begin();
+        let t = self.clock.now_ms();
+        let size = msg.size();
+        let queued = self.shared.queued_bytes.fetch_add(size, Ordering::SeqCst) + size;
+        let sent = queued <= MAX_QUEUED_BYTES && self.tx.try_send((t, msg)).is_ok();
+        if !sent {
+            self.shared.queued_bytes.fetch_sub(size, Ordering::SeqCst);
+            // The unit stays pending until the observer has reported the loss; only the
+            // first overflow counts (two directions may race here).
+            if self
+                .shared
+                .overflow_at
+                .compare_exchange(NONE, t.to_bits(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                source.done();
+            }
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+impl TapMsg {
+    /// The bytes this copy holds.
+    pub fn size(&self) -> usize {
+        match self {
+            TapMsg::RequestChunk(b)
+            | TapMsg::ResponseChunk(b)
+            | TapMsg::ClientBytes(b)
+            | TapMsg::ServerBytes(b) => b.len(),
+            TapMsg::RequestEnd | TapMsg::ResponseHead { .. } => 0,
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.shared.guard.source().begin();
+        let t = self.clock.now_ms();
+        self.shared.closed_at.store(t.to_bits(), Ordering::SeqCst);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Test hook: an observer that takes nothing up until its stream has ended on the data path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stall(pub bool);
+
+/// What every tap of a run shares.
+#[derive(Clone)]
+pub struct Settings {
+    pub clock: Clock,
+    /// Copies queued per stream before it is marked `observation_lost`.
+    pub queue: usize,
+    /// Where observers send their events (the live correlator).
+    pub events: mpsc::Sender<Timed>,
+    pub stall: Stall,
+}
+
+/// Starts the observer task for one stream and returns its tap. The observer's `opening`
+/// events go out stamped `t_open`; the source in `guard` must have been registered before
+/// `t_open` was read.
+pub fn start(
+    guard: SourceGuard,
+    t_open: Millis,
+    observer: Box<dyn StreamObserver>,
+    opening: Vec<EventKind>,
+    settings: &Settings,
+) -> Tap {
+    let Settings {
+        clock,
+        queue,
+        events,
+        stall,
+    } = settings.clone();
+    let (tx, rx) = mpsc::channel(queue.max(1));
+    let shared = Arc::new(Shared {
+        guard,
+        overflow_at: AtomicU64::new(NONE),
+        closed_at: AtomicU64::new(NONE),
+        queued_bytes: AtomicUsize::new(0),
+        wake: Notify::new(),
+    });
+    tokio::spawn(run(
+        shared.clone(),
+        rx,
+        observer,
+        opening,
+        t_open,
+        events,
+        stall,
+    ));
+    Tap { tx, shared, clock }
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<(Millis, TapMsg)>,
+    mut observer: Box<dyn StreamObserver>,
+    opening: Vec<EventKind>,
+    t_open: Millis,
+    events: mpsc::Sender<Timed>,
+    stall: Stall,
+) {
+    let source = shared.guard.source().clone();
+    let mut last_t = t_open;
+    source.took_up(last_t);
+    let mut out = opening;
+    emit(&events, last_t, &mut out).await;
+    source.done();
+
+    if stall.0 {
+        while Shared::time(&shared.closed_at).is_none() {
+            shared.wake.notified().await;
+        }
+    }
+
+    let mut lost_reported = false;
+    loop {
+        let msg = tokio::select! {
+            biased;
+            m = rx.recv() => m,
+            _ = shared.wake.notified() => {
+                if Shared::time(&shared.closed_at).is_some() {
+                    // The data path let go; what is queued is all there will be.
+                    rx.close();
+                }
+                None
+            }
+        };
+        match msg {
+            Some((t, m)) => {
+                shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
+                last_t = last_t.max(t);
+                source.took_up(last_t);
+                if !lost_reported {
+                    observer.take(m, &mut out);
+                    emit(&events, last_t, &mut out).await;
+                }
+                source.done();
+            }
+            None if rx.is_closed() && rx.is_empty() => break,
+            None => {}
+        }
+        if !lost_reported && rx.is_empty() {
+            if let Some(t) = Shared::time(&shared.overflow_at) {
+                last_t = last_t.max(t);
+                source.took_up(last_t);
+                observer.lost("overflow", &mut out);
+                emit(&events, last_t, &mut out).await;
+                lost_reported = true;
+                source.done();
+            }
+        }
+    }
+    // Everything queued has been taken up: report a late overflow, then the end.
+    if !lost_reported {
+        if let Some(t) = Shared::time(&shared.overflow_at) {
+            last_t = last_t.max(t);
+            source.took_up(last_t);
+            observer.lost("overflow", &mut out);
+            emit(&events, last_t, &mut out).await;
+            source.done();
+        }
+    }
+    let t_close = Shared::time(&shared.closed_at)
+        .unwrap_or(last_t)
+        .max(last_t);
+    source.took_up(t_close);
+    observer.close(&mut out);
+    emit(&events, t_close, &mut out).await;
+    source.done();
+    // `shared` (and with it the source registration) goes when this task ends.
+}
+
+/// Sends a batch of events stamped `t`. A send fails only when the correlator task has
+/// stopped (shutdown): nothing to do then but keep draining so the data path never notices.
+async fn emit(events: &mpsc::Sender<Timed>, t: Millis, out: &mut Vec<EventKind>) {
+    let mut open = true;
+    for kind in out.drain(..) {
+        if open && events.send((t, kind)).await.is_err() {
+            open = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Sources;
+
+    /// Records what it is told as `stream_close`-shaped marker events, so tests can read the
+    /// order and the stamps.
+    struct Recorder;
+
+    fn mark(word: &str) -> EventKind {
+        EventKind::ObservationLost {
+            stream: "s".into(),
+            reason: word.to_string(),
+        }
+    }
+
+    impl StreamObserver for Recorder {
+        fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+            out.push(mark(match msg {
+                TapMsg::RequestChunk(_) => "req",
+                TapMsg::RequestEnd => "req_end",
+                TapMsg::ResponseHead { .. } => "head",
+                TapMsg::ResponseChunk(_) => "resp",
+                TapMsg::ClientBytes(_) => "client",
+                TapMsg::ServerBytes(_) => "server",
+            }));
+        }
+        fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+            out.push(mark(reason));
+        }
+        fn close(&mut self, out: &mut Vec<EventKind>) {
+            out.push(mark("close"));
+        }
+    }
+
+    fn word(k: &EventKind) -> String {
+        match k {
+            EventKind::ObservationLost { reason, .. } => reason.clone(),
+            other => other.type_name().to_string(),
+        }
+    }
+
+    async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let settings = Settings {
+            clock,
+            queue,
+            events: tx,
+            stall: Stall(stall),
+        };
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![mark("open")],
+            &settings,
+        );
+        drop(settings);
+        for _ in 0..copies {
+            tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        }
+        drop(tap);
+        let mut got = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            got.push(ev);
+        }
+        (got, sources)
+    }
+
+    #[tokio::test]
+    async fn copies_become_events_in_order_then_the_close() {
+        let (got, sources) = run_tap(64, false, 3).await;
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(words, ["open", "resp", "resp", "resp", "close"]);
+        assert!(
+            got.windows(2).all(|w| w[0].0 <= w[1].0),
+            "stamps never go back"
+        );
+        assert_eq!(
+            sources.watermark(1e12),
+            1e12,
+            "a finished stream holds nothing back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stalled_observer_loses_copies_and_is_told_overflow_after_what_was_queued() {
+        let (got, _) = run_tap(4, true, 50).await;
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(
+            words,
+            ["open", "resp", "resp", "resp", "resp", "overflow", "close"],
+            "four copies fit the queue; the rest were dropped, never waited for"
+        );
+        assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    struct Faulty;
+
+    impl StreamObserver for Faulty {
+        fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {
+            panic!("a parser bug");
+        }
+        fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
+        fn close(&mut self, _out: &mut Vec<EventKind>) {}
+    }
+
+    #[test]
+    fn a_panicking_observer_loses_its_stream_and_still_closes_it() {
+        let mut c = Contained::new("s9".into(), Box::new(Faulty));
+        let mut out = Vec::new();
+        c.take(TapMsg::RequestEnd, &mut out);
+        c.take(TapMsg::RequestEnd, &mut out);
+        c.close(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                EventKind::ObservationLost {
+                    stream: "s9".into(),
+                    reason: "observer".into()
+                },
+                EventKind::StreamClose {
+                    stream: "s9".into()
+                },
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let settings = Settings {
+            clock,
+            queue: 1000,
+            events: tx,
+            stall: Stall(true),
+        };
+        let tap = start(guard, clock.now_ms(), Box::new(Recorder), vec![], &settings);
+        drop(settings);
+        let chunk = Bytes::from(vec![0u8; 1 << 20]);
+        for _ in 0..10 {
+            tap.send(TapMsg::RequestChunk(chunk.clone()));
+        }
+        drop(tap);
+        let mut words = Vec::new();
+        while let Some((_, k)) = rx.recv().await {
+            words.push(word(&k));
+        }
+        assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
+    }
+
+    #[tokio::test]
+    async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let settings = Settings {
+            clock,
+            queue: 8,
+            events: tx,
+            stall: Stall(true),
+        };
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![mark("open")],
+            &settings,
+        );
+        drop(settings);
+        tap.send(TapMsg::ClientBytes(Bytes::from_static(b"x")));
+        // Its copy is queued and not taken up: nothing after the opening may be released.
+        let w = sources.watermark(clock.now_ms() + 1e6);
+        assert!(
+            w <= t_open,
+            "watermark {w} passed the stream's pending work at {t_open}"
+        );
+        drop(tap);
+        while rx.recv().await.is_some() {}
+    }
+}

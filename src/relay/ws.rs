@@ -1,0 +1,204 @@
+//! WebSocket forwarding: the upgrade request goes upstream, the upstream's `101` comes back as
+//! received, then raw bytes are spliced both ways. Frames are never parsed or re-framed here,
+//! so negotiated extensions (permessage-deflate) stay end to end.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::body::{Flow, RelayBody};
+use super::http::{
+    relay_error, respond, rest_path, strip_hop_by_hop, ExchangeLog, Failure, ResBody,
+};
+use super::mounts::Mount;
+use super::tap::{Tap, TapMsg};
+use super::{observer, State};
+
+/// After one side has ended cleanly, how long the other may still finish what it is sending.
+const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Read buffer per direction.
+const READ_CHUNK: usize = 16 * 1024;
+
+pub async fn forward_upgrade(
+    state: Arc<State>,
+    mount: Mount,
+    rest: String,
+    mut req: Request<Incoming>,
+) -> Response<ResBody> {
+    let log = ExchangeLog::new(&mount.name, req.method(), rest_path(&rest));
+    let plan = match &state.live {
+        Some(_) => observer::plan(req.method().as_str(), rest_path(&rest), true, req.headers()),
+        None => None,
+    };
+    let uri = match mount.upstream_uri(&rest) {
+        Ok(u) => u,
+        Err(_) => {
+            log.status.store(400, Ordering::Relaxed);
+            return relay_error(
+                &mount.name,
+                StatusCode::BAD_REQUEST,
+                "bad_path",
+                "the request path cannot be joined to the upstream URL",
+            );
+        }
+    };
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let (mut parts, body) = req.into_parts();
+    // The handshake keeps `Connection: upgrade` and `Upgrade`; every other hop-by-hop goes.
+    let upgrade = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Some(u) = upgrade {
+        parts.headers.insert(header::UPGRADE, u);
+    }
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    let upstream_req = Request::from_parts(
+        parts,
+        RelayBody::new(body, Flow::Request, None, log.up.clone()),
+    );
+
+    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req))
+        .await
+    {
+        Err(_) => Err(Failure::Timeout),
+        Ok(Err(e)) => Err(Failure::classify(&e)),
+        Ok(Ok(res)) => Ok(res),
+    };
+    let mut res = match res {
+        Ok(r) => r,
+        Err(f) => {
+            log.fail(f);
+            let status = if f == Failure::Timeout {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            log.status.store(status.as_u16(), Ordering::Relaxed);
+            return relay_error(
+                &mount.name,
+                status,
+                f.as_str(),
+                match f {
+                    Failure::Timeout => {
+                        "the upstream did not answer the WebSocket handshake in time"
+                    }
+                    _ => "the WebSocket handshake with the upstream failed",
+                },
+            );
+        }
+    };
+    if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Refused upgrade: an ordinary response, passed back as one.
+        return respond(res, None, log);
+    }
+    log.status.store(101, Ordering::Relaxed);
+    let tap = plan.and_then(|plan| {
+        let extensions = res
+            .headers()
+            .get(header::SEC_WEBSOCKET_EXTENSIONS)
+            .and_then(|v| v.to_str().ok());
+        state.start_tap(|stream, out| plan.open_ws(stream, extensions, out))
+    });
+    let upstream_upgrade = hyper::upgrade::on(&mut res);
+    tokio::spawn(async move {
+        let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
+            Ok(pair) => pair,
+            Err(_) => {
+                log.fail(Failure::Reset);
+                return;
+            }
+        };
+        splice(client, upstream, tap, &log).await;
+    });
+    // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
+    let (mut parts, _) = res.into_parts();
+    parts.version = Version::HTTP_11;
+    Response::from_parts(parts, Either::Right(Full::default()))
+}
+
+enum End {
+    /// The reader saw a clean end of stream.
+    Eof,
+    /// Reading or writing failed (a reset, an abrupt close).
+    Broken,
+}
+
+/// Copies one direction until it ends. Each read is written out in full and flushed before the
+/// next; a clone of the same bytes goes to the tap.
+async fn pump<R, W>(
+    mut from: R,
+    mut to: W,
+    tap: Option<&Tap>,
+    flow: Flow,
+    count: &AtomicU64,
+) -> (W, End)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    loop {
+        if buf.capacity() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        match from.read_buf(&mut buf).await {
+            Ok(0) => return (to, End::Eof),
+            Ok(_) => {}
+            Err(_) => return (to, End::Broken),
+        }
+        let chunk = buf.split().freeze();
+        count.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        if let Some(tap) = tap {
+            tap.send(match flow {
+                Flow::Request => TapMsg::ClientBytes(chunk.clone()),
+                Flow::Response => TapMsg::ServerBytes(chunk.clone()),
+            });
+        }
+        if to.write_all(&chunk).await.is_err() || to.flush().await.is_err() {
+            return (to, End::Broken);
+        }
+    }
+}
+
+async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &ExchangeLog) {
+    let (cr, cw) = tokio::io::split(TokioIo::new(client));
+    let (ur, uw) = tokio::io::split(TokioIo::new(upstream));
+    let tap_ref = tap.as_ref();
+    let up = pump(cr, uw, tap_ref, Flow::Request, &log.up);
+    let down = pump(ur, cw, tap_ref, Flow::Response, &log.down);
+    tokio::pin!(up, down);
+    tokio::select! {
+        (mut uw, end) = &mut up => {
+            if let End::Eof = end {
+                // The client finished sending: pass the end on, let the upstream finish.
+                let _ = uw.shutdown().await;
+                let _ = tokio::time::timeout(HALF_CLOSE_GRACE, &mut down).await;
+            } else {
+                log.fail(Failure::Reset);
+            }
+        }
+        (mut cw, end) = &mut down => {
+            if let End::Eof = end {
+                let _ = cw.shutdown().await;
+                let _ = tokio::time::timeout(HALF_CLOSE_GRACE, &mut up).await;
+            } else {
+                log.fail(Failure::Reset);
+            }
+        }
+    }
+    // Dropping both halves of both sides closes the connections.
+}

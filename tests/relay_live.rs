@@ -1,0 +1,630 @@
+//! Observation and live correlation through the relay binary: observed streams become trace
+//! v1 events in the capture (sanitized, replayable), a stalled observer never slows
+//! forwarding and marks its stream `observation_lost`, and the live records equal the replay
+//! of the capture.
+
+mod support;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use support::*;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+const CANARY: &str = "CANARY-SECRET-4e1d";
+
+fn anthropic_tool_turn() -> String {
+    let mut s = String::new();
+    for (name, data) in [
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":CANARY}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":format!("{{\"text\":\"{CANARY}\"}}")}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":1}),
+        ),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ] {
+        s.push_str(&sse_event(name, &data));
+    }
+    s
+}
+
+fn anthropic_text_turn() -> String {
+    let mut s = String::new();
+    for (name, data) in [
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ] {
+        s.push_str(&sse_event(name, &data));
+    }
+    s
+}
+
+/// An Anthropic upstream: a request without a tool_result gets the tool turn, one with it the
+/// text turn; each SSE event is its own frame.
+async fn anthropic_upstream(extra_events: usize) -> Upstream {
+    Upstream::start(
+        None,
+        handler(move |req| async move {
+            let body = read_body(req.into_body()).await;
+            let continues = String::from_utf8_lossy(&body).contains("tool_result");
+            let mut text = if continues {
+                anthropic_text_turn()
+            } else {
+                anthropic_tool_turn()
+            };
+            // Padding pings before the terminal event, for the stalled-observer test.
+            if extra_events > 0 {
+                let cut = text.rfind("event: message_stop").unwrap();
+                let mut pings = String::new();
+                for _ in 0..extra_events {
+                    pings.push_str(&sse_event("ping", &json!({"type":"ping"})));
+                }
+                text.insert_str(cut, &pings);
+            }
+            let (tx, body) = channel_body();
+            tokio::spawn(async move {
+                for ev in text.split_inclusive("\n\n") {
+                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            sse_response(body)
+        }),
+    )
+    .await
+}
+
+async fn claude_request(relay: &Relay, body: Value) -> Vec<u8> {
+    let req = request("POST", relay.addr, "/anthropic/v1/messages?beta=true")
+        .header("content-type", "application/json")
+        .header("x-api-key", CANARY)
+        .header("x-claude-code-session-id", "sess-1")
+        .body(full(body.to_string()))
+        .unwrap();
+    let res = send(relay.addr, req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    collect(res.into_body()).await.unwrap()
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+/// Replays a capture with `windowtap replay`, after `windowtap check` has accepted it.
+fn replay(capture: &Path) -> String {
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "check rejected the capture: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("replay")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "replay rejected the capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn assert_no_canary(what: &str, text: &str) {
+    assert!(
+        !text.contains(CANARY),
+        "a secret reached the {what}:\n{text}"
+    );
+    assert!(
+        !text.contains("toolu_1") && !text.contains("sess-1"),
+        "a raw id reached the {what}"
+    );
+}
+
+#[tokio::test]
+async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_records() {
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+    ]);
+    let first = claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[{"role":"user","content":CANARY}]}),
+    )
+    .await;
+    assert_eq!(first, anthropic_tool_turn().as_bytes());
+    let second = claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[
+            {"role":"user","content":CANARY},
+            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{"text":CANARY}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
+        ]}),
+    )
+    .await;
+    assert_eq!(second, anthropic_text_turn().as_bytes());
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let text = std::fs::read_to_string(&capture).unwrap();
+    assert_no_canary("capture", &text);
+    assert_no_canary("log", &relay.log());
+    let lines = capture_lines(&capture);
+    assert_eq!(lines[0]["type"], "trace");
+    let events = &lines[1..];
+    let t = types(events);
+    assert_eq!(
+        t.iter().filter(|x| **x == "stream_open").count(),
+        2,
+        "{t:?}"
+    );
+    assert_eq!(
+        t.iter().filter(|x| **x == "stream_close").count(),
+        2,
+        "{t:?}"
+    );
+    assert_eq!(t.iter().filter(|x| **x == "request").count(), 2, "{t:?}");
+    let opens: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "stream_open")
+        .collect();
+    assert_eq!(opens[0]["client"], "claude");
+    assert_eq!(opens[0]["transport"], "http");
+    assert!(opens[0]["thread"].is_string());
+    assert_eq!(
+        opens[0]["thread"], opens[1]["thread"],
+        "one session, one thread"
+    );
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .expect("a tool_call");
+    assert_eq!(call["name"], "mcp__probe__echo");
+    assert_eq!(call["kind"], "tool_use");
+    let cont = events
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        cont["outputs"],
+        json!([call["call"]]),
+        "the continuation names the call"
+    );
+    let ends: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response_end")
+        .collect();
+    assert!(ends.iter().all(|e| e["status"] == "completed"));
+    let times: Vec<f64> = events.iter().map(|e| e["t"].as_f64().unwrap()).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "the capture is in time order"
+    );
+
+    let live = std::fs::read_to_string(&records).unwrap();
+    assert_eq!(
+        replay(&capture),
+        live,
+        "live records equal the replay of the capture"
+    );
+}
+
+#[tokio::test]
+async fn a_codex_websocket_loop_is_observed_as_one_stream() {
+    // The Responses WebSocket upstream of relay_ws, answered in the prewarm / turn /
+    // continuation shape.
+    let up = Upstream::start(
+        None,
+        handler(|mut req| async move {
+            let res = support::ws::switching(&req, None);
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(up) = upgrade.await else { return };
+                let mut ws = WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None).await;
+                let mut n = 0;
+                while let Some(Ok(Message::Text(text))) = ws.next().await {
+                    n += 1;
+                    let req: Value = serde_json::from_str(&text).unwrap();
+                    let id = format!("resp_{n}");
+                    let mut evs = vec![json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}})];
+                    let mut output = json!([]);
+                    if req["generate"] != json!(false) && n == 2 {
+                        let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1","namespace":"mcp__probe","name":"echo","arguments":"{}","status":"completed"});
+                        evs.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
+                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
+                        output = json!([item]);
+                    }
+                    evs.push(json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}}));
+                    for ev in evs {
+                        let _ = ws.send(Message::text(ev.to_string())).await;
+                    }
+                }
+            });
+            res
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("openai", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+    ]);
+    let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let (status, _) = support::ws::client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[
+            ("originator", "codex_cli_rs"),
+            ("thread-id", "th-9"),
+            ("authorization", CANARY),
+        ],
+    )
+    .await;
+    assert_eq!(status, 101);
+    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    for r in [
+        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_1","input":[{"type":"message","role":"user","content":CANARY}]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_2","input":[{"type":"function_call_output","call_id":"call_1","output":CANARY}]}),
+    ] {
+        ws.send(Message::text(r.to_string())).await.unwrap();
+        loop {
+            let Some(Ok(Message::Text(t))) = tokio::time::timeout(WAIT, ws.next()).await.unwrap()
+            else {
+                panic!("stream ended")
+            };
+            if t.contains("response.completed") {
+                break;
+            }
+        }
+    }
+    drop(ws); // no close frame, like Codex
+              // Let the relay see the end before it is stopped.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(relay.stop().success());
+    let text = std::fs::read_to_string(&capture).unwrap();
+    assert!(!text.contains(CANARY));
+    let lines = capture_lines(&capture);
+    let events = &lines[1..];
+    let t = types(events);
+    assert_eq!(
+        t.iter().filter(|x| **x == "stream_open").count(),
+        1,
+        "{t:?}"
+    );
+    assert_eq!(events[0]["transport"], "websocket");
+    assert_eq!(events[0]["client"], "codex");
+    assert_eq!(t.iter().filter(|x| **x == "request").count(), 3, "{t:?}");
+    assert_eq!(
+        t.iter().filter(|x| **x == "response_end").count(),
+        3,
+        "{t:?}"
+    );
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .expect("a tool_call");
+    assert_eq!(
+        (call["namespace"].as_str(), call["name"].as_str()),
+        (Some("mcp__probe"), Some("echo"))
+    );
+    assert_eq!(t.last(), Some(&"stream_close"));
+    assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
+}
+
+#[tokio::test]
+async fn a_stalled_observer_never_slows_forwarding_and_marks_its_stream_lost() {
+    let up = anthropic_upstream(2000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        dir.path().join("records.jsonl").display().to_string(),
+        "--observer-queue".into(),
+        "4".into(),
+        "--test-stall-observers".into(),
+    ]);
+    let got = claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[]}),
+    )
+    .await;
+    let want = {
+        let mut text = anthropic_tool_turn();
+        let cut = text.rfind("event: message_stop").unwrap();
+        text.insert_str(
+            cut,
+            &sse_event("ping", &json!({"type":"ping"})).repeat(2000),
+        );
+        text
+    };
+    assert_eq!(
+        sha(&got),
+        sha(want.as_bytes()),
+        "every byte arrived although nobody observed"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(relay.stop().success());
+    let lines = capture_lines(&capture);
+    let lost: Vec<&Value> = lines
+        .iter()
+        .filter(|e| e["type"] == "observation_lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{lines:?}");
+    assert_eq!(lost[0]["reason"], "overflow");
+    assert_eq!(types(&lines[1..]).last(), Some(&"stream_close"));
+    replay(&capture);
+}
+
+fn responses_sse(id: &str, call: Option<&str>) -> String {
+    let mut s = sse_event(
+        "response.created",
+        &json!({"type":"response.created","sequence_number":0,"response":{"id":id,"status":"in_progress","output":[]}}),
+    );
+    let mut output = json!([]);
+    if let Some(call) = call {
+        let item = json!({"type":"function_call","id":"fc_7","call_id":call,"namespace":"mcp__probe",
+            "name":"echo","arguments":format!("{{\"text\":\"{CANARY}\"}}"),"status":"completed"});
+        s.push_str(&sse_event("response.output_item.added", &json!({"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":item})));
+        s.push_str(&sse_event("response.output_item.done", &json!({"type":"response.output_item.done","sequence_number":2,"output_index":0,"item":item})));
+        output = json!([item]);
+    }
+    s.push_str(&sse_event(
+        "response.completed",
+        &json!({"type":"response.completed","sequence_number":3,"response":{"id":id,"status":"completed","output":output}}),
+    ));
+    s
+}
+
+/// Codex over HTTP: zstd request bodies (as Codex sends them with a ChatGPT login), the whole
+/// input re-sent, the continuation carrying the function_call_output.
+#[tokio::test]
+async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched() {
+    let seen = Arc::new(Mutex::new(Vec::<[u8; 32]>::new()));
+    let keep = seen.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let keep = keep.clone();
+            async move {
+                assert_eq!(req.headers()["content-encoding"], "zstd");
+                let body = read_body(req.into_body()).await;
+                keep.lock().unwrap().push(sha(&body));
+                let plain = zstd::decode_all(&body[..]).unwrap();
+                let text = if String::from_utf8_lossy(&plain).contains("function_call_output") {
+                    responses_sse("resp_b", None)
+                } else {
+                    responses_sse("resp_a", Some("call_7"))
+                };
+                sse_response(full(text))
+            }
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("chatgpt", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+    ]);
+    let turn = json!({"model":"gpt-5","stream":true,"store":false,"input":[{"type":"message","role":"user","content":CANARY}]});
+    let cont = json!({"model":"gpt-5","stream":true,"store":false,"input":[
+        {"type":"message","role":"user","content":CANARY},
+        {"type":"function_call","call_id":"call_7","namespace":"mcp__probe","name":"echo","arguments":"{}"},
+        {"type":"function_call_output","call_id":"call_7","output":CANARY}]});
+    let mut sent = Vec::new();
+    for (body, want) in [
+        (turn, responses_sse("resp_a", Some("call_7"))),
+        (cont, responses_sse("resp_b", None)),
+    ] {
+        let packed = zstd::encode_all(body.to_string().as_bytes(), 3).unwrap();
+        sent.push(sha(&packed));
+        let req = request("POST", relay.addr, "/chatgpt/responses")
+            .header("content-type", "application/json")
+            .header("content-encoding", "zstd")
+            .header("originator", "codex_cli_rs")
+            .header("thread-id", "th-http")
+            .header("authorization", format!("Bearer {CANARY}"))
+            .body(full(packed))
+            .unwrap();
+        let res = send(relay.addr, req).await.unwrap();
+        assert_eq!(collect(res.into_body()).await.unwrap(), want.as_bytes());
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        sent,
+        "the compressed bodies reached the upstream as sent"
+    );
+    assert!(relay.stop().success());
+    let text = std::fs::read_to_string(&capture).unwrap();
+    assert_no_canary("capture", &text);
+    let lines = capture_lines(&capture);
+    let events = &lines[1..];
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .expect("a tool_call");
+    assert_eq!(call["kind"], "function");
+    let cont = events
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .nth(1)
+        .expect("two requests");
+    assert_eq!(cont["outputs"], json!([call["call"]]));
+    assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the struct we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The whole loop: a Claude tool turn through the relay, the MCP call reported on the ingest
+/// socket the way `windowtap wrap` reports it, the continuation. The call is attributed live,
+/// and replaying the capture gives the same record.
+#[tokio::test]
+async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_replay() {
+    use tokio::io::AsyncWriteExt;
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--records".into(),
+        records.display().to_string(),
+        "--close-wait".into(),
+        "200".into(),
+    ]);
+    let history = json!([{"role":"user","content":CANARY}]);
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":history}),
+    )
+    .await;
+
+    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
+        .await
+        .unwrap();
+    let start_ns = mono_ns();
+    let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
+        mono_ns()
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    sock.flush().await.unwrap();
+    // The report reaches the correlator before the host sends its continuation.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[
+            {"role":"user","content":CANARY},
+            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
+        ]}),
+    )
+    .await;
+    drop(sock);
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let live = std::fs::read_to_string(&records).unwrap();
+    assert_no_canary("records", &live);
+    let recs: Vec<Value> = live
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 1, "{live}");
+    assert_eq!(recs[0]["decision"], "attributed", "{live}");
+    assert_eq!(recs[0]["alias"], "probe");
+    let evidence: Vec<&str> = recs[0]["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        evidence.contains(&"tool_use_id") && evidence.contains(&"route"),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        replay(&capture),
+        live,
+        "live records equal the replay of the capture"
+    );
+}

@@ -1,0 +1,379 @@
+//! WebSocket forwarding through the relay binary: the upstream's 101 comes back as received,
+//! then every byte after the handshake passes unchanged both ways, compressed frames
+//! included, and an abrupt close on one side closes the other.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use support::ws::*;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
+
+/// The Responses events the scripted upstream answers a `response.create` with, in the
+/// prewarm / turn / continuation shape Codex uses over one WebSocket.
+fn responses_script(req: &Value) -> Vec<Value> {
+    let prev = req["previous_response_id"].as_str();
+    let created = |id: &str| json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}});
+    let completed = |id: &str, output: Value| json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}});
+    if req["generate"] == json!(false) {
+        return vec![created("resp_warm"), completed("resp_warm", json!([]))];
+    }
+    match prev {
+        Some("resp_warm") => {
+            let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1",
+                "namespace":"mcp__probe","name":"echo","arguments":"{\"text\":\"hi\"}","status":"completed"});
+            vec![
+                created("resp_turn"),
+                json!({"type":"response.output_item.added","output_index":0,"item":item}),
+                json!({"type":"response.output_item.done","output_index":0,"item":item}),
+                completed("resp_turn", json!([item])),
+            ]
+        }
+        _ => {
+            let msg = json!({"type":"message","id":"msg_1","role":"assistant",
+                "content":[{"type":"output_text","text":"done"}]});
+            vec![
+                created("resp_cont"),
+                json!({"type":"response.output_item.done","output_index":0,"item":msg}),
+                completed("resp_cont", json!([msg])),
+            ]
+        }
+    }
+}
+
+/// A WebSocket upstream speaking the Responses script through tungstenite, hashing every byte
+/// after its 101; it reports the digests when the connection ends.
+async fn responses_upstream(
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (Upstream, oneshot::Receiver<Digests>) {
+    let (tx, rx) = oneshot::channel();
+    let reports: Reports = Arc::new(Mutex::new(Some(tx)));
+    let up = Upstream::start(
+        tls,
+        handler(move |mut req| {
+            let reports = reports.clone();
+            async move {
+                let res = switching(&req, None);
+                let upgrade = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    let Ok(up) = upgrade.await else { return };
+                    let (io, tally) = Hashing::new(hyper_util::rt::TokioIo::new(up));
+                    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+                    while let Some(Ok(msg)) = ws.next().await {
+                        let Message::Text(text) = msg else { continue };
+                        let req: Value = serde_json::from_str(&text).unwrap();
+                        for ev in responses_script(&req) {
+                            if ws.send(Message::text(ev.to_string())).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    let d = tally.lock().unwrap().digests();
+                    if let Some(tx) = reports.lock().unwrap().take() {
+                        let _ = tx.send(d);
+                    }
+                });
+                res
+            }
+        }),
+    )
+    .await;
+    (up, rx)
+}
+
+async fn codex_loop_over(relay: &Relay, path: &str) -> Digests {
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (status, head) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        path,
+        &[
+            ("openai-beta", "responses_websockets=2026-02-06"),
+            ("originator", "codex_cli_rs"),
+            ("thread-id", "th-1"),
+            ("session-id", "th-1"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 101, "{head:?}");
+    assert!(
+        head.iter()
+            .any(|l| l.eq_ignore_ascii_case("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")),
+        "{head:?}"
+    );
+    let (io, tally) = Hashing::new(tcp);
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, None).await;
+    let requests = [
+        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm",
+               "input":[{"type":"message","role":"user","content":"call the tool"}]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_turn",
+               "input":[{"type":"function_call_output","call_id":"call_1","output":"hi"}]}),
+    ];
+    for r in requests {
+        ws.send(Message::text(r.to_string())).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(WAIT, ws.next())
+                .await
+                .expect("an event within the wait bound")
+                .expect("open")
+                .expect("a frame");
+            let Message::Text(t) = msg else { continue };
+            let ev: Value = serde_json::from_str(&t).unwrap();
+            if ev["type"] == "response.completed" {
+                break;
+            }
+        }
+    }
+    let d = tally.lock().unwrap().digests();
+    // Like Codex: exit without a close frame.
+    drop(ws);
+    d
+}
+
+#[tokio::test]
+async fn a_codex_websocket_loop_passes_byte_exact_over_plain_and_tls() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_file(dir.path(), "ca.pem", &pki.ca_pem);
+    let (plain, plain_done) = responses_upstream(None).await;
+    let (secure, secure_done) = responses_upstream(Some(pki.server.clone())).await;
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        plain.mount("openai", ""),
+        "--upstream".into(),
+        secure.mount("chatgpt", "/backend-api/codex"),
+        "--upstream-ca".into(),
+        ca.display().to_string(),
+    ]);
+    for (path, done) in [
+        ("/openai/v1/responses", plain_done),
+        ("/chatgpt/responses", secure_done),
+    ] {
+        let client = codex_loop_over(&relay, path).await;
+        // The abrupt client exit must end the upstream side too.
+        let upstream = tokio::time::timeout(WAIT, done)
+            .await
+            .unwrap_or_else(|_| panic!("{path}: the upstream never saw the client go"))
+            .unwrap();
+        assert!(client.written.1 > 0 && client.read.1 > 0);
+        assert_eq!(
+            client.written, upstream.read,
+            "{path}: client to upstream bytes"
+        );
+        assert_eq!(
+            upstream.written, client.read,
+            "{path}: upstream to client bytes"
+        );
+    }
+}
+
+/// A raw upstream: after its 101 (with permessage-deflate), for each step it reads exactly the
+/// client bytes it expects, then writes its own; then it reads to the end.
+async fn raw_upstream(
+    steps: Vec<(Vec<u8>, Vec<u8>)>,
+) -> (Upstream, oneshot::Receiver<(Digests, bool)>) {
+    let (tx, rx) = oneshot::channel();
+    let reports = Arc::new(Mutex::new(Some(tx)));
+    let steps = Arc::new(steps);
+    let up = Upstream::start(
+        None,
+        handler(move |mut req| {
+            let reports = reports.clone();
+            let steps = steps.clone();
+            async move {
+                let res = switching(&req, Some("permessage-deflate"));
+                let upgrade = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    let Ok(up) = upgrade.await else { return };
+                    let (mut io, tally) = Hashing::new(hyper_util::rt::TokioIo::new(up));
+                    let mut matched = true;
+                    for (expect, reply) in steps.iter() {
+                        let mut got = vec![0u8; expect.len()];
+                        if io.read_exact(&mut got).await.is_err() {
+                            matched = false;
+                            break;
+                        }
+                        matched &= &got == expect;
+                        io.write_all(reply).await.unwrap();
+                        io.flush().await.unwrap();
+                    }
+                    let mut rest = Vec::new();
+                    let _ = io.read_to_end(&mut rest).await;
+                    let d = tally.lock().unwrap().digests();
+                    if let Some(tx) = reports.lock().unwrap().take() {
+                        let _ = tx.send((d, matched));
+                    }
+                });
+                res
+            }
+        }),
+    )
+    .await;
+    (up, rx)
+}
+
+#[tokio::test]
+async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
+    let mut client_deflate = Deflater::default();
+    let mut server_deflate = Deflater::default();
+    let mask = |i: u8| Some([0x11 ^ i, 0x22, 0x33 ^ i, 0x44]);
+    let mut steps = Vec::new();
+    let turns = [
+        (
+            json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+            responses_script(&json!({"generate":false})),
+        ),
+        (
+            json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm","input":[]}),
+            responses_script(&json!({"previous_response_id":"resp_warm"})),
+        ),
+        (
+            json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_turn",
+                "input":[{"type":"function_call_output","call_id":"call_1","output":"hi"}]}),
+            responses_script(&json!({"previous_response_id":"resp_turn"})),
+        ),
+    ];
+    for (i, (req, events)) in turns.iter().enumerate() {
+        let c = frame(
+            1,
+            &client_deflate.message(&req.to_string()),
+            true,
+            mask(i as u8),
+        );
+        let mut s = Vec::new();
+        for ev in events {
+            s.extend(frame(
+                1,
+                &server_deflate.message(&ev.to_string()),
+                true,
+                None,
+            ));
+        }
+        steps.push((c, s));
+    }
+    let client_bytes: Vec<u8> = steps.iter().flat_map(|(c, _)| c.clone()).collect();
+    let server_bytes: Vec<u8> = steps.iter().flat_map(|(_, s)| s.clone()).collect();
+    let (up, done) = raw_upstream(steps.clone()).await;
+    let relay = Relay::start(&["--upstream".into(), up.mount("openai", "")]);
+
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (status, head) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[
+            (
+                "sec-websocket-extensions",
+                "permessage-deflate; client_max_window_bits",
+            ),
+            ("thread-id", "th-2"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 101);
+    assert!(
+        head.iter()
+            .any(|l| l.eq_ignore_ascii_case("sec-websocket-extensions: permessage-deflate")),
+        "the negotiated extension comes back as the upstream sent it: {head:?}"
+    );
+    let mut received = Vec::new();
+    for (c, s) in &steps {
+        tcp.write_all(c).await.unwrap();
+        let mut got = vec![0u8; s.len()];
+        tokio::time::timeout(WAIT, tcp.read_exact(&mut got))
+            .await
+            .expect("the reply within the wait bound")
+            .unwrap();
+        received.extend(got);
+    }
+    // Abrupt exit, no close frame.
+    drop(tcp);
+    let (upstream, matched) = tokio::time::timeout(WAIT, done)
+        .await
+        .expect("the upstream saw the end")
+        .unwrap();
+    assert!(matched, "the upstream got the client's frames unchanged");
+    assert_eq!(upstream.read, (sha(&client_bytes), client_bytes.len()));
+    assert_eq!(upstream.written, (sha(&server_bytes), server_bytes.len()));
+    assert_eq!(sha(&received), sha(&server_bytes));
+}
+
+#[tokio::test]
+async fn a_refused_upgrade_comes_back_as_an_ordinary_response() {
+    let up = Upstream::start(
+        None,
+        handler(|_req| async {
+            hyper::Response::builder()
+                .status(426)
+                .header("content-type", "application/json")
+                .body(full(r#"{"error":"upgrade required"}"#))
+                .unwrap()
+        }),
+    )
+    .await;
+    let relay = Relay::start(&["--upstream".into(), up.mount("openai", "")]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (status, head) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 426, "{head:?}");
+    let mut body = vec![0u8; r#"{"error":"upgrade required"}"#.len()];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut body))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(body, br#"{"error":"upgrade required"}"#);
+}
+
+#[tokio::test]
+async fn an_upstream_that_drops_the_connection_closes_the_client_side() {
+    let up = Upstream::start(
+        None,
+        handler(|mut req| async move {
+            let res = switching(&req, None);
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                if let Ok(up) = upgrade.await {
+                    let mut io = hyper_util::rt::TokioIo::new(up);
+                    let _ = io
+                        .write_all(&frame(1, b"{\"type\":\"bye\"}", false, None))
+                        .await;
+                    // Gone without a close frame.
+                }
+            });
+            res
+        }),
+    )
+    .await;
+    let relay = Relay::start(&["--upstream".into(), up.mount("openai", "")]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (status, _) = client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/openai/v1/responses",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 101);
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the client side closes when the upstream goes")
+        .unwrap();
+    assert_eq!(rest, frame(1, b"{\"type\":\"bye\"}", false, None));
+}

@@ -1,0 +1,371 @@
+//! Shared test support: the relay as the built binary, a scripted upstream (plain or TLS with
+//! a CA made at test time), a minimal HTTP/1.1 client and byte hashing.
+//!
+//! Everything listens on 127.0.0.1 with ephemeral ports; every wait is bounded.
+#![allow(dead_code)]
+
+pub mod ws;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// A bound for every wait in the tests: generous, since CI shares 2 cores.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+pub fn sha(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so both ends can agree without storing them.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        let n = (len - v.len()).min(8);
+        v.extend_from_slice(&b[..n]);
+    }
+    v
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// A body fed from a channel: each `Bytes` sent becomes one frame, written when sent.
+pub fn channel_body() -> (mpsc::Sender<Result<Bytes, std::io::Error>>, Body) {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item.map(Frame::data), rx))
+    });
+    (tx, StreamBody::new(stream).boxed())
+}
+
+/// A body of `chunks` frames of `pattern(len, seed)`, cut in `chunk` sized pieces.
+pub fn chunked_body(data: Arc<Vec<u8>>, chunk: usize) -> Body {
+    let n = data.len().div_ceil(chunk.max(1));
+    let stream = futures_util::stream::iter((0..n).map(move |i| {
+        let end = ((i + 1) * chunk).min(data.len());
+        Ok::<_, std::io::Error>(Frame::data(Bytes::copy_from_slice(&data[i * chunk..end])))
+    }));
+    StreamBody::new(stream).boxed()
+}
+
+// ---------------------------------------------------------------------------------------
+// The relay binary
+// ---------------------------------------------------------------------------------------
+
+pub struct Relay {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+    /// This relay's own ingest socket (relays of concurrent tests must not share one).
+    pub ingest: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Relay {
+    /// Starts `windowtap relay --listen 127.0.0.1:0 ARGS...` and waits for its banner.
+    pub fn start(args: &[String]) -> Relay {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = dir.path().join("ingest.sock");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("relay")
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--ingest")
+            .arg(&ingest)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting windowtap relay");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            let mut addr = None;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    addr = Some(rest.trim().to_string());
+                }
+                let banner_done = line.contains("ChatGPT login");
+                keep.lock().unwrap().push(line);
+                // The banner's last line: the whole banner is in `keep` now.
+                if banner_done {
+                    if let (Some(tx), Some(a)) = (tx.take(), addr.take()) {
+                        let _ = tx.send(a);
+                    }
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(a) => a.parse().expect("banner address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("relay did not start: {:?}", lines.lock().unwrap());
+            }
+        };
+        Relay {
+            child: Some(child),
+            addr,
+            stderr: lines,
+            ingest,
+            _dir: dir,
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                // Let the stderr reader catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("relay did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS material made at test time
+// ---------------------------------------------------------------------------------------
+
+pub struct Pki {
+    pub ca_pem: String,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+/// A CA and a leaf for `localhost` / `127.0.0.1` signed by it.
+pub fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)
+    .unwrap();
+    Pki {
+        ca_pem: ca_cert.pem(),
+        server: Arc::new(server),
+    }
+}
+
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+// ---------------------------------------------------------------------------------------
+// The scripted upstream
+// ---------------------------------------------------------------------------------------
+
+pub type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
+>;
+
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    Arc::new(move |req| Box::pin(f(req)))
+}
+
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub tls: bool,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    /// Serves `handler` on 127.0.0.1:0 (HTTP/1.1, upgrades allowed), TLS when `tls` is given.
+    pub async fn start(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let is_tls = tls.is_some();
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let handler = handler.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let h = handler.clone();
+                        async move { Ok::<_, Infallible>(h(req).await) }
+                    });
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(a) => {
+                            let Ok(tls) = a.accept(tcp).await else { return };
+                            let _ = builder
+                                .serve_connection(TokioIo::new(tls), service)
+                                .with_upgrades()
+                                .await;
+                        }
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(tcp), service)
+                                .with_upgrades()
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        Upstream {
+            addr,
+            tls: is_tls,
+            task,
+        }
+    }
+
+    /// The `--upstream` argument mounting this upstream as `name`.
+    pub fn mount(&self, name: &str, base: &str) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        let host = if self.tls {
+            format!("localhost:{}", self.addr.port())
+        } else {
+            self.addr.to_string()
+        };
+        format!("{name}={scheme}://{host}{base}")
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A plain HTTP/1.1 client
+// ---------------------------------------------------------------------------------------
+
+pub async fn send(
+    addr: SocketAddr,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, hyper::Error> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender.send_request(req).await
+}
+
+pub fn request(method: &str, addr: SocketAddr, path: &str) -> http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+}
+
+/// Reads a whole body (bounded in time).
+pub async fn collect(body: Incoming) -> Result<Vec<u8>, hyper::Error> {
+    let collected = tokio::time::timeout(WAIT, body.collect())
+        .await
+        .expect("body within the wait bound")?;
+    Ok(collected.to_bytes().to_vec())
+}
+
+/// Reads a whole request body on the upstream side.
+pub async fn read_body(body: Incoming) -> Vec<u8> {
+    body.collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+pub fn sse_response(body: Body) -> Response<Body> {
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap()
+}
+
+/// One SSE record with a JSON payload.
+pub fn sse_event(name: &str, data: &serde_json::Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+/// Reads the records of a finished run's capture.
+pub fn capture_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("capture lines are JSON"))
+        .collect()
+}
