@@ -206,8 +206,8 @@ def mcp_calls(host, events):
 
 
 def main():
-    host, direct, via, records, trace, canary = sys.argv[1:7]
-    scanned = sys.argv[7:]
+    host, direct, via, records, trace, replayed, canary = sys.argv[1:8]
+    scanned = sys.argv[8:]
     d, v = lines(direct), lines(via)
     norm = claude_norm if host == "claude" else codex_norm
     same = norm(d) == norm(v) and len(d) > 0
@@ -233,8 +233,10 @@ def main():
                     leaks.append(path.rsplit("/", 1)[-1])
         except FileNotFoundError:
             pass
+    # Replaying the captured trace must give the records the live run wrote.
+    replay_same = recs == [r for r in lines(replayed) if r.get("type") == "attribution"]
     ok = (same and calls >= 1 and len(recs) == calls and len(with_identity) == calls
-          and not leaks)
+          and not leaks and replay_same)
     why = []
     if not same:
         why.append("host output differs")
@@ -248,9 +250,11 @@ def main():
         why.append("abstained: " + ",".join(str(a) for a in abstained))
     if leaks:
         why.append("canary in " + ",".join(leaks))
+    if not replay_same:
+        why.append("replay of the trace gives other records")
     print(json.dumps({"ok": ok, "calls": calls, "records": len(recs),
                       "attributed": len(attributed), "evidence": evidence, "early": early,
-                      "same_output": same, "why": "; ".join(why)}))
+                      "same_output": same, "replay_same": replay_same, "why": "; ".join(why)}))
     if not same:
         with open(via + ".diff", "w") as f:
             json.dump({"direct": norm(d), "windowtap": norm(v)}, f, indent=1)
@@ -422,6 +426,7 @@ if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; f
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
 say "$CLAUDE_VER; $CODEX_VER; windowtap driven by: $WT_MODE"
+started=$SECONDS
 ROWS=()
 fail=0
 for scenario in "${scenarios[@]}"; do
@@ -430,7 +435,7 @@ for scenario in "${scenarios[@]}"; do
         drc=0
         one_run "$scenario" "$hold" direct || drc=$?
         d="$RUNS/$scenario-h$hold-direct"
-        direct_calls=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null x |
+        direct_calls=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null /dev/null x |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
         answers=$(python3 -c 'import json,sys
 print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "answer" in l and json.loads(l).get("answer") not in ("websocket","models","hello")))' "$d/upstream.log")
@@ -443,16 +448,25 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         vrc=0
         one_run "$scenario" "$hold" windowtap || vrc=$?
         v="$RUNS/$scenario-h$hold-windowtap"
+        # The capture and the records must be valid, and replaying the capture offline must
+        # give the records the live run wrote.
+        checked=yes
+        "$WT" check "$v/trace.jsonl" "$v/records.jsonl" >"$v/check.out" 2>&1 || checked=NO
+        "$WT" replay "$v/trace.jsonl" -o "$v/replayed.jsonl" >/dev/null 2>"$v/replay.err" || true
         result=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
-            "$v/records.jsonl" "$v/trace.jsonl" "$CANARY" "$v/records.jsonl" "$v/trace.jsonl" "$v/relay.err" \
+            "$v/records.jsonl" "$v/trace.jsonl" "$v/replayed.jsonl" "$CANARY" "$v/records.jsonl" "$v/trace.jsonl" "$v/relay.err" \
             "$v/relay.out" "$v/host.err")
         # `why` is last, so it takes the rest of the line, spaces and all.
-        read -r ok calls recs attributed early evidence same why < <(python3 -c 'import json,sys
+        read -r ok calls recs attributed early evidence same replay why < <(python3 -c 'import json,sys
 r=json.loads(sys.argv[1])
-print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r["evidence"]) or "-", "yes" if r["same_output"] else "NO", r["why"] or "-")' "$result")
+print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r["evidence"]) or "-", "yes" if r["same_output"] else "NO", "yes" if r["replay_same"] else "NO", r["why"] or "-")' "$result")
         status=PASS
-        if [ "$ok" != True ] || [ "$drc" != 0 ] || [ "$vrc" != 0 ]; then status=FAIL; fail=1; fi
-        ROWS+=("$(printf '%-20s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-42s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$evidence" "$status" "$why")")
+        if [ "$checked" != yes ]; then why="windowtap check failed ($v/check.out); $why"; fi
+        if [ "$ok" != True ] || [ "$checked" != yes ] || [ "$drc" != 0 ] || [ "$vrc" != 0 ]; then
+            status=FAIL
+            fail=1
+        fi
+        ROWS+=("$(printf '%-20s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-5s %-6s %-42s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$checked" "$replay" "$evidence" "$status" "$why")")
     done
 done
 
@@ -462,9 +476,9 @@ done
     if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
         printf '%-20s %5s  %-5s %3s  %-42s %s\n' scenario hold rc mcp "upstream answers" status
     else
-        printf '%-20s %5s  %-5s %3s  %-7s %5s  %-4s %-42s %s\n' scenario hold rc mcp rec/att early same evidence status
+        printf '%-20s %5s  %-5s %3s  %-7s %5s  %-4s %-5s %-6s %-42s %s\n' scenario hold rc mcp rec/att early same check replay evidence status
     fi
     printf '%s\n' "${ROWS[@]}"
-    echo "runs: $RUNS"
+    echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"
 exit $fail
