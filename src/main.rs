@@ -10,7 +10,6 @@ mod otlp;
 mod relay;
 mod replay_cmd;
 mod report;
-#[allow(dead_code)] // wired to the relay in `windowtap run` once the relay lands
 mod run;
 mod wrap;
 
@@ -29,6 +28,8 @@ enum Command {
     Replay(replay_cmd::ReplayArgs),
     /// Run the transparent relay that Claude Code and Codex are pointed at.
     Relay(relay::RelayArgs),
+    /// Start the relay, point Claude Code or Codex at it, and wrap every stdio MCP server.
+    Run(run::RunArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
     Wrap(wrap::WrapArgs),
     /// Draw attribution records (and optionally their trace) as an HTML timeline.
@@ -48,6 +49,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay::main(args),
+        Command::Run(args) => run::main(args),
         Command::Wrap(args) => wrap::main(args),
         Command::Report(args) => report::main(args),
         Command::Check(args) => check::main(args),

@@ -161,6 +161,15 @@ pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Replayed> {
         c.push(&ev, &mut out);
     }
     if let Some(c) = &mut correlator {
+        // A live capture says how far the relay's clock got: decisions it took while idle,
+        // after the last event, happen at the same times here.
+        if let Some(end) = reader
+            .header()
+            .and_then(|h| h.get("end"))
+            .and_then(Value::as_f64)
+        {
+            c.advance(end, &mut out);
+        }
         c.finish(&mut out);
     } else {
         // A header with no events: still check its options.

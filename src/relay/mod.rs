@@ -48,9 +48,10 @@ Examples:
   windowtap relay --records records.jsonl --capture trace.jsonl
   windowtap relay --upstream anthropic=https://gateway.example/anthropic")]
 pub struct RelayArgs {
-    /// Address to listen on (loopback only unless --allow-remote).
-    #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
-    listen: SocketAddr,
+    /// Address to listen on, loopback only unless --allow-remote [default: 127.0.0.1:8787 for
+    /// `relay`, an ephemeral loopback port for `run`].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
     /// Allow a non-loopback --listen address.
     #[arg(long)]
     allow_remote: bool,
@@ -62,7 +63,7 @@ pub struct RelayArgs {
     upstream_ca: Option<PathBuf>,
     /// Write attribution records here instead of stdout.
     #[arg(long, value_name = "FILE")]
-    records: Option<PathBuf>,
+    pub records: Option<PathBuf>,
     /// Write the sanitized trace v1 of this run here (replayable with `windowtap replay`).
     #[arg(long, value_name = "FILE")]
     capture: Option<PathBuf>,
@@ -92,7 +93,7 @@ pub struct RelayArgs {
     response_timeout: u64,
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
-    log: String,
+    pub log: String,
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
@@ -233,14 +234,18 @@ pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
     s
 }
 
-pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
-    init_logging(&args.log);
-    raise_open_files_limit();
-    if !args.listen.ip().is_loopback() && !args.allow_remote {
+/// The relay's configuration and opened sinks from its options. `run` shares this, with its
+/// own listen address, ingest socket and extra mounts (which win over `--upstream`).
+pub fn relay_config(
+    args: &RelayArgs,
+    listen: SocketAddr,
+    ingest: PathBuf,
+    extra_mounts: &[Mount],
+) -> anyhow::Result<(RelayConfig, Sinks)> {
+    if !listen.ip().is_loopback() && !args.allow_remote {
         bail!(
-            "--listen {} is not a loopback address; the relay carries credentials, so it \
-             listens on loopback only unless --allow-remote is given",
-            args.listen
+            "--listen {listen} is not a loopback address; the relay carries credentials, so it \
+             listens on loopback only unless --allow-remote is given"
         );
     }
     for (name, v) in [
@@ -268,9 +273,11 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             None => None,
         },
     };
+    let mut upstreams = args.upstreams.clone();
+    upstreams.extend(extra_mounts.iter().cloned());
     let config = RelayConfig {
-        listen: args.listen,
-        mounts: Mounts::with_overrides(&args.upstreams),
+        listen,
+        mounts: Mounts::with_overrides(&upstreams),
         extra_roots,
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
@@ -281,10 +288,21 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             ..Config::default()
         },
         key,
-        ingest: Some(crate::ingest::listen_path(args.ingest.clone())?),
+        ingest: Some(ingest),
         observer_queue: args.observer_queue,
         stall: Stall(args.test_stall_observers),
     };
+    Ok((config, sinks))
+}
+
+pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
+    init_logging(&args.log);
+    raise_open_files_limit();
+    let listen = args
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8787)));
+    let ingest = crate::ingest::listen_path(args.ingest.clone())?;
+    let (config, sinks) = relay_config(&args, listen, ingest, &[])?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -422,7 +440,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
 
 /// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
 /// the relay near 500 streams, so the soft limit is raised to the hard one.
-fn raise_open_files_limit() {
+pub fn raise_open_files_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -438,7 +456,7 @@ fn raise_open_files_limit() {
     }
 }
 
-fn init_logging(level: &str) {
+pub fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()

@@ -4,7 +4,15 @@
 pub mod claude;
 pub mod codex;
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::clock::Clock;
+use crate::relay::mounts::Mount;
+use crate::relay::{init_logging, raise_open_files_limit, relay_config, start, RelayArgs};
 
 /// An MCP server the host would start, and whether windowtap observes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,4 +49,189 @@ impl WrapWith {
         wargs.extend(args.iter().cloned());
         (self.exe.display().to_string(), wargs)
     }
+}
+
+/// Which host `windowtap run` launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Host {
+    Claude,
+    Codex,
+}
+
+impl Host {
+    fn of(program: &str) -> Option<Host> {
+        let name = Path::new(program).file_name()?.to_str()?;
+        if name.starts_with("claude") {
+            Some(Host::Claude)
+        } else if name.starts_with("codex") {
+            Some(Host::Codex)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+The relay listens on an ephemeral loopback port (unless --listen is given) and MCP reports come
+in on a private socket. Records go to --records (default: a new file under
+$XDG_STATE_HOME/windowtap, named in the summary).
+
+Examples:
+  windowtap run -- claude -p \"list the files\" --mcp-config mcp.json
+  windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"")]
+pub struct RunArgs {
+    #[command(flatten)]
+    relay: RelayArgs,
+    /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
+    #[arg(long, default_value = "auto", value_name = "auto|api|chatgpt", value_parser = ["auto", "api", "chatgpt"])]
+    codex_auth: String,
+    /// The host and its arguments: `claude …` or `codex …`.
+    #[arg(last = true, required = true, value_name = "HOST ARGS")]
+    host: Vec<String>,
+}
+
+fn default_records_path() -> anyhow::Result<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("windowtap");
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    Ok(base.join(format!("records-{stamp}.jsonl")))
+}
+
+pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let program = args
+        .host
+        .first()
+        .context("name the host to run: `-- claude …` or `-- codex …`")?
+        .clone();
+    let host = Host::of(&program).with_context(|| {
+        format!("`{program}` is neither claude nor codex; windowtap run launches those two hosts")
+    })?;
+    let host_args: Vec<String> = args.host[1..].to_vec();
+    let dir = tempfile::Builder::new()
+        .prefix("windowtap-run-")
+        .tempdir()
+        .context("creating a private directory")?;
+    let ingest = dir.path().join("ingest.sock");
+    let wrap = WrapWith {
+        exe: std::env::current_exe().context("finding the windowtap executable")?,
+        ingest: ingest.clone(),
+    };
+    if args.relay.records.is_none() {
+        args.relay.records = Some(default_records_path()?);
+    }
+    let records_path = args.relay.records.clone();
+
+    // Upstreams the host was already pointed at become the relay's upstreams.
+    let mut mounts: Vec<Mount> = Vec::new();
+    if host == Host::Claude {
+        if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
+            mounts.push(
+                Mount::new("anthropic", &url)
+                    .map_err(|e| anyhow::anyhow!("ANTHROPIC_BASE_URL: {e}"))?,
+            );
+        }
+    }
+    let codex_home = std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
+        .unwrap_or_else(|| PathBuf::from(".codex"));
+    let auth = match args.codex_auth.as_str() {
+        "api" => codex::Auth::ApiKey,
+        "chatgpt" => codex::Auth::ChatGpt,
+        _ => codex::Auth::Auto,
+    };
+    if host == Host::Codex {
+        // The mounts do not depend on the relay's address: plan once to learn them.
+        let probe = codex::plan(&host_args, &codex_home, &wrap, "http://relay", auth)?;
+        for (name, url) in probe.mounts {
+            mounts.push(
+                Mount::new(&name, &url)
+                    .map_err(|e| anyhow::anyhow!("model provider base_url: {e}"))?,
+            );
+        }
+    }
+
+    let listen = args
+        .relay
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let (config, sinks) = relay_config(&args.relay, listen, ingest.clone(), &mounts)?;
+    init_logging(&args.relay.log);
+    raise_open_files_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let running = start(config, Clock::start(), sinks).await?;
+        let base = format!("http://{}", running.addr);
+        let (argv, env, servers, target) = match host {
+            Host::Claude => {
+                let sources = claude::Sources {
+                    user_config: std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(".claude.json")),
+                    cwd: std::env::current_dir().context("reading the working directory")?,
+                };
+                let plan = claude::plan(&host_args, &sources, &wrap, dir.path())?;
+                let url = format!("{base}/anthropic");
+                (
+                    plan.args,
+                    vec![("ANTHROPIC_BASE_URL".to_string(), url.clone())],
+                    plan.servers,
+                    url,
+                )
+            }
+            Host::Codex => {
+                let plan = codex::plan(&host_args, &codex_home, &wrap, &base, auth)?;
+                (plan.args, Vec::new(), plan.servers, plan.base_url)
+            }
+        };
+        eprintln!("windowtap run: relay on {base}; {program} → {target}");
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&argv).envs(env).env(crate::ingest::ENV, &ingest);
+        let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+        // Ctrl-C reaches the host through the terminal's process group; SIGTERM is passed on.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let status = loop {
+            tokio::select! {
+                s = child.wait() => break s.context("waiting for the host")?,
+                _ = term.recv() => if let Some(pid) = child.id() {
+                    // SAFETY: kill only sends a signal to the child we started.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                },
+                _ = int.recv() => {}
+            }
+        };
+        let summary = running.stop().await?;
+        eprintln!("windowtap run: {summary}");
+        if let Some(p) = &records_path {
+            eprintln!("windowtap run: records in {}", p.display());
+        }
+        for s in servers.iter().filter(|s| !s.observed) {
+            eprintln!(
+                "windowtap run: MCP server `{}` ({}) is not observed: {}",
+                s.alias,
+                s.origin,
+                s.note.as_deref().unwrap_or("not a stdio server")
+            );
+        }
+        if servers.iter().all(|s| !s.observed) {
+            eprintln!("windowtap run: no stdio MCP server was found to wrap");
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        drop(dir);
+        anyhow::Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    })
 }
