@@ -15,6 +15,7 @@
 pub mod decide;
 pub mod event;
 pub mod json;
+pub mod lines;
 pub mod observe;
 pub mod pseudo;
 pub mod records;

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
+use crate::lines::{fault, kind_of, line_fault, Fault, Fields, LineError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -247,69 +248,8 @@ impl fmt::Display for Summary {
 // checks what the decision rule guarantees of every record (design.md §4, §6), so that a
 // checker run over a records file catches a correlator that breaks its own rule.
 
-/// A malformed records line.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub struct RecordError {
-    /// The file (or other source) the line came from.
-    pub source_name: String,
-    /// 1-based line number.
-    pub line: usize,
-    /// The field at fault, when one is (`window.close` for a window's field).
-    pub field: Option<&'static str>,
-    pub message: String,
-}
-
-impl fmt::Display for RecordError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: ", self.source_name, self.line)?;
-        if let Some(field) = self.field {
-            write!(f, "field `{field}`: ")?;
-        }
-        f.write_str(&self.message)
-    }
-}
-
-/// A fault found on one line, before it is tied to a source and line number.
-struct Fault {
-    field: Option<&'static str>,
-    message: String,
-}
-
-fn fault(field: &'static str, message: impl Into<String>) -> Fault {
-    Fault {
-        field: Some(field),
-        message: message.into(),
-    }
-}
-
-fn line_fault(message: impl Into<String>) -> Fault {
-    Fault {
-        field: None,
-        message: message.into(),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Typed access to one object's fields; `name` maps a key to what errors call it.
-struct Fields<'a> {
-    obj: &'a Map<String, Value>,
-    /// Maps a bare key to the name errors use (`close` -> `window.close`).
-    name: fn(&'static str) -> &'static str,
-}
-
-fn bare(k: &'static str) -> &'static str {
-    k
-}
+/// A malformed records line: source, line number, field and what was wrong.
+pub type RecordError = LineError;
 
 fn in_window(k: &'static str) -> &'static str {
     match k {
@@ -323,59 +263,9 @@ fn in_window(k: &'static str) -> &'static str {
     }
 }
 
-impl Fields<'_> {
-    fn get(&self, k: &'static str) -> Result<&Value, Fault> {
-        self.obj
-            .get(k)
-            .ok_or_else(|| fault((self.name)(k), "missing"))
-    }
-
-    fn wrong(&self, k: &'static str, want: &str, got: &Value) -> Fault {
-        fault(
-            (self.name)(k),
-            format!("expected {want}, got {}", kind_of(got)),
-        )
-    }
-
-    fn string(&self, k: &'static str) -> Result<String, Fault> {
-        match self.get(k)? {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(self.wrong(k, "a string", other)),
-        }
-    }
-
-    fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
-        match self.get(k)? {
-            Value::String(s) => Ok(Some(s.clone())),
-            Value::Null => Ok(None),
-            other => Err(self.wrong(k, "a string or null", other)),
-        }
-    }
-
-    fn time(&self, k: &'static str) -> Result<Millis, Fault> {
-        match self.get(k)? {
-            Value::Number(n) => match n.as_f64() {
-                Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
-                _ => Err(fault(
-                    (self.name)(k),
-                    format!("must be a finite number >= 0, got {n}"),
-                )),
-            },
-            other => Err(self.wrong(k, "a number", other)),
-        }
-    }
-
-    fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
-        match self.get(k)? {
-            Value::Null => Ok(None),
-            _ => self.time(k).map(Some),
-        }
-    }
-}
-
 /// Parses one `attribution` line, checking fields, types and the rule's invariants.
 fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
-    let f = Fields { obj, name: bare };
+    let f = Fields::new(obj);
     match f.get("version")? {
         Value::Number(n) if n.as_u64() == Some(1) => {}
         other => {
@@ -618,12 +508,7 @@ impl<R: BufRead> RecordReader<R> {
     }
 
     fn error(&self, f: Fault) -> RecordError {
-        RecordError {
-            source_name: self.source_name.clone(),
-            line: self.line_no,
-            field: f.field,
-            message: f.message,
-        }
+        f.at(&self.source_name, self.line_no)
     }
 
     fn parse_line(&mut self) -> Result<Option<Record>, Fault> {
@@ -641,11 +526,7 @@ impl<R: BufRead> RecordReader<R> {
         };
         let first = !self.seen_line;
         self.seen_line = true;
-        let ty = Fields {
-            obj: &obj,
-            name: bare,
-        }
-        .string("type")?;
+        let ty = Fields::new(&obj).string("type")?;
         match ty.as_str() {
             "attribution" => parse_record(&obj).map(Some),
             "run" if first => {

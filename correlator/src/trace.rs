@@ -5,162 +5,23 @@
 //! is open (streams, responses, running MCP calls), not by the length of the trace.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
+use crate::lines::{fault, kind_of, line_fault, Fault, Fields, LineError};
 
 /// The first line of every trace v1 file.
 pub const HEADER: &str = r#"{"type":"trace","version":1}"#;
 
-/// A malformed trace line.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub struct TraceError {
-    /// The file (or other source) the line came from.
-    pub source_name: String,
-    /// 1-based line number.
-    pub line: usize,
-    /// The field at fault, when one is.
-    pub field: Option<&'static str>,
-    pub message: String,
-}
-
-impl fmt::Display for TraceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: ", self.source_name, self.line)?;
-        if let Some(field) = self.field {
-            write!(f, "field `{field}`: ")?;
-        }
-        f.write_str(&self.message)
-    }
-}
-
-/// A fault found on one line, before it is tied to a source and line number.
-#[derive(Debug, Clone, PartialEq)]
-struct Fault {
-    field: Option<&'static str>,
-    message: String,
-}
-
-fn fault(field: &'static str, message: impl Into<String>) -> Fault {
-    Fault {
-        field: Some(field),
-        message: message.into(),
-    }
-}
-
-fn line_fault(message: impl Into<String>) -> Fault {
-    Fault {
-        field: None,
-        message: message.into(),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-struct Fields<'a>(&'a Map<String, Value>);
-
-impl Fields<'_> {
-    fn get(&self, name: &'static str) -> Result<&Value, Fault> {
-        self.0.get(name).ok_or_else(|| fault(name, "missing"))
-    }
-
-    fn string(&self, name: &'static str) -> Result<String, Fault> {
-        match self.get(name)? {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(fault(
-                name,
-                format!("expected a string, got {}", kind_of(other)),
-            )),
-        }
-    }
-
-    fn opt_string(&self, name: &'static str) -> Result<Option<String>, Fault> {
-        match self.get(name)? {
-            Value::String(s) => Ok(Some(s.clone())),
-            Value::Null => Ok(None),
-            other => Err(fault(
-                name,
-                format!("expected a string or null, got {}", kind_of(other)),
-            )),
-        }
-    }
-
-    /// An optional hint: absent and null both mean "no hint".
-    fn hint(&self, name: &'static str) -> Result<Option<String>, Fault> {
-        if self.0.contains_key(name) {
-            self.opt_string(name)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn time(&self, name: &'static str) -> Result<Millis, Fault> {
-        match self.get(name)? {
-            Value::Number(n) => {
-                let t = n
-                    .as_f64()
-                    .ok_or_else(|| fault(name, "not a finite number"))?;
-                if !t.is_finite() || t < 0.0 {
-                    return Err(fault(
-                        name,
-                        format!("must be a finite number >= 0, got {t}"),
-                    ));
-                }
-                Ok(t)
-            }
-            other => Err(fault(
-                name,
-                format!("expected a number, got {}", kind_of(other)),
-            )),
-        }
-    }
-
-    fn word<T>(
-        &self,
-        name: &'static str,
-        parse: fn(&str) -> Option<T>,
-        words: &[&str],
-    ) -> Result<T, Fault> {
-        let s = self.string(name)?;
-        parse(&s).ok_or_else(|| fault(name, format!("`{s}` is not one of {}", words.join(", "))))
-    }
-
-    fn string_array(&self, name: &'static str) -> Result<Vec<String>, Fault> {
-        match self.get(name)? {
-            Value::Array(items) => items
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(fault(
-                        name,
-                        format!("expected strings, found {}", kind_of(other)),
-                    )),
-                })
-                .collect(),
-            other => Err(fault(
-                name,
-                format!("expected an array, got {}", kind_of(other)),
-            )),
-        }
-    }
-}
+/// A malformed trace line: source, line number, field and what was wrong.
+pub type TraceError = LineError;
 
 /// Parses one event line's JSON into an [`Event`], checking fields and types only.
 fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
-    let f = Fields(obj);
+    let f = Fields::new(obj);
     let ty = f.string("type")?;
     if ty == "trace" {
         return Err(fault("type", "a second trace header"));
@@ -423,12 +284,7 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     fn error(&self, f: Fault) -> TraceError {
-        TraceError {
-            source_name: self.source_name.clone(),
-            line: self.line_no,
-            field: f.field,
-            message: f.message,
-        }
+        f.at(&self.source_name, self.line_no)
     }
 
     fn parse_line(&mut self) -> Result<Option<Event>, Fault> {
@@ -445,7 +301,7 @@ impl<R: BufRead> TraceReader<R> {
             )));
         };
         if !self.header_seen {
-            let f = Fields(&obj);
+            let f = Fields::new(&obj);
             let ty = f.string("type")?;
             if ty != "trace" {
                 return Err(fault(

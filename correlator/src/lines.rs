@@ -1,0 +1,177 @@
+//! What the strict JSON Lines readers (trace v1, records v1) share: the error that names a
+//! source, line and field, and typed access to one line's fields.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::event::Millis;
+
+/// A malformed line of a trace or records file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct LineError {
+    /// The file (or other source) the line came from.
+    pub source_name: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// The field at fault, when one is (`window.close` for a field inside a record's window).
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: ", self.source_name, self.line)?;
+        if let Some(field) = self.field {
+            write!(f, "field `{field}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A fault found on one line, before it is tied to a source and line number.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fault {
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+impl Fault {
+    pub fn at(self, source_name: &str, line: usize) -> LineError {
+        LineError {
+            source_name: source_name.to_string(),
+            line,
+            field: self.field,
+            message: self.message,
+        }
+    }
+}
+
+pub(crate) fn fault(field: &'static str, message: impl Into<String>) -> Fault {
+    Fault {
+        field: Some(field),
+        message: message.into(),
+    }
+}
+
+pub(crate) fn line_fault(message: impl Into<String>) -> Fault {
+    Fault {
+        field: None,
+        message: message.into(),
+    }
+}
+
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn bare(k: &'static str) -> &'static str {
+    k
+}
+
+/// Typed access to one object's fields; `name` maps a key to what errors call it.
+pub(crate) struct Fields<'a> {
+    pub obj: &'a Map<String, Value>,
+    pub name: fn(&'static str) -> &'static str,
+}
+
+impl<'a> Fields<'a> {
+    pub fn new(obj: &'a Map<String, Value>) -> Self {
+        Fields { obj, name: bare }
+    }
+
+    pub fn get(&self, k: &'static str) -> Result<&Value, Fault> {
+        self.obj
+            .get(k)
+            .ok_or_else(|| fault((self.name)(k), "missing"))
+    }
+
+    pub fn wrong(&self, k: &'static str, want: &str, got: &Value) -> Fault {
+        fault(
+            (self.name)(k),
+            format!("expected {want}, got {}", kind_of(got)),
+        )
+    }
+
+    pub fn string(&self, k: &'static str) -> Result<String, Fault> {
+        match self.get(k)? {
+            Value::String(s) => Ok(s.clone()),
+            other => Err(self.wrong(k, "a string", other)),
+        }
+    }
+
+    pub fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
+        match self.get(k)? {
+            Value::String(s) => Ok(Some(s.clone())),
+            Value::Null => Ok(None),
+            other => Err(self.wrong(k, "a string or null", other)),
+        }
+    }
+
+    /// An optional field: absent and null both mean "none".
+    pub fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
+        if self.obj.contains_key(k) {
+            self.opt_string(k)
+        } else {
+            Ok(None)
+        }
+    }
+
+    pub fn time(&self, k: &'static str) -> Result<Millis, Fault> {
+        match self.get(k)? {
+            Value::Number(n) => match n.as_f64() {
+                Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
+                _ => Err(fault(
+                    (self.name)(k),
+                    format!("must be a finite number >= 0, got {n}"),
+                )),
+            },
+            other => Err(self.wrong(k, "a number", other)),
+        }
+    }
+
+    pub fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
+        match self.get(k)? {
+            Value::Null => Ok(None),
+            _ => self.time(k).map(Some),
+        }
+    }
+
+    pub fn word<T>(
+        &self,
+        k: &'static str,
+        parse: fn(&str) -> Option<T>,
+        words: &[&str],
+    ) -> Result<T, Fault> {
+        let s = self.string(k)?;
+        parse(&s).ok_or_else(|| {
+            fault(
+                (self.name)(k),
+                format!("`{s}` is not one of {}", words.join(", ")),
+            )
+        })
+    }
+
+    pub fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
+        match self.get(k)? {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(fault(
+                        (self.name)(k),
+                        format!("expected strings, found {}", kind_of(other)),
+                    )),
+                })
+                .collect(),
+            other => Err(self.wrong(k, "an array", other)),
+        }
+    }
+}
