@@ -248,6 +248,9 @@ pub struct Sinks {
 pub struct LiveConfig {
     pub correlator: Config,
     pub pseudo: Pseudonymizer,
+    /// Where each record is also exported as an OTLP span, with the wall-clock time of the
+    /// relay clock's 0 in Unix nanoseconds.
+    pub otlp: Option<(crate::otlp::ExporterHandle, u64)>,
     /// How often time is advanced while no event arrives.
     pub tick: Duration,
 }
@@ -311,6 +314,7 @@ struct Task {
     corr: Correlator,
     pseudo: Pseudonymizer,
     sinks: Sinks,
+    otlp: Option<(crate::otlp::ExporterHandle, u64)>,
     records: Vec<Record>,
     summary: Summary,
     line: String,
@@ -354,6 +358,10 @@ impl Task {
             self.line.push('\n');
             self.sinks.records.write_all(self.line.as_bytes())?;
             self.sinks.records.flush()?;
+            // Never waits: a full export queue drops the span and counts it.
+            if let Some((otlp, epoch)) = &self.otlp {
+                otlp.record(&r, *epoch);
+            }
         }
         Ok(())
     }
@@ -459,6 +467,7 @@ pub fn spawn(
         seq: Sequencer::default(),
         corr: Correlator::new(cfg.correlator),
         pseudo: cfg.pseudo,
+        otlp: cfg.otlp,
         sinks,
         records: Vec::new(),
         summary: Summary::default(),
@@ -696,6 +705,7 @@ mod tests {
                 correlator: config.clone(),
                 pseudo: Pseudonymizer::new(&[3; 32]),
                 tick: Duration::from_millis(5),
+                otlp: None,
             },
             clock,
             Sinks {

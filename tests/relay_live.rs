@@ -3,6 +3,8 @@
 //! forwarding and marks its stream `observation_lost`, and the live records equal the replay
 //! of the capture.
 
+#[path = "support/otlp.rs"]
+mod otlp_support;
 mod support;
 
 use std::path::Path;
@@ -549,13 +551,16 @@ fn mono_ns() -> u64 {
 /// The whole loop: a Claude tool turn through the relay, the MCP call reported on the ingest
 /// socket the way `windowtap wrap` reports it, the continuation. The call is attributed live,
 /// and replaying the capture gives the same record.
-#[tokio::test]
+// Multi-threaded: the OTLP receiver must keep answering while this thread waits for the
+// relay to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_replay() {
     use tokio::io::AsyncWriteExt;
     let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("capture.jsonl");
     let records = dir.path().join("records.jsonl");
+    let (collector, spans_got) = otlp_support::receiver(false).await;
     let mut relay = Relay::start(&[
         "--upstream".into(),
         up.mount("anthropic", ""),
@@ -565,6 +570,8 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         records.display().to_string(),
         "--close-wait".into(),
         "200".into(),
+        "--otlp-endpoint".into(),
+        format!("http://{collector}"),
     ]);
     let history = json!([{"role":"user","content":CANARY}]);
     claude_request(
@@ -626,5 +633,23 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         replay(&capture),
         live,
         "live records equal the replay of the capture"
+    );
+
+    // The record was also exported, flushed when the relay stopped.
+    let spans = otlp_support::spans(&spans_got);
+    assert_eq!(spans.len(), 1, "{}", relay.log());
+    assert_eq!(spans[0].name, "execute_tool echo");
+    assert_eq!(
+        otlp_support::string(&spans[0], "windowtap.decision"),
+        Some("attributed")
+    );
+    assert_eq!(
+        otlp_support::string(&spans[0], "gen_ai.tool.call.id"),
+        recs[0]["interval"].as_str()
+    );
+    assert!(
+        relay.log().contains("otlp: 1 spans exported"),
+        "{}",
+        relay.log()
     );
 }

@@ -97,6 +97,8 @@ pub struct RelayArgs {
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
+    #[command(flatten)]
+    pub otlp: crate::otlp::OtlpArgs,
     /// Test hook: observers take nothing up until their stream has ended.
     #[arg(long, hide = true)]
     test_stall_observers: bool,
@@ -273,6 +275,10 @@ pub fn relay_config(
             None => None,
         },
     };
+    let otlp = args.otlp.resolve()?;
+    for w in &otlp.warnings {
+        eprintln!("windowtap: warning: otlp: {w}");
+    }
     let mut upstreams = args.upstreams.clone();
     upstreams.extend(extra_mounts.iter().cloned());
     let config = RelayConfig {
@@ -291,6 +297,7 @@ pub fn relay_config(
         ingest: Some(ingest),
         observer_queue: args.observer_queue,
         stall: Stall(args.test_stall_observers),
+        otlp: otlp.config,
     };
     Ok((config, sinks))
 }
@@ -341,6 +348,8 @@ pub struct RelayConfig {
     pub ingest: Option<PathBuf>,
     pub observer_queue: usize,
     pub stall: Stall,
+    /// OTLP export of every record, when asked for.
+    pub otlp: Option<crate::otlp::ExportConfig>,
 }
 
 /// A running relay.
@@ -359,6 +368,7 @@ pub struct Running {
     stop_live: oneshot::Sender<()>,
     live: tokio::task::JoinHandle<std::io::Result<Summary>>,
     sources: Arc<live::Sources>,
+    exporter: Option<crate::otlp::Exporter>,
 }
 
 /// On stop, how long streams still in flight may take to end (an exchange whose last bytes
@@ -378,10 +388,18 @@ impl Running {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let _ = self.stop_live.send(());
-        self.live
+        let summary = self
+            .live
             .await
             .context("the correlator task failed")?
-            .context("writing records or capture")
+            .context("writing records or capture")?;
+        // Every record has been handed to the exporter: flush it (bounded) and say how it went.
+        if let Some(exporter) = self.exporter {
+            let endpoint = exporter.endpoint().clone();
+            let report = exporter.shutdown().await;
+            eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
+        }
+        Ok(summary)
     }
 }
 
@@ -399,6 +417,20 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         correlator: config.correlator,
         pseudo: Pseudonymizer::new(&config.key),
         tick: Duration::from_millis(20),
+        otlp: None,
+    };
+    let exporter = match config.otlp {
+        Some(c) => Some(crate::otlp::Exporter::start(c).context("starting the OTLP exporter")?),
+        None => None,
+    };
+    let live_cfg = LiveConfig {
+        otlp: exporter.as_ref().map(|e| {
+            (
+                e.handle(),
+                crate::otlp::clock_epoch_unix_nanos(clock.now_ms()),
+            )
+        }),
+        ..live_cfg
     };
     let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
         .context("writing the capture header")?;
@@ -435,6 +467,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         stop_live,
         live: live_task,
         sources,
+        exporter,
     })
 }
 
