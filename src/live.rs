@@ -270,8 +270,13 @@ const END_ROOM: usize = 32;
 /// clock had reached when the run stopped (null until then). A decision taken live while
 /// idle, after the last event, happened at a time no event of the trace shows; a replay that
 /// advances to `end` before finishing takes it at the same time.
-pub fn capture_header(c: &Config) -> String {
-    let mut s = String::from(r#"{"type":"trace","version":1,"close_wait":"#);
+pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
+    let mut s = String::from(r#"{"type":"trace","version":1,"#);
+    // The wall-clock time of t = 0, so a replay exports spans at the times the run had.
+    if let Some(ms) = epoch_unix_ms {
+        s.push_str(&format!(r#""epoch_unix_ms":{ms},"#));
+    }
+    s.push_str(r#""close_wait":"#);
     correlator::json::push_ms(&mut s, c.close_wait);
     s.push_str(r#","window_open":""#);
     s.push_str(c.window_open.as_str());
@@ -451,7 +456,13 @@ pub fn spawn(
     ingest: Option<mpsc::Receiver<Timed>>,
     shutdown: oneshot::Receiver<()>,
 ) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Summary>>)> {
-    let header = capture_header(&cfg.correlator);
+    let epoch_unix_ms = cfg
+        .otlp
+        .as_ref()
+        .map(|(_, nanos)| *nanos)
+        .unwrap_or_else(|| crate::otlp::clock_epoch_unix_nanos(clock.now_ms()))
+        / 1_000_000;
+    let header = capture_header(&cfg.correlator, Some(epoch_unix_ms));
     let mut end_at = 0;
     if let Some(cap) = &mut sinks.capture {
         end_at = cap.stream_position()? + end_offset(&header);
@@ -784,9 +795,10 @@ mod tests {
 
     #[test]
     fn the_capture_header_carries_the_options() {
-        let h = capture_header(&Config::default());
+        let h = capture_header(&Config::default(), Some(1_764_000_000_000));
         assert!(h.starts_with(r#"{"type":"trace","version":1,"#));
         let v: serde_json::Value = serde_json::from_str(&h).unwrap();
+        assert_eq!(v["epoch_unix_ms"], 1_764_000_000_000u64);
         assert_eq!(v["close_wait"], 1000);
         assert_eq!(v["window_open"], "call");
         assert_eq!(v["max_window"], 1800000);

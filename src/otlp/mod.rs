@@ -61,7 +61,6 @@ pub fn report_line(endpoint: &Endpoint, r: &ExportReport) -> String {
 
 /// The wall-clock time of a running clock's 0, from how far that clock has run: call it once
 /// at start with the clock's current reading in ms.
-#[allow(dead_code)] // for the live commands
 pub fn clock_epoch_unix_nanos(clock_now_ms: f64) -> u64 {
     span::unix_nanos(now_unix_nanos(), -clock_now_ms)
 }
