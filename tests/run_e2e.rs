@@ -274,36 +274,50 @@ async fn anthropic_upstream() -> Upstream {
     .await
 }
 
-/// The fake claude's arguments for `scenario`, with the gate server in a --mcp-config file.
-fn claude_args(dir: &Path, scenario: &str, exit: &str) -> Vec<String> {
-    let gates = dir.join("gates");
-    std::fs::create_dir_all(&gates).unwrap();
-    let config = write_file(
-        dir,
-        "mcp.json",
-        &json!({"mcpServers":{"gate":{"command":"python3","args":[gate_server(),"--dir",gates.display().to_string()]}}})
-            .to_string(),
-    );
-    vec![
-        host("claude"),
-        "-p".into(),
-        CANARY.into(),
-        "--mcp-config".into(),
-        config.display().to_string(),
-        "--strict-mcp-config".into(),
-        "--gate-dir".into(),
-        gates.display().to_string(),
-        "--scenario".into(),
-        scenario.into(),
-        "--exit".into(),
-        exit.to_string(),
-    ]
+/// Where the gate server is declared for the fake claude.
+#[derive(Clone, Copy)]
+enum Declared {
+    /// `--mcp-config FILE --strict-mcp-config`.
+    Flag,
+    /// The project's `.mcp.json` in the working directory, inherited (no flag).
+    ProjectFile,
 }
 
-async fn run_claude(scenario: &str, exit: &str) -> (tempfile::TempDir, Run) {
+/// The fake claude's arguments for `scenario`, with the gate server declared as `declared`.
+fn claude_args(dir: &Path, scenario: &str, exit: &str, declared: Declared) -> Vec<String> {
+    let gates = dir.join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let config = json!({"mcpServers":{"gate":{"command":"python3","args":[gate_server(),"--dir",gates.display().to_string()]}}})
+        .to_string();
+    let mut args = vec![host("claude"), "-p".into(), CANARY.into()];
+    match declared {
+        Declared::Flag => {
+            let file = write_file(dir, "mcp.json", &config);
+            args.extend([
+                "--mcp-config".into(),
+                file.display().to_string(),
+                "--strict-mcp-config".into(),
+            ]);
+        }
+        Declared::ProjectFile => {
+            write_file(dir, ".mcp.json", &config);
+        }
+    }
+    args.extend(s(&[
+        "--gate-dir",
+        &gates.display().to_string(),
+        "--scenario",
+        scenario,
+        "--exit",
+        exit,
+    ]));
+    args
+}
+
+async fn run_claude(scenario: &str, exit: &str, declared: Declared) -> (tempfile::TempDir, Run) {
     let up = anthropic_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let args = claude_args(dir.path(), scenario, exit);
+    let args = claude_args(dir.path(), scenario, exit, declared);
     let base = format!("http://{}", up.addr);
     let path = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || {
@@ -320,7 +334,7 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
     if !python() {
         return;
     }
-    let (_dir, run) = run_claude("single", "0").await;
+    let (_dir, run) = run_claude("single", "0", Declared::Flag).await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert_eq!(run.records.len(), 1, "{}", run.records_text);
     let r = &run.records[0];
@@ -521,7 +535,7 @@ async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows(
     if !python() {
         return;
     }
-    let (_dir, run) = run_claude("subagent", "0").await;
+    let (_dir, run) = run_claude("subagent", "0", Declared::Flag).await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert_eq!(run.records.len(), 2, "{}", run.records_text);
     assert!(
@@ -572,7 +586,7 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
     if !python() {
         return;
     }
-    let (_dir, run) = run_claude("single", "3").await;
+    let (_dir, run) = run_claude("single", "3", Declared::Flag).await;
     assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
     assert!(
         run.stderr
@@ -597,11 +611,27 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_inherited_from_the_projects_mcp_json_is_wrapped_and_attributed() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::ProjectFile).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert_eq!(run.records[0]["alias"], "gate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
     if !python() {
         return;
     }
-    let (_dir, run) = run_claude("single", "-15").await;
+    let (_dir, run) = run_claude("single", "-15", Declared::Flag).await;
     assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
     assert_eq!(
         run.records.len(),
