@@ -68,6 +68,17 @@ fn windowtap_run(
     host_args: &[String],
     env: &[(&str, String)],
 ) -> Run {
+    windowtap_run_with(dir, run_args, host_args, env, |_| {})
+}
+
+/// `windowtap_run` that calls `during(pid of run)` once run has started, before waiting.
+fn windowtap_run_with(
+    dir: &Path,
+    run_args: &[String],
+    host_args: &[String],
+    env: &[(&str, String)],
+    during: impl FnOnce(u32),
+) -> Run {
     let records_path = dir.join("records.jsonl");
     let capture = dir.join("capture.jsonl");
     let codex_home = dir.join("codex-home");
@@ -98,6 +109,7 @@ fn windowtap_run(
         std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
     let out_reader =
         std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    during(child.id());
     let deadline = Instant::now() + WAIT * 2;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -292,7 +304,10 @@ fn claude_args(dir: &Path, scenario: &str, exit: &str, declared: Declared) -> Ve
     let mut args = vec![host("claude"), "-p".into(), CANARY.into()];
     match declared {
         Declared::Flag => {
-            let file = write_file(dir, "mcp.json", &config);
+            // With a remote server beside it, which run must name as not observed.
+            let mut config: Value = serde_json::from_str(&config).unwrap();
+            config["mcpServers"]["docs"] = json!({"type":"http","url":"http://127.0.0.1:9/mcp"});
+            let file = write_file(dir, "mcp.json", &config.to_string());
             args.extend([
                 "--mcp-config".into(),
                 file.display().to_string(),
@@ -315,13 +330,28 @@ fn claude_args(dir: &Path, scenario: &str, exit: &str, declared: Declared) -> Ve
 }
 
 async fn run_claude(scenario: &str, exit: &str, declared: Declared) -> (tempfile::TempDir, Run) {
+    run_claude_with(scenario, exit, declared, &[], |_, _| {}).await
+}
+
+/// `run_claude` with `extra` host arguments, calling `during(run's pid, gate dir)` while it runs.
+async fn run_claude_with(
+    scenario: &str,
+    exit: &str,
+    declared: Declared,
+    extra: &[&str],
+    during: impl FnOnce(u32, &Path) + Send + 'static,
+) -> (tempfile::TempDir, Run) {
     let up = anthropic_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let args = claude_args(dir.path(), scenario, exit, declared);
+    let mut args = claude_args(dir.path(), scenario, exit, declared);
+    args.extend(s(extra));
     let base = format!("http://{}", up.addr);
     let path = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || {
-        windowtap_run(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)])
+        let gates = path.join("gates");
+        windowtap_run_with(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)], |pid| {
+            during(pid, &gates)
+        })
     })
     .await
     .unwrap();
@@ -601,7 +631,13 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.stderr
     );
     assert!(
-        !run.stderr.contains("is not observed") && !run.stderr.contains("no stdio MCP server"),
+        run.stderr.contains("MCP server `docs` (")
+            && run.stderr.contains("is not observed: http server"),
+        "the remote server is named as not observed: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("`gate`") && !run.stderr.contains("no stdio MCP server"),
         "the gate server was wrapped: {}",
         run.stderr
     );
@@ -649,6 +685,73 @@ fn a_program_that_is_neither_host_is_refused_by_name() {
     assert!(
         run.stderr
             .contains("`/bin/true` is neither claude nor codex"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Waits (bounded) for the lingering fake claude to say it is up.
+fn wait_until_lingering(gates: &Path) {
+    let deadline = Instant::now() + WAIT;
+    while !gates.join("linger.ready").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the host never reached its linger"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_run_is_passed_on_to_the_host() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude_with(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--linger"],
+        |pid, gates| {
+            wait_until_lingering(gates);
+            // SAFETY: kill only sends a signal to the run process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        },
+    )
+    .await;
+    // The host died of the SIGTERM run passed on; run itself finished cleanly.
+    assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1 intervals: 1 attributed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_to_run_alone_leaves_the_host_running() {
+    if !python() {
+        return;
+    }
+    // Ctrl-C reaches the host through the terminal's process group; run must outlive it
+    // and wait for the host. Here only run gets the SIGINT, and the host then ends normally.
+    let (_dir, run) = run_claude_with(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--linger"],
+        |pid, gates| {
+            wait_until_lingering(gates);
+            // SAFETY: kill only sends a signal to the run process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            std::fs::write(gates.join("linger.go"), "").unwrap();
+        },
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1 intervals: 1 attributed"),
         "{}",
         run.stderr
     );
