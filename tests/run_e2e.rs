@@ -777,3 +777,17 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
         run.stderr
     );
 }
+
+#[test]
+fn a_host_that_cannot_be_started_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("bin/claude");
+    let run = windowtap_run(dir.path(), &[], &[missing.display().to_string()], &[]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("starting {}", missing.display())),
+        "{}",
+        run.stderr
+    );
+}
