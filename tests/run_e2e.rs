@@ -1,0 +1,793 @@
+//! `windowtap run` end to end, without the real hosts: scripted `claude` and `codex`
+//! (python3, tests/fixtures/hosts/) are launched by the built binary against a scripted
+//! upstream, start their MCP servers from the configuration `run` rewrote (so through
+//! `windowtap wrap`), and go through whole tool loops. The records must attribute each MCP
+//! call to its window with the evidence design.md §4 names, the host's exit code must be
+//! `run`'s, and the capture must replay to the live records.
+//!
+//! Everything is on loopback; every wait is bounded (support::WAIT, the hosts' own 20 s).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use support::*;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// Planted in the prompt: it must reach no record, capture or log line.
+const CANARY: &str = "CANARY-PROMPT-7c2a";
+
+fn python() -> bool {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 is not installed; the scripted hosts need it");
+    }
+    ok
+}
+
+/// The fake codex parses `-c` values with `tomllib` (python 3.11 and later).
+fn python_with_tomllib() -> bool {
+    if !python() {
+        return false;
+    }
+    let ok = Command::new("python3")
+        .args(["-c", "import tomllib"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 has no tomllib (3.11+); the scripted codex needs it");
+    }
+    ok
+}
+
+fn host(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hosts")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn gate_server() -> String {
+    host("gate_server.py")
+}
+
+/// A finished `windowtap run`.
+struct Run {
+    status: ExitStatus,
+    stderr: String,
+    records_path: PathBuf,
+    records_text: String,
+    /// The attribution records (a `run` header record, if any, left out).
+    records: Vec<Value>,
+    capture: PathBuf,
+}
+
+/// Runs `windowtap run --records … --capture … RUN_ARGS -- HOST_ARGS` in `dir` (its HOME,
+/// state and Codex home too, so nothing of the user's configuration leaks in), bounded.
+fn windowtap_run(
+    dir: &Path,
+    run_args: &[String],
+    host_args: &[String],
+    env: &[(&str, String)],
+) -> Run {
+    windowtap_run_with(dir, run_args, host_args, env, |_| {})
+}
+
+/// `windowtap_run` that calls `during(pid of run)` once run has started, before waiting.
+fn windowtap_run_with(
+    dir: &Path,
+    run_args: &[String],
+    host_args: &[String],
+    env: &[(&str, String)],
+    during: impl FnOnce(u32),
+) -> Run {
+    let records_path = dir.join("records.jsonl");
+    let capture = dir.join("capture.jsonl");
+    let codex_home = dir.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_windowtap"));
+    cmd.arg("run")
+        .arg("--records")
+        .arg(&records_path)
+        .arg("--capture")
+        .arg(&capture)
+        .args(run_args)
+        .arg("--")
+        .args(host_args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("XDG_STATE_HOME", dir)
+        .env("CODEX_HOME", &codex_home)
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("WINDOWTAP_INGEST")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("starting windowtap run");
+    let stderr = child.stderr.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let err_reader =
+        std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let out_reader =
+        std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    during(child.id());
+    let deadline = Instant::now() + WAIT * 2;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "windowtap run did not finish in time; stderr:\n{}",
+                err_reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let stderr = err_reader.join().unwrap();
+    let stdout = out_reader.join().unwrap();
+    let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    let records = records_text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("records lines are JSON"))
+        .filter(|r| r["type"] == "attribution")
+        .collect();
+    eprintln!("--- run stdout:\n{stdout}--- run stderr:\n{stderr}--- records:\n{records_text}");
+    Run {
+        status,
+        stderr,
+        records_path,
+        records_text,
+        records,
+        capture,
+    }
+}
+
+/// `windowtap check` accepts the capture and `windowtap replay` of it prints these records.
+fn replay(capture: &Path) -> String {
+    let checked = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "check rejected the capture: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("replay")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "replay rejected the capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn evidence(r: &Value) -> Vec<&str> {
+    r["evidence"]
+        .as_array()
+        .expect("evidence is an array")
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect()
+}
+
+fn capture_events(capture: &Path) -> Vec<Value> {
+    let lines = capture_lines(capture);
+    assert_eq!(lines[0]["type"], "trace");
+    lines[1..].to_vec()
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The Anthropic upstream: a tool turn calling `mcp__gate__wait` for a first request, a text
+// turn for a request carrying a tool_result. The tool_use id and the gate's name follow the
+// thread: `main`, or the subagent's id.
+// ---------------------------------------------------------------------------------------
+
+fn anthropic_tool_turn(who: &str) -> String {
+    let mut s = String::new();
+    for (name, data) in [
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":format!("msg_{who}_1"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":format!("toolu_{who}"),"name":"mcp__gate__wait","input":{}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":json!({"name": who}).to_string()}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ] {
+        s.push_str(&sse_event(name, &data));
+    }
+    s
+}
+
+fn anthropic_text_turn(who: &str) -> String {
+    let mut s = String::new();
+    for (name, data) in [
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":format!("msg_{who}_2"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("done {who}")}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ] {
+        s.push_str(&sse_event(name, &data));
+    }
+    s
+}
+
+async fn anthropic_upstream() -> Upstream {
+    Upstream::start(
+        None,
+        handler(|req| async move {
+            let who = req
+                .headers()
+                .get("x-claude-code-agent-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("main")
+                .to_string();
+            let body = read_body(req.into_body()).await;
+            let text = if String::from_utf8_lossy(&body).contains("\"tool_result\"") {
+                anthropic_text_turn(&who)
+            } else {
+                anthropic_tool_turn(&who)
+            };
+            // One SSE event per frame, as a model API streams them.
+            let (tx, body) = channel_body();
+            tokio::spawn(async move {
+                for ev in text.split_inclusive("\n\n") {
+                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            sse_response(body)
+        }),
+    )
+    .await
+}
+
+/// Where the gate server is declared for the fake claude.
+#[derive(Clone, Copy)]
+enum Declared {
+    /// `--mcp-config FILE --strict-mcp-config`.
+    Flag,
+    /// The project's `.mcp.json` in the working directory, inherited (no flag).
+    ProjectFile,
+}
+
+/// The fake claude's arguments for `scenario`, with the gate server declared as `declared`.
+fn claude_args(dir: &Path, scenario: &str, exit: &str, declared: Declared) -> Vec<String> {
+    let gates = dir.join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let config = json!({"mcpServers":{"gate":{"command":"python3","args":[gate_server(),"--dir",gates.display().to_string()]}}})
+        .to_string();
+    let mut args = vec![host("claude"), "-p".into(), CANARY.into()];
+    match declared {
+        Declared::Flag => {
+            // With a remote server beside it, which run must name as not observed.
+            let mut config: Value = serde_json::from_str(&config).unwrap();
+            config["mcpServers"]["docs"] = json!({"type":"http","url":"http://127.0.0.1:9/mcp"});
+            let file = write_file(dir, "mcp.json", &config.to_string());
+            args.extend([
+                "--mcp-config".into(),
+                file.display().to_string(),
+                "--strict-mcp-config".into(),
+            ]);
+        }
+        Declared::ProjectFile => {
+            write_file(dir, ".mcp.json", &config);
+        }
+    }
+    args.extend(s(&[
+        "--gate-dir",
+        &gates.display().to_string(),
+        "--scenario",
+        scenario,
+        "--exit",
+        exit,
+    ]));
+    args
+}
+
+async fn run_claude(scenario: &str, exit: &str, declared: Declared) -> (tempfile::TempDir, Run) {
+    run_claude_with(scenario, exit, declared, &[], |_, _| {}).await
+}
+
+/// `run_claude` with `extra` host arguments, calling `during(run's pid, gate dir)` while it runs.
+async fn run_claude_with(
+    scenario: &str,
+    exit: &str,
+    declared: Declared,
+    extra: &[&str],
+    during: impl FnOnce(u32, &Path) + Send + 'static,
+) -> (tempfile::TempDir, Run) {
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = claude_args(dir.path(), scenario, exit, declared);
+    args.extend(s(extra));
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        let gates = path.join("gates");
+        windowtap_run_with(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)], |pid| {
+            during(pid, &gates)
+        })
+    })
+    .await
+    .unwrap();
+    drop(up);
+    (dir, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::Flag).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    let r = &run.records[0];
+    assert_eq!(r["decision"], "attributed", "{r}");
+    assert_eq!(
+        (r["alias"].as_str(), r["tool"].as_str()),
+        (Some("gate"), Some("wait"))
+    );
+    // Claude's MCP `_meta` carries the tool_use id and no thread: no `thread` evidence, though
+    // the window's thread (the session) is known.
+    assert_eq!(evidence(r), ["containment", "tool_use_id", "route"], "{r}");
+    assert!(r["window"]["thread"].is_string(), "{r}");
+    let t = |v: &Value| v.as_f64().expect("a time");
+    assert!(
+        t(&r["window"]["open"]) <= t(&r["start"]) && t(&r["end"]) <= t(&r["window"]["close"]),
+        "the window contains the interval: {r}"
+    );
+
+    let events = capture_events(&run.capture);
+    let opens: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "stream_open")
+        .collect();
+    assert_eq!(opens.len(), 2, "a turn and its continuation: {events:?}");
+    assert!(opens
+        .iter()
+        .all(|o| o["client"] == "claude" && o["transport"] == "http"));
+    assert_eq!(r["window"]["stream"], opens[0]["stream"]);
+    let requests: Vec<&Value> = events.iter().filter(|e| e["type"] == "request").collect();
+    assert_eq!(
+        r["window"]["request"], requests[1]["request"],
+        "the continuation closed the window: {r}"
+    );
+    let capture = std::fs::read_to_string(&run.capture).unwrap();
+    for (what, text) in [
+        ("records", &run.records_text),
+        ("capture", &capture),
+        ("log", &run.stderr),
+    ] {
+        for secret in [CANARY, "toolu_main", "sess-e2e-1", "dummy-key"] {
+            assert!(
+                !text.contains(secret),
+                "{secret} reached the {what}:\n{text}"
+            );
+        }
+    }
+    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+}
+
+/// A Responses WebSocket upstream answering as in the prewarm / turn / continuation shape: the
+/// turn calls `wait` in namespace `mcp__gate`, the continuation gets a text answer.
+async fn responses_ws_upstream() -> Upstream {
+    Upstream::start(
+        None,
+        handler(|mut req| async move {
+            let res = support::ws::switching(&req, None);
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(up) = upgrade.await else { return };
+                let mut ws = WebSocketStream::from_raw_socket(
+                    hyper_util::rt::TokioIo::new(up),
+                    Role::Server,
+                    None,
+                )
+                .await;
+                let mut n = 0;
+                while let Some(Ok(Message::Text(text))) = ws.next().await {
+                    n += 1;
+                    let req: Value = serde_json::from_str(&text).unwrap();
+                    let id = format!("resp_{n}");
+                    let mut evs = vec![
+                        json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}}),
+                    ];
+                    let mut output = json!([]);
+                    let continues = text.contains("function_call_output");
+                    if req["generate"] != json!(false) && !continues {
+                        let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1","namespace":"mcp__gate","name":"wait","arguments":json!({"name":"cx"}).to_string(),"status":"completed"});
+                        evs.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
+                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
+                        output = json!([item]);
+                    } else if continues {
+                        let item = json!({"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"done"}]});
+                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
+                        output = json!([item]);
+                    }
+                    evs.push(json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}}));
+                    for ev in evs {
+                        if ws.send(Message::text(ev.to_string())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            res
+        }),
+    )
+    .await
+}
+
+/// The fake codex through `windowtap run`, its model traffic sent where `model_args` (the
+/// host's `-c` overrides) and `run_args` point it.
+async fn run_codex(run_args: Vec<String>, model_args: Vec<String>) -> (tempfile::TempDir, Run) {
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let mut host_args = vec![
+        host("codex"),
+        "exec".into(),
+        "--gate-dir".into(),
+        gates.display().to_string(),
+        "-c".into(),
+        r#"mcp_servers.gate.command="python3""#.into(),
+        "-c".into(),
+        format!(
+            "mcp_servers.gate.args={}",
+            json!([gate_server(), "--dir", gates.display().to_string()])
+        ),
+    ];
+    host_args.extend(model_args);
+    host_args.push("go".into());
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || windowtap_run(&path, &run_args, &host_args, &[]))
+        .await
+        .unwrap();
+    (dir, run)
+}
+
+/// One attributed call, found on the run's one WebSocket with Codex's hints as evidence.
+fn assert_codex_loop_attributed(run: &Run) {
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    let r = &run.records[0];
+    assert_eq!(r["decision"], "attributed", "{r}");
+    assert_eq!(
+        (r["alias"].as_str(), r["tool"].as_str()),
+        (Some("gate"), Some("wait"))
+    );
+    assert_eq!(
+        evidence(r),
+        ["containment", "item_id", "call_id", "thread", "route"],
+        "{r}"
+    );
+
+    let events = capture_events(&run.capture);
+    let opens: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "stream_open")
+        .collect();
+    assert_eq!(opens.len(), 1, "one WebSocket for the run: {events:?}");
+    assert_eq!(
+        (opens[0]["client"].as_str(), opens[0]["transport"].as_str()),
+        (Some("codex"), Some("websocket"))
+    );
+    assert_eq!(r["window"]["thread"], opens[0]["thread"]);
+    let requests: Vec<&Value> = events.iter().filter(|e| e["type"] == "request").collect();
+    assert_eq!(requests.len(), 3, "prewarm, turn, continuation: {events:?}");
+    assert_eq!(r["window"]["request"], requests[2]["request"], "{r}");
+    assert_eq!(
+        events.last().map(|e| &e["type"]),
+        Some(&json!("stream_close")),
+        "the connection ended without a close frame and was closed: {events:?}"
+    );
+    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_tool_loop_over_websocket_is_attributed_by_item_call_and_thread() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    // API-key login: the built-in provider, pointed at the relay with `openai_base_url`.
+    let (_dir, run) = run_codex(
+        s(&["--codex-auth", "api", "--upstream", &up.mount("openai", "")]),
+        Vec::new(),
+    )
+    .await;
+    assert!(run.stderr.contains("/openai/v1"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_custom_provider_gets_its_own_mount_and_its_loop_is_attributed() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let provider = format!(
+        r#"model_providers.fake={{name="fake", base_url="http://{}/v1", wire_api="responses", supports_websockets=true}}"#,
+        up.addr
+    );
+    let (_dir, run) = run_codex(
+        Vec::new(),
+        s(&["-c", "model_provider=fake", "-c", &provider]),
+    )
+    .await;
+    assert!(run.stderr.contains("/codex-fake"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("subagent", "0", Declared::Flag).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    assert!(
+        run.records.iter().all(|r| r["decision"] == "attributed"),
+        "{}",
+        run.records_text
+    );
+    let mut recs: Vec<&Value> = run.records.iter().collect();
+    recs.sort_by(|a, b| {
+        a["start"]
+            .as_f64()
+            .partial_cmp(&b["start"].as_f64())
+            .unwrap()
+    });
+    let (parent, sub) = (recs[0], recs[1]);
+    let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
+    let w = |r: &Value, k: &str| r["window"][k].as_f64().unwrap();
+    // The scenario happened as scripted: the calls overlap, the subagent's window opened
+    // while the parent's call ran, and the parent's window closed while the subagent's ran.
+    assert!(f(sub, "start") < f(parent, "end"), "the calls overlap");
+    assert!(f(parent, "start") < w(sub, "open"), "{sub}");
+    assert!(w(parent, "close") < f(sub, "end"), "{parent}");
+
+    let events = capture_events(&run.capture);
+    let opens: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "stream_open")
+        .collect();
+    assert_eq!(opens.len(), 4, "two turns, two continuations: {events:?}");
+    // The parent's first request is the first stream, the subagent's the second.
+    assert_ne!(
+        opens[0]["thread"], opens[1]["thread"],
+        "agent ids make threads"
+    );
+    assert_eq!(parent["window"]["stream"], opens[0]["stream"]);
+    assert_eq!(parent["window"]["thread"], opens[0]["thread"]);
+    assert_eq!(sub["window"]["stream"], opens[1]["stream"]);
+    assert_eq!(sub["window"]["thread"], opens[1]["thread"]);
+    for r in [parent, sub] {
+        assert_eq!(r["candidates"], 1, "{r}");
+        assert_eq!(evidence(r), ["containment", "tool_use_id", "route"], "{r}");
+    }
+    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "3", Declared::Flag).await;
+    assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("records in {}", run.records_path.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("1 intervals: 1 attributed, 0 abstained"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("MCP server `docs` (")
+            && run.stderr.contains("is not observed: http server"),
+        "the remote server is named as not observed: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("`gate`") && !run.stderr.contains("no stdio MCP server"),
+        "the gate server was wrapped: {}",
+        run.stderr
+    );
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(run.records[0]["decision"], "attributed");
+    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_inherited_from_the_projects_mcp_json_is_wrapped_and_attributed() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::ProjectFile).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert_eq!(run.records[0]["alias"], "gate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "-15", Declared::Flag).await;
+    assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
+    assert_eq!(
+        run.records.len(),
+        1,
+        "the records were still written: {}",
+        run.records_text
+    );
+}
+
+#[test]
+fn a_program_that_is_neither_host_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = windowtap_run(dir.path(), &[], &s(&["/bin/true"]), &[]);
+    assert!(!run.status.success());
+    assert!(
+        run.stderr
+            .contains("`/bin/true` is neither claude nor codex"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Waits (bounded) for the lingering fake claude to say it is up.
+fn wait_until_lingering(gates: &Path) {
+    let deadline = Instant::now() + WAIT;
+    while !gates.join("linger.ready").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the host never reached its linger"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_run_is_passed_on_to_the_host() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude_with(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--linger"],
+        |pid, gates| {
+            wait_until_lingering(gates);
+            // SAFETY: kill only sends a signal to the run process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        },
+    )
+    .await;
+    // The host died of the SIGTERM run passed on; run itself finished cleanly.
+    assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1 intervals: 1 attributed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_to_run_alone_leaves_the_host_running() {
+    if !python() {
+        return;
+    }
+    // Ctrl-C reaches the host through the terminal's process group; run must outlive it
+    // and wait for the host. Here only run gets the SIGINT, and the host then ends normally.
+    let (_dir, run) = run_claude_with(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--linger"],
+        |pid, gates| {
+            wait_until_lingering(gates);
+            // SAFETY: kill only sends a signal to the run process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            std::fs::write(gates.join("linger.go"), "").unwrap();
+        },
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1 intervals: 1 attributed"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_host_that_cannot_be_started_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("bin/claude");
+    let run = windowtap_run(dir.path(), &[], &[missing.display().to_string()], &[]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("starting {}", missing.display())),
+        "{}",
+        run.stderr
+    );
+}
