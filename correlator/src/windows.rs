@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
 
@@ -87,8 +87,13 @@ pub struct Window {
     pub max_inside_end: Millis,
     /// The first request of the window's thread after the window opened.
     pub next_request: Option<Millis>,
-    /// Pending intervals that wait on this window (it is one of their open candidates).
-    pub waiters: Vec<u64>,
+    /// How many pending intervals hold this window as a candidate (it must stay until they
+    /// are decided).
+    pub refs: u32,
+    /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
+    /// their decision earlier: it closes or breaks, its response ends, or its running MCP calls
+    /// drop to none. May hold stale entries; the correlator checks.
+    pub attached: Vec<u64>,
     thread_key: ThreadKey,
     /// When `max_window` breaks it if it is still open.
     deadline: Millis,
@@ -130,10 +135,13 @@ pub struct LostSpan {
     pub lost_at: Millis,
 }
 
-/// What an applied event changed that pending decisions may depend on.
+/// What an applied event changed that can make a pending decision earlier. (Changes that can
+/// only delay one, an MCP call starting or ending inside a window while others still run, are
+/// not reported: a pending interval's queued time stays a valid lower bound.)
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// Windows whose state, response end or MCP bookkeeping changed.
+    /// Windows that closed or broke, whose response ended, or whose running MCP calls dropped
+    /// to none.
     pub windows: Vec<WinId>,
     /// Something that can make any pending interval `incomplete` happened (a loss, a break).
     pub global: bool,
@@ -361,7 +369,8 @@ impl Tracker {
                 running,
                 max_inside_end,
                 next_request: None,
-                waiters: Vec::new(),
+                refs: 0,
+                attached: Vec::new(),
                 thread_key,
                 deadline: t + max_window,
             },
@@ -431,12 +440,12 @@ impl Tracker {
         ch.global = true;
     }
 
-    pub fn mcp_start(&mut self, interval: &str, start: Millis, ch: &mut Changes) {
+    /// A call starting can only delay decisions, so it reports no change.
+    pub fn mcp_start(&mut self, interval: &str, start: Millis) {
         self.running.insert(interval.to_string(), start);
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
             if let Some(w) = self.windows.get_mut(id) {
                 w.running += 1;
-                ch.windows.push(*id);
             }
         }
     }
@@ -446,11 +455,13 @@ impl Tracker {
         self.reported_now.push((start, end));
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
             if let Some(w) = self.windows.get_mut(id) {
-                if was_running {
-                    w.running = w.running.saturating_sub(1);
+                if was_running && w.running > 0 {
+                    w.running -= 1;
+                    if w.running == 0 {
+                        ch.windows.push(*id);
+                    }
                 }
                 w.max_inside_end = w.max_inside_end.max(end);
-                ch.windows.push(*id);
             }
         }
     }
@@ -545,7 +556,7 @@ impl Tracker {
         let Some(w) = self.windows.get(&id) else {
             return;
         };
-        if !w.waiters.is_empty() {
+        if w.refs > 0 {
             return;
         }
         if w.next_request.is_none() {
@@ -559,22 +570,24 @@ impl Tracker {
         self.windows.remove(&id);
     }
 
-    /// Windows that are final, no longer indexed anywhere and only kept because intervals
-    /// were waiting on them; called once those intervals are decided.
-    pub fn release(&mut self, ids: &FxHashSet<WinId>) {
-        for id in ids {
-            let Some(w) = self.windows.get(id) else {
-                continue;
-            };
-            let Some(f) = w.final_at() else { continue };
-            let indexed = match w.state {
-                WindowState::Closed(_) => f >= self.forgotten_before,
-                WindowState::Broken(_) => self.broken.contains(id),
-                WindowState::Open => true,
-            };
-            if !indexed && w.waiters.is_empty() {
-                self.windows.remove(id);
-            }
+    /// A pending interval no longer holds window `id`: drop it if it is final, no longer
+    /// indexed anywhere and was only kept for the intervals that held it.
+    pub fn unref(&mut self, id: WinId) {
+        let Some(w) = self.windows.get_mut(&id) else {
+            return;
+        };
+        w.refs = w.refs.saturating_sub(1);
+        if w.refs > 0 {
+            return;
+        }
+        let Some(f) = w.final_at() else { return };
+        let indexed = match w.state {
+            WindowState::Closed(_) => f >= self.forgotten_before,
+            WindowState::Broken(_) => self.broken.contains(&id),
+            WindowState::Open => true,
+        };
+        if !indexed {
+            self.windows.remove(&id);
         }
     }
 
