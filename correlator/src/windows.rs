@@ -12,8 +12,80 @@ use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
 
-/// Index of a window in the tracker's table (never reused within one run).
+/// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
+/// to a dropped window never reaches a later one (handles are never reused within one run).
 pub type WinId = u64;
+
+/// The tracker's windows: a table indexed by slot, slots reused through a free list. Cheaper
+/// than a hash map on the hot paths (MCP bookkeeping touches every open window per event).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    window: Option<Window>,
+}
+
+impl Slab {
+    fn split(id: WinId) -> (usize, u32) {
+        ((id & 0xFFFF_FFFF) as usize, (id >> 32) as u32)
+    }
+
+    fn get(&self, id: WinId) -> Option<&Window> {
+        let (i, g) = Self::split(id);
+        let slot = self.slots.get(i)?;
+        if slot.generation != g {
+            return None;
+        }
+        slot.window.as_ref()
+    }
+
+    fn get_mut(&mut self, id: WinId) -> Option<&mut Window> {
+        let (i, g) = Self::split(id);
+        let slot = self.slots.get_mut(i)?;
+        if slot.generation != g {
+            return None;
+        }
+        slot.window.as_mut()
+    }
+
+    fn insert(&mut self, window: Window) -> WinId {
+        self.len += 1;
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.window = Some(window);
+        (u64::from(slot.generation) << 32) | i as u64
+    }
+
+    fn remove(&mut self, id: WinId) {
+        let (i, g) = Self::split(id);
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        if slot.generation != g || slot.window.is_none() {
+            return;
+        }
+        slot.window = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(i as u32);
+        self.len -= 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
 
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -151,8 +223,7 @@ pub struct Changes {
 pub struct Tracker {
     streams: FxHashMap<String, StreamState>,
     responses: FxHashMap<String, ResponseState>,
-    windows: FxHashMap<WinId, Window>,
-    next_win: WinId,
+    windows: Slab,
     /// Open windows, by open time (for candidates and MCP bookkeeping).
     open: BTreeSet<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
@@ -187,11 +258,11 @@ impl Tracker {
     }
 
     pub fn window(&self, id: WinId) -> Option<&Window> {
-        self.windows.get(&id)
+        self.windows.get(id)
     }
 
     pub fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
-        self.windows.get_mut(&id)
+        self.windows.get_mut(id)
     }
 
     pub fn forgotten_before(&self) -> Millis {
@@ -215,13 +286,13 @@ impl Tracker {
     pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
         let from = self.closed.partition_point(|(c, _)| *c < e);
         self.closed.range(from..).filter_map(move |(_, id)| {
-            let w = self.windows.get(id)?;
+            let w = self.windows.get(*id)?;
             (w.open <= s).then_some(*id)
         })
     }
 
     pub fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
-        self.broken.iter().filter_map(|id| self.windows.get(id))
+        self.broken.iter().filter_map(|id| self.windows.get(*id))
     }
 
     pub fn lost_spans(&self) -> &[LostSpan] {
@@ -264,7 +335,7 @@ impl Tracker {
         // that opened strictly earlier.
         if let Some(list) = self.awaiting_request.get_mut(&key) {
             let windows = &mut self.windows;
-            list.retain(|id| match windows.get_mut(id) {
+            list.retain(|id| match windows.get_mut(*id) {
                 Some(w) if w.open < t => {
                     w.next_request = Some(t);
                     false
@@ -291,7 +362,7 @@ impl Tracker {
             }
         }
         for id in continued {
-            let compatible = match (&thread, self.windows.get(&id).map(|w| &w.thread)) {
+            let compatible = match (&thread, self.windows.get(id).map(|w| &w.thread)) {
                 (Some(a), Some(Some(b))) => a == b,
                 _ => true,
             };
@@ -321,7 +392,7 @@ impl Tracker {
             return;
         };
         if let Some(id) = rs.window {
-            if let Some(w) = self.windows.get_mut(&id) {
+            if let Some(w) = self.windows.get_mut(id) {
                 if w.is_open() {
                     self.open_by_call.insert(call.call.clone(), id);
                 }
@@ -329,9 +400,6 @@ impl Tracker {
             }
             return;
         }
-        let id = self.next_win;
-        self.next_win += 1;
-        rs.window = Some(id);
         let stream = rs.stream.clone();
         let thread = self.streams.get(&stream).and_then(|s| s.thread.clone());
         let thread_key = ThreadKey::of(&thread, &stream);
@@ -346,35 +414,31 @@ impl Tracker {
             .map(|(_, e)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
+        let call_id = call.call.clone();
+        let id = self.windows.insert(Window {
+            thread,
+            stream,
+            response: response.to_string(),
+            open: t,
+            calls: vec![call],
+            state: WindowState::Open,
+            request: None,
+            response_end: None,
+            completed_at: None,
+            running,
+            max_inside_end,
+            next_request: None,
+            refs: 0,
+            attached: Vec::new(),
+            thread_key: thread_key.clone(),
+            deadline: t + max_window,
+        });
+        rs.window = Some(id);
         self.open_by_response.insert(response.to_string(), id);
-        self.open_by_call.insert(call.call.clone(), id);
+        self.open_by_call.insert(call_id, id);
         self.open.insert((Time(t), id));
         self.deadlines.insert((Time(t + max_window), id));
-        self.awaiting_request
-            .entry(thread_key.clone())
-            .or_default()
-            .push(id);
-        self.windows.insert(
-            id,
-            Window {
-                thread,
-                stream,
-                response: response.to_string(),
-                open: t,
-                calls: vec![call],
-                state: WindowState::Open,
-                request: None,
-                response_end: None,
-                completed_at: None,
-                running,
-                max_inside_end,
-                next_request: None,
-                refs: 0,
-                attached: Vec::new(),
-                thread_key,
-                deadline: t + max_window,
-            },
-        );
+        self.awaiting_request.entry(thread_key).or_default().push(id);
     }
 
     pub fn response_end(
@@ -392,7 +456,7 @@ impl Tracker {
             return;
         };
         let Some(id) = rs.window else { return };
-        if let Some(w) = self.windows.get_mut(&id) {
+        if let Some(w) = self.windows.get_mut(id) {
             w.response_end = Some(t);
             if status == ResponseStatus::Completed {
                 w.completed_at = Some(t);
@@ -444,7 +508,7 @@ impl Tracker {
     pub fn mcp_start(&mut self, interval: &str, start: Millis) {
         self.running.insert(interval.to_string(), start);
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
-            if let Some(w) = self.windows.get_mut(id) {
+            if let Some(w) = self.windows.get_mut(*id) {
                 w.running += 1;
             }
         }
@@ -454,7 +518,7 @@ impl Tracker {
         let was_running = self.running.remove(interval).is_some();
         self.reported_now.push((start, end));
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
-            if let Some(w) = self.windows.get_mut(id) {
+            if let Some(w) = self.windows.get_mut(*id) {
                 if was_running && w.running > 0 {
                     w.running -= 1;
                     if w.running == 0 {
@@ -478,7 +542,7 @@ impl Tracker {
     }
 
     fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
-        let w = self.windows.get_mut(&id)?;
+        let w = self.windows.get_mut(id)?;
         self.open.remove(&(Time(w.open), id));
         self.deadlines.remove(&(Time(w.deadline), id));
         self.open_by_response.remove(&w.response);
@@ -491,7 +555,7 @@ impl Tracker {
     }
 
     fn close(&mut self, id: WinId, t: Millis, request: &str) {
-        match self.windows.get(&id) {
+        match self.windows.get(id) {
             Some(w) if w.is_open() => {}
             _ => return,
         }
@@ -504,7 +568,7 @@ impl Tracker {
     }
 
     fn break_window(&mut self, id: WinId, t: Millis, ch: &mut Changes) {
-        match self.windows.get(&id) {
+        match self.windows.get(id) {
             Some(w) if w.is_open() => {}
             _ => return,
         }
@@ -535,7 +599,7 @@ impl Tracker {
         let mut keep = VecDeque::with_capacity(self.broken.len());
         let mut dropped = Vec::new();
         for id in self.broken.drain(..) {
-            let Some(w) = windows.get(&id) else { continue };
+            let Some(w) = windows.get(id) else { continue };
             let gone = w.final_at().is_some_and(|b| b < horizon)
                 && w.next_request.is_some_and(|q| q < horizon);
             if gone {
@@ -553,7 +617,7 @@ impl Tracker {
     }
 
     fn drop_window_if_unwaited(&mut self, id: WinId) {
-        let Some(w) = self.windows.get(&id) else {
+        let Some(w) = self.windows.get(id) else {
             return;
         };
         if w.refs > 0 {
@@ -567,13 +631,13 @@ impl Tracker {
                 }
             }
         }
-        self.windows.remove(&id);
+        self.windows.remove(id);
     }
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
     /// indexed anywhere and was only kept for the intervals that held it.
     pub fn unref(&mut self, id: WinId) {
-        let Some(w) = self.windows.get_mut(&id) else {
+        let Some(w) = self.windows.get_mut(id) else {
             return;
         };
         w.refs = w.refs.saturating_sub(1);
@@ -587,7 +651,7 @@ impl Tracker {
             WindowState::Open => true,
         };
         if !indexed {
-            self.windows.remove(&id);
+            self.windows.remove(id);
         }
     }
 
