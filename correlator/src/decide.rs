@@ -86,11 +86,12 @@ struct Pending {
     start: Millis,
     end: Millis,
     hints: Hints,
-    /// Candidates not yet seen final (open at gathering or at the last evaluation).
-    open: Vec<WinId>,
-    /// Candidates that closed at or after its end (containment is judged at the decision).
-    /// Candidates that broke or closed before its end cannot change its record and are let go.
-    closed: Vec<WinId>,
+    /// Candidate windows: `windows[..open]` not yet seen final (open at gathering or at the
+    /// last evaluation), the rest closed at or after its end (containment is judged at the
+    /// decision). Candidates that broke or closed before its end cannot change its record
+    /// and are let go.
+    windows: Vec<WinId>,
+    open: usize,
     /// Identifies its one live queue entry; older entries are stale.
     generation: u32,
     /// The window whose changes wake it, if any.
@@ -121,6 +122,8 @@ pub struct Correlator {
     /// Reported at the current time; their candidates are gathered once every event of this
     /// time has been applied.
     ungathered: Vec<u64>,
+    /// Reused buffer for gathering candidates.
+    scratch: Vec<WinId>,
     next_seq: u64,
     last_gc: Millis,
 }
@@ -136,6 +139,7 @@ impl Correlator {
             pending: FxHashMap::default(),
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
+            scratch: Vec::new(),
             next_seq: 0,
             last_gc: 0.0,
         }
@@ -282,8 +286,8 @@ impl Correlator {
                         start: *start,
                         end: *end,
                         hints: hints.clone(),
-                        open: Vec::new(),
-                        closed: Vec::new(),
+                        windows: Vec::new(),
+                        open: 0,
                         generation: 0,
                         attached: None,
                     },
@@ -334,9 +338,15 @@ impl Correlator {
                 continue;
             };
             let (s, e) = (p.start, p.end);
-            p.open.extend(self.tracker.open_candidates(s));
-            p.closed.extend(self.tracker.closed_containing(s, e));
-            for id in p.open.iter().chain(&p.closed) {
+            let mut found = std::mem::take(&mut self.scratch);
+            found.extend(self.tracker.open_candidates(s));
+            p.open = found.len();
+            found.extend(self.tracker.closed_containing(s, e));
+            // One exact-size allocation per interval; the scratch buffer keeps its capacity.
+            p.windows = found.as_slice().to_vec();
+            found.clear();
+            self.scratch = found;
+            for id in &p.windows {
                 if let Some(w) = self.tracker.window_mut(*id) {
                     w.refs += 1;
                 }
@@ -404,8 +414,7 @@ impl Correlator {
         let next = if incomplete(&self.tracker, p, at) {
             Next::Decide
         } else {
-            let_go_of_final(p, &mut self.tracker);
-            next_step(p, &self.tracker, cw, at)
+            next_step(p, &mut self.tracker, cw, at)
         };
         match next {
             Next::Decide => self.decide(seq, at, out),
@@ -426,24 +435,25 @@ impl Correlator {
     }
 
     fn decide(&mut self, seq: u64, at: Millis, out: &mut Vec<Record>) {
-        let Some(p) = self.pending.remove(&seq) else {
+        let Some(mut p) = self.pending.remove(&seq) else {
             return;
         };
-        out.push(self.judge(&p, at));
-        for id in p.open.iter().chain(&p.closed) {
-            self.tracker.unref(*id);
+        let windows = std::mem::take(&mut p.windows);
+        out.push(self.judge(p, &windows, at));
+        for id in windows {
+            self.tracker.unref(id);
         }
     }
 
     /// The record for a pending interval decided at `at`: candidates still open count as
     /// given up.
-    fn judge(&self, p: &Pending, at: Millis) -> Record {
+    fn judge(&self, p: Pending, windows: &[WinId], at: Millis) -> Record {
         let response_mode = self.config.window_open == WindowOpen::Response;
         let completed_by_start =
             |w: &Window| !response_mode || w.completed_at.is_some_and(|c| c <= p.start);
         let mut containing: Vec<&Window> = Vec::new();
         let mut given_up = 0usize;
-        for id in p.open.iter().chain(&p.closed) {
+        for id in windows {
             let Some(w) = self.tracker.window(*id) else {
                 continue;
             };
@@ -454,19 +464,7 @@ impl Correlator {
             }
         }
         let candidates = containing.len() + given_up;
-        let mut record = Record {
-            interval: p.interval.clone(),
-            alias: p.alias.clone(),
-            tool: p.tool.clone(),
-            start: p.start,
-            end: p.end,
-            reason: None,
-            evidence: Vec::new(),
-            candidates,
-            window: None,
-            decided_at: at,
-        };
-        let reason = if incomplete(&self.tracker, p, at) {
+        let reason = if incomplete(&self.tracker, &p, at) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
@@ -474,15 +472,28 @@ impl Correlator {
             Some(Reason::Unclosed)
         } else if candidates == 0 {
             Some(Reason::NoWindow)
-        } else if conflicts(p, containing[0]) {
+        } else if conflicts(&p, containing[0]) {
             Some(Reason::IdentityConflict)
         } else {
             None
         };
-        record.reason = reason;
+        let mut record = Record {
+            evidence: match reason {
+                None => evidence(&p, containing[0]),
+                Some(_) => Vec::new(),
+            },
+            interval: p.interval,
+            alias: p.alias,
+            tool: p.tool,
+            start: p.start,
+            end: p.end,
+            reason,
+            candidates,
+            window: None,
+            decided_at: at,
+        };
         if reason.is_none() {
             let w = containing[0];
-            record.evidence = evidence(p, w);
             record.window = Some(WindowRef {
                 thread: w.thread.clone(),
                 stream: w.stream.clone(),
@@ -526,54 +537,56 @@ fn incomplete(tracker: &Tracker, p: &Pending, at: Millis) -> bool {
     })
 }
 
-/// Moves candidates that became final out of `p.open`: those that closed at or after its end
-/// to `p.closed`, the others (broken, or closed before its end: they neither delay nor can
-/// contain it) are let go.
-fn let_go_of_final(p: &mut Pending, tracker: &mut Tracker) {
-    let mut i = 0;
-    while i < p.open.len() {
-        let id = p.open[i];
-        match tracker.window(id).map(|w| w.state) {
-            Some(WindowState::Open) => i += 1,
-            Some(WindowState::Closed(c)) if c >= p.end => {
-                p.open.swap_remove(i);
-                p.closed.push(id);
-            }
-            Some(_) => {
-                p.open.swap_remove(i);
-                tracker.unref(id);
-            }
-            None => {
-                p.open.swap_remove(i);
-            }
-        }
-    }
-}
-
-/// For an interval not `incomplete` at `at` whose `open` holds only open candidates: decide
-/// now, or the exact due time and the candidate that sets it, or a candidate that cannot be
-/// given up yet (its response still streams or an MCP call that started inside it still
-/// runs). Of several blocking candidates the latest opened is chosen: it is likely to block
-/// longest, so the interval is woken fewer times.
-fn next_step(p: &Pending, tracker: &Tracker, close_wait: Millis, at: Millis) -> Next {
+/// For an interval not `incomplete` at `at`: decide now, or the exact due time and the
+/// candidate that sets it, or a candidate that cannot be given up yet (its response still
+/// streams or an MCP call that started inside it still runs). Of several blocking candidates
+/// the latest opened is chosen: it is likely to block longest, so the interval is woken fewer
+/// times.
+///
+/// On the way, candidates that became final leave the open part of `p.windows`: those that
+/// closed at or after its end stay for the judgement, the others (broken, or closed before its
+/// end: they neither delay nor can contain it) are let go.
+fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Millis) -> Next {
     let mut due = at;
     let mut setter = None;
     let mut blocker: Option<(Millis, WinId)> = None;
-    for id in &p.open {
-        let Some(w) = tracker.window(*id) else {
+    let mut i = 0;
+    while i < p.open {
+        let id = p.windows[i];
+        let Some(w) = tracker.window(id) else {
+            // Gone (cannot happen while held): it neither delays nor contains.
+            p.open -= 1;
+            p.windows.swap(i, p.open);
+            p.windows.swap_remove(p.open);
             continue;
         };
+        match w.state {
+            WindowState::Open => {}
+            WindowState::Closed(c) if c >= p.end => {
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                continue;
+            }
+            _ => {
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                p.windows.swap_remove(p.open);
+                tracker.unref(id);
+                continue;
+            }
+        }
+        i += 1;
         match w.response_end {
             Some(response_end) if w.running == 0 => {
                 let give_up = close_wait + p.end.max(response_end).max(w.max_inside_end);
                 if give_up > due {
                     due = give_up;
-                    setter = Some(*id);
+                    setter = Some(id);
                 }
             }
             _ => {
                 if blocker.is_none_or(|(open, _)| w.open > open) {
-                    blocker = Some((w.open, *id));
+                    blocker = Some((w.open, id));
                 }
             }
         }

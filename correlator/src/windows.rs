@@ -163,8 +163,9 @@ pub struct Window {
     /// are decided).
     pub refs: u32,
     /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
-    /// their decision earlier: it closes or breaks, its response ends, or its running MCP calls
-    /// drop to none. May hold stale entries; the correlator checks.
+    /// their decision earlier: it closes or breaks, or stops blocking (its response has ended
+    /// and no MCP call that started inside it still runs). May hold stale entries; the
+    /// correlator checks.
     pub attached: Vec<u64>,
     thread_key: ThreadKey,
     /// When `max_window` breaks it if it is still open.
@@ -212,8 +213,8 @@ pub struct LostSpan {
 /// not reported: a pending interval's queued time stays a valid lower bound.)
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// Windows that closed or broke, whose response ended, or whose running MCP calls dropped
-    /// to none.
+    /// Windows that closed or broke, or stopped blocking decisions: their response has ended
+    /// and no MCP call that started inside them still runs (whichever happened last).
     pub windows: Vec<WinId>,
     /// Something that can make any pending interval `incomplete` happened (a loss, a break).
     pub global: bool,
@@ -461,8 +462,10 @@ impl Tracker {
             if status == ResponseStatus::Completed {
                 w.completed_at = Some(t);
             }
+            if w.running == 0 {
+                ch.windows.push(id);
+            }
         }
-        ch.windows.push(id);
         if status != ResponseStatus::Completed {
             self.break_window(id, t, ch);
         }
@@ -521,7 +524,7 @@ impl Tracker {
             if let Some(w) = self.windows.get_mut(*id) {
                 if was_running && w.running > 0 {
                     w.running -= 1;
-                    if w.running == 0 {
+                    if w.running == 0 && w.response_end.is_some() {
                         ch.windows.push(*id);
                     }
                 }
