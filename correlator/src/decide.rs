@@ -217,7 +217,7 @@ impl Correlator {
         let tr = &mut self.tracker;
         match kind {
             EventKind::StreamOpen { stream, thread, .. } => {
-                tr.stream_open(t, stream, thread.clone())
+                tr.stream_open(t, stream, thread.as_deref())
             }
             EventKind::Request {
                 stream,
@@ -247,7 +247,7 @@ impl Correlator {
                 t,
                 response,
                 Call {
-                    call: call.clone(),
+                    call: call.as_str().into(),
                     item: item.clone(),
                     name: name.clone(),
                     namespace: namespace.clone(),
@@ -313,7 +313,11 @@ impl Correlator {
                 continue;
             };
             for seq in std::mem::take(&mut w.attached) {
-                if self.pending.get(&seq).is_some_and(|p| p.attached == Some(*id)) {
+                if self
+                    .pending
+                    .get(&seq)
+                    .is_some_and(|p| p.attached == Some(*id))
+                {
                     self.requeue(seq, now);
                 }
             }
@@ -495,9 +499,9 @@ impl Correlator {
         if reason.is_none() {
             let w = containing[0];
             record.window = Some(WindowRef {
-                thread: w.thread.clone(),
-                stream: w.stream.clone(),
-                response: w.response.clone(),
+                thread: w.thread.as_deref().map(str::to_string),
+                stream: w.stream.to_string(),
+                response: w.response.to_string(),
                 request: w.request.clone(),
                 open: w.open,
                 close: match w.state {
@@ -602,7 +606,7 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
 fn conflicts(p: &Pending, w: &Window) -> bool {
     let h = &p.hints;
     if let Some(id) = &h.tool_use_id {
-        if !w.calls.iter().any(|c| &c.call == id) {
+        if !w.calls.iter().any(|c| *c.call == **id) {
             return true;
         }
     }
@@ -611,7 +615,7 @@ fn conflicts(p: &Pending, w: &Window) -> bool {
             return true;
         }
     }
-    matches!((&h.thread, &w.thread), (Some(a), Some(b)) if a != b)
+    matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a != **b)
 }
 
 /// What agreed between an attributed interval and its window, in record order.
@@ -620,7 +624,7 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     let mut ev = vec![Evidence::Containment];
     if h.tool_use_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| &c.call == id))
+        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
     {
         ev.push(Evidence::ToolUseId);
     }
@@ -632,11 +636,11 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     }
     if h.call_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| &c.call == id))
+        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
     {
         ev.push(Evidence::CallId);
     }
-    if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if a == b) {
+    if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a == **b) {
         ev.push(Evidence::Thread);
     }
     if w.calls

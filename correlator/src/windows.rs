@@ -7,6 +7,7 @@
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -105,17 +106,20 @@ impl Ord for Time {
 
 /// Whose requests count as "its thread's" for a window: a known thread key, or, for a stream
 /// whose thread is unknown, that stream alone.
+///
+/// Ids are shared (`Arc<str>`, so the correlator stays `Send`) between the tables and windows that name them: a window's
+/// thread, stream, response and call ids are each allocated once, not once per table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ThreadKey {
-    Known(String),
-    Anon(String),
+    Known(Arc<str>),
+    Anon(Arc<str>),
 }
 
 impl ThreadKey {
-    fn of(thread: &Option<String>, stream: &str) -> ThreadKey {
+    fn of(thread: &Option<Arc<str>>, stream: &Arc<str>) -> ThreadKey {
         match thread {
             Some(t) => ThreadKey::Known(t.clone()),
-            None => ThreadKey::Anon(stream.to_string()),
+            None => ThreadKey::Anon(stream.clone()),
         }
     }
 }
@@ -123,7 +127,7 @@ impl ThreadKey {
 /// One client tool call of a window's response.
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub call: String,
+    pub call: Arc<str>,
     pub item: Option<String>,
     pub name: String,
     pub namespace: Option<String>,
@@ -141,9 +145,9 @@ pub enum WindowState {
 
 #[derive(Debug, Clone)]
 pub struct Window {
-    pub thread: Option<String>,
-    pub stream: String,
-    pub response: String,
+    pub thread: Option<Arc<str>>,
+    pub stream: Arc<str>,
+    pub response: Arc<str>,
     /// When the first client tool call of the response was complete.
     pub open: Millis,
     pub calls: Vec<Call>,
@@ -187,15 +191,17 @@ impl Window {
 }
 
 struct StreamState {
-    thread: Option<String>,
+    name: Arc<str>,
+    thread: Option<Arc<str>>,
+    key: ThreadKey,
     open: Millis,
     lost: bool,
     /// Responses started on this stream that have not ended.
-    active: Vec<String>,
+    active: Vec<Arc<str>>,
 }
 
 struct ResponseState {
-    stream: String,
+    stream: Arc<str>,
     window: Option<WinId>,
 }
 
@@ -222,14 +228,14 @@ pub struct Changes {
 
 #[derive(Default)]
 pub struct Tracker {
-    streams: FxHashMap<String, StreamState>,
-    responses: FxHashMap<String, ResponseState>,
+    streams: FxHashMap<Arc<str>, StreamState>,
+    responses: FxHashMap<Arc<str>, ResponseState>,
     windows: Slab,
     /// Open windows, by open time (for candidates and MCP bookkeeping).
     open: BTreeSet<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
-    open_by_response: FxHashMap<String, WinId>,
-    open_by_call: FxHashMap<String, WinId>,
+    open_by_response: FxHashMap<Arc<str>, WinId>,
+    open_by_call: FxHashMap<Arc<str>, WinId>,
     /// Open windows' `max_window` deadlines.
     deadlines: BTreeSet<(Time, WinId)>,
     /// Closed windows in close order (closes happen in time order).
@@ -305,11 +311,16 @@ impl Tracker {
         self.deadlines.first().map(|(t, _)| t.0)
     }
 
-    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<String>) {
+    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<&str>) {
+        let name: Arc<str> = stream.into();
+        let thread: Option<Arc<str>> = thread.map(Arc::from);
+        let key = ThreadKey::of(&thread, &name);
         self.streams.insert(
-            stream.to_string(),
+            name.clone(),
             StreamState {
+                name,
                 thread,
+                key,
                 open: t,
                 lost: false,
                 active: Vec::new(),
@@ -330,7 +341,7 @@ impl Tracker {
             return;
         };
         let thread = st.thread.clone();
-        let key = ThreadKey::of(&thread, stream);
+        let key = st.key.clone();
 
         // This request is "after the window opened" for every waiting window of its thread
         // that opened strictly earlier.
@@ -356,7 +367,7 @@ impl Tracker {
             }
         }
         for c in outputs {
-            if let Some(id) = self.open_by_call.get(c) {
+            if let Some(id) = self.open_by_call.get(c.as_str()) {
                 if !continued.contains(id) {
                     continued.push(*id);
                 }
@@ -378,11 +389,12 @@ impl Tracker {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
-        st.active.push(response.to_string());
+        let response: Arc<str> = response.into();
+        st.active.push(response.clone());
         self.responses.insert(
-            response.to_string(),
+            response,
             ResponseState {
-                stream: stream.to_string(),
+                stream: st.name.clone(),
                 window: None,
             },
         );
@@ -402,8 +414,10 @@ impl Tracker {
             return;
         }
         let stream = rs.stream.clone();
-        let thread = self.streams.get(&stream).and_then(|s| s.thread.clone());
-        let thread_key = ThreadKey::of(&thread, &stream);
+        let (thread, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.thread.clone(), s.key.clone()),
+            None => (None, ThreadKey::Anon(stream.clone())),
+        };
 
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
@@ -416,10 +430,14 @@ impl Tracker {
             .fold(f64::NEG_INFINITY, f64::max);
 
         let call_id = call.call.clone();
+        let response = self
+            .responses
+            .get_key_value(response)
+            .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
         let id = self.windows.insert(Window {
             thread,
             stream,
-            response: response.to_string(),
+            response: response.clone(),
             open: t,
             calls: vec![call],
             state: WindowState::Open,
@@ -434,12 +452,17 @@ impl Tracker {
             thread_key: thread_key.clone(),
             deadline: t + max_window,
         });
-        rs.window = Some(id);
-        self.open_by_response.insert(response.to_string(), id);
+        if let Some(rs) = self.responses.get_mut(&response) {
+            rs.window = Some(id);
+        }
+        self.open_by_response.insert(response, id);
         self.open_by_call.insert(call_id, id);
         self.open.insert((Time(t), id));
         self.deadlines.insert((Time(t + max_window), id));
-        self.awaiting_request.entry(thread_key).or_default().push(id);
+        self.awaiting_request
+            .entry(thread_key)
+            .or_default()
+            .push(id);
     }
 
     pub fn response_end(
@@ -451,7 +474,7 @@ impl Tracker {
         ch: &mut Changes,
     ) {
         if let Some(st) = self.streams.get_mut(stream) {
-            st.active.retain(|r| r != response);
+            st.active.retain(|r| **r != *response);
         }
         let Some(rs) = self.responses.remove(response) else {
             return;
@@ -482,7 +505,7 @@ impl Tracker {
         }
         // A response whose stream ends before it does: its window is broken.
         for r in st.active {
-            if let Some(rs) = self.responses.remove(&r) {
+            if let Some(rs) = self.responses.remove(&*r) {
                 if let Some(id) = rs.window {
                     self.break_window(id, t, ch);
                 }
