@@ -243,18 +243,16 @@ impl Correlator {
                 namespace,
                 kind,
                 ..
-            } => tr.tool_call(
-                t,
-                response,
-                Call {
+            } => {
+                let call = Call {
                     call: call.as_str().into(),
                     item: item.clone(),
-                    name: name.clone(),
-                    namespace: namespace.clone(),
+                    name: tr.intern(name),
+                    namespace: namespace.as_deref().map(|n| tr.intern(n)),
                     kind: *kind,
-                },
-                self.config.max_window,
-            ),
+                };
+                tr.tool_call(t, response, call, self.config.max_window)
+            }
             EventKind::ResponseEnd {
                 stream,
                 response,

@@ -26,10 +26,11 @@ struct Slab {
     len: usize,
 }
 
+/// Boxed, so the table (which grows by doubling) costs 16 bytes per slot, not a window's size.
 #[derive(Default)]
 struct Slot {
     generation: u32,
-    window: Option<Window>,
+    window: Option<Box<Window>>,
 }
 
 impl Slab {
@@ -43,7 +44,7 @@ impl Slab {
         if slot.generation != g {
             return None;
         }
-        slot.window.as_ref()
+        slot.window.as_deref()
     }
 
     fn get_mut(&mut self, id: WinId) -> Option<&mut Window> {
@@ -52,7 +53,7 @@ impl Slab {
         if slot.generation != g {
             return None;
         }
-        slot.window.as_mut()
+        slot.window.as_deref_mut()
     }
 
     fn insert(&mut self, window: Window) -> WinId {
@@ -65,7 +66,7 @@ impl Slab {
             }
         };
         let slot = &mut self.slots[i];
-        slot.window = Some(window);
+        slot.window = Some(Box::new(window));
         (u64::from(slot.generation) << 32) | i as u64
     }
 
@@ -87,6 +88,9 @@ impl Slab {
         self.len
     }
 }
+
+/// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
+const MAX_NAMES: usize = 4096;
 
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -129,8 +133,9 @@ impl ThreadKey {
 pub struct Call {
     pub call: Arc<str>,
     pub item: Option<String>,
-    pub name: String,
-    pub namespace: Option<String>,
+    /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
+    pub name: Arc<str>,
+    pub namespace: Option<Arc<str>>,
     pub kind: CallKind,
 }
 
@@ -251,6 +256,8 @@ pub struct Tracker {
     /// MCP calls reported at the current time (a window opening at the same time must see them).
     reported_now: Vec<(Millis, Millis)>,
     now: Millis,
+    /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
+    names: rustc_hash::FxHashSet<Arc<str>>,
     /// Everything the tracker dropped concerned times before this; intervals that start
     /// earlier cannot be judged exactly.
     forgotten_before: Millis,
@@ -262,6 +269,20 @@ impl Tracker {
             forgotten_before: f64::NEG_INFINITY,
             ..Default::default()
         }
+    }
+
+    /// A shared copy of a tool name or namespace. Hosts use a handful of names, so each is
+    /// stored once; past [`MAX_NAMES`] distinct ones (a host that makes names up) new ones are
+    /// simply allocated, so the table cannot grow without bound.
+    pub fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        if self.names.len() < MAX_NAMES {
+            self.names.insert(n.clone());
+        }
+        n
     }
 
     pub fn window(&self, id: WinId) -> Option<&Window> {
@@ -488,6 +509,8 @@ impl Tracker {
             if w.running == 0 {
                 ch.windows.push(id);
             }
+            // No calls come after the response; final windows may be kept a while.
+            w.calls.shrink_to_fit();
         }
         if status != ResponseStatus::Completed {
             self.break_window(id, t, ch);
