@@ -453,37 +453,41 @@ impl Correlator {
         let response_mode = self.config.window_open == WindowOpen::Response;
         let completed_by_start =
             |w: &Window| !response_mode || w.completed_at.is_some_and(|c| c <= p.start);
-        let mut containing: Vec<&Window> = Vec::new();
+        // How many contain it, and the first (only read when it is the one candidate).
+        let (mut contained, mut first) = (0usize, None::<&Window>);
         let mut given_up = 0usize;
         for id in windows {
             let Some(w) = self.tracker.window(*id) else {
                 continue;
             };
             match w.state {
-                WindowState::Closed(c) if c >= p.end && completed_by_start(w) => containing.push(w),
+                WindowState::Closed(c) if c >= p.end && completed_by_start(w) => {
+                    contained += 1;
+                    first = first.or(Some(w));
+                }
                 WindowState::Open if completed_by_start(w) => given_up += 1,
                 _ => {}
             }
         }
-        let candidates = containing.len() + given_up;
+        let candidates = contained + given_up;
+        // Exactly one candidate, and it contains the interval.
+        let only = first.filter(|_| candidates == 1);
         let reason = if incomplete(&self.tracker, &p, at) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
         } else if given_up == 1 {
             Some(Reason::Unclosed)
-        } else if candidates == 0 {
-            Some(Reason::NoWindow)
-        } else if conflicts(&p, containing[0]) {
-            Some(Reason::IdentityConflict)
         } else {
-            None
+            match only {
+                None => Some(Reason::NoWindow),
+                Some(w) if conflicts(&p, w) => Some(Reason::IdentityConflict),
+                Some(_) => None,
+            }
         };
+        let attributed = only.filter(|_| reason.is_none());
         let mut record = Record {
-            evidence: match reason {
-                None => evidence(&p, containing[0]),
-                Some(_) => Vec::new(),
-            },
+            evidence: attributed.map_or_else(Vec::new, |w| evidence(&p, w)),
             interval: p.interval,
             alias: p.alias,
             tool: p.tool,
@@ -494,8 +498,7 @@ impl Correlator {
             window: None,
             decided_at: at,
         };
-        if reason.is_none() {
-            let w = containing[0];
+        if let Some(w) = attributed {
             record.window = Some(WindowRef {
                 thread: w.thread.as_deref().map(str::to_string),
                 stream: w.stream.to_string(),
