@@ -709,3 +709,60 @@ impl Tracker {
         self.windows.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(response: &str) -> Window {
+        let stream: Arc<str> = "s1".into();
+        Window {
+            thread: None,
+            stream: stream.clone(),
+            response: response.into(),
+            open: 0.0,
+            calls: Vec::new(),
+            state: WindowState::Open,
+            request: None,
+            response_end: None,
+            completed_at: None,
+            running: 0,
+            max_inside_end: f64::NEG_INFINITY,
+            next_request: None,
+            refs: 0,
+            attached: Vec::new(),
+            thread_key: ThreadKey::Anon(stream),
+            deadline: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_handle_to_a_dropped_window_never_reaches_the_window_that_reuses_its_slot() {
+        let mut slab = Slab::default();
+        let first = slab.insert(window("r1"));
+        slab.remove(first);
+        let second = slab.insert(window("r2"));
+        assert_ne!(first, second);
+        assert!(slab.get(first).is_none());
+        assert_eq!(slab.get(second).map(|w| &*w.response), Some("r2"));
+        // Removing through the stale handle leaves the new window alone.
+        slab.remove(first);
+        assert_eq!(slab.len(), 1);
+        assert!(slab.get_mut(second).is_some());
+    }
+
+    #[test]
+    fn interned_names_are_shared_until_the_table_is_full() {
+        let mut tracker = Tracker::new();
+        let a = tracker.intern("exec");
+        let b = tracker.intern("exec");
+        assert!(Arc::ptr_eq(&a, &b));
+        for i in 0..MAX_NAMES + 10 {
+            tracker.intern(&format!("tool{i}"));
+        }
+        assert_eq!(tracker.names.len(), MAX_NAMES);
+        // Past the bound a name is still returned, just not kept.
+        assert_eq!(&*tracker.intern("made-up"), "made-up");
+        assert_eq!(tracker.names.len(), MAX_NAMES);
+    }
+}
