@@ -312,8 +312,10 @@ impl Tracker {
 
     /// Closed windows with open ≤ s and close ≥ e.
     pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
-        let from = self.closed.partition_point(|(c, _)| *c < e);
-        self.closed.range(from..).filter_map(move |(_, id)| {
+        // From the newest: an interval is reported soon after its end, so the windows that
+        // closed since are few, while the deque holds every window of the retention span.
+        let since_end = self.closed.iter().rev().take_while(move |(c, _)| *c >= e);
+        since_end.filter_map(move |(_, id)| {
             let w = self.windows.get(*id)?;
             (w.open <= s).then_some(*id)
         })
