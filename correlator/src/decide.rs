@@ -3,13 +3,23 @@
 //! Every reported interval waits, pending, until the first moment its answer cannot change:
 //! every candidate window (one whose first call completed at or before the interval's start)
 //! has closed, broken or been given up, or `incomplete` holds. That moment is computed, not
-//! polled: each pending interval has a due time derived from its candidates' state, recomputed
-//! only when an event touches one of them, and time advances from one due time or `max_window`
-//! deadline to the next until it reaches the next event.
+//! polled, and lazily: each pending interval is either queued at a *lower bound* of its due
+//! time, or parked on one candidate that blocks it (its response still streams, or an MCP call
+//! that started inside it still runs). Time advances from one queued time or `max_window`
+//! deadline to the next; a popped interval's exact due time is computed then, and it is
+//! decided, queued again later, or parked.
+//!
+//! Why lazy: most events (an MCP call starting or ending inside a window) can only delay
+//! decisions, so they leave every lower bound valid and need no per-interval work. Only a few
+//! can make one earlier: a candidate closing or breaking, its response ending, its running
+//! calls dropping to none (those wake the intervals attached to that window: the ones parked
+//! on it, or queued at a due time it set), and a loss or a break anywhere (`incomplete` may
+//! now hold: every pending interval is queued at the current time).
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
@@ -50,9 +60,11 @@ pub struct Config {
     pub window_open: WindowOpen,
     /// `--max-window`, milliseconds (default 30 minutes).
     pub max_window: Millis,
-    /// How long final windows and lost spans are kept for late reports (default 2 hours, and
-    /// never less than `max_window`). An interval that starts before what was dropped is
-    /// judged `incomplete`, since a dropped window might have contained it.
+    /// How long final windows and lost spans are kept for late reports (default, and never
+    /// less than, `max_window`). An interval that starts before what was dropped is judged
+    /// `incomplete`, since a dropped window might have contained it. `max_window` suffices for
+    /// intervals reported promptly: a window that contains an interval closes at or after its
+    /// end, and every window open at its start is final within `max_window` of it.
     pub retain: Millis,
 }
 
@@ -62,7 +74,7 @@ impl Default for Config {
             close_wait: 1000.0,
             window_open: WindowOpen::Call,
             max_window: 30.0 * 60.0 * 1000.0,
-            retain: 2.0 * 60.0 * 60.0 * 1000.0,
+            retain: 30.0 * 60.0 * 1000.0,
         }
     }
 }
@@ -74,10 +86,25 @@ struct Pending {
     start: Millis,
     end: Millis,
     hints: Hints,
-    /// Candidate windows: open ones (at gathering) and closed ones that contain it.
+    /// Candidate windows: `windows[..open]` not yet seen final (open at gathering or at the
+    /// last evaluation), the rest closed at or after its end (containment is judged at the
+    /// decision). Candidates that broke or closed before its end cannot change its record
+    /// and are let go.
     windows: Vec<WinId>,
-    /// The currently scheduled decision time, if any.
-    due: Option<Millis>,
+    open: usize,
+    /// Identifies its one live queue entry; older entries are stale.
+    generation: u32,
+    /// The window whose changes wake it, if any.
+    attached: Option<WinId>,
+}
+
+/// What an evaluation found.
+enum Next {
+    Decide,
+    /// Not before this time; the window that set it.
+    Queue(Millis, WinId),
+    /// Not while this window blocks it.
+    Park(WinId),
 }
 
 /// The incremental correlator. Feed events in non-decreasing `t`; records come out in
@@ -89,13 +116,14 @@ pub struct Correlator {
     now: Millis,
     started: bool,
     pending: FxHashMap<u64, Pending>,
-    /// Pending intervals by due time, ties in report order.
-    queue: BTreeSet<(Time, u64)>,
+    /// Pending intervals by lower bound of their due time, ties in report order; entries
+    /// whose generation is not the interval's current one are stale and skipped.
+    queue: BinaryHeap<Reverse<(Time, u64, u32)>>,
     /// Reported at the current time; their candidates are gathered once every event of this
     /// time has been applied.
     ungathered: Vec<u64>,
-    dirty: FxHashSet<u64>,
-    all_dirty: bool,
+    /// Reused buffer for gathering candidates.
+    scratch: Vec<WinId>,
     next_seq: u64,
     last_gc: Millis,
 }
@@ -109,10 +137,9 @@ impl Correlator {
             now: 0.0,
             started: false,
             pending: FxHashMap::default(),
-            queue: BTreeSet::new(),
+            queue: BinaryHeap::new(),
             ungathered: Vec::new(),
-            dirty: FxHashSet::default(),
-            all_dirty: false,
+            scratch: Vec::new(),
             next_seq: 0,
             last_gc: 0.0,
         }
@@ -190,7 +217,7 @@ impl Correlator {
         let tr = &mut self.tracker;
         match kind {
             EventKind::StreamOpen { stream, thread, .. } => {
-                tr.stream_open(t, stream, thread.clone())
+                tr.stream_open(t, stream, thread.as_deref())
             }
             EventKind::Request {
                 stream,
@@ -216,18 +243,16 @@ impl Correlator {
                 namespace,
                 kind,
                 ..
-            } => tr.tool_call(
-                t,
-                response,
-                Call {
-                    call: call.clone(),
+            } => {
+                let call = Call {
+                    call: call.as_str().into(),
                     item: item.clone(),
-                    name: name.clone(),
-                    namespace: namespace.clone(),
+                    name: tr.intern(name),
+                    namespace: namespace.as_deref().map(|n| tr.intern(n)),
                     kind: *kind,
-                },
-                self.config.max_window,
-            ),
+                };
+                tr.tool_call(t, response, call, self.config.max_window)
+            }
             EventKind::ResponseEnd {
                 stream,
                 response,
@@ -237,7 +262,7 @@ impl Correlator {
             EventKind::ObservationLost { stream, .. } => tr.observation_lost(t, stream, &mut ch),
             EventKind::McpStart {
                 interval, start, ..
-            } => tr.mcp_start(interval, *start, &mut ch),
+            } => tr.mcp_start(interval, *start),
             EventKind::McpInterval {
                 interval,
                 alias,
@@ -260,7 +285,9 @@ impl Correlator {
                         end: *end,
                         hints: hints.clone(),
                         windows: Vec::new(),
-                        due: None,
+                        open: 0,
+                        generation: 0,
+                        attached: None,
                     },
                 );
                 self.ungathered.push(seq);
@@ -269,77 +296,87 @@ impl Correlator {
         self.mark(&ch);
     }
 
+    /// Wakes the intervals that an applied change may let be decided earlier.
     fn mark(&mut self, ch: &Changes) {
+        let now = self.now;
         if ch.global {
-            self.all_dirty = true;
-        }
-        if self.all_dirty {
+            let seqs: Vec<u64> = self.pending.keys().copied().collect();
+            for seq in seqs {
+                self.requeue(seq, now);
+            }
             return;
         }
         for id in &ch.windows {
-            if let Some(w) = self.tracker.window(*id) {
-                self.dirty.extend(w.waiters.iter().copied());
+            let Some(w) = self.tracker.window_mut(*id) else {
+                continue;
+            };
+            for seq in std::mem::take(&mut w.attached) {
+                if self
+                    .pending
+                    .get(&seq)
+                    .is_some_and(|p| p.attached == Some(*id))
+                {
+                    self.requeue(seq, now);
+                }
             }
+        }
+    }
+
+    /// Queues a pending interval at `t` (a lower bound of its due time), detached from any
+    /// window; its older queue entries become stale.
+    fn requeue(&mut self, seq: u64, t: Millis) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.attached = None;
+            p.generation = p.generation.wrapping_add(1);
+            self.queue.push(Reverse((Time(t), seq, p.generation)));
         }
     }
 
     /// Every event of the current time has been applied: intervals reported at this time get
-    /// their candidates, then due times are brought up to date.
+    /// their candidates and are queued now.
     fn end_instant(&mut self) {
         for seq in std::mem::take(&mut self.ungathered) {
-            let Some(p) = self.pending.get(&seq) else {
+            let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
             };
             let (s, e) = (p.start, p.end);
-            let mut windows: Vec<WinId> = self.tracker.open_candidates(s).collect();
-            windows.extend(self.tracker.closed_containing(s, e));
-            for id in &windows {
+            let mut found = std::mem::take(&mut self.scratch);
+            found.extend(self.tracker.open_candidates(s));
+            p.open = found.len();
+            found.extend(self.tracker.closed_containing(s, e));
+            // One exact-size allocation per interval; the scratch buffer keeps its capacity.
+            p.windows = found.as_slice().to_vec();
+            found.clear();
+            self.scratch = found;
+            for id in &p.windows {
                 if let Some(w) = self.tracker.window_mut(*id) {
-                    w.waiters.push(seq);
+                    w.refs += 1;
                 }
             }
-            if let Some(p) = self.pending.get_mut(&seq) {
-                p.windows = windows;
-            }
-            self.dirty.insert(seq);
+            self.requeue(seq, self.now);
         }
     }
 
-    fn refresh(&mut self) {
-        let seqs: Vec<u64> = if self.all_dirty {
-            self.dirty.clear();
-            self.pending.keys().copied().collect()
-        } else {
-            self.dirty.drain().collect()
-        };
-        self.all_dirty = false;
-        for seq in seqs {
-            let Some(p) = self.pending.get(&seq) else {
-                continue;
-            };
-            let due = self.due(p);
-            let old = p.due;
-            if old == due {
-                continue;
+    /// The earliest live queue entry, dropping stale ones.
+    fn next_queued(&mut self) -> Option<(Millis, u64)> {
+        while let Some(Reverse((t, seq, generation))) = self.queue.peek() {
+            let live = self
+                .pending
+                .get(seq)
+                .is_some_and(|p| p.generation == *generation);
+            if live {
+                return Some((t.0, *seq));
             }
-            if let Some(d) = old {
-                self.queue.remove(&(Time(d), seq));
-            }
-            if let Some(d) = due {
-                self.queue.insert((Time(d), seq));
-            }
-            if let Some(p) = self.pending.get_mut(&seq) {
-                p.due = due;
-            }
+            self.queue.pop();
         }
+        None
     }
 
-    /// Advances time through due decisions and `max_window` deadlines up to `limit`
-    /// (inclusive or not). A deadline goes before a decision due at the same time.
+    /// Advances time through queued evaluations and `max_window` deadlines up to `limit`
+    /// (inclusive or not). A deadline goes before an evaluation at the same time.
     fn run_until(&mut self, limit: Millis, inclusive: bool, out: &mut Vec<Record>) {
         loop {
-            self.refresh();
-            let next_due = self.queue.first().map(|(t, seq)| (t.0, *seq));
+            let next_due = self.next_queued();
             let next_deadline = self.tracker.next_deadline();
             let next = match (next_due, next_deadline) {
                 (None, None) => break,
@@ -360,127 +397,112 @@ impl Correlator {
                 continue;
             }
             if let Some((_, seq)) = next_due {
-                self.decide(seq, next, out);
+                self.queue.pop();
+                self.evaluate(seq, next, out);
             }
         }
     }
 
-    /// The earliest time this interval can be decided given the current state, or `None`
-    /// while a candidate cannot be given up yet (its response still streams or an MCP call
-    /// that started inside it still runs).
-    fn due(&self, p: &Pending) -> Option<Millis> {
-        if self.incomplete(p, self.now) {
-            return Some(self.now);
-        }
+    /// A queued interval's time `at` came: decides it if it is due now, else queues it at its
+    /// exact due time or parks it on a blocking candidate.
+    fn evaluate(&mut self, seq: u64, at: Millis, out: &mut Vec<Record>) {
         let cw = self.config.close_wait;
-        let mut due = self.now;
-        for id in &p.windows {
-            let Some(w) = self.tracker.window(*id) else {
-                continue;
-            };
-            if !w.is_open() {
-                continue;
+        let Some(p) = self.pending.get_mut(&seq) else {
+            return;
+        };
+        // The entry just popped was its live one.
+        p.generation = p.generation.wrapping_add(1);
+        p.attached = None;
+        let next = if incomplete(&self.tracker, p, at) {
+            Next::Decide
+        } else {
+            next_step(p, &mut self.tracker, cw, at)
+        };
+        match next {
+            Next::Decide => self.decide(seq, at, out),
+            Next::Queue(due, id) => {
+                p.attached = Some(id);
+                self.queue.push(Reverse((Time(due), seq, p.generation)));
+                if let Some(w) = self.tracker.window_mut(id) {
+                    w.attached.push(seq);
+                }
             }
-            let response_end = w.response_end?;
-            if w.running > 0 {
-                return None;
+            Next::Park(id) => {
+                p.attached = Some(id);
+                if let Some(w) = self.tracker.window_mut(id) {
+                    w.attached.push(seq);
+                }
             }
-            let give_up = cw + p.end.max(response_end).max(w.max_inside_end);
-            due = due.max(give_up);
         }
-        Some(due)
-    }
-
-    /// design.md §4 rule 1, at time `at`.
-    fn incomplete(&self, p: &Pending, at: Millis) -> bool {
-        if p.start < self.tracker.forgotten_before() {
-            return true;
-        }
-        let lost =
-            self.tracker.lost_spans().iter().any(|l| {
-                l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start)
-            });
-        if lost {
-            return true;
-        }
-        self.tracker.broken_windows().any(|w| {
-            let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
-            broken_by && w.open <= p.start && !w.next_request.is_some_and(|q| q <= p.start)
-        })
     }
 
     fn decide(&mut self, seq: u64, at: Millis, out: &mut Vec<Record>) {
-        let Some(p) = self.pending.remove(&seq) else {
+        let Some(mut p) = self.pending.remove(&seq) else {
             return;
         };
-        if let Some(d) = p.due {
-            self.queue.remove(&(Time(d), seq));
+        let windows = std::mem::take(&mut p.windows);
+        out.push(self.judge(p, &windows, at));
+        for id in windows {
+            self.tracker.unref(id);
         }
-        self.dirty.remove(&seq);
-        out.push(self.judge(&p, at));
-
-        let mut touched = FxHashSet::default();
-        for id in &p.windows {
-            if let Some(w) = self.tracker.window_mut(*id) {
-                w.waiters.retain(|s| *s != seq);
-                touched.insert(*id);
-            }
-        }
-        self.tracker.release(&touched);
     }
 
     /// The record for a pending interval decided at `at`: candidates still open count as
     /// given up.
-    fn judge(&self, p: &Pending, at: Millis) -> Record {
+    fn judge(&self, p: Pending, windows: &[WinId], at: Millis) -> Record {
         let response_mode = self.config.window_open == WindowOpen::Response;
         let completed_by_start =
             |w: &Window| !response_mode || w.completed_at.is_some_and(|c| c <= p.start);
-        let mut containing: Vec<&Window> = Vec::new();
+        // How many contain it, and the first (only read when it is the one candidate).
+        let (mut contained, mut first) = (0usize, None::<&Window>);
         let mut given_up = 0usize;
-        for id in &p.windows {
+        for id in windows {
             let Some(w) = self.tracker.window(*id) else {
                 continue;
             };
             match w.state {
-                WindowState::Closed(c) if c >= p.end && completed_by_start(w) => containing.push(w),
+                WindowState::Closed(c) if c >= p.end && completed_by_start(w) => {
+                    contained += 1;
+                    first = first.or(Some(w));
+                }
                 WindowState::Open if completed_by_start(w) => given_up += 1,
                 _ => {}
             }
         }
-        let candidates = containing.len() + given_up;
-        let mut record = Record {
-            interval: p.interval.clone(),
-            alias: p.alias.clone(),
-            tool: p.tool.clone(),
-            start: p.start,
-            end: p.end,
-            reason: None,
-            evidence: Vec::new(),
-            candidates,
-            window: None,
-            decided_at: at,
-        };
-        let reason = if self.incomplete(p, at) {
+        let candidates = contained + given_up;
+        // Exactly one candidate, and it contains the interval.
+        let only = first.filter(|_| candidates == 1);
+        let reason = if incomplete(&self.tracker, &p, at) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
         } else if given_up == 1 {
             Some(Reason::Unclosed)
-        } else if candidates == 0 {
-            Some(Reason::NoWindow)
-        } else if conflicts(p, containing[0]) {
-            Some(Reason::IdentityConflict)
         } else {
-            None
+            match only {
+                None => Some(Reason::NoWindow),
+                Some(w) if conflicts(&p, w) => Some(Reason::IdentityConflict),
+                Some(_) => None,
+            }
         };
-        record.reason = reason;
-        if reason.is_none() {
-            let w = containing[0];
-            record.evidence = evidence(p, w);
+        let attributed = only.filter(|_| reason.is_none());
+        let mut record = Record {
+            evidence: attributed.map_or_else(Vec::new, |w| evidence(&p, w)),
+            interval: p.interval,
+            alias: p.alias,
+            tool: p.tool,
+            start: p.start,
+            end: p.end,
+            reason,
+            candidates,
+            window: None,
+            decided_at: at,
+        };
+        if let Some(w) = attributed {
             record.window = Some(WindowRef {
-                thread: w.thread.clone(),
-                stream: w.stream.clone(),
-                response: w.response.clone(),
+                thread: w.thread.as_deref().map(str::to_string),
+                stream: w.stream.to_string(),
+                response: w.response.to_string(),
                 request: w.request.clone(),
                 open: w.open,
                 close: match w.state {
@@ -502,11 +524,90 @@ impl Correlator {
     }
 }
 
+/// design.md §4 rule 1, at time `at`.
+fn incomplete(tracker: &Tracker, p: &Pending, at: Millis) -> bool {
+    if p.start < tracker.forgotten_before() {
+        return true;
+    }
+    let lost = tracker
+        .lost_spans()
+        .iter()
+        .any(|l| l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start));
+    if lost {
+        return true;
+    }
+    tracker.broken_windows().any(|w| {
+        let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
+        broken_by && w.open <= p.start && !w.next_request.is_some_and(|q| q <= p.start)
+    })
+}
+
+/// For an interval not `incomplete` at `at`: decide now, or the exact due time and the
+/// candidate that sets it, or a candidate that cannot be given up yet (its response still
+/// streams or an MCP call that started inside it still runs). Of several blocking candidates
+/// the latest opened is chosen: it is likely to block longest, so the interval is woken fewer
+/// times.
+///
+/// On the way, candidates that became final leave the open part of `p.windows`: those that
+/// closed at or after its end stay for the judgement, the others (broken, or closed before its
+/// end: they neither delay nor can contain it) are let go.
+fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Millis) -> Next {
+    let mut due = at;
+    let mut setter = None;
+    let mut blocker: Option<(Millis, WinId)> = None;
+    let mut i = 0;
+    while i < p.open {
+        let id = p.windows[i];
+        let Some(w) = tracker.window(id) else {
+            // Gone (cannot happen while held): it neither delays nor contains.
+            p.open -= 1;
+            p.windows.swap(i, p.open);
+            p.windows.swap_remove(p.open);
+            continue;
+        };
+        match w.state {
+            WindowState::Open => {}
+            WindowState::Closed(c) if c >= p.end => {
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                continue;
+            }
+            _ => {
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                p.windows.swap_remove(p.open);
+                tracker.unref(id);
+                continue;
+            }
+        }
+        i += 1;
+        match w.response_end {
+            Some(response_end) if w.running == 0 => {
+                let give_up = close_wait + p.end.max(response_end).max(w.max_inside_end);
+                if give_up > due {
+                    due = give_up;
+                    setter = Some(id);
+                }
+            }
+            _ => {
+                if blocker.is_none_or(|(open, _)| w.open > open) {
+                    blocker = Some((w.open, id));
+                }
+            }
+        }
+    }
+    match (blocker, setter) {
+        (Some((_, id)), _) => Next::Park(id),
+        (None, Some(id)) => Next::Queue(due, id),
+        (None, None) => Next::Decide,
+    }
+}
+
 /// Rule 4: a hint that names something other than the one containing window.
 fn conflicts(p: &Pending, w: &Window) -> bool {
     let h = &p.hints;
     if let Some(id) = &h.tool_use_id {
-        if !w.calls.iter().any(|c| &c.call == id) {
+        if !w.calls.iter().any(|c| *c.call == **id) {
             return true;
         }
     }
@@ -515,7 +616,7 @@ fn conflicts(p: &Pending, w: &Window) -> bool {
             return true;
         }
     }
-    matches!((&h.thread, &w.thread), (Some(a), Some(b)) if a != b)
+    matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a != **b)
 }
 
 /// What agreed between an attributed interval and its window, in record order.
@@ -524,7 +625,7 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     let mut ev = vec![Evidence::Containment];
     if h.tool_use_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| &c.call == id))
+        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
     {
         ev.push(Evidence::ToolUseId);
     }
@@ -536,11 +637,11 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     }
     if h.call_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| &c.call == id))
+        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
     {
         ev.push(Evidence::CallId);
     }
-    if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if a == b) {
+    if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a == **b) {
         ev.push(Evidence::Thread);
     }
     if w.calls

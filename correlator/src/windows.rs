@@ -7,13 +7,90 @@
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
 
-/// Index of a window in the tracker's table (never reused within one run).
+/// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
+/// to a dropped window never reaches a later one (handles are never reused within one run).
 pub type WinId = u64;
+
+/// The tracker's windows: a table indexed by slot, slots reused through a free list. Cheaper
+/// than a hash map on the hot paths (MCP bookkeeping touches every open window per event).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+/// Boxed, so the table (which grows by doubling) costs 16 bytes per slot, not a window's size.
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    window: Option<Box<Window>>,
+}
+
+impl Slab {
+    fn split(id: WinId) -> (usize, u32) {
+        ((id & 0xFFFF_FFFF) as usize, (id >> 32) as u32)
+    }
+
+    fn get(&self, id: WinId) -> Option<&Window> {
+        let (i, g) = Self::split(id);
+        let slot = self.slots.get(i)?;
+        if slot.generation != g {
+            return None;
+        }
+        slot.window.as_deref()
+    }
+
+    fn get_mut(&mut self, id: WinId) -> Option<&mut Window> {
+        let (i, g) = Self::split(id);
+        let slot = self.slots.get_mut(i)?;
+        if slot.generation != g {
+            return None;
+        }
+        slot.window.as_deref_mut()
+    }
+
+    fn insert(&mut self, window: Window) -> WinId {
+        self.len += 1;
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.window = Some(Box::new(window));
+        (u64::from(slot.generation) << 32) | i as u64
+    }
+
+    fn remove(&mut self, id: WinId) {
+        let (i, g) = Self::split(id);
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        if slot.generation != g || slot.window.is_none() {
+            return;
+        }
+        slot.window = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(i as u32);
+        self.len -= 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
+const MAX_NAMES: usize = 4096;
 
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,17 +110,20 @@ impl Ord for Time {
 
 /// Whose requests count as "its thread's" for a window: a known thread key, or, for a stream
 /// whose thread is unknown, that stream alone.
+///
+/// Ids are shared (`Arc<str>`, so the correlator stays `Send`) between the tables and windows that name them: a window's
+/// thread, stream, response and call ids are each allocated once, not once per table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ThreadKey {
-    Known(String),
-    Anon(String),
+    Known(Arc<str>),
+    Anon(Arc<str>),
 }
 
 impl ThreadKey {
-    fn of(thread: &Option<String>, stream: &str) -> ThreadKey {
+    fn of(thread: &Option<Arc<str>>, stream: &Arc<str>) -> ThreadKey {
         match thread {
             Some(t) => ThreadKey::Known(t.clone()),
-            None => ThreadKey::Anon(stream.to_string()),
+            None => ThreadKey::Anon(stream.clone()),
         }
     }
 }
@@ -51,10 +131,11 @@ impl ThreadKey {
 /// One client tool call of a window's response.
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub call: String,
+    pub call: Arc<str>,
     pub item: Option<String>,
-    pub name: String,
-    pub namespace: Option<String>,
+    /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
+    pub name: Arc<str>,
+    pub namespace: Option<Arc<str>>,
     pub kind: CallKind,
 }
 
@@ -69,9 +150,9 @@ pub enum WindowState {
 
 #[derive(Debug, Clone)]
 pub struct Window {
-    pub thread: Option<String>,
-    pub stream: String,
-    pub response: String,
+    pub thread: Option<Arc<str>>,
+    pub stream: Arc<str>,
+    pub response: Arc<str>,
     /// When the first client tool call of the response was complete.
     pub open: Millis,
     pub calls: Vec<Call>,
@@ -87,8 +168,14 @@ pub struct Window {
     pub max_inside_end: Millis,
     /// The first request of the window's thread after the window opened.
     pub next_request: Option<Millis>,
-    /// Pending intervals that wait on this window (it is one of their open candidates).
-    pub waiters: Vec<u64>,
+    /// How many pending intervals hold this window as a candidate (it must stay until they
+    /// are decided).
+    pub refs: u32,
+    /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
+    /// their decision earlier: it closes or breaks, or stops blocking (its response has ended
+    /// and no MCP call that started inside it still runs). May hold stale entries; the
+    /// correlator checks.
+    pub attached: Vec<u64>,
     thread_key: ThreadKey,
     /// When `max_window` breaks it if it is still open.
     deadline: Millis,
@@ -109,15 +196,17 @@ impl Window {
 }
 
 struct StreamState {
-    thread: Option<String>,
+    name: Arc<str>,
+    thread: Option<Arc<str>>,
+    key: ThreadKey,
     open: Millis,
     lost: bool,
     /// Responses started on this stream that have not ended.
-    active: Vec<String>,
+    active: Vec<Arc<str>>,
 }
 
 struct ResponseState {
-    stream: String,
+    stream: Arc<str>,
     window: Option<WinId>,
 }
 
@@ -130,10 +219,13 @@ pub struct LostSpan {
     pub lost_at: Millis,
 }
 
-/// What an applied event changed that pending decisions may depend on.
+/// What an applied event changed that can make a pending decision earlier. (Changes that can
+/// only delay one, an MCP call starting or ending inside a window while others still run, are
+/// not reported: a pending interval's queued time stays a valid lower bound.)
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// Windows whose state, response end or MCP bookkeeping changed.
+    /// Windows that closed or broke, or stopped blocking decisions: their response has ended
+    /// and no MCP call that started inside them still runs (whichever happened last).
     pub windows: Vec<WinId>,
     /// Something that can make any pending interval `incomplete` happened (a loss, a break).
     pub global: bool,
@@ -141,15 +233,14 @@ pub struct Changes {
 
 #[derive(Default)]
 pub struct Tracker {
-    streams: FxHashMap<String, StreamState>,
-    responses: FxHashMap<String, ResponseState>,
-    windows: FxHashMap<WinId, Window>,
-    next_win: WinId,
+    streams: FxHashMap<Arc<str>, StreamState>,
+    responses: FxHashMap<Arc<str>, ResponseState>,
+    windows: Slab,
     /// Open windows, by open time (for candidates and MCP bookkeeping).
     open: BTreeSet<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
-    open_by_response: FxHashMap<String, WinId>,
-    open_by_call: FxHashMap<String, WinId>,
+    open_by_response: FxHashMap<Arc<str>, WinId>,
+    open_by_call: FxHashMap<Arc<str>, WinId>,
     /// Open windows' `max_window` deadlines.
     deadlines: BTreeSet<(Time, WinId)>,
     /// Closed windows in close order (closes happen in time order).
@@ -165,6 +256,8 @@ pub struct Tracker {
     /// MCP calls reported at the current time (a window opening at the same time must see them).
     reported_now: Vec<(Millis, Millis)>,
     now: Millis,
+    /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
+    names: rustc_hash::FxHashSet<Arc<str>>,
     /// Everything the tracker dropped concerned times before this; intervals that start
     /// earlier cannot be judged exactly.
     forgotten_before: Millis,
@@ -178,12 +271,26 @@ impl Tracker {
         }
     }
 
+    /// A shared copy of a tool name or namespace. Hosts use a handful of names, so each is
+    /// stored once; past [`MAX_NAMES`] distinct ones (a host that makes names up) new ones are
+    /// simply allocated, so the table cannot grow without bound.
+    pub fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        if self.names.len() < MAX_NAMES {
+            self.names.insert(n.clone());
+        }
+        n
+    }
+
     pub fn window(&self, id: WinId) -> Option<&Window> {
-        self.windows.get(&id)
+        self.windows.get(id)
     }
 
     pub fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
-        self.windows.get_mut(&id)
+        self.windows.get_mut(id)
     }
 
     pub fn forgotten_before(&self) -> Millis {
@@ -205,15 +312,17 @@ impl Tracker {
 
     /// Closed windows with open ≤ s and close ≥ e.
     pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
-        let from = self.closed.partition_point(|(c, _)| *c < e);
-        self.closed.range(from..).filter_map(move |(_, id)| {
-            let w = self.windows.get(id)?;
+        // From the newest: an interval is reported soon after its end, so the windows that
+        // closed since are few, while the deque holds every window of the retention span.
+        let since_end = self.closed.iter().rev().take_while(move |(c, _)| *c >= e);
+        since_end.filter_map(move |(_, id)| {
+            let w = self.windows.get(*id)?;
             (w.open <= s).then_some(*id)
         })
     }
 
     pub fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
-        self.broken.iter().filter_map(|id| self.windows.get(id))
+        self.broken.iter().filter_map(|id| self.windows.get(*id))
     }
 
     pub fn lost_spans(&self) -> &[LostSpan] {
@@ -225,11 +334,16 @@ impl Tracker {
         self.deadlines.first().map(|(t, _)| t.0)
     }
 
-    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<String>) {
+    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<&str>) {
+        let name: Arc<str> = stream.into();
+        let thread: Option<Arc<str>> = thread.map(Arc::from);
+        let key = ThreadKey::of(&thread, &name);
         self.streams.insert(
-            stream.to_string(),
+            name.clone(),
             StreamState {
+                name,
                 thread,
+                key,
                 open: t,
                 lost: false,
                 active: Vec::new(),
@@ -250,13 +364,13 @@ impl Tracker {
             return;
         };
         let thread = st.thread.clone();
-        let key = ThreadKey::of(&thread, stream);
+        let key = st.key.clone();
 
         // This request is "after the window opened" for every waiting window of its thread
         // that opened strictly earlier.
         if let Some(list) = self.awaiting_request.get_mut(&key) {
             let windows = &mut self.windows;
-            list.retain(|id| match windows.get_mut(id) {
+            list.retain(|id| match windows.get_mut(*id) {
                 Some(w) if w.open < t => {
                     w.next_request = Some(t);
                     false
@@ -276,14 +390,14 @@ impl Tracker {
             }
         }
         for c in outputs {
-            if let Some(id) = self.open_by_call.get(c) {
+            if let Some(id) = self.open_by_call.get(c.as_str()) {
                 if !continued.contains(id) {
                     continued.push(*id);
                 }
             }
         }
         for id in continued {
-            let compatible = match (&thread, self.windows.get(&id).map(|w| &w.thread)) {
+            let compatible = match (&thread, self.windows.get(id).map(|w| &w.thread)) {
                 (Some(a), Some(Some(b))) => a == b,
                 _ => true,
             };
@@ -298,11 +412,12 @@ impl Tracker {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
-        st.active.push(response.to_string());
+        let response: Arc<str> = response.into();
+        st.active.push(response.clone());
         self.responses.insert(
-            response.to_string(),
+            response,
             ResponseState {
-                stream: stream.to_string(),
+                stream: st.name.clone(),
                 window: None,
             },
         );
@@ -313,7 +428,7 @@ impl Tracker {
             return;
         };
         if let Some(id) = rs.window {
-            if let Some(w) = self.windows.get_mut(&id) {
+            if let Some(w) = self.windows.get_mut(id) {
                 if w.is_open() {
                     self.open_by_call.insert(call.call.clone(), id);
                 }
@@ -321,12 +436,11 @@ impl Tracker {
             }
             return;
         }
-        let id = self.next_win;
-        self.next_win += 1;
-        rs.window = Some(id);
         let stream = rs.stream.clone();
-        let thread = self.streams.get(&stream).and_then(|s| s.thread.clone());
-        let thread_key = ThreadKey::of(&thread, &stream);
+        let (thread, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.thread.clone(), s.key.clone()),
+            None => (None, ThreadKey::Anon(stream.clone())),
+        };
 
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
@@ -338,34 +452,40 @@ impl Tracker {
             .map(|(_, e)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
-        self.open_by_response.insert(response.to_string(), id);
-        self.open_by_call.insert(call.call.clone(), id);
+        let call_id = call.call.clone();
+        let response = self
+            .responses
+            .get_key_value(response)
+            .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
+        let id = self.windows.insert(Window {
+            thread,
+            stream,
+            response: response.clone(),
+            open: t,
+            calls: vec![call],
+            state: WindowState::Open,
+            request: None,
+            response_end: None,
+            completed_at: None,
+            running,
+            max_inside_end,
+            next_request: None,
+            refs: 0,
+            attached: Vec::new(),
+            thread_key: thread_key.clone(),
+            deadline: t + max_window,
+        });
+        if let Some(rs) = self.responses.get_mut(&response) {
+            rs.window = Some(id);
+        }
+        self.open_by_response.insert(response, id);
+        self.open_by_call.insert(call_id, id);
         self.open.insert((Time(t), id));
         self.deadlines.insert((Time(t + max_window), id));
         self.awaiting_request
-            .entry(thread_key.clone())
+            .entry(thread_key)
             .or_default()
             .push(id);
-        self.windows.insert(
-            id,
-            Window {
-                thread,
-                stream,
-                response: response.to_string(),
-                open: t,
-                calls: vec![call],
-                state: WindowState::Open,
-                request: None,
-                response_end: None,
-                completed_at: None,
-                running,
-                max_inside_end,
-                next_request: None,
-                waiters: Vec::new(),
-                thread_key,
-                deadline: t + max_window,
-            },
-        );
     }
 
     pub fn response_end(
@@ -377,19 +497,23 @@ impl Tracker {
         ch: &mut Changes,
     ) {
         if let Some(st) = self.streams.get_mut(stream) {
-            st.active.retain(|r| r != response);
+            st.active.retain(|r| **r != *response);
         }
         let Some(rs) = self.responses.remove(response) else {
             return;
         };
         let Some(id) = rs.window else { return };
-        if let Some(w) = self.windows.get_mut(&id) {
+        if let Some(w) = self.windows.get_mut(id) {
             w.response_end = Some(t);
             if status == ResponseStatus::Completed {
                 w.completed_at = Some(t);
             }
+            if w.running == 0 {
+                ch.windows.push(id);
+            }
+            // No calls come after the response; final windows may be kept a while.
+            w.calls.shrink_to_fit();
         }
-        ch.windows.push(id);
         if status != ResponseStatus::Completed {
             self.break_window(id, t, ch);
         }
@@ -406,7 +530,7 @@ impl Tracker {
         }
         // A response whose stream ends before it does: its window is broken.
         for r in st.active {
-            if let Some(rs) = self.responses.remove(&r) {
+            if let Some(rs) = self.responses.remove(&*r) {
                 if let Some(id) = rs.window {
                     self.break_window(id, t, ch);
                 }
@@ -431,12 +555,12 @@ impl Tracker {
         ch.global = true;
     }
 
-    pub fn mcp_start(&mut self, interval: &str, start: Millis, ch: &mut Changes) {
+    /// A call starting can only delay decisions, so it reports no change.
+    pub fn mcp_start(&mut self, interval: &str, start: Millis) {
         self.running.insert(interval.to_string(), start);
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
-            if let Some(w) = self.windows.get_mut(id) {
+            if let Some(w) = self.windows.get_mut(*id) {
                 w.running += 1;
-                ch.windows.push(*id);
             }
         }
     }
@@ -445,12 +569,14 @@ impl Tracker {
         let was_running = self.running.remove(interval).is_some();
         self.reported_now.push((start, end));
         for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
-            if let Some(w) = self.windows.get_mut(id) {
-                if was_running {
-                    w.running = w.running.saturating_sub(1);
+            if let Some(w) = self.windows.get_mut(*id) {
+                if was_running && w.running > 0 {
+                    w.running -= 1;
+                    if w.running == 0 && w.response_end.is_some() {
+                        ch.windows.push(*id);
+                    }
                 }
                 w.max_inside_end = w.max_inside_end.max(end);
-                ch.windows.push(*id);
             }
         }
     }
@@ -467,7 +593,7 @@ impl Tracker {
     }
 
     fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
-        let w = self.windows.get_mut(&id)?;
+        let w = self.windows.get_mut(id)?;
         self.open.remove(&(Time(w.open), id));
         self.deadlines.remove(&(Time(w.deadline), id));
         self.open_by_response.remove(&w.response);
@@ -480,7 +606,7 @@ impl Tracker {
     }
 
     fn close(&mut self, id: WinId, t: Millis, request: &str) {
-        match self.windows.get(&id) {
+        match self.windows.get(id) {
             Some(w) if w.is_open() => {}
             _ => return,
         }
@@ -493,7 +619,7 @@ impl Tracker {
     }
 
     fn break_window(&mut self, id: WinId, t: Millis, ch: &mut Changes) {
-        match self.windows.get(&id) {
+        match self.windows.get(id) {
             Some(w) if w.is_open() => {}
             _ => return,
         }
@@ -524,7 +650,7 @@ impl Tracker {
         let mut keep = VecDeque::with_capacity(self.broken.len());
         let mut dropped = Vec::new();
         for id in self.broken.drain(..) {
-            let Some(w) = windows.get(&id) else { continue };
+            let Some(w) = windows.get(id) else { continue };
             let gone = w.final_at().is_some_and(|b| b < horizon)
                 && w.next_request.is_some_and(|q| q < horizon);
             if gone {
@@ -542,10 +668,10 @@ impl Tracker {
     }
 
     fn drop_window_if_unwaited(&mut self, id: WinId) {
-        let Some(w) = self.windows.get(&id) else {
+        let Some(w) = self.windows.get(id) else {
             return;
         };
-        if !w.waiters.is_empty() {
+        if w.refs > 0 {
             return;
         }
         if w.next_request.is_none() {
@@ -556,30 +682,89 @@ impl Tracker {
                 }
             }
         }
-        self.windows.remove(&id);
+        self.windows.remove(id);
     }
 
-    /// Windows that are final, no longer indexed anywhere and only kept because intervals
-    /// were waiting on them; called once those intervals are decided.
-    pub fn release(&mut self, ids: &FxHashSet<WinId>) {
-        for id in ids {
-            let Some(w) = self.windows.get(id) else {
-                continue;
-            };
-            let Some(f) = w.final_at() else { continue };
-            let indexed = match w.state {
-                WindowState::Closed(_) => f >= self.forgotten_before,
-                WindowState::Broken(_) => self.broken.contains(id),
-                WindowState::Open => true,
-            };
-            if !indexed && w.waiters.is_empty() {
-                self.windows.remove(id);
-            }
+    /// A pending interval no longer holds window `id`: drop it if it is final, no longer
+    /// indexed anywhere and was only kept for the intervals that held it.
+    pub fn unref(&mut self, id: WinId) {
+        let Some(w) = self.windows.get_mut(id) else {
+            return;
+        };
+        w.refs = w.refs.saturating_sub(1);
+        if w.refs > 0 {
+            return;
+        }
+        let Some(f) = w.final_at() else { return };
+        let indexed = match w.state {
+            WindowState::Closed(_) => f >= self.forgotten_before,
+            WindowState::Broken(_) => self.broken.contains(&id),
+            WindowState::Open => true,
+        };
+        if !indexed {
+            self.windows.remove(id);
         }
     }
 
     /// How many windows the tracker holds (for tests and memory reports).
     pub fn window_count(&self) -> usize {
         self.windows.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(response: &str) -> Window {
+        let stream: Arc<str> = "s1".into();
+        Window {
+            thread: None,
+            stream: stream.clone(),
+            response: response.into(),
+            open: 0.0,
+            calls: Vec::new(),
+            state: WindowState::Open,
+            request: None,
+            response_end: None,
+            completed_at: None,
+            running: 0,
+            max_inside_end: f64::NEG_INFINITY,
+            next_request: None,
+            refs: 0,
+            attached: Vec::new(),
+            thread_key: ThreadKey::Anon(stream),
+            deadline: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_handle_to_a_dropped_window_never_reaches_the_window_that_reuses_its_slot() {
+        let mut slab = Slab::default();
+        let first = slab.insert(window("r1"));
+        slab.remove(first);
+        let second = slab.insert(window("r2"));
+        assert_ne!(first, second);
+        assert!(slab.get(first).is_none());
+        assert_eq!(slab.get(second).map(|w| &*w.response), Some("r2"));
+        // Removing through the stale handle leaves the new window alone.
+        slab.remove(first);
+        assert_eq!(slab.len(), 1);
+        assert!(slab.get_mut(second).is_some());
+    }
+
+    #[test]
+    fn interned_names_are_shared_until_the_table_is_full() {
+        let mut tracker = Tracker::new();
+        let a = tracker.intern("exec");
+        let b = tracker.intern("exec");
+        assert!(Arc::ptr_eq(&a, &b));
+        for i in 0..MAX_NAMES + 10 {
+            tracker.intern(&format!("tool{i}"));
+        }
+        assert_eq!(tracker.names.len(), MAX_NAMES);
+        // Past the bound a name is still returned, just not kept.
+        assert_eq!(&*tracker.intern("made-up"), "made-up");
+        assert_eq!(tracker.names.len(), MAX_NAMES);
     }
 }
