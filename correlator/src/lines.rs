@@ -61,6 +61,15 @@ pub(crate) fn line_fault(message: impl Into<String>) -> Fault {
     }
 }
 
+/// A line that could not be read: not UTF-8, or an I/O error.
+pub(crate) fn read_fault(e: &std::io::Error) -> Fault {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        line_fault("not valid UTF-8")
+    } else {
+        line_fault(format!("read error: {e}"))
+    }
+}
+
 pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

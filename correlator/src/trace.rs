@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, line_fault, Fault, Fields, LineError};
+use crate::lines::{fault, kind_of, line_fault, read_fault, Fault, Fields, LineError};
 
 /// The first line of every trace v1 file.
 pub const HEADER: &str = r#"{"type":"trace","version":1}"#;
@@ -351,12 +351,7 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 Ok(_) => {}
                 Err(e) => {
                     self.failed = true;
-                    let msg = if e.kind() == std::io::ErrorKind::InvalidData {
-                        "not valid UTF-8".to_string()
-                    } else {
-                        format!("read error: {e}")
-                    };
-                    return Some(Err(self.error(line_fault(msg))));
+                    return Some(Err(self.error(read_fault(&e))));
                 }
             }
             match self.parse_line() {
