@@ -33,7 +33,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::Clock;
 use crate::live::{self, LiveConfig, LiveHandle, Sinks, Timed};
@@ -91,6 +91,10 @@ pub struct RelayArgs {
     /// (answered with 504). Bodies may stream for as long as they take.
     #[arg(long, default_value_t = 300_000, value_name = "MS")]
     response_timeout: u64,
+    /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
+    /// before they are cut, in milliseconds (a second signal stops at once).
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    drain: u64,
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log: String,
@@ -212,11 +216,23 @@ fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-fn open_sink(path: Option<&PathBuf>) -> anyhow::Result<Box<dyn Write + Send>> {
+/// Creates `path` and keeps a second handle on it in `sync`, so that the file can be
+/// fsynced once its writer (owned by the correlator task) has flushed its last line.
+fn create_synced(path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    sync.push(
+        file.try_clone()
+            .with_context(|| format!("opening {} for fsync", path.display()))?,
+    );
+    Ok(file)
+}
+
+fn open_sink(
+    path: Option<&PathBuf>,
+    sync: &mut Vec<File>,
+) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(match path {
-        Some(p) => Box::new(BufWriter::new(
-            File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
+        Some(p) => Box::new(BufWriter::new(create_synced(p, sync)?)),
         None => Box::new(std::io::stdout()),
     })
 }
@@ -266,15 +282,16 @@ pub fn relay_config(
         Some(p) => read_key(p)?,
         None => rand::random::<[u8; KEY_LEN]>(),
     };
-    let sinks = Sinks {
-        records: open_sink(args.records.as_ref())?,
-        capture: match &args.capture {
-            Some(p) => Some(Box::new(BufWriter::new(
-                File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            )) as Box<dyn live::Capture>),
-            None => None,
-        },
-    };
+    let mut sync = Vec::new();
+    let sinks =
+        Sinks {
+            records: open_sink(args.records.as_ref(), &mut sync)?,
+            capture: match &args.capture {
+                Some(p) => Some(Box::new(BufWriter::new(create_synced(p, &mut sync)?))
+                    as Box<dyn live::Capture>),
+                None => None,
+            },
+        };
     let otlp = args.otlp.resolve()?;
     for w in &otlp.warnings {
         eprintln!("windowtap: warning: otlp: {w}");
@@ -298,6 +315,8 @@ pub fn relay_config(
         observer_queue: args.observer_queue,
         stall: Stall(args.test_stall_observers),
         otlp: otlp.config,
+        drain: Duration::from_millis(args.drain),
+        sync,
     };
     Ok((config, sinks))
 }
@@ -314,8 +333,8 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let stop = shutdown_signal()?;
+    let code = runtime.block_on(async move {
+        let mut signals = Signals::install()?;
         let running = start(config, Clock::start(), sinks).await?;
         eprint!("{}", banner(running.addr, &running.mounts));
         if let Some(sock) = &running.ingest_socket {
@@ -325,12 +344,18 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
                 crate::ingest::ENV
             );
         }
-        stop.await;
-        let summary = running.stop().await?;
-        eprintln!("windowtap relay stopped: {summary}");
-        anyhow::Ok(())
+        signals.next().await;
+        let stopped = running.stop_with(signals.next()).await?;
+        eprintln!("windowtap relay stopped: {}", stopped.summary);
+        anyhow::Ok(match stopped.how {
+            Drain::Drained | Drain::Cut => ExitCode::SUCCESS,
+            Drain::AtOnce(signo) => ExitCode::from((128 + signo).clamp(0, 255) as u8),
+        })
     })?;
-    Ok(ExitCode::SUCCESS)
+    // Records and capture are flushed and fsynced: streams still open (cut at the bound or
+    // by a second signal) must not hold the exit up.
+    runtime.shutdown_background();
+    Ok(code)
 }
 
 /// Everything a relay run needs, files already opened.
@@ -350,6 +375,10 @@ pub struct RelayConfig {
     pub stall: Stall,
     /// OTLP export of every record, when asked for.
     pub otlp: Option<crate::otlp::ExportConfig>,
+    /// On stop, how long in-flight requests and streams may take to end.
+    pub drain: Duration,
+    /// Second handles on the record and capture files, fsynced on stop.
+    pub sync: Vec<File>,
 }
 
 /// A running relay.
@@ -365,27 +394,97 @@ pub struct Running {
     pub ingest_socket: Option<crate::ingest::IngestHandle>,
     stop_accepting: oneshot::Sender<()>,
     server: tokio::task::JoinHandle<()>,
+    /// Set to `true` to have every connection finish its request in flight and close;
+    /// closed once every connection task has ended.
+    draining: watch::Sender<bool>,
+    drain: Duration,
+    sync: Vec<File>,
     stop_live: oneshot::Sender<()>,
     live: tokio::task::JoinHandle<std::io::Result<Summary>>,
     sources: Arc<live::Sources>,
     exporter: Option<crate::otlp::Exporter>,
 }
 
-/// On stop, how long streams still in flight may take to end (an exchange whose last bytes
-/// were just sent) before the correlator finishes without their remaining events.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How a stop went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Everything in flight ended within the bound.
+    Drained,
+    /// Something was still in flight at the bound; it was cut.
+    Cut,
+    /// Stopped at once on this signal, without waiting for what was in flight.
+    AtOnce(i32),
+}
+
+/// What [`Running::stop_with`] returns.
+#[derive(Debug)]
+pub struct Stopped {
+    pub summary: Summary,
+    pub how: Drain,
+}
 
 impl Running {
-    /// Stops accepting, finishes the correlator (every pending interval decided), flushes
-    /// the records and the capture, and returns the run's summary.
+    /// Stops accepting, lets what is in flight end (up to the drain bound), finishes the
+    /// correlator (every pending interval decided), flushes and fsyncs the records and the
+    /// capture, and returns the run's summary.
     pub async fn stop(self) -> anyhow::Result<Summary> {
+        Ok(self.stop_with(std::future::pending()).await?.summary)
+    }
+
+    /// [`Running::stop`], except that when `at_once` completes (a second signal, yielding its
+    /// number) the wait for in-flight streams ends there and then. The correlator is still
+    /// finished and both files end on a complete line: every line is written whole by the
+    /// correlator task, which is asked to stop rather than torn down mid-write.
+    pub async fn stop_with(
+        self,
+        at_once: impl std::future::Future<Output = i32>,
+    ) -> anyhow::Result<Stopped> {
+        tokio::pin!(at_once);
         // No new reports: what the wrappers sent so far is all the correlator will get.
         drop(self.ingest_socket);
         let _ = self.stop_accepting.send(());
+        // The listener is closed once the accept loop has returned: new connections are
+        // refused from here on.
         let _ = self.server.await;
-        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        while self.sources.len() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        // Idle keep-alive connections close now; ones with a request in flight after it.
+        let _ = self.draining.send(true);
+        let connections = self.draining.receiver_count();
+        let streams = self.sources.len();
+        tracing::info!(
+            connections,
+            streams,
+            drain_ms = self.drain.as_millis() as u64,
+            "draining: no new connections; a second signal stops at once"
+        );
+        let draining = &self.draining;
+        let sources = &self.sources;
+        let ended = async {
+            draining.closed().await;
+            // Observed streams deregister once their observer has sent its last events,
+            // which may be a little after their connection ended.
+            while sources.len() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let how = tokio::select! {
+            r = tokio::time::timeout(self.drain, ended) => match r {
+                Ok(()) => Drain::Drained,
+                Err(_) => Drain::Cut,
+            },
+            signo = &mut at_once => Drain::AtOnce(signo),
+        };
+        match how {
+            Drain::Drained => {}
+            Drain::Cut => tracing::warn!(
+                connections = self.draining.receiver_count(),
+                streams = self.sources.len(),
+                "still in flight after --drain: cut, and their remaining events not correlated"
+            ),
+            Drain::AtOnce(_) => tracing::warn!(
+                connections = self.draining.receiver_count(),
+                streams = self.sources.len(),
+                "second signal: stopping at once, in-flight streams cut"
+            ),
         }
         let _ = self.stop_live.send(());
         let summary = self
@@ -393,13 +492,22 @@ impl Running {
             .await
             .context("the correlator task failed")?
             .context("writing records or capture")?;
-        // Every record has been handed to the exporter: flush it (bounded) and say how it went.
-        if let Some(exporter) = self.exporter {
-            let endpoint = exporter.endpoint().clone();
-            let report = exporter.shutdown().await;
-            eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
+        // The correlator task has flushed its last line and dropped its writers.
+        for f in &self.sync {
+            f.sync_all().context("fsyncing records or capture")?;
         }
-        Ok(summary)
+        // Every record has been handed to the exporter: flush it (bounded) and say how it went.
+        // Not after a second signal, which asked for an exit at once.
+        if let Some(exporter) = self.exporter {
+            if matches!(how, Drain::AtOnce(_)) {
+                eprintln!("windowtap: otlp: not flushed (stopped at once)");
+            } else {
+                let endpoint = exporter.endpoint().clone();
+                let report = exporter.shutdown().await;
+                eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
+            }
+        }
+        Ok(Stopped { summary, how })
     }
 }
 
@@ -454,9 +562,15 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         None => None,
     };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, state, async move {
-        let _ = stopped.await;
-    }));
+    let (draining, drain_rx) = watch::channel(false);
+    let server = tokio::spawn(serve(
+        listener,
+        state,
+        async move {
+            let _ = stopped.await;
+        },
+        drain_rx,
+    ));
     Ok(Running {
         addr,
         mounts: config.mounts,
@@ -464,6 +578,9 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         ingest_socket,
         stop_accepting,
         server,
+        draining,
+        drain: config.drain,
+        sync: config.sync,
         stop_live,
         live: live_task,
         sources,
@@ -499,25 +616,40 @@ pub fn init_logging(level: &str) {
         .try_init();
 }
 
-/// SIGINT or SIGTERM. The handlers are installed when this is called (before the banner is
-/// printed), so a signal sent as soon as the banner appears is never fatal.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    Ok(async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-    })
+/// SIGINT and SIGTERM. The handlers are installed when this is made (before the banner is
+/// printed), so a signal sent as soon as the banner appears is never fatal; kept for the
+/// whole stop, so that a second signal is seen too.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
 }
 
-/// Accepts connections until `shutdown` completes.
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM, as its number.
+    async fn next(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` completes (the listener is closed on return). Each
+/// connection task holds a clone of `drain`: once it turns `true` the connection finishes
+/// the request in flight and closes, and the sender sees every clone dropped.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<State>,
     shutdown: impl std::future::Future<Output = ()>,
+    drain: watch::Receiver<bool>,
 ) {
     tokio::pin!(shutdown);
     loop {
@@ -536,6 +668,7 @@ pub async fn serve(
         };
         let _ = io.set_nodelay(true);
         let state = state.clone();
+        let mut drain = drain.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| http::handle(state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
@@ -544,7 +677,17 @@ pub async fn serve(
                 .auto_date_header(false)
                 .serve_connection(TokioIo::new(io), service)
                 .with_upgrades();
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => r,
+                // Also when the sender is gone: nobody is left to wait for this connection.
+                _ = async { drop(drain.wait_for(|d| *d).await) } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            drop(drain);
+            if let Err(e) = ended {
                 tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
             }
         });

@@ -163,6 +163,52 @@ impl Relay {
         }
     }
 
+    /// Sends `sig` to the relay without waiting for anything.
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid();
+        assert!(pid != 0, "the relay is not running");
+        // SAFETY: kill only sends a signal to the child this test started.
+        unsafe {
+            libc::kill(pid as i32, sig);
+        }
+    }
+
+    /// Waits (bounded by [`WAIT`]) for the relay to exit on its own; panics if it does not.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                // Let the stderr reader catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("relay did not exit within {WAIT:?}: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (bounded by [`WAIT`]) until a stderr line contains `needle`.
+    pub fn wait_log(&self, needle: &str) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while !self
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+        {
+            if std::time::Instant::now() > deadline {
+                panic!("the relay never logged `{needle}`: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }

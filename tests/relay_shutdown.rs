@@ -1,0 +1,400 @@
+//! Stopping the relay binary: on SIGTERM it stops accepting, lets streams in flight end (up to
+//! `--drain`), decides what is pending and leaves records and capture complete; a second
+//! signal stops it at once, still without a torn line.
+//!
+//! The upstream is scripted by the test: each request's SSE body is fed from the test, so a
+//! stream is in flight exactly as long as the test says. Every wait is bounded.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+type Feed = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// An Anthropic upstream whose every SSE body is handed to the test to feed.
+async fn scripted_upstream() -> (Upstream, mpsc::UnboundedReceiver<Feed>) {
+    let (feeds, fed) = mpsc::unbounded_channel::<Feed>();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let feeds = feeds.clone();
+            async move {
+                let _ = read_body(req.into_body()).await;
+                let (tx, body) = channel_body();
+                let _ = feeds.send(tx);
+                sse_response(body)
+            }
+        }),
+    )
+    .await;
+    (up, fed)
+}
+
+async fn next_feed(fed: &mut mpsc::UnboundedReceiver<Feed>) -> Feed {
+    tokio::time::timeout(WAIT, fed.recv())
+        .await
+        .expect("the upstream got the request within the wait bound")
+        .expect("upstream running")
+}
+
+/// A Claude turn as its SSE events: a tool call `toolu_1` to `mcp__probe__echo`, or text.
+fn turn(id: &str, tool: bool) -> Vec<String> {
+    let mut evs = vec![(
+        "message_start",
+        json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+    )];
+    if tool {
+        evs.extend([
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"text\":\"hi\"}"}}),
+            ),
+        ]);
+    } else {
+        evs.extend([
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
+            ),
+        ]);
+    }
+    let stop = if tool { "tool_use" } else { "end_turn" };
+    evs.extend([
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ]);
+    evs.iter().map(|(n, d)| sse_event(n, d)).collect()
+}
+
+fn first_request() -> Value {
+    json!({"model":"claude","stream":true,"messages":[{"role":"user","content":"hi"}]})
+}
+
+fn continuation() -> Value {
+    json!({"model":"claude","stream":true,"messages":[
+        {"role":"user","content":"hi"},
+        {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{"text":"hi"}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"hi"}]}
+    ]})
+}
+
+/// Sends a Claude request through the relay and returns the response body once its head is in.
+async fn open_stream(relay: &Relay, body: Value) -> Incoming {
+    let req = request("POST", relay.addr, "/anthropic/v1/messages")
+        .header("content-type", "application/json")
+        .header("x-claude-code-session-id", "sess-1")
+        .body(full(body.to_string()))
+        .unwrap();
+    let res = tokio::time::timeout(WAIT, send(relay.addr, req))
+        .await
+        .expect("response head within the wait bound")
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.into_body()
+}
+
+async fn feed(tx: &Feed, events: &[String]) {
+    for ev in events {
+        tx.send(Ok(Bytes::from(ev.clone()))).await.unwrap();
+    }
+}
+
+/// Reads from `body` until `n` bytes have arrived (bounded).
+async fn read_at_least(body: &mut Incoming, n: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .expect("a frame within the wait bound")
+            .expect("the body did not end early")
+            .expect("the body did not fail");
+        if let Ok(data) = frame.into_data() {
+            got.extend_from_slice(&data);
+        }
+    }
+    got
+}
+
+/// Starts a relay writing records and capture into `dir`, stopping after `drain_ms`.
+fn relay_with_files(up: &Upstream, dir: &Path, drain_ms: u64) -> (Relay, PathBuf, PathBuf) {
+    let records = dir.join("records.jsonl");
+    let capture = dir.join("capture.jsonl");
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--records".into(),
+        records.display().to_string(),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--close-wait".into(),
+        "200".into(),
+        "--drain".into(),
+        drain_ms.to_string(),
+    ]);
+    (relay, records, capture)
+}
+
+/// `windowtap check` accepts the file, and it ends on a complete line.
+fn assert_checks_clean(path: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "check rejected {}: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read(path).unwrap();
+    assert!(
+        text.is_empty() || text.ends_with(b"\n"),
+        "{} ends with a torn line",
+        path.display()
+    );
+}
+
+fn count_type(capture: &Path, ty: &str) -> usize {
+    capture_lines(capture)
+        .iter()
+        .filter(|e| e["type"] == ty)
+        .count()
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the struct we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Reports one finished MCP call for `toolu_1` on the relay's ingest socket, the way
+/// `windowtap wrap` does.
+async fn report_mcp_call(relay: &Relay) {
+    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
+        .await
+        .unwrap();
+    let start_ns = mono_ns();
+    let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
+    let start = format!(
+        "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
+    );
+    sock.write_all(start.as_bytes()).await.unwrap();
+    let end = format!(
+        "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
+        mono_ns() + 1_000
+    );
+    sock.write_all(end.as_bytes()).await.unwrap();
+    sock.flush().await.unwrap();
+    // Closing the socket lets the relay take up both lines.
+    drop(sock);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_in_flight_at_sigterm_completes_byte_exact_and_its_call_is_decided() {
+    let (up, mut fed) = scripted_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 20_000);
+
+    // The tool turn, whole; the MCP call it asked for; then the continuation, half sent.
+    let mut body = open_stream(&relay, first_request()).await;
+    let tx = next_feed(&mut fed).await;
+    let tool_turn = turn("msg_1", true).concat();
+    feed(&tx, &turn("msg_1", true)).await;
+    drop(tx);
+    let got = collect(body).await.unwrap();
+    assert_eq!(got, tool_turn.as_bytes());
+    report_mcp_call(&relay).await;
+
+    body = open_stream(&relay, continuation()).await;
+    let tx = next_feed(&mut fed).await;
+    let text_turn = turn("msg_2", false);
+    let (head, tail) = text_turn.split_at(2);
+    feed(&tx, head).await;
+    let mut got = read_at_least(&mut body, head.concat().len()).await;
+
+    relay.signal(libc::SIGTERM);
+    relay.wait_log("draining");
+    // The stream goes on after the signal, to its end.
+    feed(&tx, tail).await;
+    drop(tx);
+    got.extend(collect(body).await.unwrap());
+    assert_eq!(got, text_turn.concat().as_bytes(), "byte-exact to the end");
+
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(!relay.log().contains("cut"), "{}", relay.log());
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+    assert_eq!(
+        count_type(&capture, "stream_close"),
+        2,
+        "the drained stream's events reached the capture"
+    );
+    let text = std::fs::read_to_string(&records).unwrap();
+    let recs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 1, "the reported call was decided: {text}");
+    assert_eq!(recs[0]["decision"], "attributed", "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_outliving_the_drain_bound_is_cut_and_the_relay_exits_with_clean_files() {
+    let (up, mut fed) = scripted_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 300);
+
+    let mut body = open_stream(&relay, first_request()).await;
+    let tx = next_feed(&mut fed).await;
+    let events = turn("msg_1", true);
+    feed(&tx, &events[..1]).await;
+    read_at_least(&mut body, events[0].len()).await;
+
+    relay.signal(libc::SIGTERM);
+    // The upstream never ends the stream (`tx` stays open): the bound ends it.
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(relay.log().contains("cut"), "{}", relay.log());
+    let rest = tokio::time::timeout(WAIT, body.collect())
+        .await
+        .expect("the cut reaches the client within the wait bound");
+    assert!(rest.is_err(), "the client sees the stream cut, not ended");
+    drop(tx);
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+    assert_eq!(count_type(&capture, "stream_open"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_the_drain_exits_at_once_without_a_torn_line() {
+    let (up, mut fed) = scripted_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A drain far longer than the test's wait bound: exiting within the bound at all shows
+    // the second signal ended it.
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+
+    let mut body = open_stream(&relay, first_request()).await;
+    let tx = next_feed(&mut fed).await;
+    let events = turn("msg_1", true);
+    feed(&tx, &events[..3]).await;
+    read_at_least(&mut body, events[..3].concat().len()).await;
+
+    relay.signal(libc::SIGTERM);
+    relay.wait_log("draining");
+    relay.signal(libc::SIGTERM);
+    let status = relay.wait_exit();
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "stopped at once, on the second signal: {}",
+        relay.log()
+    );
+    assert!(relay.log().contains("second signal"), "{}", relay.log());
+    drop(tx);
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+    assert_eq!(count_type(&capture, "stream_open"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_connections_are_refused_once_draining() {
+    let (up, mut fed) = scripted_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+
+    let mut body = open_stream(&relay, first_request()).await;
+    let tx = next_feed(&mut fed).await;
+    let events = turn("msg_1", true);
+    feed(&tx, &events[..1]).await;
+    let mut got = read_at_least(&mut body, events[0].len()).await;
+
+    relay.signal(libc::SIGTERM);
+    relay.wait_log("draining");
+    let refused = tokio::net::TcpStream::connect(relay.addr).await;
+    assert_eq!(
+        refused.map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused),
+        "a connection made while draining is refused"
+    );
+
+    // The stream in flight is not disturbed by that, and ends the run when it ends.
+    feed(&tx, &events[1..]).await;
+    drop(tx);
+    got.extend(collect(body).await.unwrap());
+    assert_eq!(got, events.concat().as_bytes());
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_does_not_hold_the_stop_up() {
+    let (up, mut fed) = scripted_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+
+    // One exchange on a connection the client keeps open afterwards.
+    let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = request("POST", relay.addr, "/anthropic/v1/messages")
+        .header("content-type", "application/json")
+        .body(full(first_request().to_string()))
+        .unwrap();
+    let res = tokio::time::timeout(WAIT, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let tx = next_feed(&mut fed).await;
+    feed(&tx, &turn("msg_1", true)).await;
+    drop(tx);
+    assert_eq!(
+        collect(res.into_body()).await.unwrap(),
+        turn("msg_1", true).concat().as_bytes()
+    );
+
+    relay.signal(libc::SIGTERM);
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(!relay.log().contains("cut"), "{}", relay.log());
+    drop(sender);
+    let _ = tokio::time::timeout(WAIT, conn).await;
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+}
