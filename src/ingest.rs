@@ -595,6 +595,10 @@ pub struct IngestArgs {
     /// Socket path [default: $XDG_RUNTIME_DIR/windowtap/ingest.sock or a private temp dir].
     #[arg(long, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
+    /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
+    /// Ids are printed as pseudonyms like everywhere else (design.md §7), never raw.
+    #[arg(long, value_name = "FILE")]
+    pub id_key_file: Option<PathBuf>,
 }
 
 pub fn main(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -608,6 +612,11 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
 
+    let key = match &args.id_key_file {
+        Some(p) => crate::relay::read_key(p)?,
+        None => rand::random::<[u8; correlator::pseudo::KEY_LEN]>(),
+    };
+    let pseudo = correlator::pseudo::Pseudonymizer::new(&key);
     let path = listen_path(args.ingest)?;
     // Handlers first: whoever reads "listening" may signal at once.
     let mut term = signal(SignalKind::terminate())?;
@@ -620,6 +629,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
     let mut print = |t, kind| -> std::io::Result<()> {
+        let kind = pseudo.event(kind);
         let line = correlator::trace::event_line(&correlator::Event { t, kind });
         out.write_all(line.as_bytes())?;
         out.flush()

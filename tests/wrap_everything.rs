@@ -176,7 +176,7 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
     assert_eq!(
         got[0].hints,
         Hints {
-            tool_use_id: Some("toolu_ev1".into()),
+            tool_use_id: Some(pseudo("toolu_ev1")),
             ..Hints::default()
         }
     );
@@ -184,9 +184,9 @@ fn a_real_server_session_passes_byte_for_byte_and_every_call_is_reported() {
         got[1].hints,
         Hints {
             tool_use_id: None,
-            item_id: Some("fc_ev2".into()),
-            call_id: Some("call_ev2".into()),
-            thread: Some("th_ev".into()),
+            item_id: Some(pseudo("fc_ev2")),
+            call_id: Some(pseudo("call_ev2")),
+            thread: Some(pseudo("th_ev")),
         }
     );
     for pair in got.windows(2) {

@@ -107,7 +107,7 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
     assert_eq!(
         got[0].hints,
         Hints {
-            tool_use_id: Some("toolu_01".into()),
+            tool_use_id: Some(pseudo("toolu_01")),
             ..Hints::default()
         }
     );
@@ -115,9 +115,9 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
         got[2].hints,
         Hints {
             tool_use_id: None,
-            item_id: Some("fc_1".into()),
-            call_id: Some("call_1".into()),
-            thread: Some("th_1".into()),
+            item_id: Some(pseudo("fc_1")),
+            call_id: Some(pseudo("call_1")),
+            thread: Some(pseudo("th_1")),
         }
     );
     let starts = events
@@ -174,7 +174,10 @@ fn a_server_crash_mid_call_is_lost_and_its_exit_code_propagates() {
         (got[1].tool.as_str(), got[1].outcome),
         ("crash", Outcome::Lost)
     );
-    assert_eq!(got[1].hints.tool_use_id.as_deref(), Some("toolu_c"));
+    assert_eq!(
+        got[1].hints.tool_use_id.as_deref(),
+        Some(pseudo("toolu_c").as_str())
+    );
 }
 
 #[test]

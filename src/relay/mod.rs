@@ -210,7 +210,7 @@ fn read_roots(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
+pub(crate) fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))

@@ -36,6 +36,15 @@ pub fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
 
+/// The pseudonymization key every test harness is given (in a key file), so tests can
+/// compute the pseudonym a raw id is printed as.
+pub const ID_KEY: [u8; correlator::pseudo::KEY_LEN] = [0x5a; correlator::pseudo::KEY_LEN];
+
+/// The pseudonym `windowtap ingest` prints for the raw id `raw` (it never prints raw ids).
+pub fn pseudo(raw: &str) -> String {
+    correlator::pseudo::Pseudonymizer::new(&ID_KEY).id(raw)
+}
+
 /// `windowtap ingest` on a socket: what a relay would receive.
 pub struct Ingest {
     pub path: PathBuf,
@@ -45,6 +54,7 @@ pub struct Ingest {
     lines: Receiver<String>,
     out: Option<JoinHandle<()>>,
     seen: Vec<String>,
+    _key_dir: tempfile::TempDir,
 }
 
 impl Ingest {
@@ -58,8 +68,11 @@ impl Ingest {
     }
 
     fn spawn(path: Option<&Path>, env: &[(&str, &Path)]) -> Ingest {
+        let key_dir = tempfile::tempdir().expect("a temp dir for the key file");
+        let key_file = key_dir.path().join("id.key");
+        std::fs::write(&key_file, hex::encode(ID_KEY)).expect("writing the key file");
         let mut cmd = Command::new(BIN);
-        cmd.arg("ingest");
+        cmd.arg("ingest").arg("--id-key-file").arg(&key_file);
         if let Some(p) = path {
             cmd.arg("--ingest").arg(p);
         }
@@ -94,6 +107,7 @@ impl Ingest {
             lines,
             out: Some(out),
             seen: Vec::new(),
+            _key_dir: key_dir,
         }
     }
 
