@@ -284,6 +284,14 @@ impl FrameDecoder {
             }
             _ => return Err(FrameError::Frame("reserved opcode")),
         }
+        // An uncompressed text frame keeps all its payload: when the header already announces
+        // more than the cap, fail now rather than buffer up to the cap before failing.
+        if let Some(msg) = self.msg.as_ref().filter(|m| m.text && !m.compressed) {
+            if opcode < 0x8 && (msg.data.len() as u64).saturating_add(len) > self.max_message as u64
+            {
+                return Err(FrameError::Overflow(self.max_message));
+            }
+        }
         self.state = State::Payload {
             remaining: len,
             mask,
@@ -691,6 +699,23 @@ pub(crate) mod tests {
             decode(&mut d, &frame(true, true, 1, &z, None), 4096),
             Err(FrameError::Overflow(1000))
         );
+    }
+
+    #[test]
+    fn a_text_frame_announcing_more_than_the_cap_fails_at_its_header() {
+        // Only the header: nothing of the payload has to arrive (or be kept) for the verdict.
+        let mut header = vec![0x81u8, 127];
+        header.extend_from_slice(&(100u64 << 20).to_be_bytes());
+        let mut d = FrameDecoder::new(None, 1 << 20);
+        assert_eq!(
+            decode(&mut d, &header, 3),
+            Err(FrameError::Overflow(1 << 20))
+        );
+        // A continuation that would carry the message past the cap fails the same way.
+        let mut d = FrameDecoder::new(None, 100);
+        let mut bytes = frame(false, false, 1, &[b'a'; 60], None);
+        bytes.extend_from_slice(&[0x80, 60]);
+        assert_eq!(decode(&mut d, &bytes, 7), Err(FrameError::Overflow(100)));
     }
 
     #[test]
