@@ -167,50 +167,32 @@ impl Decoder {
             Inner::Brotli(_) => "br",
             Inner::Zstd(_) => "zstd",
         };
+        // One step of a flate2 write-decoder: feed, then finish at the end (a truncated tail is
+        // not an error) or flush what is decoded so far.
+        macro_rules! flate_step {
+            ($d:expr) => {
+                with_sink(
+                    $d,
+                    |d| d.get_mut(),
+                    out,
+                    limit,
+                    |d| {
+                        d.write_all(input)?;
+                        if finish {
+                            d.try_finish().or_else(ignore_truncation)
+                        } else {
+                            d.flush()
+                        }
+                    },
+                )
+            };
+        }
         // The sink takes `out` for the duration of the call, so decoded bytes land in place.
         let r = match &mut self.inner {
-            Inner::Gzip(d) => with_sink(
-                d,
-                |d| d.get_mut(),
-                out,
-                limit,
-                |d| {
-                    d.write_all(input)?;
-                    if finish {
-                        d.try_finish().or_else(ignore_truncation)
-                    } else {
-                        d.flush()
-                    }
-                },
-            ),
-            Inner::Zlib(d) => with_sink(
-                d,
-                |d| d.get_mut(),
-                out,
-                limit,
-                |d| {
-                    d.write_all(input)?;
-                    if finish {
-                        d.try_finish().or_else(ignore_truncation)
-                    } else {
-                        d.flush()
-                    }
-                },
-            ),
-            Inner::RawDeflate(d) => with_sink(
-                d,
-                |d| d.get_mut(),
-                out,
-                limit,
-                |d| {
-                    d.write_all(input)?;
-                    if finish {
-                        d.try_finish().or_else(ignore_truncation)
-                    } else {
-                        d.flush()
-                    }
-                },
-            ),
+            // The three flate2 decoders share no trait for `try_finish`, hence the macro.
+            Inner::Gzip(d) => flate_step!(d),
+            Inner::Zlib(d) => flate_step!(d),
+            Inner::RawDeflate(d) => flate_step!(d),
             // Brotli and zstd write their output as they go; `flush` empties their buffers.
             Inner::Brotli(d) => with_sink(
                 d.as_mut(),
