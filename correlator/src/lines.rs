@@ -2,6 +2,7 @@
 //! source, line and field, and typed access to one line's fields.
 
 use std::fmt;
+use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
@@ -182,5 +183,65 @@ impl<'a> Fields<'a> {
                 .collect(),
             other => Err(self.wrong(k, "an array", other)),
         }
+    }
+}
+
+/// The lines of a JSON Lines input, one JSON object at a time, blank lines skipped. After the
+/// first error it yields nothing more: a reader never guesses past a bad line.
+pub(crate) struct LineSource<R> {
+    input: R,
+    source_name: String,
+    line_no: usize,
+    buf: String,
+    failed: bool,
+}
+
+impl<R: BufRead> LineSource<R> {
+    pub fn new(input: R, source_name: String) -> Self {
+        LineSource {
+            input,
+            source_name,
+            line_no: 0,
+            buf: String::new(),
+            failed: false,
+        }
+    }
+
+    /// The next non-blank line as an object; `None` at the end or after an error.
+    pub fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            self.buf.clear();
+            self.line_no += 1;
+            match self.input.read_line(&mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(self.fail(read_fault(&e)))),
+            }
+            let line = self.buf.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                continue;
+            }
+            return Some(match serde_json::from_str::<Value>(line) {
+                Ok(Value::Object(obj)) => Ok(obj),
+                Ok(other) => Err(self.fail(line_fault(format!(
+                    "expected a JSON object, got {}",
+                    kind_of(&other)
+                )))),
+                Err(e) => Err(self.fail(line_fault(format!("bad JSON: {e}")))),
+            });
+        }
+    }
+
+    /// Ends the input with `f` at the current line.
+    pub fn fail(&mut self, f: Fault) -> LineError {
+        self.failed = true;
+        f.at(&self.source_name, self.line_no)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, line_fault, read_fault, Fault, Fields, LineError};
+use crate::lines::{fault, kind_of, Fault, Fields, LineError, LineSource};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -479,26 +479,18 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
 /// Reads records v1 from any buffered reader, one record at a time. An optional live-run
 /// header (`{"type":"run",…}`) may come first; it is kept, not returned as a record.
 pub struct RecordReader<R> {
-    input: R,
-    source_name: String,
-    line_no: usize,
-    buf: String,
+    lines: LineSource<R>,
     seen_line: bool,
     run_header: Option<Map<String, Value>>,
-    failed: bool,
 }
 
 impl<R: BufRead> RecordReader<R> {
     /// `source_name` is what errors call the input (usually the file path).
     pub fn new(input: R, source_name: impl Into<String>) -> Self {
         RecordReader {
-            input,
-            source_name: source_name.into(),
-            line_no: 0,
-            buf: String::new(),
+            lines: LineSource::new(input, source_name.into()),
             seen_line: false,
             run_header: None,
-            failed: false,
         }
     }
 
@@ -507,23 +499,8 @@ impl<R: BufRead> RecordReader<R> {
         self.run_header.as_ref()
     }
 
-    fn error(&self, f: Fault) -> RecordError {
-        f.at(&self.source_name, self.line_no)
-    }
-
-    fn parse_line(&mut self) -> Result<Option<Record>, Fault> {
-        let line = self.buf.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
-            return Ok(None);
-        }
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| line_fault(format!("bad JSON: {e}")))?;
-        let Value::Object(obj) = value else {
-            return Err(line_fault(format!(
-                "expected a JSON object, got {}",
-                kind_of(&value)
-            )));
-        };
+    /// One line's object: a record, or the run header (`None`).
+    fn parse_object(&mut self, obj: Map<String, Value>) -> Result<Option<Record>, Fault> {
         let first = !self.seen_line;
         self.seen_line = true;
         let ty = Fields::new(&obj).string("type")?;
@@ -550,27 +527,15 @@ impl<R: BufRead> Iterator for RecordReader<R> {
     type Item = Result<Record, RecordError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
         loop {
-            self.buf.clear();
-            self.line_no += 1;
-            match self.input.read_line(&mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(self.error(read_fault(&e))));
-                }
-            }
-            match self.parse_line() {
+            let obj = match self.lines.next_object()? {
+                Ok(obj) => obj,
+                Err(e) => return Some(Err(e)),
+            };
+            match self.parse_object(obj) {
                 Ok(Some(r)) => return Some(Ok(r)),
                 Ok(None) => continue,
-                Err(f) => {
-                    self.failed = true;
-                    return Some(Err(self.error(f)));
-                }
+                Err(f) => return Some(Err(self.lines.fail(f))),
             }
         }
     }

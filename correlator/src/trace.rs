@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, line_fault, read_fault, Fault, Fields, LineError};
+use crate::lines::{fault, line_fault, Fault, Fields, LineError, LineSource};
 
 /// The first line of every trace v1 file.
 pub const HEADER: &str = r#"{"type":"trace","version":1}"#;
@@ -252,28 +252,20 @@ impl Validator {
 
 /// Reads a trace v1 from any buffered reader, one event at a time.
 pub struct TraceReader<R> {
-    input: R,
-    source_name: String,
-    line_no: usize,
-    buf: String,
+    lines: LineSource<R>,
     header_seen: bool,
     header: Option<Map<String, Value>>,
     validator: Validator,
-    failed: bool,
 }
 
 impl<R: BufRead> TraceReader<R> {
     /// `source_name` is what errors call the input (usually the file path).
     pub fn new(input: R, source_name: impl Into<String>) -> Self {
         TraceReader {
-            input,
-            source_name: source_name.into(),
-            line_no: 0,
-            buf: String::new(),
+            lines: LineSource::new(input, source_name.into()),
             header_seen: false,
             header: None,
             validator: Validator::new(),
-            failed: false,
         }
     }
 
@@ -283,23 +275,8 @@ impl<R: BufRead> TraceReader<R> {
         self.header.as_ref()
     }
 
-    fn error(&self, f: Fault) -> TraceError {
-        f.at(&self.source_name, self.line_no)
-    }
-
-    fn parse_line(&mut self) -> Result<Option<Event>, Fault> {
-        let line = self.buf.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
-            return Ok(None);
-        }
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| line_fault(format!("bad JSON: {e}")))?;
-        let Value::Object(obj) = value else {
-            return Err(line_fault(format!(
-                "expected a JSON object, got {}",
-                kind_of(&value)
-            )));
-        };
+    /// One line's object: the header (`None`) or an event.
+    fn parse_object(&mut self, obj: Map<String, Value>) -> Result<Option<Event>, Fault> {
         if !self.header_seen {
             let f = Fields::new(&obj);
             let ty = f.string("type")?;
@@ -332,35 +309,21 @@ impl<R: BufRead> Iterator for TraceReader<R> {
     type Item = Result<Event, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
         loop {
-            self.buf.clear();
-            self.line_no += 1;
-            match self.input.read_line(&mut self.buf) {
-                Ok(0) => {
-                    if !self.header_seen {
-                        self.failed = true;
-                        return Some(Err(self.error(line_fault(format!(
-                            "empty trace: the first line must be {HEADER}"
-                        )))));
-                    }
-                    return None;
+            let obj = match self.lines.next_object() {
+                Some(Ok(obj)) => obj,
+                Some(Err(e)) => return Some(Err(e)),
+                None if !self.header_seen && !self.lines.failed() => {
+                    return Some(Err(self.lines.fail(line_fault(format!(
+                        "empty trace: the first line must be {HEADER}"
+                    )))));
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(self.error(read_fault(&e))));
-                }
-            }
-            match self.parse_line() {
+                None => return None,
+            };
+            match self.parse_object(obj) {
                 Ok(Some(ev)) => return Some(Ok(ev)),
                 Ok(None) => continue,
-                Err(f) => {
-                    self.failed = true;
-                    return Some(Err(self.error(f)));
-                }
+                Err(f) => return Some(Err(self.lines.fail(f))),
             }
         }
     }
