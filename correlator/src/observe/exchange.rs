@@ -127,6 +127,33 @@ enum Phase {
     Closed,
 }
 
+impl Phase {
+    /// Live → Lost, emitting `observation_lost` once; false if it was not live.
+    fn lose(&mut self, stream: &str, lost: Lost, out: &mut Vec<EventKind>) -> bool {
+        if *self != Phase::Live {
+            return false;
+        }
+        *self = Phase::Lost;
+        out.push(EventKind::ObservationLost {
+            stream: stream.to_string(),
+            reason: lost.0.to_string(),
+        });
+        true
+    }
+
+    /// → Closed, emitting `stream_close` once; false if it was closed already.
+    fn close(&mut self, stream: &str, out: &mut Vec<EventKind>) -> bool {
+        if *self == Phase::Closed {
+            return false;
+        }
+        *self = Phase::Closed;
+        out.push(EventKind::StreamClose {
+            stream: stream.to_string(),
+        });
+        true
+    }
+}
+
 enum Proto {
     Anthropic(AnthropicStream),
     Responses(ResponsesStream),
@@ -350,11 +377,8 @@ impl HttpObserver {
                 self.lose(lost, out);
             }
         }
-        self.phase = Phase::Closed;
+        self.phase.close(&self.stream, out);
         self.release();
-        out.push(EventKind::StreamClose {
-            stream: self.stream.clone(),
-        });
     }
 
     /// The shell could not deliver every byte (copy channel overflow etc.): emits
@@ -364,15 +388,9 @@ impl HttpObserver {
     }
 
     fn lose(&mut self, lost: Lost, out: &mut Vec<EventKind>) {
-        if self.phase != Phase::Live {
-            return;
+        if self.phase.lose(&self.stream, lost, out) {
+            self.release();
         }
-        self.phase = Phase::Lost;
-        self.release();
-        out.push(EventKind::ObservationLost {
-            stream: self.stream.clone(),
-            reason: lost.0.to_string(),
-        });
     }
 
     fn release(&mut self) {
@@ -452,13 +470,7 @@ impl WsObserver {
 
     /// The connection ended (either side, cleanly or not): emits `stream_close`. Idempotent.
     pub fn close(&mut self, out: &mut Vec<EventKind>) {
-        if self.phase == Phase::Closed {
-            return;
-        }
-        self.phase = Phase::Closed;
-        out.push(EventKind::StreamClose {
-            stream: self.stream.clone(),
-        });
+        self.phase.close(&self.stream, out);
     }
 
     /// Emits `observation_lost{reason}` once; afterwards only `close` emits anything.
@@ -467,14 +479,7 @@ impl WsObserver {
     }
 
     fn lose(&mut self, lost: Lost, out: &mut Vec<EventKind>) {
-        if self.phase != Phase::Live {
-            return;
-        }
-        self.phase = Phase::Lost;
-        out.push(EventKind::ObservationLost {
-            stream: self.stream.clone(),
-            reason: lost.0.to_string(),
-        });
+        self.phase.lose(&self.stream, lost, out);
     }
 }
 
