@@ -609,6 +609,7 @@ pub fn main(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
+    use correlator::sanitize::{Door, Scrub};
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
 
@@ -616,7 +617,8 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
         Some(p) => crate::relay::read_key(p)?,
         None => rand::random::<[u8; correlator::pseudo::KEY_LEN]>(),
     };
-    let pseudo = correlator::pseudo::Pseudonymizer::new(&key);
+    let scrub = Scrub::new(correlator::pseudo::Pseudonymizer::new(&key));
+    let door = Door::live();
     let path = listen_path(args.ingest)?;
     // Handlers first: whoever reads "listening" may signal at once.
     let mut term = signal(SignalKind::terminate())?;
@@ -625,14 +627,14 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let (tx, mut rx) = mpsc::channel(1024);
     let handle = serve(path, clock, tx).await?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", correlator::trace::HEADER)?;
+    out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
-    let mut print = |t, kind| -> std::io::Result<()> {
-        let kind = pseudo.event(kind);
-        let line = correlator::trace::event_line(&correlator::Event { t, kind });
+    let mut print = |t, kind| -> anyhow::Result<()> {
+        let kind = scrub.event(kind);
+        let line = door.event(&correlator::Event { t, kind })?;
         out.write_all(line.as_bytes())?;
-        out.flush()
+        Ok(out.flush()?)
     };
     loop {
         tokio::select! {

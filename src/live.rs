@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use correlator::pseudo::Pseudonymizer;
 use correlator::records::Summary;
-use correlator::{trace, Config, Correlator, Event, EventKind, Millis, Record};
+use correlator::sanitize::{Door, Line, Refused, Scrub};
+use correlator::{Config, Correlator, Event, EventKind, Millis, Record};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
@@ -283,25 +284,14 @@ pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
     s.push_str(r#"","max_window":"#);
     correlator::json::push_ms(&mut s, c.max_window);
     s.push_str(r#","end":"#);
-    s.push_str(&end_value(None));
+    s.push_str(end_value(None).as_str());
     s.push('}');
     s
 }
 
 /// `end`'s value padded to its fixed room.
-fn end_value(end: Option<Millis>) -> String {
-    let mut v = String::with_capacity(END_ROOM);
-    match end {
-        Some(t) => correlator::json::push_ms(&mut v, t),
-        None => v.push_str("null"),
-    }
-    if v.len() > END_ROOM {
-        v = "null".to_string();
-    }
-    while v.len() < END_ROOM {
-        v.push(' ');
-    }
-    v
+fn end_value(end: Option<Millis>) -> Line {
+    Door::live().padded_number(end, END_ROOM)
 }
 
 /// Where `end`'s value starts in the header.
@@ -317,12 +307,16 @@ struct Task {
     sources: Arc<Sources>,
     seq: Sequencer,
     corr: Correlator,
-    pseudo: Pseudonymizer,
+    /// Where observed data becomes writable (ids pseudonymized, names checked).
+    scrub: Scrub,
+    /// Where it leaves: every capture and records line is checked before it is written.
+    door: Door,
+    /// Lines the door refused (a bug if ever non-zero: everything fed was scrubbed).
+    refused: u64,
     sinks: Sinks,
     otlp: Option<(crate::otlp::ExporterHandle, u64)>,
     records: Vec<Record>,
     summary: Summary,
-    line: String,
     pushed: bool,
     /// How far the correlator's clock was advanced with no event.
     advanced: Option<Millis>,
@@ -332,16 +326,16 @@ struct Task {
 
 impl Task {
     fn offer(&mut self, (t, kind): Timed) {
-        let kind = self.pseudo.event(kind);
+        let kind = self.scrub.event(kind);
         self.seq.offer(t, kind);
     }
 
     fn feed(&mut self, ev: Event) -> io::Result<()> {
         if let Some(cap) = &mut self.sinks.capture {
-            self.line.clear();
-            trace::write_event(&mut self.line, &ev);
-            self.line.push('\n');
-            cap.write_all(self.line.as_bytes())?;
+            match self.door.event(&ev) {
+                Ok(line) => cap.write_all(line.as_bytes())?,
+                Err(e) => refused(&mut self.refused, e),
+            }
         }
         self.corr.push(&ev, &mut self.records);
         self.pushed = true;
@@ -358,14 +352,18 @@ impl Task {
         }
         for r in self.records.drain(..) {
             self.summary.add(&r);
-            self.line.clear();
-            r.write_json(&mut self.line);
-            self.line.push('\n');
-            self.sinks.records.write_all(self.line.as_bytes())?;
+            let cleared = match self.door.record(&r) {
+                Ok(c) => c,
+                Err(e) => {
+                    refused(&mut self.refused, e);
+                    continue;
+                }
+            };
+            self.sinks.records.write_all(cleared.line().as_bytes())?;
             self.sinks.records.flush()?;
             // Never waits: a full export queue drops the span and counts it.
             if let Some((otlp, epoch)) = &self.otlp {
-                otlp.record(&r, *epoch);
+                otlp.record(&cleared, *epoch);
             }
         }
         Ok(())
@@ -420,6 +418,16 @@ impl Task {
     }
 }
 
+/// A line the door refused is not written; the field (never the value) is logged.
+fn refused(count: &mut u64, e: Refused) {
+    *count += 1;
+    tracing::error!(
+        field = e.field,
+        refused = *count,
+        "the sanitizing door refused a line; it was not written"
+    );
+}
+
 /// The MCP reports channel (absent until the ingest socket is wired).
 struct Ingest(Option<mpsc::Receiver<Timed>>);
 
@@ -465,9 +473,11 @@ pub fn spawn(
     let header = capture_header(&cfg.correlator, Some(epoch_unix_ms));
     let mut end_at = 0;
     if let Some(cap) = &mut sinks.capture {
+        let line = Door::live()
+            .meta(&header)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         end_at = cap.stream_position()? + end_offset(&header);
-        cap.write_all(header.as_bytes())?;
-        cap.write_all(b"\n")?;
+        cap.write_all(line.as_bytes())?;
         cap.flush()?;
     }
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
@@ -477,12 +487,13 @@ pub fn spawn(
         sources: sources.clone(),
         seq: Sequencer::default(),
         corr: Correlator::new(cfg.correlator),
-        pseudo: cfg.pseudo,
+        scrub: Scrub::new(cfg.pseudo),
+        door: Door::live(),
+        refused: 0,
         otlp: cfg.otlp,
         sinks,
         records: Vec::new(),
         summary: Summary::default(),
-        line: String::with_capacity(512),
         pushed: false,
         advanced: None,
         end_at,
@@ -619,7 +630,8 @@ mod tests {
     fn replay_capture(trace: &str, config: &Config) -> String {
         let header: serde_json::Value =
             serde_json::from_str(trace.lines().next().unwrap()).unwrap();
-        let events = trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
+        let events =
+            correlator::trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
         let mut c = Correlator::new(config.clone());
         let mut out = Vec::new();
         for ev in &events {
@@ -807,7 +819,7 @@ mod tests {
         let filled = format!(
             "{}{}{}",
             &h[..at],
-            end_value(Some(1234.5)),
+            end_value(Some(1234.5)).as_str(),
             &h[at + END_ROOM..]
         );
         assert_eq!(filled.len(), h.len());

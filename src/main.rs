@@ -6,6 +6,7 @@ mod clock;
 mod env_cmd;
 mod ingest;
 mod live;
+mod logging;
 mod otlp;
 mod relay;
 mod replay_cmd;

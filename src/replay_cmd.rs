@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use correlator::records::Summary;
+use correlator::sanitize::Door;
 use correlator::trace::TraceReader;
 use correlator::{Config, Correlator, WindowOpen};
 use serde_json::Value;
@@ -210,22 +211,25 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let mut summary = Summary::default();
-    let mut line = String::with_capacity(512);
+    let door = Door::replay();
     for file in &files {
         let replayed = replay_file(file, &args)?;
         let records = &replayed.records;
+        let mut cleared = Vec::with_capacity(records.len());
         for r in records {
             summary.add(r);
-            line.clear();
-            r.write_json(&mut line);
-            line.push('\n');
-            sink.write_all(line.as_bytes()).context("writing records")?;
+            let c = door
+                .record(r)
+                .with_context(|| format!("{}: a record", file.display()))?;
+            sink.write_all(c.line().as_bytes())
+                .context("writing records")?;
+            cleared.push(c);
         }
         // Records first: export may wait for queue room (bounded), the records never do.
         if let Some(e) = &exporter {
             let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
-            for r in records {
-                e.record(r, epoch);
+            for c in &cleared {
+                e.record(c, epoch);
             }
         }
     }

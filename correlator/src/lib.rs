@@ -11,6 +11,7 @@
 //! - [`route`]: model-visible tool names to MCP alias and tool, per host.
 //! - [`observe`]: protocol observers turning copied bytes into events.
 //! - [`pseudo`]: keyed pseudonymization of raw ids.
+//! - [`sanitize`]: the one door out: what may be written anywhere (design.md §7).
 
 pub mod decide;
 pub mod event;
@@ -20,6 +21,7 @@ pub mod observe;
 pub mod pseudo;
 pub mod records;
 pub mod route;
+pub mod sanitize;
 pub mod trace;
 pub mod windows;
 

@@ -6,6 +6,8 @@ use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
+use crate::sanitize::quote;
+
 use crate::event::Millis;
 
 /// A malformed line of a trace or records file.
@@ -164,7 +166,7 @@ impl<'a> Fields<'a> {
         parse(&s).ok_or_else(|| {
             fault(
                 (self.name)(k),
-                format!("`{s}` is not one of {}", words.join(", ")),
+                format!("`{}` is not one of {}", quote(&s), words.join(", ")),
             )
         })
     }

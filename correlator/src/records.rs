@@ -7,6 +7,8 @@ use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
+use crate::sanitize::quote;
+
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
 use crate::lines::{fault, kind_of, Fault, Fields, LineError, LineSource};
@@ -290,7 +292,7 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         other => {
             return Err(fault(
                 "decision",
-                format!("`{other}` is not one of attributed, abstained"),
+                format!("`{}` is not one of attributed, abstained", quote(other)),
             ))
         }
     };
@@ -300,7 +302,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             let words: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
             fault(
                 "reason",
-                format!("`{s}` is not one of {} (or null)", words.join(", ")),
+                format!(
+                    "`{}` is not one of {} (or null)",
+                    quote(&s),
+                    words.join(", ")
+                ),
             )
         })?),
     };
@@ -318,11 +324,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
                     let words: Vec<&str> = Evidence::ALL.iter().map(|e| e.as_str()).collect();
                     fault(
                         "evidence",
-                        format!("`{s}` is not one of {}", words.join(", ")),
+                        format!("`{}` is not one of {}", quote(s), words.join(", ")),
                     )
                 })?;
                 if out.contains(&e) {
-                    return Err(fault("evidence", format!("`{s}` is listed twice")));
+                    return Err(fault("evidence", format!("`{}` is listed twice", quote(s))));
                 }
                 out.push(e);
             }
@@ -517,7 +523,10 @@ impl<R: BufRead> RecordReader<R> {
             )),
             other => Err(fault(
                 "type",
-                format!("unknown record type `{other}` (expected `attribution`)"),
+                format!(
+                    "unknown record type `{}` (expected `attribution`)",
+                    quote(other)
+                ),
             )),
         }
     }

@@ -9,6 +9,8 @@ use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
+use crate::sanitize::quote;
+
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
 use crate::lines::{fault, line_fault, Fault, Fields, LineError, LineSource};
@@ -108,7 +110,12 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
                 },
             }
         }
-        other => return Err(fault("type", format!("unknown event type `{other}`"))),
+        other => {
+            return Err(fault(
+                "type",
+                format!("unknown event type `{}`", quote(other)),
+            ))
+        }
     };
     Ok(Event { t, kind })
 }
@@ -150,15 +157,15 @@ impl Validator {
                 if self.streams.contains_key(stream) {
                     return Err(fault(
                         "stream",
-                        format!("stream `{stream}` is already open"),
+                        format!("stream `{}` is already open", quote(stream)),
                     ));
                 }
                 self.streams.insert(stream.clone(), StreamState::default());
             }
             EventKind::StreamClose { stream } => {
-                self.streams
-                    .remove(stream)
-                    .ok_or_else(|| fault("stream", format!("stream `{stream}` is not open")))?;
+                self.streams.remove(stream).ok_or_else(|| {
+                    fault("stream", format!("stream `{}` is not open", quote(stream)))
+                })?;
             }
             EventKind::ObservationLost { stream, .. } => {
                 let st = self.live_stream(stream)?;
@@ -174,7 +181,7 @@ impl Validator {
                 if !st.open_responses.insert(response.clone()) {
                     return Err(fault(
                         "response",
-                        format!("response `{response}` is already open"),
+                        format!("response `{}` is already open", quote(response)),
                     ));
                 }
             }
@@ -185,7 +192,11 @@ impl Validator {
                 if !st.open_responses.contains(response) {
                     return Err(fault(
                         "response",
-                        format!("response `{response}` is not open on stream `{stream}`"),
+                        format!(
+                            "response `{}` is not open on stream `{}`",
+                            quote(response),
+                            quote(stream)
+                        ),
                     ));
                 }
             }
@@ -196,7 +207,11 @@ impl Validator {
                 if !st.open_responses.remove(response) {
                     return Err(fault(
                         "response",
-                        format!("response `{response}` is not open on stream `{stream}`"),
+                        format!(
+                            "response `{}` is not open on stream `{}`",
+                            quote(response),
+                            quote(stream)
+                        ),
                     ));
                 }
             }
@@ -209,7 +224,7 @@ impl Validator {
                 if self.running.contains_key(interval) {
                     return Err(fault(
                         "interval",
-                        format!("interval `{interval}` already started"),
+                        format!("interval `{}` already started", quote(interval)),
                     ));
                 }
                 self.running
@@ -240,10 +255,16 @@ impl Validator {
     /// A stream that is open and whose observation has not been lost.
     fn live_stream(&mut self, stream: &str) -> Result<&mut StreamState, Fault> {
         match self.streams.get_mut(stream) {
-            None => Err(fault("stream", format!("stream `{stream}` is not open"))),
+            None => Err(fault(
+                "stream",
+                format!("stream `{}` is not open", quote(stream)),
+            )),
             Some(st) if st.lost => Err(fault(
                 "stream",
-                format!("stream `{stream}` lost observation; only stream_close may follow"),
+                format!(
+                    "stream `{}` lost observation; only stream_close may follow",
+                    quote(stream)
+                ),
             )),
             Some(st) => Ok(st),
         }
@@ -283,7 +304,10 @@ impl<R: BufRead> TraceReader<R> {
             if ty != "trace" {
                 return Err(fault(
                     "type",
-                    format!("the first line must be the trace header {HEADER}, got type `{ty}`"),
+                    format!(
+                        "the first line must be the trace header {HEADER}, got type `{}`",
+                        quote(&ty)
+                    ),
                 ));
             }
             match f.get("version")? {

@@ -8,6 +8,7 @@
 //! and the rest is queued without waiting (and dropped when full), so a dead collector costs
 //! a replay about one export timeout, not one per record.
 
+use correlator::sanitize::Cleared;
 use correlator::Record;
 
 use super::config::{Endpoint, ExportConfig};
@@ -43,7 +44,7 @@ impl BlockingExporter {
     }
 
     /// Queues one record's span, waiting for room at most once per export timeout.
-    pub fn record(&self, record: &Record, epoch_unix_nanos: u64) -> bool {
+    pub fn record(&self, record: &Cleared<'_>, epoch_unix_nanos: u64) -> bool {
         if self.stuck.get() || self.handle.has_failed() {
             return self.handle.record(record, epoch_unix_nanos);
         }
@@ -84,6 +85,14 @@ pub fn replay_epoch(header_epoch_unix_ms: Option<f64>, records: &[Record], now: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use correlator::sanitize::Door;
+    use correlator::Record;
+
+    fn clear(r: &Record) -> Cleared<'_> {
+        Door::replay()
+            .record(r)
+            .expect("test records hold trace ids")
+    }
     use crate::otlp::config::Endpoint;
     use crate::otlp::testing::{Answer, Receiver};
 
@@ -125,7 +134,7 @@ mod tests {
         let (_rt, rx) = receiver(vec![Answer::Ok]);
         let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
         for i in 0..40 {
-            assert!(e.record(&record(i as f64, i as f64), 0));
+            assert!(e.record(&clear(&record(i as f64, i as f64)), 0));
         }
         let (_, report) = e.finish();
         assert_eq!((report.exported, report.lost()), (40, 0));
@@ -137,7 +146,7 @@ mod tests {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
         let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
         let queued = (0..40)
-            .filter(|i| e.record(&record(*i as f64, 0.0), 0))
+            .filter(|i| e.record(&clear(&record(*i as f64, 0.0)), 0))
             .count();
         // One in flight, one queued, and perhaps one more that got in as the first request
         // failed; after that nothing waits.

@@ -607,13 +607,7 @@ pub fn raise_open_files_limit() {
 }
 
 pub fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    crate::logging::init(level);
 }
 
 /// SIGINT and SIGTERM. The handlers are installed when this is made (before the banner is

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use correlator::records::RecordReader;
+use correlator::sanitize::Door;
 use correlator::trace::TraceReader;
 use correlator::Config;
 use serde_json::Value;
@@ -50,12 +51,22 @@ fn open(path: &PathBuf) -> anyhow::Result<BufReader<File>> {
 pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let records = RecordReader::new(open(&args.records)?, args.records.display().to_string())
         .collect::<Result<Vec<_>, _>>()?;
+    // Only what the door lets out is drawn: a records file is an input like any other.
+    let door = Door::replay();
+    for (i, r) in records.iter().enumerate() {
+        door.record(r)
+            .with_context(|| format!("{}: record {}", args.records.display(), i + 1))?;
+    }
     let mut sources = vec![args.records.display().to_string()];
     let trace = match &args.trace {
         None => None,
         Some(path) => {
             let mut reader = TraceReader::new(open(path)?, path.display().to_string());
             let events = reader.by_ref().collect::<Result<Vec<_>, _>>()?;
+            for (i, ev) in events.iter().enumerate() {
+                door.event(ev)
+                    .with_context(|| format!("{}: event {}", path.display(), i + 1))?;
+            }
             // The same max_window as replay: the trace header's, else the default.
             let max_window = match reader.header().and_then(|h| h.get("max_window")) {
                 None | Some(Value::Null) => Config::default().max_window,

@@ -1,0 +1,253 @@
+//! A tripwire for the sanitizing door (`correlator::sanitize`, design.md §7).
+//!
+//! The door is enforced by types where the data is the traffic's (capture and records lines
+//! are `Line`s, OTLP spans come from `Cleared` records, logs go through one formatter). What
+//! types cannot stop is a new `eprintln!` or `write_all` somewhere that writes something else.
+//! So this test lists every place in the shipped code that writes bytes out, with why it may;
+//! a new one fails here until it goes through the door or is reviewed and listed. It also
+//! holds every log call of ours to a literal message: the log formatter admits our messages
+//! as they are, so they must never interpolate a value.
+
+use std::path::{Path, PathBuf};
+
+/// Every file of `src/` that writes, how many write sites it has, and why each may.
+const REVIEWED: &[(&str, usize, &str)] = &[
+    ("check.rs", 2, "verdicts on the user's files; faults quote input only via sanitize::quote"),
+    ("env_cmd.rs", 1, "the override lines: a relay URL and fixed text"),
+    ("ingest.rs", 4, "the debug command: trace lines as door `Line`s, its socket path, counts"),
+    ("live.rs", 4, "capture and records as door `Line`s, the header via `Door::meta`, the padded end"),
+    ("logging.rs", 4, "the one log formatter, by the door's log policy"),
+    ("main.rs", 1, "the error at the edge: our messages; readers quote input via sanitize::quote"),
+    ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
+    ("otlp/export.rs", 1, "gzip of the protobuf of spans made from `Cleared` records"),
+    ("relay/mod.rs", 6, "the banner, summary counts and the export report"),
+    ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
+    ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination"),
+    ("replay_cmd.rs", 5, "records as `Cleared` lines, the summary and the export report"),
+    ("report/mod.rs", 3, "the HTML of cleared records, and counts"),
+    ("report/render.rs", 39, "HTML of cleared records and checked trace events, escaped"),
+    ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
+    ("run/mod.rs", 5, "the run summary: counts and the records path"),
+    ("wrap.rs", 6, "the MCP pass-through (the traffic itself), ingest reports on the private socket, fixed warnings"),
+];
+
+const WRITES: &[&str] = &[
+    "write_all(",
+    "println!",
+    "eprintln!",
+    "print!(",
+    "eprint!(",
+    "writeln!(",
+    "write!(",
+    "fs::write(",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The shipped part of a source file: its unit tests cut off.
+fn shipped(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+fn count_writes(text: &str) -> usize {
+    let mut n = 0;
+    for w in WRITES {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(w) {
+            let at = from + i;
+            // `eprintln!` holds `println!`: count each under its own name only.
+            let prev = text[..at].chars().next_back();
+            if !prev.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                n += 1;
+            }
+            from = at + w.len();
+        }
+    }
+    n
+}
+
+#[test]
+fn every_write_site_in_src_is_reviewed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    files.sort();
+    let mut problems = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&root).unwrap().to_string_lossy().to_string();
+        let n = count_writes(&shipped(f));
+        let listed = REVIEWED.iter().find(|(p, _, _)| *p == rel).map(|r| r.1);
+        if n != listed.unwrap_or(0) {
+            problems.push(format!(
+                "src/{rel}: {n} write sites, {} reviewed: route new output through \
+                 correlator::sanitize (Door, Line, Cleared) or review it and update REVIEWED",
+                listed.unwrap_or(0)
+            ));
+        }
+    }
+    for (p, _, _) in REVIEWED {
+        if !files
+            .iter()
+            .any(|f| f.strip_prefix(&root).unwrap() == Path::new(p))
+        {
+            problems.push(format!("src/{p} is listed but gone"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_counter_finds_each_kind_of_write_once() {
+    let text = r#"eprintln!("a"); println!("b"); eprint!("c"); print!("d"); w.write_all(x);
+        writeln!(o, "e"); write!(o, "f"); std::fs::write(p, b); my_write_all(y);"#;
+    assert_eq!(count_writes(text), 8);
+}
+
+/// The correlator is sans-IO: it writes nowhere at all.
+#[test]
+fn the_correlator_writes_nothing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("correlator/src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    for f in files {
+        let text = shipped(&f);
+        for forbidden in [
+            "print!(", "println!", "std::fs", "std::net", "stdout()", "stderr()",
+        ] {
+            assert!(
+                !text.contains(forbidden),
+                "{}: `{forbidden}` in the sans-IO core",
+                f.display()
+            );
+        }
+    }
+}
+
+/// The arguments of a macro call starting at `open` (the index of its `(`), split at
+/// top-level commas.
+fn macro_args(text: &str, open: usize) -> Vec<String> {
+    let mut depth = 0;
+    let mut args = vec![String::new()];
+    let mut in_str = false;
+    let mut escaped = false;
+    for c in text[open..].chars() {
+        if in_str {
+            args.last_mut().unwrap().push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth == 1 {
+                    continue;
+                }
+            }
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                args.push(String::new());
+                continue;
+            }
+            '"' => in_str = true,
+            _ => {}
+        }
+        args.last_mut().unwrap().push(c);
+    }
+    args.into_iter()
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// Why a log call's arguments break the rule, if they do: the message must be the last
+/// argument, a string literal with no `{}`; every other argument is a `name = value` field
+/// (or `target: ...`), whose text the formatter filters by name.
+fn log_call_fault(args: &[String]) -> Option<String> {
+    let Some(message) = args.last() else {
+        return Some("no message".into());
+    };
+    if !(message.starts_with('"') && message.ends_with('"')) {
+        return Some(format!("the message is not a literal: {message}"));
+    }
+    if message.contains('{') {
+        return Some(format!("the message interpolates: {message}"));
+    }
+    for a in &args[..args.len() - 1] {
+        let named = a.starts_with("target:") || a.contains('=');
+        let shorthand = a
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+        if !named && !shorthand {
+            return Some(format!(
+                "an argument is neither a field nor the message: {a}"
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn our_log_messages_are_literals() {
+    let mut files = Vec::new();
+    for dir in ["src", "correlator/src"] {
+        rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
+    }
+    let mut calls = 0;
+    let mut problems = Vec::new();
+    for f in files {
+        let text = shipped(&f);
+        for level in ["trace", "debug", "info", "warn", "error"] {
+            let needle = format!("tracing::{level}!(");
+            let mut from = 0;
+            while let Some(i) = text[from..].find(&needle) {
+                let open = from + i + needle.len() - 1;
+                calls += 1;
+                if let Some(fault) = log_call_fault(&macro_args(&text, open)) {
+                    problems.push(format!("{}: {fault}", f.display()));
+                }
+                from = open;
+            }
+        }
+    }
+    assert!(
+        calls >= 15,
+        "the scan found only {calls} log calls: is it still looking?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_log_rule_catches_interpolation() {
+    let call = r#"tracing::warn!(error = %e, "failed for {}", name)"#;
+    let args = macro_args(call, call.find('(').unwrap());
+    assert!(log_call_fault(&args).is_some());
+    let call = r#"tracing::warn!(error = %e, count, "failed")"#;
+    let args = macro_args(call, call.find('(').unwrap());
+    assert_eq!(args.len(), 3);
+    assert_eq!(log_call_fault(&args), None);
+    let call = r#"tracing::info!("sent {n}")"#;
+    assert!(log_call_fault(&macro_args(call, call.find('(').unwrap())).is_some());
+}
