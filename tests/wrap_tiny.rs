@@ -46,8 +46,8 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
 
     w.send_json(&init_request(json!(0)));
     w.response(json!(0));
-    // 32 MiB that is not JSON, then bytes that are not UTF-8: both come back as "ack ...".
-    let mut giant = vec![b'A'; 32 << 20];
+    // 64 MiB that is not JSON, then bytes that are not UTF-8: both come back as "ack ...".
+    let mut giant = vec![b'A'; 64 << 20];
     giant.push(b'\n');
     w.send(&giant);
     w.send(b"\xff\xfe{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\"}\xc3\n");
@@ -68,7 +68,7 @@ fn giant_lines_and_invalid_utf8_pass_through_exactly_and_calls_are_reported() {
     let big = w.response(json!("g"));
     assert_eq!(
         big["result"]["content"][0]["text"].as_str().unwrap().len(),
-        32 << 20
+        64 << 20
     );
     assert_eq!(w.response(json!(2))["result"]["isError"], true);
     let sent = w.sent.clone();
