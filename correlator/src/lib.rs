@@ -11,9 +11,11 @@
 //! - [`route`]: model-visible tool names to MCP alias and tool, per host.
 //! - [`observe`]: protocol observers turning copied bytes into events.
 //! - [`pseudo`]: keyed pseudonymization of raw ids.
+//! - [`ingest`]: the wrapper→relay report lines (ingest protocol v1).
 
 pub mod decide;
 pub mod event;
+pub mod ingest;
 pub mod json;
 pub mod lines;
 pub mod observe;
