@@ -189,7 +189,6 @@ impl Report {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +231,6 @@ mod tests {
             assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r));
         }
     }
-
 
     #[test]
     fn bad_lines_are_named_by_their_fault() {
