@@ -501,6 +501,7 @@ mod tests {
         }
     }
 
+    #[test]
     fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
         let paths = wrapper_candidates();
         assert_eq!(paths[0], default_path());

@@ -11,8 +11,10 @@ mod harness;
 
 use correlator::observe::Api;
 
-/// Each fuzz target and the harness it runs.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A fuzz target's name and the harness it runs.
+type Target = (&'static str, fn(&[u8]));
+
+const TARGETS: &[Target] = &[
     ("sse", |d| harness::http_exchange(Api::AnthropicMessages, d)),
     ("responses", |d| harness::http_exchange(Api::Responses, d)),
     ("ws_frames", harness::ws_connection),

@@ -494,7 +494,7 @@ pub fn ws_connection(data: &[u8]) {
             m.payload
         };
         let mut mask = || {
-            mask_rng = mask_rng.rotate_left(13) ^ 0x5DEE_CE66_D;
+            mask_rng = mask_rng.rotate_left(13) ^ 0x0005_DEEC_E66D;
             m.to_server.then(|| (mask_rng as u32).to_le_bytes())
         };
         plain.push((m.to_server, frame(true, false, m.opcode, payload, None)));
@@ -707,7 +707,7 @@ pub fn ingest_line(data: &[u8]) {
             "to_line is not one line: {line:?}"
         );
         assert_eq!(
-            Report::parse(line[..line.len() - 1].as_bytes()).as_ref(),
+            Report::parse(&line.as_bytes()[..line.len() - 1]).as_ref(),
             Ok(report),
             "a report does not survive to_line and parse"
         );
