@@ -35,7 +35,6 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use correlator::event::{Hints, Outcome};
 use correlator::{EventKind, Millis};
-use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Mutex};
@@ -43,188 +42,13 @@ use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
 
-/// The protocol version this module writes and reads.
-pub const VERSION: u64 = 1;
+// The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
+pub use correlator::ingest::{Fault, Report, MAX_LINE};
+
 /// The environment variable naming the socket for wrappers.
 pub const ENV: &str = "WINDOWTAP_INGEST";
-/// Longest accepted line; a report is a few hundred bytes.
-pub const MAX_LINE: usize = 64 * 1024;
-const MAX_ID: usize = 128;
 /// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
 const MAX_RUNNING: usize = 65_536;
-const MAX_NAME: usize = 1024;
-
-/// One report, as the wrapper writes it and the relay reads it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Report {
-    Start {
-        id: String,
-        alias: String,
-        tool: String,
-        start_ns: u64,
-        hints: Hints,
-    },
-    End {
-        id: String,
-        alias: String,
-        tool: String,
-        start_ns: u64,
-        end_ns: u64,
-        outcome: Outcome,
-        hints: Hints,
-    },
-}
-
-/// Why a line was refused. Names the fault, never the content.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Fault {
-    #[error("line longer than {MAX_LINE} bytes")]
-    TooLong,
-    #[error("connection closed in the middle of a line")]
-    Truncated,
-    #[error("not JSON")]
-    NotJson,
-    #[error("not a JSON object")]
-    NotObject,
-    #[error("unsupported protocol version (this relay reads v{VERSION})")]
-    Version,
-    #[error("unknown report type")]
-    UnknownType,
-    #[error("missing or mistyped field `{0}`")]
-    Field(&'static str),
-    #[error("end_ns is before start_ns")]
-    EndBeforeStart,
-    #[error("a time lies ahead of the relay's clock")]
-    Future,
-    #[error("start for an interval id that is already running")]
-    DuplicateStart,
-    #[error("too many intervals running on one connection")]
-    TooManyRunning,
-}
-
-impl Report {
-    /// The report as one line of JSON, with its `\n`.
-    pub fn to_line(&self) -> String {
-        let mut m = Map::new();
-        m.insert("v".into(), VERSION.into());
-        let (id, alias, tool, start_ns, hints) = match self {
-            Report::Start {
-                id,
-                alias,
-                tool,
-                start_ns,
-                hints,
-            } => {
-                m.insert("type".into(), "start".into());
-                (id, alias, tool, start_ns, hints)
-            }
-            Report::End {
-                id,
-                alias,
-                tool,
-                start_ns,
-                hints,
-                ..
-            } => {
-                m.insert("type".into(), "end".into());
-                (id, alias, tool, start_ns, hints)
-            }
-        };
-        m.insert("id".into(), id.as_str().into());
-        m.insert("alias".into(), alias.as_str().into());
-        m.insert("tool".into(), tool.as_str().into());
-        m.insert("start_ns".into(), (*start_ns).into());
-        if let Report::End {
-            end_ns, outcome, ..
-        } = self
-        {
-            m.insert("end_ns".into(), (*end_ns).into());
-            m.insert("outcome".into(), outcome.as_str().into());
-        }
-        for (k, v) in [
-            ("tool_use_id", &hints.tool_use_id),
-            ("item_id", &hints.item_id),
-            ("call_id", &hints.call_id),
-            ("thread", &hints.thread),
-        ] {
-            m.insert(k.into(), v.as_deref().map_or(Value::Null, Value::from));
-        }
-        let mut line = Value::Object(m).to_string();
-        line.push('\n');
-        line
-    }
-
-    /// Reads one line (without its `\n`).
-    pub fn parse(line: &[u8]) -> Result<Report, Fault> {
-        let value: Value = serde_json::from_slice(line).map_err(|_| Fault::NotJson)?;
-        let Value::Object(m) = value else {
-            return Err(Fault::NotObject);
-        };
-        if m.get("v").and_then(Value::as_u64) != Some(VERSION) {
-            return Err(Fault::Version);
-        }
-        let kind = m
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or(Fault::Field("type"))?;
-        let text = |k: &'static str, max: usize| -> Result<String, Fault> {
-            match m.get(k).and_then(Value::as_str) {
-                Some(s) if !s.is_empty() && s.len() <= max => Ok(s.to_string()),
-                _ => Err(Fault::Field(k)),
-            }
-        };
-        let ns = |k: &'static str| m.get(k).and_then(Value::as_u64).ok_or(Fault::Field(k));
-        let hint = |k: &'static str| -> Result<Option<String>, Fault> {
-            match m.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) if s.len() <= MAX_NAME => Ok(Some(s.clone())),
-                Some(_) => Err(Fault::Field(k)),
-            }
-        };
-        let hints = Hints {
-            tool_use_id: hint("tool_use_id")?,
-            item_id: hint("item_id")?,
-            call_id: hint("call_id")?,
-            thread: hint("thread")?,
-        };
-        let (id, alias, tool) = (
-            text("id", MAX_ID)?,
-            text("alias", MAX_NAME)?,
-            text("tool", MAX_NAME)?,
-        );
-        let start_ns = ns("start_ns")?;
-        match kind {
-            "start" => Ok(Report::Start {
-                id,
-                alias,
-                tool,
-                start_ns,
-                hints,
-            }),
-            "end" => {
-                let end_ns = ns("end_ns")?;
-                if end_ns < start_ns {
-                    return Err(Fault::EndBeforeStart);
-                }
-                let outcome = m
-                    .get("outcome")
-                    .and_then(Value::as_str)
-                    .and_then(Outcome::parse)
-                    .ok_or(Fault::Field("outcome"))?;
-                Ok(Report::End {
-                    id,
-                    alias,
-                    tool,
-                    start_ns,
-                    end_ns,
-                    outcome,
-                    hints,
-                })
-            }
-            _ => Err(Fault::UnknownType),
-        }
-    }
-}
 
 /// Where the relay listens and wrappers look when not told: `$XDG_RUNTIME_DIR/windowtap/
 /// ingest.sock`, else `<tmp>/windowtap-<uid>/ingest.sock`. The directory is private (0700).
@@ -680,38 +504,6 @@ mod tests {
     }
 
     #[test]
-    fn reports_round_trip_through_their_line() {
-        let reports = [
-            Report::Start {
-                id: "w1-ab-1".into(),
-                alias: "probe".into(),
-                tool: "echo".into(),
-                start_ns: 5,
-                hints: hints(Some("toolu_1")),
-            },
-            Report::End {
-                id: "w1-ab-1".into(),
-                alias: "probe".into(),
-                tool: "echo \"quoted\"".into(),
-                start_ns: 5,
-                end_ns: 9,
-                outcome: Outcome::Cancelled,
-                hints: Hints {
-                    tool_use_id: None,
-                    item_id: Some("fc_1".into()),
-                    call_id: Some("call_1".into()),
-                    thread: Some("th".into()),
-                },
-            },
-        ];
-        for r in reports {
-            let line = r.to_line();
-            assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
-            assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r));
-        }
-    }
-
-    #[test]
     fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
         let paths = wrapper_candidates();
         assert_eq!(paths[0], default_path());
@@ -722,57 +514,6 @@ mod tests {
         assert!(paths.contains(&PathBuf::from(format!("/tmp/windowtap-{uid}/ingest.sock"))));
         let unique: std::collections::HashSet<_> = paths.iter().collect();
         assert_eq!(unique.len(), paths.len());
-    }
-
-    #[test]
-    fn bad_lines_are_named_by_their_fault() {
-        let table: &[(&str, Fault)] = &[
-            ("nope", Fault::NotJson),
-            ("[1]", Fault::NotObject),
-            (r#"{"type":"start"}"#, Fault::Version),
-            (r#"{"v":2,"type":"start"}"#, Fault::Version),
-            (
-                r#"{"v":1,"type":"middle","id":"i","alias":"a","tool":"t","start_ns":1}"#,
-                Fault::UnknownType,
-            ),
-            (
-                r#"{"v":1,"type":"start","alias":"a","tool":"t","start_ns":1}"#,
-                Fault::Field("id"),
-            ),
-            (
-                r#"{"v":1,"type":"start","id":"","alias":"a","tool":"t","start_ns":1}"#,
-                Fault::Field("id"),
-            ),
-            (
-                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":-1}"#,
-                Fault::Field("start_ns"),
-            ),
-            (
-                r#"{"v":1,"type":"start","id":"i","alias":"a","tool":"t","start_ns":1,"thread":7}"#,
-                Fault::Field("thread"),
-            ),
-            (
-                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2}"#,
-                Fault::Field("outcome"),
-            ),
-            (
-                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"fine"}"#,
-                Fault::Field("outcome"),
-            ),
-            (
-                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#,
-                Fault::EndBeforeStart,
-            ),
-        ];
-        for (line, fault) in table {
-            assert_eq!(
-                Report::parse(line.as_bytes()).as_ref(),
-                Err(fault),
-                "{line}"
-            );
-            // The message names the fault and never repeats the line.
-            assert!(!fault.to_string().contains(line));
-        }
     }
 
     /// A listener on a fresh socket, its events, and its directory (kept alive).

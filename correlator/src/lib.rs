@@ -12,9 +12,11 @@
 //! - [`observe`]: protocol observers turning copied bytes into events.
 //! - [`pseudo`]: keyed pseudonymization of raw ids.
 //! - [`sanitize`]: the one door out: what may be written anywhere (design.md §7).
+//! - [`ingest`]: the wrapper→relay report lines (ingest protocol v1).
 
 pub mod decide;
 pub mod event;
+pub mod ingest;
 pub mod json;
 pub mod lines;
 pub mod observe;

@@ -62,7 +62,7 @@ pub fn messages_request(body: &[u8]) -> Result<RequestFacts, BodyError> {
         #[serde(default)]
         messages: LastUserResults,
     }
-    let b: Body = serde_json::from_slice(body).map_err(json_err)?;
+    let Object(b): Object<Body> = serde_json::from_slice(body).map_err(json_err)?;
     Ok(RequestFacts {
         previous_response: None,
         outputs: b.messages.0,
@@ -80,7 +80,7 @@ pub fn responses_request(body: &[u8]) -> Result<ResponsesRequest, BodyError> {
         #[serde(default)]
         input: CallOutputs,
     }
-    let b: Body = serde_json::from_slice(body).map_err(json_err)?;
+    let Object(b): Object<Body> = serde_json::from_slice(body).map_err(json_err)?;
     Ok(ResponsesRequest {
         kind: b.kind,
         lane: b.stream_id,
@@ -89,6 +89,27 @@ pub fn responses_request(body: &[u8]) -> Result<ResponsesRequest, BodyError> {
             outputs: b.input.0,
         },
     })
+}
+
+/// `T` read from a JSON object only. Derived structs also accept an array of their fields in
+/// declaration order, so `[["user", [...]]]` would read as a body whose user message carries
+/// tool results; no API accepts that, and a request the API refuses continues nothing.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData)).map(Object)
+    }
 }
 
 /// `messages`: the tool_result ids of the last message whose role is `user`.
@@ -112,7 +133,7 @@ impl<'de> Deserialize<'de> for LastUserResults {
                     content: ToolResultIds,
                 }
                 let mut last = Vec::new();
-                while let Some(m) = seq.next_element::<Message>()? {
+                while let Some(Object(m)) = seq.next_element::<Object<Message>>()? {
                     if m.role == "user" {
                         last = m.content.0;
                     }
@@ -361,6 +382,28 @@ mod tests {
             br#"{"input":[{"type":"function_call_output","call_id":["x"]}]}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn arrays_are_not_read_as_objects() {
+        // Caught by the body fuzz harness (fuzz/regressions/body/): derived structs take an array of
+        // their fields in order, so these were read as carrying tool outputs.
+        for body in [
+            &br#"[[{"role":"user","content":[{"type":"tool_result","tool_use_id":"x"}]}]]"#[..],
+            br#"{"messages":[["user",[{"type":"tool_result","tool_use_id":"x"}]]]}"#,
+        ] {
+            assert!(messages_request(body).is_err());
+        }
+        assert!(responses_request(
+            br#"["response.create",null,null,[{"type":"function_call_output","call_id":"c"}]]"#
+        )
+        .is_err());
+        // Arrays inside content and input stay skippable elements, as before.
+        let got = messages_request(
+            br#"{"messages":[{"role":"user","content":[["tool_result","x"],{"type":"tool_result","tool_use_id":"y"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(got.outputs, ids(&["y"]));
     }
 
     proptest! {
