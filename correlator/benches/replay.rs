@@ -418,7 +418,9 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
     }
 }
 
-/// The same as [`run`] over a borrowed slice (no cloning in the timed loop).
+/// The same as [`run`] over a borrowed slice (no cloning in the timed loop). Never inlined,
+/// so that `valgrind --tool=callgrind --toggle-collect='*run_slice*'` counts it alone.
+#[inline(never)]
 fn run_slice(events: &[Event]) -> usize {
     let mut c = Correlator::new(Config::default());
     let mut out: Vec<Record> = Vec::with_capacity(64);
@@ -430,6 +432,33 @@ fn run_slice(events: &[Event]) -> usize {
     }
     c.finish(&mut out);
     n + out.len()
+}
+
+/// Reads trace v1 text and replays it, as `windowtap replay` does (less file I/O and record
+/// writing). Never inlined, for callgrind's `--toggle-collect='*read_and_run*'`.
+#[inline(never)]
+fn read_and_run(text: &[u8]) -> usize {
+    let mut c = Correlator::new(Config::default());
+    let mut out: Vec<Record> = Vec::with_capacity(64);
+    let mut n = 0;
+    for e in correlator::trace::TraceReader::new(text, "workload") {
+        let e = e.expect("the workload is a valid trace");
+        c.push(&e, &mut out);
+        n += out.len();
+        out.clear();
+    }
+    c.finish(&mut out);
+    n + out.len()
+}
+
+/// The busy workload's first `n` events as trace v1 text.
+fn trace_text(n: usize) -> String {
+    let mut text = format!("{}\n", correlator::trace::HEADER);
+    for e in Workload::new(1, BUSY).take(n) {
+        correlator::trace::write_event(&mut text, &e);
+        text.push('\n');
+    }
+    text
 }
 
 fn bench_replay(c: &mut Criterion) {
@@ -500,6 +529,47 @@ fn measure(n: usize, mean_idle_ms: f64) {
 }
 
 fn main() {
+    // Tools for measuring outside criterion (see the header doc).
+    let count = |var: &str| -> Option<usize> {
+        let v = std::env::var(var).ok()?;
+        Some(
+            v.parse()
+                .unwrap_or_else(|_| panic!("{var} takes a number of events, got {v}")),
+        )
+    };
+    if let Some(n) = count("REPLAY_BENCH_PROFILE") {
+        let events: Vec<Event> = Workload::new(1, BUSY).take(n).collect();
+        let text = trace_text(n);
+        println!("{n} events: {} records", black_box(run_slice(&events)));
+        println!(
+            "read and replayed: {} records",
+            black_box(read_and_run(text.as_bytes()))
+        );
+        return;
+    }
+    if let Some(n) = count("REPLAY_BENCH_STREAM") {
+        measure(n, BUSY);
+        return;
+    }
+    if let Some(n) = count("REPLAY_BENCH_WRITE") {
+        let path = std::env::var("REPLAY_BENCH_WRITE_TO").unwrap_or_else(|_| "busy.jsonl".into());
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            writeln!(f, "{}", correlator::trace::HEADER)?;
+            let mut line = String::with_capacity(256);
+            for e in Workload::new(1, BUSY).take(n) {
+                line.clear();
+                correlator::trace::write_event(&mut line, &e);
+                line.push('\n');
+                f.write_all(line.as_bytes())?;
+            }
+            f.flush()
+        };
+        write().unwrap_or_else(|e| panic!("writing {path}: {e}"));
+        println!("wrote {n} busy events to {path}");
+        return;
+    }
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`, or `--test`) only
     // check, quickly, that the workload is valid and the measurement works.
     let quick =

@@ -4,14 +4,14 @@
 //! number, the field when there is one, and what was wrong. Its bookkeeping is bounded by what
 //! is open (streams, responses, running MCP calls), not by the length of the trace.
 
-use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, line_fault, Fault, Fields, LineError, LineSource};
+use crate::lines::{fault, line_fault, object, Fault, Fields, LineError, LineSource};
 
 /// The first line of every trace v1 file.
 pub const HEADER: &str = r#"{"type":"trace","version":1}"#;
@@ -113,11 +113,238 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
     Ok(Event { t, kind })
 }
 
+/// The fast way to read an event line: straight into typed fields, with no `Value` tree, no
+/// map of owned keys and no copies of the ids. It only ever says "this line is exactly this
+/// event" or "don't know": anything unusual (an unknown or repeated key, a wrong type, a value
+/// out of range, an unknown type word) is left to [`parse_event`] over the line's `Value`,
+/// which accepts or rejects it and names what was wrong. So the strict reader's answers and
+/// messages stay those of one implementation; this one only has to agree on good lines, and
+/// the tests check that it does.
+mod fast {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use serde::de::{Deserialize, Deserializer, Visitor};
+
+    use crate::event::*;
+
+    /// A field that may be absent, `null` or a value: the trace distinguishes absent from
+    /// `null` for some fields ("missing" is an error where `null` is not).
+    #[derive(Default)]
+    enum Slot<T> {
+        #[default]
+        Absent,
+        Null,
+        Is(T),
+    }
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Slot<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            Ok(match Option::<T>::deserialize(d)? {
+                None => Slot::Null,
+                Some(v) => Slot::Is(v),
+            })
+        }
+    }
+
+    impl<T> Slot<T> {
+        /// A required string: present and not `null`.
+        fn value(self) -> Option<T> {
+            match self {
+                Slot::Is(v) => Some(v),
+                _ => None,
+            }
+        }
+
+        /// A field that must be present and may be `null`.
+        fn nullable(self) -> Option<Option<T>> {
+            match self {
+                Slot::Absent => None,
+                Slot::Null => Some(None),
+                Slot::Is(v) => Some(Some(v)),
+            }
+        }
+
+        /// A hint: absent and `null` both mean none.
+        fn hint(self) -> Option<T> {
+            self.value()
+        }
+    }
+
+    /// A string borrowed from the line where it has no escapes (type words are only
+    /// compared, never kept).
+    struct Word<'a>(Cow<'a, str>);
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Word<'a> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(std::marker::PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+                type Value = Word<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Word<'a>, E> {
+                    Ok(Word(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Word<'a>, E> {
+                    Ok(Word(Cow::Owned(v.to_owned())))
+                }
+            }
+            d.deserialize_str(V(std::marker::PhantomData))
+        }
+    }
+
+    /// Every field any event type has. Unknown keys are refused (and so left to the `Value`
+    /// path): skipping a value checks less than parsing it (serde_json's skipping has no depth
+    /// limit, for one).
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Line<'a> {
+        #[serde(rename = "type", borrow)]
+        ty: Word<'a>,
+        t: f64,
+        #[serde(default)]
+        stream: Slot<String>,
+        #[serde(default, borrow)]
+        client: Option<Word<'a>>,
+        #[serde(default, borrow)]
+        transport: Option<Word<'a>>,
+        #[serde(default)]
+        thread: Slot<String>,
+        #[serde(default)]
+        request: Slot<String>,
+        #[serde(default)]
+        previous_response: Slot<String>,
+        #[serde(default)]
+        outputs: Option<Vec<String>>,
+        #[serde(default)]
+        response: Slot<String>,
+        #[serde(default)]
+        call: Slot<String>,
+        #[serde(default)]
+        item: Slot<String>,
+        #[serde(default)]
+        name: Slot<String>,
+        #[serde(default)]
+        namespace: Slot<String>,
+        #[serde(default, borrow)]
+        kind: Option<Word<'a>>,
+        #[serde(default, borrow)]
+        status: Option<Word<'a>>,
+        #[serde(default)]
+        reason: Slot<String>,
+        #[serde(default)]
+        interval: Slot<String>,
+        #[serde(default)]
+        alias: Slot<String>,
+        #[serde(default)]
+        tool: Slot<String>,
+        #[serde(default)]
+        start: Option<f64>,
+        #[serde(default)]
+        end: Option<f64>,
+        #[serde(default, borrow)]
+        outcome: Option<Word<'a>>,
+        #[serde(default)]
+        tool_use_id: Slot<String>,
+        #[serde(default)]
+        item_id: Slot<String>,
+        #[serde(default)]
+        call_id: Slot<String>,
+    }
+
+    /// The same range check as `Fields::time`.
+    fn time(t: Option<f64>) -> Option<Millis> {
+        t.filter(|t| t.is_finite() && *t >= 0.0)
+    }
+
+    fn word<T>(w: Option<Word>, parse: fn(&str) -> Option<T>) -> Option<T> {
+        parse(&w?.0)
+    }
+
+    /// The event on this line if it is plainly a good one; `None` to let the strict path
+    /// decide. Mirrors `parse_event` field for field.
+    pub(super) fn event(line: &str) -> Option<Event> {
+        let l: Line = serde_json::from_str(line).ok()?;
+        let t = time(Some(l.t))?;
+        let kind = match &*l.ty.0 {
+            "stream_open" => EventKind::StreamOpen {
+                stream: l.stream.value()?,
+                client: word(l.client, Client::parse)?,
+                transport: word(l.transport, Transport::parse)?,
+                thread: l.thread.nullable()?,
+            },
+            "request" => EventKind::Request {
+                stream: l.stream.value()?,
+                request: l.request.value()?,
+                previous_response: l.previous_response.nullable()?,
+                outputs: l.outputs?,
+            },
+            "response_start" => EventKind::ResponseStart {
+                stream: l.stream.value()?,
+                response: l.response.value()?,
+                request: l.request.nullable()?,
+            },
+            "tool_call" => EventKind::ToolCall {
+                stream: l.stream.value()?,
+                response: l.response.value()?,
+                call: l.call.value()?,
+                item: l.item.nullable()?,
+                name: l.name.value()?,
+                namespace: l.namespace.nullable()?,
+                kind: word(l.kind, CallKind::parse)?,
+            },
+            "response_end" => EventKind::ResponseEnd {
+                stream: l.stream.value()?,
+                response: l.response.value()?,
+                status: word(l.status, ResponseStatus::parse)?,
+            },
+            "stream_close" => EventKind::StreamClose {
+                stream: l.stream.value()?,
+            },
+            "observation_lost" => EventKind::ObservationLost {
+                stream: l.stream.value()?,
+                reason: l.reason.value()?,
+            },
+            "mcp_start" => {
+                let start = time(l.start).filter(|s| *s <= t)?;
+                EventKind::McpStart {
+                    interval: l.interval.value()?,
+                    alias: l.alias.value()?,
+                    tool: l.tool.value()?,
+                    start,
+                }
+            }
+            "mcp_interval" => {
+                let start = time(l.start)?;
+                let end = time(l.end).filter(|e| *e >= start && *e <= t)?;
+                EventKind::McpInterval {
+                    interval: l.interval.value()?,
+                    alias: l.alias.value()?,
+                    tool: l.tool.value()?,
+                    start,
+                    end,
+                    outcome: word(l.outcome, Outcome::parse)?,
+                    hints: Hints {
+                        tool_use_id: l.tool_use_id.hint(),
+                        item_id: l.item_id.hint(),
+                        call_id: l.call_id.hint(),
+                        thread: l.thread.hint(),
+                    },
+                }
+            }
+            // The header again, or an unknown type: the strict path says which.
+            _ => return None,
+        };
+        Some(Event { t, kind })
+    }
+}
+
 #[derive(Default)]
 struct StreamState {
     lost: bool,
     /// Responses started on this stream and not yet ended.
-    open_responses: HashSet<String>,
+    open_responses: FxHashSet<String>,
 }
 
 /// Checks the order rules of trace v1 across lines: time never goes backwards, and every
@@ -125,9 +352,9 @@ struct StreamState {
 #[derive(Default)]
 pub struct Validator {
     last_t: Option<Millis>,
-    streams: HashMap<String, StreamState>,
+    streams: FxHashMap<String, StreamState>,
     /// Running MCP calls: interval id -> (alias, tool, start).
-    running: HashMap<String, (String, String, Millis)>,
+    running: FxHashMap<String, (String, String, Millis)>,
 }
 
 impl Validator {
@@ -310,8 +537,8 @@ impl<R: BufRead> Iterator for TraceReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let obj = match self.lines.next_object() {
-                Some(Ok(obj)) => obj,
+            match self.lines.next_line() {
+                Some(Ok(())) => {}
                 Some(Err(e)) => return Some(Err(e)),
                 None if !self.header_seen && !self.lines.failed() => {
                     return Some(Err(self.lines.fail(line_fault(format!(
@@ -319,8 +546,16 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                     )))));
                 }
                 None => return None,
+            }
+            let line = self.lines.line();
+            let parsed = match self.header_seen.then(|| fast::event(line)).flatten() {
+                Some(ev) => self.validator.check(&ev).map(|()| Some(ev)),
+                None => match object(line) {
+                    Ok(obj) => self.parse_object(obj),
+                    Err(f) => Err(f),
+                },
             };
-            match self.parse_object(obj) {
+            match parsed {
                 Ok(Some(ev)) => return Some(Ok(ev)),
                 Ok(None) => continue,
                 Err(f) => return Some(Err(self.lines.fail(f))),
@@ -509,6 +744,80 @@ mod tests {
             panic!()
         };
         assert_eq!(hints, &Hints::default());
+    }
+
+    /// The strict path's answer for one event line.
+    fn strict(line: &str) -> Result<Event, Fault> {
+        parse_event(&object(line)?)
+    }
+
+    #[test]
+    fn the_fast_path_reads_every_written_line_as_the_strict_path_does() {
+        let lines = [
+            OPEN,
+            r#"{"type":"stream_open","t":0,"stream":"s\"2\u00e9","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c\n2"]}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
+            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1"}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost"}"#,
+            r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
+            r#"{"type":"stream_close","t":1e3,"stream":"s1"}"#,
+            r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
+        ];
+        for line in lines {
+            let fast = fast::event(line);
+            assert!(fast.is_some(), "the fast path should take {line}");
+            assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_every_doubtful_line_to_the_strict_path() {
+        // Each is either refused by the fast path or read identically by both.
+        let lines = [
+            // Unknown and repeated keys, even harmless ones.
+            r#"{"type":"stream_close","t":9,"stream":"s1","extra":[[[1]]]}"#,
+            r#"{"type":"stream_close","t":9,"stream":"s1","stream":"s2"}"#,
+            r#"{"type":"stream_close","t":9,"t":10,"stream":"s1"}"#,
+            // Fields of other event types, with or without the type the strict path wants.
+            r#"{"type":"stream_close","t":9,"stream":"s1","start":"x"}"#,
+            r#"{"type":"stream_close","t":9,"stream":"s1","reason":"why","start":1}"#,
+            // Missing versus null.
+            r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"http"}"#,
+            r#"{"type":"stream_open","t":1,"stream":null,"client":"codex","transport":"http","thread":null}"#,
+            r#"{"type":"request","t":2,"stream":"s1","request":"q","outputs":[]}"#,
+            r#"{"type":"request","t":2,"stream":"s1","request":"q","previous_response":null,"outputs":null}"#,
+            r#"{"type":"request","t":2,"stream":"s1","request":"q","previous_response":null,"outputs":[1]}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i","alias":"a","tool":"t","start":1,"end":2,"outcome":"error","thread":null,"item_id":7}"#,
+            // Values out of range, words out of the vocabulary.
+            r#"{"type":"stream_close","t":-1,"stream":"s1"}"#,
+            r#"{"type":"stream_close","t":1e400,"stream":"s1"}"#,
+            r#"{"type":"stream_close","t":"9","stream":"s1"}"#,
+            r#"{"type":"stream_open","t":1,"stream":"s1","client":"vim","transport":"http","thread":null}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"a","tool":"t","start":6.25}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i","alias":"a","tool":"t","start":5,"end":4,"outcome":"result"}"#,
+            r#"{"type":"mcp_interval","t":3,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"result"}"#,
+            // Not an event at all.
+            r#"{"type":"trace","version":1}"#,
+            r#"{"type":"nope","t":1}"#,
+            r#"{"type":"stream_close","t":9,"stream":"s1"} x"#,
+            r#"{"type":"stream_close","t":9,"stream":"\ud800"}"#,
+            "[1,2]",
+            "not json",
+        ];
+        for line in lines {
+            if let Some(ev) = fast::event(line) {
+                assert_eq!(Ok(ev), strict(line), "{line}");
+            }
+        }
+        assert!(fast::event(lines[0]).is_none() && strict(lines[0]).is_ok());
+        assert!(fast::event(lines[1]).is_none() && strict(lines[1]).is_ok());
     }
 
     /// Each malformed input names its line and, where there is one, the field.
