@@ -236,8 +236,11 @@ pub struct Tracker {
     streams: FxHashMap<Arc<str>, StreamState>,
     responses: FxHashMap<Arc<str>, ResponseState>,
     windows: Slab,
-    /// Open windows, by open time (for candidates and MCP bookkeeping).
-    open: BTreeSet<(Time, WinId)>,
+    /// Open windows, by open time (for candidates and MCP bookkeeping), then handle: the order
+    /// of a `BTreeSet<(Time, WinId)>`, kept in a sorted vector. Windows open at the current
+    /// time, so a new one goes at (or next to) the end, and the hot loops (every MCP start and
+    /// end, every candidate gathering) walk contiguous memory instead of tree nodes.
+    open: Vec<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     open_by_call: FxHashMap<Arc<str>, WinId>,
@@ -305,9 +308,15 @@ impl Tracker {
         self.now = t;
     }
 
+    /// The open windows that opened at or before `s`.
+    fn open_by(&self, s: Millis) -> &[(Time, WinId)] {
+        let k = self.open.partition_point(|(o, _)| *o <= Time(s));
+        &self.open[..k]
+    }
+
     /// Open windows that opened at or before `s`.
     pub fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
-        self.open.range(..=(Time(s), WinId::MAX)).map(|(_, id)| *id)
+        self.open_by(s).iter().map(|(_, id)| *id)
     }
 
     /// Closed windows with open ≤ s and close ≥ e.
@@ -480,7 +489,8 @@ impl Tracker {
         }
         self.open_by_response.insert(response, id);
         self.open_by_call.insert(call_id, id);
-        self.open.insert((Time(t), id));
+        let at = self.open.partition_point(|e| *e < (Time(t), id));
+        self.open.insert(at, (Time(t), id));
         self.deadlines.insert((Time(t + max_window), id));
         self.awaiting_request
             .entry(thread_key)
@@ -558,7 +568,8 @@ impl Tracker {
     /// A call starting can only delay decisions, so it reports no change.
     pub fn mcp_start(&mut self, interval: &str, start: Millis) {
         self.running.insert(interval.to_string(), start);
-        for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
+        let k = self.open_by(start).len();
+        for (_, id) in &self.open[..k] {
             if let Some(w) = self.windows.get_mut(*id) {
                 w.running += 1;
             }
@@ -568,7 +579,8 @@ impl Tracker {
     pub fn mcp_interval(&mut self, interval: &str, start: Millis, end: Millis, ch: &mut Changes) {
         let was_running = self.running.remove(interval).is_some();
         self.reported_now.push((start, end));
-        for (_, id) in self.open.range(..=(Time(start), WinId::MAX)) {
+        let k = self.open_by(start).len();
+        for (_, id) in &self.open[..k] {
             if let Some(w) = self.windows.get_mut(*id) {
                 if was_running && w.running > 0 {
                     w.running -= 1;
@@ -594,7 +606,9 @@ impl Tracker {
 
     fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
         let w = self.windows.get_mut(id)?;
-        self.open.remove(&(Time(w.open), id));
+        if let Ok(at) = self.open.binary_search(&(Time(w.open), id)) {
+            self.open.remove(at);
+        }
         self.deadlines.remove(&(Time(w.deadline), id));
         self.open_by_response.remove(&w.response);
         for c in &w.calls {
