@@ -259,6 +259,8 @@ pub struct Tracker {
     /// MCP calls reported at the current time (a window opening at the same time must see them).
     reported_now: Vec<(Millis, Millis)>,
     now: Millis,
+    /// Scratch for the windows a request continues.
+    continued: Vec<WinId>,
     /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
     names: rustc_hash::FxHashSet<Arc<str>>,
     /// Everything the tracker dropped concerned times before this; intervals that start
@@ -392,7 +394,9 @@ impl Tracker {
             }
         }
 
-        let mut continued: Vec<WinId> = Vec::new();
+        // A reused buffer: one allocation less per request.
+        let mut continued = std::mem::take(&mut self.continued);
+        continued.clear();
         if let Some(prev) = previous_response {
             if let Some(id) = self.open_by_response.get(prev) {
                 continued.push(*id);
@@ -405,7 +409,7 @@ impl Tracker {
                 }
             }
         }
-        for id in continued {
+        for &id in &continued {
             let compatible = match (&thread, self.windows.get(id).map(|w| &w.thread)) {
                 (Some(a), Some(Some(b))) => a == b,
                 _ => true,
@@ -415,6 +419,7 @@ impl Tracker {
                 ch.windows.push(id);
             }
         }
+        self.continued = continued;
     }
 
     pub fn response_start(&mut self, stream: &str, response: &str) {
