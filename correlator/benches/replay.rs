@@ -12,6 +12,33 @@
 //! criterion's repetition, 1M and 10M events are generated on the fly and fed straight into
 //! the correlator, with a counting global allocator tracking the peak heap in use: the
 //! correlator's memory should follow what is open at once, not the length of the trace.
+//!
+//! What each number covers: criterion's runs and the streamed runs time `Correlator::push`
+//! alone (the events are already built; the streamed rate is (generation + replay) minus a
+//! generation-only run, in CPU seconds). Reading trace lines is not in them: `windowtap
+//! replay` measures that, and `read_and_run` below does for callgrind.
+//!
+//! Tools, outside criterion (the machine is shared, so instruction counts are the repeatable
+//! measure):
+//! - `REPLAY_BENCH_PROFILE=200000 valgrind --tool=callgrind --toggle-collect='*run_slice*'
+//!   target/release/deps/replay-…` counts the correlator alone on 200k busy events;
+//!   `--toggle-collect='*read_and_run*'` counts trace reading plus the correlator.
+//! - `REPLAY_BENCH_STREAM=N` runs only the streamed measurement of N busy events.
+//! - `REPLAY_BENCH_WRITE=N REPLAY_BENCH_WRITE_TO=busy.jsonl` writes N busy events as a trace,
+//!   for `/usr/bin/time -v windowtap replay busy.jsonl -o /dev/null`.
+//!
+//! Numbers (2026-11-30, the 2-core machine under other engineers' builds, load average 6–9,
+//! so wall times mean little; before → after the cspeed branch):
+//! - instructions per event (callgrind, 200k busy events): correlator 3,687 → 3,179; trace
+//!   reading plus correlator 17,294 → 8,200; `windowtap replay` end to end 17,446 → 8,736.
+//! - streamed busy 1M, M events/s of CPU, best of three interleaved runs: 1.17 → 1.73;
+//!   streamed busy 10M: 0.75 → 0.95 (perf: the generator takes twice its solo time when it
+//!   alternates with the correlator, and the subtraction bills that to replay; the
+//!   correlator's own samples came to about 1.6 M events/s of CPU); quiet 1M: 2.2–2.4 both.
+//! - criterion, same window, wall: busy 0.42 → 0.85 M events/s, quiet 0.60 → 1.07.
+//! - peak heap: 28.1 MiB busy, 9.6 MiB quiet, at 1M and 10M alike.
+//! - `windowtap replay` of 10M busy events (1.37 GB): 33.3 → 13.9 s user CPU, max RSS
+//!   613 → 616 MB (it keeps a file's records until the file has read cleanly: 1.67M here).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cmp::Reverse;
