@@ -12,6 +12,33 @@
 //! criterion's repetition, 1M and 10M events are generated on the fly and fed straight into
 //! the correlator, with a counting global allocator tracking the peak heap in use: the
 //! correlator's memory should follow what is open at once, not the length of the trace.
+//!
+//! What each number covers: criterion's runs and the streamed runs time `Correlator::push`
+//! alone (the events are already built; the streamed rate is (generation + replay) minus a
+//! generation-only run, in CPU seconds). Reading trace lines is not in them: `windowtap
+//! replay` measures that, and `read_and_run` below does for callgrind.
+//!
+//! Tools, outside criterion (the machine is shared, so instruction counts are the repeatable
+//! measure):
+//! - `REPLAY_BENCH_PROFILE=200000 valgrind --tool=callgrind --toggle-collect='*run_slice*'
+//!   target/release/deps/replay-…` counts the correlator alone on 200k busy events;
+//!   `--toggle-collect='*read_and_run*'` counts trace reading plus the correlator.
+//! - `REPLAY_BENCH_STREAM=N` runs only the streamed measurement of N busy events.
+//! - `REPLAY_BENCH_WRITE=N REPLAY_BENCH_WRITE_TO=busy.jsonl` writes N busy events as a trace,
+//!   for `/usr/bin/time -v windowtap replay busy.jsonl -o /dev/null`.
+//!
+//! Numbers (2026-11-30, the 2-core machine under other engineers' builds, load average 6–9,
+//! so wall times mean little; before → after the cspeed branch):
+//! - instructions per event (callgrind, 200k busy events): correlator 3,687 → 3,179; trace
+//!   reading plus correlator 17,294 → 8,200; `windowtap replay` end to end 17,446 → 8,736.
+//! - streamed busy 1M, M events/s of CPU, best of three interleaved runs: 1.17 → 1.73;
+//!   streamed busy 10M: 0.75 → 0.95 (perf: the generator takes twice its solo time when it
+//!   alternates with the correlator, and the subtraction bills that to replay; the
+//!   correlator's own samples came to about 1.6 M events/s of CPU); quiet 1M: 2.2–2.4 both.
+//! - criterion, same window, wall: busy 0.42 → 0.85 M events/s, quiet 0.60 → 1.07.
+//! - peak heap: 28.1 MiB busy, 9.6 MiB quiet, at 1M and 10M alike.
+//! - `windowtap replay` of 10M busy events (1.37 GB): 33.3 → 13.9 s user CPU, max RSS
+//!   613 → 616 MB (it keeps a file's records until the file has read cleanly: 1.67M here).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cmp::Reverse;
@@ -418,7 +445,9 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
     }
 }
 
-/// The same as [`run`] over a borrowed slice (no cloning in the timed loop).
+/// The same as [`run`] over a borrowed slice (no cloning in the timed loop). Never inlined,
+/// so that `valgrind --tool=callgrind --toggle-collect='*run_slice*'` counts it alone.
+#[inline(never)]
 fn run_slice(events: &[Event]) -> usize {
     let mut c = Correlator::new(Config::default());
     let mut out: Vec<Record> = Vec::with_capacity(64);
@@ -430,6 +459,33 @@ fn run_slice(events: &[Event]) -> usize {
     }
     c.finish(&mut out);
     n + out.len()
+}
+
+/// Reads trace v1 text and replays it, as `windowtap replay` does (less file I/O and record
+/// writing). Never inlined, for callgrind's `--toggle-collect='*read_and_run*'`.
+#[inline(never)]
+fn read_and_run(text: &[u8]) -> usize {
+    let mut c = Correlator::new(Config::default());
+    let mut out: Vec<Record> = Vec::with_capacity(64);
+    let mut n = 0;
+    for e in correlator::trace::TraceReader::new(text, "workload") {
+        let e = e.expect("the workload is a valid trace");
+        c.push(&e, &mut out);
+        n += out.len();
+        out.clear();
+    }
+    c.finish(&mut out);
+    n + out.len()
+}
+
+/// The busy workload's first `n` events as trace v1 text.
+fn trace_text(n: usize) -> String {
+    let mut text = format!("{}\n", correlator::trace::HEADER);
+    for e in Workload::new(1, BUSY).take(n) {
+        correlator::trace::write_event(&mut text, &e);
+        text.push('\n');
+    }
+    text
 }
 
 fn bench_replay(c: &mut Criterion) {
@@ -500,6 +556,47 @@ fn measure(n: usize, mean_idle_ms: f64) {
 }
 
 fn main() {
+    // Tools for measuring outside criterion (see the header doc).
+    let count = |var: &str| -> Option<usize> {
+        let v = std::env::var(var).ok()?;
+        Some(
+            v.parse()
+                .unwrap_or_else(|_| panic!("{var} takes a number of events, got {v}")),
+        )
+    };
+    if let Some(n) = count("REPLAY_BENCH_PROFILE") {
+        let events: Vec<Event> = Workload::new(1, BUSY).take(n).collect();
+        let text = trace_text(n);
+        println!("{n} events: {} records", black_box(run_slice(&events)));
+        println!(
+            "read and replayed: {} records",
+            black_box(read_and_run(text.as_bytes()))
+        );
+        return;
+    }
+    if let Some(n) = count("REPLAY_BENCH_STREAM") {
+        measure(n, BUSY);
+        return;
+    }
+    if let Some(n) = count("REPLAY_BENCH_WRITE") {
+        let path = std::env::var("REPLAY_BENCH_WRITE_TO").unwrap_or_else(|_| "busy.jsonl".into());
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            writeln!(f, "{}", correlator::trace::HEADER)?;
+            let mut line = String::with_capacity(256);
+            for e in Workload::new(1, BUSY).take(n) {
+                line.clear();
+                correlator::trace::write_event(&mut line, &e);
+                line.push('\n');
+                f.write_all(line.as_bytes())?;
+            }
+            f.flush()
+        };
+        write().unwrap_or_else(|e| panic!("writing {path}: {e}"));
+        println!("wrote {n} busy events to {path}");
+        return;
+    }
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`, or `--test`) only
     // check, quickly, that the workload is valid and the measurement works.
     let quick =

@@ -124,6 +124,9 @@ pub struct Correlator {
     ungathered: Vec<u64>,
     /// Reused buffer for gathering candidates.
     scratch: Vec<WinId>,
+    /// Reused for what each applied event changed: most events change something, and a fresh
+    /// vector each time was one allocation per event.
+    changes: Changes,
     next_seq: u64,
     last_gc: Millis,
 }
@@ -140,6 +143,7 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
+            changes: Changes::default(),
             next_seq: 0,
             last_gc: 0.0,
         }
@@ -213,7 +217,7 @@ impl Correlator {
     }
 
     fn apply(&mut self, t: Millis, kind: &EventKind) {
-        let mut ch = Changes::default();
+        let mut ch = self.take_changes();
         let tr = &mut self.tracker;
         match kind {
             EventKind::StreamOpen { stream, thread, .. } => {
@@ -294,6 +298,15 @@ impl Correlator {
             }
         }
         self.mark(&ch);
+        self.changes = ch;
+    }
+
+    /// The reused change buffer, emptied; give it back to `self.changes` after [`Self::mark`].
+    fn take_changes(&mut self) -> Changes {
+        let mut ch = std::mem::take(&mut self.changes);
+        ch.windows.clear();
+        ch.global = false;
+        ch
     }
 
     /// Wakes the intervals that an applied change may let be decided earlier.
@@ -335,7 +348,12 @@ impl Correlator {
     /// Every event of the current time has been applied: intervals reported at this time get
     /// their candidates and are queued now.
     fn end_instant(&mut self) {
-        for seq in std::mem::take(&mut self.ungathered) {
+        if self.ungathered.is_empty() {
+            return;
+        }
+        // Taken and given back, so the buffer keeps its capacity from instant to instant.
+        let mut ungathered = std::mem::take(&mut self.ungathered);
+        for &seq in &ungathered {
             let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
             };
@@ -355,6 +373,8 @@ impl Correlator {
             }
             self.requeue(seq, self.now);
         }
+        ungathered.clear();
+        self.ungathered = ungathered;
     }
 
     /// The earliest live queue entry, dropping stale ones.
@@ -391,9 +411,10 @@ impl Correlator {
                 self.set_now(next);
             }
             if next_deadline == Some(next) {
-                let mut ch = Changes::default();
+                let mut ch = self.take_changes();
                 self.tracker.expire(next, &mut ch);
                 self.mark(&ch);
+                self.changes = ch;
                 continue;
             }
             if let Some((_, seq)) = next_due {

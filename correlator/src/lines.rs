@@ -188,6 +188,18 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// One line's JSON object, or what was wrong with the line.
+pub(crate) fn object(line: &str) -> Result<Map<String, Value>, Fault> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(other) => Err(line_fault(format!(
+            "expected a JSON object, got {}",
+            kind_of(&other)
+        ))),
+        Err(e) => Err(line_fault(format!("bad JSON: {e}"))),
+    }
+}
+
 /// The lines of a JSON Lines input, one JSON object at a time, blank lines skipped. After the
 /// first error it yields nothing more: a reader never guesses past a bad line.
 pub(crate) struct LineSource<R> {
@@ -211,6 +223,15 @@ impl<R: BufRead> LineSource<R> {
 
     /// The next non-blank line as an object; `None` at the end or after an error.
     pub fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
+        if let Err(e) = self.next_line()? {
+            return Some(Err(e));
+        }
+        Some(object(self.line()).map_err(|f| self.fail(f)))
+    }
+
+    /// Moves to the next non-blank line, whose text [`LineSource::line`] then gives; `None` at
+    /// the end or after an error. (Lets a reader try a faster typed parse before [`object`].)
+    pub fn next_line(&mut self) -> Option<Result<(), LineError>> {
         if self.failed {
             return None;
         }
@@ -222,19 +243,16 @@ impl<R: BufRead> LineSource<R> {
                 Ok(_) => {}
                 Err(e) => return Some(Err(self.fail(read_fault(&e)))),
             }
-            let line = self.buf.trim_end_matches(['\n', '\r']);
-            if line.trim().is_empty() {
+            if self.buf.trim().is_empty() {
                 continue;
             }
-            return Some(match serde_json::from_str::<Value>(line) {
-                Ok(Value::Object(obj)) => Ok(obj),
-                Ok(other) => Err(self.fail(line_fault(format!(
-                    "expected a JSON object, got {}",
-                    kind_of(&other)
-                )))),
-                Err(e) => Err(self.fail(line_fault(format!("bad JSON: {e}")))),
-            });
+            return Some(Ok(()));
         }
+    }
+
+    /// The current line, without its line break.
+    pub fn line(&self) -> &str {
+        self.buf.trim_end_matches(['\n', '\r'])
     }
 
     /// Ends the input with `f` at the current line.
