@@ -101,6 +101,9 @@ pub struct RelayArgs {
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
+    /// How long an idle upstream connection is kept for reuse, in milliseconds.
+    #[arg(long, default_value_t = 60_000, hide = true)]
+    upstream_idle: u64,
     #[command(flatten)]
     pub otlp: crate::otlp::OtlpArgs,
     /// Test hook: observers take nothing up until their stream has ended.
@@ -235,6 +238,7 @@ impl State {
 pub fn upstream_client(
     extra_roots: &[CertificateDer<'static>],
     connect_timeout: Duration,
+    pool_idle: Duration,
 ) -> anyhow::Result<UpstreamClient> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -261,7 +265,11 @@ pub fn upstream_client(
         .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
-        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_idle_timeout(pool_idle)
+        // Without a timer the pool never reaps idle connections (only on a later checkout),
+        // so a burst of streams left as many upstream sockets open for good: the soak's
+        // descriptors never came back down.
+        .pool_timer(hyper_util::rt::TokioTimer::new())
         .build(https))
 }
 
@@ -370,6 +378,7 @@ pub fn relay_config(
         extra_roots,
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
+        upstream_idle: Duration::from_millis(args.upstream_idle),
         correlator: Config {
             close_wait: args.close_wait,
             window_open: args.window_open,
@@ -431,6 +440,8 @@ pub struct RelayConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// How long an idle upstream connection is kept for reuse.
+    pub upstream_idle: Duration,
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; KEY_LEN],
@@ -607,7 +618,11 @@ impl Running {
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let client = upstream_client(&config.extra_roots, config.connect_timeout)?;
+    let client = upstream_client(
+        &config.extra_roots,
+        config.connect_timeout,
+        config.upstream_idle,
+    )?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
