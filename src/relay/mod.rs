@@ -482,6 +482,8 @@ pub struct Running {
     live: tokio::task::JoinHandle<std::io::Result<live::Finished>>,
     sources: Arc<live::Sources>,
     tunnels: Arc<Tunnels>,
+    /// Whether the run writes a capture (records not written can be replayed from it).
+    capture: bool,
     exporter: Option<crate::otlp::Exporter>,
 }
 
@@ -589,12 +591,16 @@ impl Running {
         if tail.lost() > 0 {
             eprintln!(
                 "windowtap: {} of {} records were not written ({} dropped while the output was \
-                 not read, {} still waiting when the run stopped); every event is in the capture \
-                 (--capture), and `windowtap replay` of it gives every record",
+                 not read, {} still waiting when the run stopped); {}",
                 tail.lost(),
                 summary.total(),
                 tail.dropped,
-                tail.unwritten
+                tail.unwritten,
+                if self.capture {
+                    "every event is in the capture: `windowtap replay` of it gives every record"
+                } else {
+                    "without --capture they are lost"
+                }
             );
         }
         if let Some(e) = tail.error {
@@ -648,6 +654,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         }),
         ..live_cfg
     };
+    let capture = sinks.capture.is_some();
     let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
         .context("writing the capture header")?;
     let sources = live.sources.clone();
@@ -695,6 +702,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         live: live_task,
         sources,
         tunnels,
+        capture,
         exporter,
     })
 }
