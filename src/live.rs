@@ -36,6 +36,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
 
+mod records_out;
+use records_out::RecordsOut;
+pub use records_out::Tail as RecordsTail;
+
 /// One timed event, as sources hand them over (raw ids; pseudonymized here).
 pub type Timed = (Millis, EventKind);
 
@@ -240,7 +244,9 @@ impl<T: Write + Seek + Send> Capture for T {}
 
 /// Where records and the capture go.
 pub struct Sinks {
-    /// Records v1, one line per record, flushed per record.
+    /// Records v1, one line per record, flushed as soon as the output takes them. Written by
+    /// a thread of its own ([`records_out`]), so an output nobody reads never stalls the
+    /// correlator.
     pub records: Box<dyn Write + Send>,
     /// The sanitized trace v1, in the order events were fed to the correlator.
     pub capture: Option<Box<dyn Capture>>,
@@ -313,7 +319,8 @@ struct Task {
     door: Door,
     /// Lines the door refused (a bug if ever non-zero: everything fed was scrubbed).
     refused: u64,
-    sinks: Sinks,
+    capture: Option<Box<dyn Capture>>,
+    records_out: RecordsOut,
     otlp: Option<(crate::otlp::ExporterHandle, u64)>,
     records: Vec<Record>,
     summary: Summary,
@@ -331,7 +338,7 @@ impl Task {
     }
 
     fn feed(&mut self, ev: Event) -> io::Result<()> {
-        if let Some(cap) = &mut self.sinks.capture {
+        if let Some(cap) = &mut self.capture {
             match self.door.event(&ev) {
                 Ok(line) => cap.write_all(line.as_bytes())?,
                 Err(e) => refused(&mut self.refused, e),
@@ -347,7 +354,7 @@ impl Task {
             return Ok(());
         }
         // The capture first: a record never names an event the capture lacks.
-        if let Some(cap) = &mut self.sinks.capture {
+        if let Some(cap) = &mut self.capture {
             cap.flush()?;
         }
         for r in self.records.drain(..) {
@@ -359,8 +366,8 @@ impl Task {
                     continue;
                 }
             };
-            self.sinks.records.write_all(cleared.line().as_bytes())?;
-            self.sinks.records.flush()?;
+            // Never waits: the writer thread takes it (or, past its bound, counts it lost).
+            self.records_out.send(cleared.line().clone());
             // Never waits: a full export queue drops the span and counts it.
             if let Some((otlp, epoch)) = &self.otlp {
                 otlp.record(&cleared, *epoch);
@@ -386,7 +393,7 @@ impl Task {
             self.corr.advance(w, &mut self.records);
             self.advanced = Some(w);
         }
-        if let Some(cap) = &mut self.sinks.capture {
+        if let Some(cap) = &mut self.capture {
             cap.flush()?;
         }
         self.write_records()
@@ -403,7 +410,7 @@ impl Task {
             self.feed(ev)?;
         }
         self.corr.finish(&mut self.records);
-        if let Some(cap) = &mut self.sinks.capture {
+        if let Some(cap) = &mut self.capture {
             cap.flush()?;
             if let Some(end) = self.advanced {
                 let pos = cap.stream_position()?;
@@ -413,8 +420,7 @@ impl Task {
                 cap.flush()?;
             }
         }
-        self.write_records()?;
-        self.sinks.records.flush()
+        self.write_records()
     }
 }
 
@@ -455,15 +461,28 @@ impl Ingest {
     }
 }
 
+/// How long the records writer is waited for at the stop when the sender of `shutdown` went
+/// away without saying.
+const RECORDS_WAIT: Duration = Duration::from_secs(10);
+
+/// What the correlator task returns when it has finished.
+#[derive(Debug)]
+pub struct Finished {
+    pub summary: Summary,
+    /// What became of the records (all written, unless the output was not read).
+    pub records: RecordsTail,
+}
+
 /// Starts the correlator task. It runs until `shutdown` fires (or its sender is dropped),
-/// then feeds everything held, finishes the correlator and flushes both sinks.
+/// then feeds everything held, finishes the correlator, flushes the capture and waits for
+/// the records writer, up to the time `shutdown` carried.
 pub fn spawn(
     cfg: LiveConfig,
     clock: Clock,
     mut sinks: Sinks,
     ingest: Option<mpsc::Receiver<Timed>>,
-    shutdown: oneshot::Receiver<()>,
-) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Summary>>)> {
+    shutdown: oneshot::Receiver<Duration>,
+) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Finished>>)> {
     let epoch_unix_ms = cfg
         .otlp
         .as_ref()
@@ -482,6 +501,7 @@ pub fn spawn(
     }
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
     let sources = Arc::new(Sources::default());
+    let records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
     let mut task = Task {
         clock,
         sources: sources.clone(),
@@ -491,7 +511,8 @@ pub fn spawn(
         door: Door::live(),
         refused: 0,
         otlp: cfg.otlp,
-        sinks,
+        capture: sinks.capture,
+        records_out,
         records: Vec::new(),
         summary: Summary::default(),
         pushed: false,
@@ -507,17 +528,17 @@ pub fn spawn(
         // Events are taken in as they come (so the queue never fills) but fed and decided
         // on the timer only: a round reads every source's mark, which is too much work to do
         // per event with a thousand streams open, and a record is due within one tick anyway.
-        loop {
+        let wait = loop {
             tokio::select! {
-                _ = &mut shutdown => break,
+                w = &mut shutdown => break w.unwrap_or(RECORDS_WAIT),
                 ev = rx.recv() => match ev {
                     Some(ev) => task.offer(ev),
-                    None => break,
+                    None => break RECORDS_WAIT,
                 },
                 ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
                 _ = timer.tick() => task.round(&mut rx, &mut ingest)?,
             }
-        }
+        };
         task.finish(&mut rx, &mut ingest)?;
         if task.seq.late > 0 {
             tracing::debug!(
@@ -525,7 +546,11 @@ pub fn spawn(
                 "events moved up to the watermark on arrival"
             );
         }
-        Ok(task.summary)
+        let records = task.records_out.finish(wait).await;
+        Ok(Finished {
+            summary: task.summary,
+            records,
+        })
     });
     Ok((
         LiveHandle {
@@ -777,8 +802,8 @@ mod tests {
         }
         // Idle long enough for timer-driven decisions (close_wait is 30 ms) to happen live.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        stop.send(()).unwrap();
-        let summary = task.await.unwrap().unwrap();
+        stop.send(Duration::from_secs(30)).unwrap();
+        let summary = task.await.unwrap().unwrap().summary;
         assert_eq!(summary.total(), 1);
 
         let trace = capture.text();

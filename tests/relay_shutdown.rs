@@ -398,3 +398,172 @@ async fn an_idle_keep_alive_connection_does_not_hold_the_stop_up() {
     assert_checks_clean(&records);
     assert_checks_clean(&capture);
 }
+
+/// An upstream whose WebSocket tunnels echo raw bytes back (after the `101` the relay splices
+/// bytes, never frames, so raw bytes are what a tunnel carries). Mounted as `anthropic`, on a
+/// path no observer watches: the tunnel is unobserved.
+async fn echo_tunnel_upstream() -> Upstream {
+    Upstream::start(
+        None,
+        handler(|mut req| async move {
+            let res = support::ws::switching(&req, None);
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(up) = upgrade.await else { return };
+                let (mut r, mut w) = tokio::io::split(hyper_util::rt::TokioIo::new(up));
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+            res
+        }),
+    )
+    .await
+}
+
+/// Opens an unobserved tunnel through the relay and checks one round trip.
+async fn open_tunnel(relay: &Relay) -> tokio::net::TcpStream {
+    let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let (status, _) = support::ws::client_handshake(
+        &mut tcp,
+        &relay.addr.to_string(),
+        "/anthropic/v1/tunnel",
+        &[],
+    )
+    .await;
+    assert_eq!(status, 101);
+    assert_eq!(
+        echo(&mut tcp, b"before the signal").await,
+        b"before the signal"
+    );
+    tcp
+}
+
+/// Writes `bytes` into the tunnel and reads as many back (bounded).
+async fn echo(tcp: &mut tokio::net::TcpStream, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    tcp.write_all(bytes).await.unwrap();
+    let mut got = vec![0u8; bytes.len()];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut got))
+        .await
+        .expect("the echo within the wait bound")
+        .expect("the tunnel is still open");
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unobserved_websocket_tunnel_in_flight_at_sigterm_is_drained_like_a_stream() {
+    let up = echo_tunnel_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+    let mut tcp = open_tunnel(&relay).await;
+
+    relay.signal(libc::SIGTERM);
+    relay.wait_log("draining");
+    assert!(relay.log().contains("tunnels=1"), "{}", relay.log());
+    // Without the tunnel counted, the relay would finish its stop and exit about now: give
+    // it the time to, so that a relay that does not wait is caught here.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        echo(&mut tcp, b"after the signal, byte for byte").await,
+        b"after the signal, byte for byte",
+        "the tunnel goes on during the drain"
+    );
+
+    // The client ends its side; the upstream ends its own; the tunnel is over.
+    tcp.shutdown().await.unwrap();
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(!relay.log().contains("cut"), "{}", relay.log());
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_tunnel_outliving_the_drain_bound_is_cut() {
+    use tokio::io::AsyncReadExt;
+    let up = echo_tunnel_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 300);
+    let mut tcp = open_tunnel(&relay).await;
+
+    relay.signal(libc::SIGTERM);
+    // The client never ends the tunnel: the bound does.
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(relay.log().contains("cut"), "{}", relay.log());
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the cut reaches the client within the wait bound");
+    assert!(
+        read.is_err() || rest.is_empty(),
+        "nothing more came through the cut tunnel: {rest:?}"
+    );
+    assert_checks_clean(&records);
+    assert_checks_clean(&capture);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_to_a_stdout_nobody_reads_never_stall_the_correlator_and_the_loss_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    // Records go to stdout (no --records): a pipe this test keeps open and never reads.
+    let mut relay = Relay::start_with_stdout(
+        &[
+            "--capture".into(),
+            capture.display().to_string(),
+            "--drain".into(),
+            "300".into(),
+        ],
+        std::process::Stdio::piped(),
+    );
+
+    // Far more records than a pipe holds (64 KiB by default): calls no window contains, each
+    // decided as soon as it is reported.
+    let calls = 1000;
+    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
+        .await
+        .unwrap();
+    for i in 0..calls {
+        let start_ns = mono_ns();
+        let id = format!("w1-pipe-{i}");
+        let lines = format!(
+            "{{\"v\":1,\"type\":\"start\",\"id\":\"{id}\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns}}}\n\
+             {{\"v\":1,\"type\":\"end\",\"id\":\"{id}\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\"}}\n",
+            mono_ns()
+        );
+        sock.write_all(lines.as_bytes()).await.unwrap();
+    }
+    sock.flush().await.unwrap();
+
+    // The correlator goes on although its records output is full: every call reaches the
+    // capture while the relay runs.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(&capture).unwrap_or_default();
+        let n = text.matches("\"type\":\"mcp_interval\"").count();
+        if n == calls {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {n} of {calls} calls reached the capture: the correlator stalled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(sock);
+
+    // And it stops, within the wait bound, saying how many records did not get out.
+    relay.signal(libc::SIGTERM);
+    let status = relay.wait_exit();
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    assert!(
+        relay
+            .log()
+            .contains(&format!("of {calls} records were not written")),
+        "{}",
+        relay.log()
+    );
+    assert_checks_clean(&capture);
+    assert_eq!(count_type(&capture, "mcp_interval"), calls);
+}

@@ -778,6 +778,76 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
     );
 }
 
+/// Whether our child `pid` has exited (a zombie until the test reaps it).
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// Waits (bounded) for `gates/name` to exist.
+fn wait_for_gate(gates: &Path, name: &str) {
+    let deadline = Instant::now() + WAIT;
+    while !gates.join(name).exists() {
+        assert!(Instant::now() < deadline, "{name} never appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() {
+    if !python() {
+        return;
+    }
+    // A host that outlives SIGTERM: without a fast path, run would wait for it.
+    let (dir, run) = run_claude_with(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--linger", "--ignore-term"],
+        |pid, gates| {
+            wait_until_lingering(gates);
+            // SAFETY: kill only sends a signal to the run process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            // Passed on: the host has seen the first before the second is sent (two pending
+            // signals of one kind would be one).
+            wait_for_gate(gates, "term.seen");
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            // Once run has exited (without a fast path it never would: the host lingers),
+            // let the host go, so that the stderr it shares with run is closed.
+            let deadline = Instant::now() + WAIT;
+            while Instant::now() < deadline && !exited(pid) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            std::fs::write(gates.join("linger.go"), "").unwrap();
+        },
+    )
+    .await;
+
+    assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
+    assert!(run.stderr.contains("stopping at once"), "{}", run.stderr);
+    // The loop that ended before the signals is decided, and both files are whole.
+    assert!(
+        run.stderr.contains("1 intervals: 1 attributed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert!(run.records_text.ends_with('\n'));
+    assert!(std::fs::read_to_string(&run.capture)
+        .unwrap()
+        .ends_with('\n'));
+    assert_eq!(replay(&run.capture), run.records_text);
+    drop(dir);
+}
+
 #[test]
 fn a_host_that_cannot_be_started_is_named() {
     let dir = tempfile::tempdir().unwrap();

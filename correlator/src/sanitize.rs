@@ -235,6 +235,12 @@ impl Scrub {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line(String);
 
+impl AsRef<[u8]> for Line {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 impl Line {
     pub fn as_str(&self) -> &str {
         &self.0

@@ -17,7 +17,7 @@ use std::io::{BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,6 +101,9 @@ pub struct RelayArgs {
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
+    /// How long an idle upstream connection is kept for reuse, in milliseconds.
+    #[arg(long, default_value_t = 60_000, hide = true)]
+    upstream_idle: u64,
     #[command(flatten)]
     pub otlp: crate::otlp::OtlpArgs,
     /// Test hook: observers take nothing up until their stream has ended.
@@ -125,8 +128,74 @@ pub struct State {
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
+    /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
+    pub tunnels: Arc<Tunnels>,
     tap_settings: tap::Settings,
     next_stream: AtomicU64,
+}
+
+/// The spliced WebSocket tunnels in flight. Once upgraded, a tunnel has left its HTTP
+/// connection (whose task has ended), so the drain cannot see it there: each tunnel task is
+/// registered here instead, and the stop waits for them like for HTTP streams, up to the
+/// same bound, then cuts them.
+#[derive(Debug)]
+pub struct Tunnels {
+    open: Arc<AtomicUsize>,
+    cut: watch::Sender<bool>,
+}
+
+impl Default for Tunnels {
+    fn default() -> Self {
+        Tunnels {
+            open: Arc::default(),
+            cut: watch::channel(false).0,
+        }
+    }
+}
+
+/// Counts one tunnel as open for as long as it lives.
+struct TunnelGuard(Arc<AtomicUsize>);
+
+impl Drop for TunnelGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Tunnels {
+    /// Registers a tunnel now (before its task is spawned, so a stop that starts meanwhile
+    /// sees it) and returns its task: `splice` until it ends or the tunnels are cut.
+    pub fn track(
+        &self,
+        splice: impl std::future::Future<Output = ()>,
+    ) -> impl std::future::Future<Output = ()> {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let guard = TunnelGuard(self.open.clone());
+        let mut cut = self.cut.subscribe();
+        async move {
+            let _guard = guard;
+            tokio::select! {
+                _ = splice => {}
+                // Dropping the splice closes both sockets.
+                _ = async {
+                    if cut.wait_for(|c| *c).await.is_err() {
+                        // Nobody can cut any more: the tunnel runs to its own end.
+                        std::future::pending::<()>().await;
+                    }
+                } => {}
+            }
+        }
+    }
+
+    /// Tunnels still open.
+    pub fn len(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Ends every tunnel, open or still to be registered.
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
 }
 
 impl State {
@@ -169,6 +238,7 @@ impl State {
 pub fn upstream_client(
     extra_roots: &[CertificateDer<'static>],
     connect_timeout: Duration,
+    pool_idle: Duration,
 ) -> anyhow::Result<UpstreamClient> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -195,7 +265,11 @@ pub fn upstream_client(
         .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
-        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_idle_timeout(pool_idle)
+        // Without a timer the pool never reaps idle connections (only on a later checkout),
+        // so a burst of streams left as many upstream sockets open for good: the soak's
+        // descriptors never came back down.
+        .pool_timer(hyper_util::rt::TokioTimer::new())
         .build(https))
 }
 
@@ -304,6 +378,7 @@ pub fn relay_config(
         extra_roots,
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
+        upstream_idle: Duration::from_millis(args.upstream_idle),
         correlator: Config {
             close_wait: args.close_wait,
             window_open: args.window_open,
@@ -365,6 +440,8 @@ pub struct RelayConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// How long an idle upstream connection is kept for reuse.
+    pub upstream_idle: Duration,
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; KEY_LEN],
@@ -399,9 +476,14 @@ pub struct Running {
     draining: watch::Sender<bool>,
     drain: Duration,
     sync: Vec<File>,
-    stop_live: oneshot::Sender<()>,
-    live: tokio::task::JoinHandle<std::io::Result<Summary>>,
+    /// Stops the correlator task, giving its records writer this long to get the last
+    /// records out.
+    stop_live: oneshot::Sender<Duration>,
+    live: tokio::task::JoinHandle<std::io::Result<live::Finished>>,
     sources: Arc<live::Sources>,
+    tunnels: Arc<Tunnels>,
+    /// Whether the run writes a capture (records not written can be replayed from it).
+    capture: bool,
     exporter: Option<crate::otlp::Exporter>,
 }
 
@@ -426,15 +508,11 @@ pub struct Stopped {
 impl Running {
     /// Stops accepting, lets what is in flight end (up to the drain bound), finishes the
     /// correlator (every pending interval decided), flushes and fsyncs the records and the
-    /// capture, and returns the run's summary.
-    pub async fn stop(self) -> anyhow::Result<Summary> {
-        Ok(self.stop_with(std::future::pending()).await?.summary)
-    }
-
-    /// [`Running::stop`], except that when `at_once` completes (a second signal, yielding its
-    /// number) the wait for in-flight streams ends there and then. The correlator is still
-    /// finished and both files end on a complete line: every line is written whole by the
-    /// correlator task, which is asked to stop rather than torn down mid-write.
+    /// capture, and returns the run's summary and how the drain went. When `at_once`
+    /// completes (a second signal, yielding its number) the wait for in-flight streams ends
+    /// there and then. The correlator is still finished and both files end on a complete
+    /// line: every line is written whole by the correlator task (records by its writer
+    /// thread), which is asked to stop rather than torn down mid-write.
     pub async fn stop_with(
         self,
         at_once: impl std::future::Future<Output = i32>,
@@ -450,19 +528,23 @@ impl Running {
         let _ = self.draining.send(true);
         let connections = self.draining.receiver_count();
         let streams = self.sources.len();
+        let tunnels = self.tunnels.len();
         tracing::info!(
             connections,
             streams,
+            tunnels,
             drain_ms = self.drain.as_millis() as u64,
             "draining: no new connections; a second signal stops at once"
         );
         let draining = &self.draining;
         let sources = &self.sources;
+        let open_tunnels = &self.tunnels;
         let ended = async {
             draining.closed().await;
             // Observed streams deregister once their observer has sent its last events,
-            // which may be a little after their connection ended.
-            while sources.len() > 0 {
+            // which may be a little after their connection ended; tunnels live on after
+            // their connection's task.
+            while sources.len() > 0 || open_tunnels.len() > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
@@ -478,23 +560,51 @@ impl Running {
             Drain::Cut => tracing::warn!(
                 connections = self.draining.receiver_count(),
                 streams = self.sources.len(),
+                tunnels = self.tunnels.len(),
                 "still in flight after --drain: cut, and their remaining events not correlated"
             ),
             Drain::AtOnce(_) => tracing::warn!(
                 connections = self.draining.receiver_count(),
                 streams = self.sources.len(),
+                tunnels = self.tunnels.len(),
                 "second signal: stopping at once, in-flight streams cut"
             ),
         }
-        let _ = self.stop_live.send(());
-        let summary = self
+        // HTTP streams still open end with the runtime; tunnels are ended here, so that an
+        // in-process caller (`run`) does not keep them either.
+        self.tunnels.cut();
+        // The records writer gets the drain bound to get the last records out: all of that
+        // only when its output is not being read (a file or a live reader takes them at once).
+        let _ = self.stop_live.send(self.drain);
+        let finished = self
             .live
             .await
             .context("the correlator task failed")?
-            .context("writing records or capture")?;
-        // The correlator task has flushed its last line and dropped its writers.
+            .context("writing the capture")?;
+        // The correlator task has flushed its last line and the records writer is done (or
+        // blocked on an output nobody reads, which holds no file to sync).
         for f in &self.sync {
             f.sync_all().context("fsyncing records or capture")?;
+        }
+        let summary = finished.summary;
+        let tail = finished.records;
+        if tail.lost() > 0 {
+            eprintln!(
+                "windowtap: {} of {} records were not written ({} dropped while the output was \
+                 not read, {} still waiting when the run stopped); {}",
+                tail.lost(),
+                summary.total(),
+                tail.dropped,
+                tail.unwritten,
+                if self.capture {
+                    "every event is in the capture: `windowtap replay` of it gives every record"
+                } else {
+                    "without --capture they are lost"
+                }
+            );
+        }
+        if let Some(e) = tail.error {
+            return Err(anyhow::Error::new(e).context("writing records"));
         }
         // Every record has been handed to the exporter: flush it (bounded) and say how it went.
         // Not after a second signal, which asked for an exit at once.
@@ -514,13 +624,17 @@ impl Running {
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let client = upstream_client(&config.extra_roots, config.connect_timeout)?;
+    let client = upstream_client(
+        &config.extra_roots,
+        config.connect_timeout,
+        config.upstream_idle,
+    )?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
-    let (stop_live, live_stopped) = oneshot::channel();
+    let (stop_live, live_stopped) = oneshot::channel::<Duration>();
     let live_cfg = LiveConfig {
         correlator: config.correlator,
         pseudo: Pseudonymizer::new(&config.key),
@@ -540,9 +654,11 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         }),
         ..live_cfg
     };
+    let capture = sinks.capture.is_some();
     let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
         .context("writing the capture header")?;
     let sources = live.sources.clone();
+    let tunnels = Arc::new(Tunnels::default());
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
@@ -555,6 +671,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         },
         live: Some(live),
         response_timeout: config.response_timeout,
+        tunnels: tunnels.clone(),
         next_stream: AtomicU64::new(0),
     });
     let ingest_socket = match config.ingest {
@@ -584,6 +701,8 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         stop_live,
         live: live_task,
         sources,
+        tunnels,
+        capture,
         exporter,
     })
 }
@@ -613,13 +732,13 @@ pub fn init_logging(level: &str) {
 /// SIGINT and SIGTERM. The handlers are installed when this is made (before the banner is
 /// printed), so a signal sent as soon as the banner appears is never fatal; kept for the
 /// whole stop, so that a second signal is seen too.
-struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> anyhow::Result<Signals> {
+    pub(crate) fn install() -> anyhow::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
@@ -628,7 +747,7 @@ impl Signals {
     }
 
     /// The next SIGINT or SIGTERM, as its number.
-    async fn next(&mut self) -> i32 {
+    pub(crate) async fn next(&mut self) -> i32 {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,

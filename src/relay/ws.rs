@@ -114,7 +114,8 @@ pub async fn forward_upgrade(
         state.start_tap(|stream, out| plan.open_ws(stream, extensions, out))
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
-    tokio::spawn(async move {
+    // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
+    tokio::spawn(state.tunnels.track(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
             Ok(pair) => pair,
             Err(_) => {
@@ -123,7 +124,7 @@ pub async fn forward_upgrade(
             }
         };
         splice(client, upstream, tap, &log).await;
-    });
+    }));
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
     parts.version = Version::HTTP_11;

@@ -12,7 +12,9 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::relay::mounts::Mount;
-use crate::relay::{init_logging, raise_open_files_limit, relay_config, start, RelayArgs};
+use crate::relay::{
+    init_logging, raise_open_files_limit, relay_config, start, Drain, RelayArgs, Signals,
+};
 
 /// An MCP server the host would start, and whether windowtap observes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,6 +173,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        // Installed before anything starts, so that no signal is ever fatal.
+        let mut signals = Signals::install()?;
         let running = start(config, Clock::start(), sinks).await?;
         let base = format!("http://{}", running.addr);
         let (argv, env, servers, target) = match host {
@@ -198,20 +202,43 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&argv).envs(env).env(crate::ingest::ENV, &ingest);
         let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
-        // Ctrl-C reaches the host through the terminal's process group; SIGTERM is passed on.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let status = loop {
+        // Ctrl-C reaches the host through the terminal's process group, and while the host
+        // runs it is the host's business (Codex interrupts a turn with it). SIGTERM is passed
+        // on, and makes run a stopping one: from then on, and once the host has exited (the
+        // relay draining), another signal stops at once, like the relay's second signal.
+        let mut stopping = false;
+        let waited = loop {
             tokio::select! {
-                s = child.wait() => break s.context("waiting for the host")?,
-                _ = term.recv() => if let Some(pid) = child.id() {
-                    // SAFETY: kill only sends a signal to the child we started.
-                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-                },
-                _ = int.recv() => {}
+                s = child.wait() => break Ok(s.context("waiting for the host")?),
+                signo = signals.next() => {
+                    if signo == libc::SIGTERM {
+                        if let Some(pid) = child.id() {
+                            // SAFETY: kill only sends a signal to the child we started.
+                            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                        }
+                    }
+                    if stopping {
+                        break Err(signo);
+                    }
+                    if signo == libc::SIGTERM {
+                        stopping = true;
+                        eprintln!(
+                            "windowtap run: SIGTERM passed on to {program}; another signal stops at once"
+                        );
+                    }
+                }
             }
         };
-        let summary = running.stop().await?;
+        let stopped = match waited {
+            Ok(_) => running.stop_with(signals.next()).await?,
+            Err(signo) => {
+                eprintln!(
+                    "windowtap run: second signal: stopping at once, without waiting for {program}"
+                );
+                running.stop_with(std::future::ready(signo)).await?
+            }
+        };
+        let summary = stopped.summary;
         eprintln!("windowtap run: {summary}");
         if let Some(p) = &records_path {
             eprintln!("windowtap run: records in {}", p.display());
@@ -228,9 +255,13 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("windowtap run: no stdio MCP server was found to wrap");
         }
         use std::os::unix::process::ExitStatusExt;
-        let code = status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        // Stopped at once: 128 + that signal, as the relay does; else the host's exit code.
+        let code = match (waited, stopped.how) {
+            (Err(signo), _) | (Ok(_), Drain::AtOnce(signo)) => 128 + signo,
+            (Ok(status), _) => status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        };
         drop(dir);
         anyhow::Ok(ExitCode::from(code.clamp(0, 255) as u8))
     })

@@ -90,6 +90,12 @@ pub struct Relay {
 impl Relay {
     /// Starts `windowtap relay --listen 127.0.0.1:0 ARGS...` and waits for its banner.
     pub fn start(args: &[String]) -> Relay {
+        Relay::start_with_stdout(args, Stdio::null())
+    }
+
+    /// [`Relay::start`] with the relay's stdout (where records go without `--records`) set to
+    /// `stdout`; a pipe stays open, unread, for as long as the `Relay` lives.
+    pub fn start_with_stdout(args: &[String], stdout: Stdio) -> Relay {
         let dir = tempfile::tempdir().unwrap();
         let ingest = dir.path().join("ingest.sock");
         let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
@@ -100,7 +106,7 @@ impl Relay {
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting windowtap relay");
