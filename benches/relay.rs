@@ -674,18 +674,32 @@ async fn concurrent(addr: SocketAddr, path: &'static str, streams: usize) -> (u6
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let rounds = args
-        .iter()
-        .position(|a| a == "--rounds")
-        .and_then(|i| args.get(i + 1))
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let rounds = opt("--rounds")
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 2 } else { 4 });
+    // For profiling one thing at a time: `--only sse,ws,throughput,streams,startup` and
+    // `--proxies windowtap,nginx,haproxy` (default: all).
+    let only = opt("--only");
+    let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
+    let picked = opt("--proxies");
     let starts = if quick { 3 } else { 7 };
     let up = upstream().await;
 
     let kinds = [Kind::Windowtap, Kind::Nginx, Kind::Haproxy];
     let mut targets = vec![Target::direct(&up)];
     for kind in kinds {
+        if picked
+            .as_ref()
+            .is_some_and(|p| !p.split(',').any(|x| x == kind.name()))
+        {
+            continue;
+        }
         match Proxy::start(kind, up.addr).await {
             Some(p) => targets.push(Target::through(p)),
             None => println!("{}: not installed, skipped", kind.name()),
@@ -703,6 +717,9 @@ async fn main() {
         // Per-event latency, SSE: 500 small events 1 ms apart per run; windowtap also once on
         // a path no observer watches (forwarding alone).
         for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("sse") {
+                break;
+            }
             let r = sse_stream(t.addr, t.sse, 500, 64, 1000).await;
             assert!(r.error.is_none(), "{} SSE: {:?}", t.name, r.error);
             out.sse.extend(r.latencies_ns);
@@ -714,12 +731,18 @@ async fn main() {
         }
         // Per-event latency, WebSocket.
         for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("ws") {
+                break;
+            }
             let r = ws_stream(t.addr, t.ws, 500, 1000).await;
             assert!(r.error.is_none(), "{} WS: {:?}", t.name, r.error);
             out.ws.extend(r.latencies_ns);
         }
         // Throughput: 20,000 1 KiB events, as fast as they are taken; the proxy's CPU time.
         for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("throughput") {
+                break;
+            }
             let cpu0 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
             let t0 = Instant::now();
             let r = sse_stream(t.addr, t.sse, 20_000, 1024, 0).await;
@@ -778,6 +801,9 @@ async fn main() {
         .collect();
     drop(targets);
     for streams in [200usize, 1000] {
+        if !want("streams") {
+            break;
+        }
         println!(
             "\n{streams} concurrent streams (50 events 10 ms apart each), p99 us, errors, peak RSS"
         );
@@ -799,6 +825,7 @@ async fn main() {
     // Start-up: spawn to accepting and to the first forwarded response, interleaved.
     println!("\nstart-up, ms (median of {starts})");
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = proxies.iter().map(|_| Default::default()).collect();
+    let starts = if want("startup") { starts } else { 0 };
     for _ in 0..starts {
         for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
             let t0 = Instant::now();
@@ -810,6 +837,9 @@ async fn main() {
         }
     }
     for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+        if starts == 0 {
+            break;
+        }
         println!(
             "{:<22} accepting {:>6.1}  first response {:>6.1}",
             kind.name(),

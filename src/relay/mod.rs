@@ -10,6 +10,7 @@ pub mod http;
 pub mod mounts;
 pub mod observer;
 pub mod tap;
+pub mod upstream;
 pub mod ws;
 
 use std::fs::File;
@@ -121,7 +122,10 @@ pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incomi
 /// Everything a connection handler needs.
 pub struct State {
     pub mounts: Mounts,
+    /// For WebSocket handshakes (their connection is handed over to the splice).
     pub client: UpstreamClient,
+    /// For everything else: connections the exchange drives itself ([`upstream`]).
+    pub upstreams: Arc<upstream::Upstreams>,
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
@@ -165,11 +169,14 @@ impl State {
     }
 }
 
-/// The upstream client: rustls with the webpki roots plus `extra_roots`, HTTP/1.1, pooled.
-pub fn upstream_client(
+/// How long an idle upstream connection is kept for reuse.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// The upstream connector: rustls with the webpki roots plus `extra_roots`, HTTP/1.1.
+pub fn upstream_connector(
     extra_roots: &[CertificateDer<'static>],
     connect_timeout: Duration,
-) -> anyhow::Result<UpstreamClient> {
+) -> anyhow::Result<HttpsConnector<HttpConnector>> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for cert in extra_roots {
@@ -188,15 +195,19 @@ pub fn upstream_client(
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
+        .wrap_connector(http))
+}
+
+/// The pooled upstream client over `connector`.
+pub fn upstream_client(connector: HttpsConnector<HttpConnector>) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build(https))
+        .pool_idle_timeout(POOL_IDLE)
+        .build(connector)
 }
 
 fn read_roots(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
@@ -514,7 +525,9 @@ impl Running {
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let client = upstream_client(&config.extra_roots, config.connect_timeout)?;
+    let connector = upstream_connector(&config.extra_roots, config.connect_timeout)?;
+    let client = upstream_client(connector.clone());
+    let upstreams = upstream::Upstreams::new(connector, POOL_IDLE);
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -546,6 +559,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
+        upstreams,
         clock,
         tap_settings: tap::Settings {
             clock,
