@@ -325,6 +325,8 @@ fn median(v: &mut [f64]) -> f64 {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     Windowtap,
+    /// Another windowtap binary (`--windowtap-before PATH`), for before/after comparisons.
+    Before(&'static str),
     Nginx,
     Haproxy,
 }
@@ -333,6 +335,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Windowtap => "windowtap",
+            Kind::Before(_) => "windowtap-before",
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
         }
@@ -342,6 +345,7 @@ impl Kind {
     fn program(self) -> Option<String> {
         let name = match self {
             Kind::Windowtap => return Some(env!("CARGO_BIN_EXE_windowtap").to_string()),
+            Kind::Before(path) => return Some(path.to_string()),
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
         };
@@ -440,7 +444,7 @@ impl Proxy {
         let port = free_port();
         let mut cmd = std::process::Command::new(program);
         match kind {
-            Kind::Windowtap => {
+            Kind::Windowtap | Kind::Before(_) => {
                 cmd.args(["relay", "--listen", &format!("127.0.0.1:{port}")])
                     .arg("--ingest")
                     .arg(dir.path().join("ingest.sock"))
@@ -670,6 +674,47 @@ async fn concurrent(addr: SocketAddr, path: &'static str, streams: usize) -> (u6
     (errors.load(Ordering::Relaxed), lat(all))
 }
 
+fn print_latency(targets: &[Target], sse: &[Lat], ws: &[Lat], unobserved: Vec<u64>, rounds: usize) {
+    println!("\nper-event latency, us (500 events 1 ms apart x {rounds} runs; added = minus direct; targets added p50 <= 20, p99 <= 60)");
+    println!(
+        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
+        "SSE", "p50", "p99", "+p50", "+p99"
+    );
+    for (t, l) in targets.iter().zip(sse) {
+        println!("{:<22} {}", t.name, fmt_added(*l, sse[0]));
+    }
+    if !unobserved.is_empty() {
+        println!(
+            "{:<22} {}",
+            "windowtap unobserved",
+            fmt_added(lat(unobserved), sse[0])
+        );
+    }
+    println!(
+        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
+        "WebSocket", "p50", "p99", "+p50", "+p99"
+    );
+    for (t, l) in targets.iter().zip(ws) {
+        println!("{:<22} {}", t.name, fmt_added(*l, ws[0]));
+    }
+}
+
+fn print_throughput(targets: &[Target], mbps: &[f64], tally: &[Tally], rounds: usize) {
+    println!("\nthroughput (20,000 x 1 KiB SSE events, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
+    for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(tally)) {
+        let cpu = if t.proxy.is_some() {
+            format!("{:>6.2} ms CPU/MB", c.cpu_secs * 1000.0 / c.mb)
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<22} {m:>7.1} MB/s {:>5.2}x direct {cpu}",
+            t.name,
+            m / mbps[0]
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -683,6 +728,7 @@ async fn main() {
     let rounds = opt("--rounds")
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 2 } else { 4 });
+    let rounds: usize = rounds;
     // For profiling one thing at a time: `--only sse,ws,throughput,streams,startup` and
     // `--proxies windowtap,nginx,haproxy` (default: all).
     let only = opt("--only");
@@ -691,7 +737,11 @@ async fn main() {
     let starts = if quick { 3 } else { 7 };
     let up = upstream().await;
 
-    let kinds = [Kind::Windowtap, Kind::Nginx, Kind::Haproxy];
+    let mut kinds = vec![Kind::Windowtap];
+    if let Some(path) = opt("--windowtap-before") {
+        kinds.push(Kind::Before(Box::leak(path.into_boxed_str())));
+    }
+    kinds.extend([Kind::Nginx, Kind::Haproxy]);
     let mut targets = vec![Target::direct(&up)];
     for kind in kinds {
         if picked
@@ -723,7 +773,7 @@ async fn main() {
             let r = sse_stream(t.addr, t.sse, 500, 64, 1000).await;
             assert!(r.error.is_none(), "{} SSE: {:?}", t.name, r.error);
             out.sse.extend(r.latencies_ns);
-            if t.name == "windowtap" {
+            if t.name == "windowtap" && want("unobserved") {
                 let r = sse_stream(t.addr, "/anthropic/v1/unobserved", 500, 64, 1000).await;
                 assert!(r.error.is_none(), "{} SSE: {:?}", t.name, r.error);
                 unobserved.extend(r.latencies_ns);
@@ -758,42 +808,12 @@ async fn main() {
     let sse: Vec<Lat> = tally.iter().map(|t| lat(t.sse.clone())).collect();
     let ws: Vec<Lat> = tally.iter().map(|t| lat(t.ws.clone())).collect();
     let mbps: Vec<f64> = tally.iter_mut().map(|t| median(&mut t.mbps)).collect();
-    println!("\nper-event latency, us (500 events 1 ms apart x {rounds} runs; added = minus direct; targets added p50 <= 20, p99 <= 60)");
-    println!(
-        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
-        "SSE", "p50", "p99", "+p50", "+p99"
-    );
-    for (t, l) in targets.iter().zip(&sse) {
-        println!("{:<22} {}", t.name, fmt_added(*l, sse[0]));
+    if want("sse") || want("ws") {
+        print_latency(&targets, &sse, &ws, unobserved, rounds);
     }
-    if !unobserved.is_empty() {
-        println!(
-            "{:<22} {}",
-            "windowtap unobserved",
-            fmt_added(lat(unobserved), sse[0])
-        );
+    if want("throughput") {
+        print_throughput(&targets, &mbps, &tally, rounds);
     }
-    println!(
-        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
-        "WebSocket", "p50", "p99", "+p50", "+p99"
-    );
-    for (t, l) in targets.iter().zip(&ws) {
-        println!("{:<22} {}", t.name, fmt_added(*l, ws[0]));
-    }
-    println!("\nthroughput (20,000 x 1 KiB SSE events, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
-    for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(&tally)) {
-        let cpu = if t.proxy.is_some() {
-            format!("{:>6.2} ms CPU/MB", c.cpu_secs * 1000.0 / c.mb)
-        } else {
-            String::new()
-        };
-        println!(
-            "{:<22} {m:>7.1} MB/s {:>5.2}x direct {cpu}",
-            t.name,
-            m / mbps[0]
-        );
-    }
-
     // Concurrency: a fresh proxy per run, so its peak RSS is that run's.
     let proxies: Vec<(Kind, &'static str)> = targets
         .iter()
