@@ -58,13 +58,48 @@ fn delta_event(k: u64, ts: u64, pad: usize) -> String {
 const PROLOGUE: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
 const EPILOGUE: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 
+/// The scripted upstream, like the tests' [`Upstream`] but with `TCP_NODELAY` on every
+/// connection: without it Nagle's algorithm holds a small write back until the previous one
+/// is acknowledged, and the client's delayed ACK turns that into ~30-40 ms stalls that would
+/// swamp every p99 here.
+struct BenchUpstream {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BenchUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_upstream(handler: Handler) -> BenchUpstream {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let h = handler.clone();
+                    async move { Ok::<_, std::convert::Infallible>(h(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    BenchUpstream { addr, task }
+}
+
 /// The upstream: `POST .../v1/messages` streams `x-events` deltas of `x-pad` bytes, `x-gap-us`
 /// apart (0: as fast as the client takes them); `GET .../v1/responses` is a WebSocket that
 /// answers each `response.create` with `x-events` deltas.
-async fn upstream() -> Upstream {
-    Upstream::start(
-        None,
-        handler(|mut req| async move {
+async fn upstream() -> BenchUpstream {
+    serve_upstream(handler(|mut req| async move {
             let num = |name: &str| -> u64 {
                 req.headers()
                     .get(name)
@@ -123,8 +158,7 @@ async fn upstream() -> Upstream {
                 let _ = tx.send(Ok(Bytes::from_static(EPILOGUE.as_bytes()))).await;
             });
             sse_response(body)
-        }),
-    )
+        }))
     .await
 }
 
@@ -236,6 +270,7 @@ fn parse_ts(ev: &[u8]) -> u64 {
 async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> StreamResult {
     let mut r = StreamResult::default();
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = tcp.set_nodelay(true);
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
         &addr.to_string(),
@@ -612,7 +647,7 @@ struct Target {
 }
 
 impl Target {
-    fn direct(up: &Upstream) -> Target {
+    fn direct(up: &BenchUpstream) -> Target {
         Target {
             name: "direct",
             addr: up.addr,
@@ -843,7 +878,9 @@ async fn main() {
     }
 
     // Start-up: spawn to accepting and to the first forwarded response, interleaved.
-    println!("\nstart-up, ms (median of {starts})");
+    if want("startup") {
+        println!("\nstart-up, ms (median of {starts})");
+    }
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = proxies.iter().map(|_| Default::default()).collect();
     let starts = if want("startup") { starts } else { 0 };
     for _ in 0..starts {
