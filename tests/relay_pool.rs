@@ -76,6 +76,18 @@ async fn sequential_exchanges_reuse_one_upstream_connection() {
 }
 
 #[tokio::test]
+async fn empty_bodies_hand_their_connection_back_too() {
+    // `Content-Length: 0`: the relay's client side never polls such a body.
+    let (mount, accepted) = raw_upstream("", usize::MAX).await;
+    let relay = Relay::start(&["--upstream".into(), mount]);
+    for i in 0..3 {
+        let (status, body) = get_through(&relay, &format!("/pool/v1/models?i={i}")).await;
+        assert_eq!((status, body.len()), (200, 0));
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn an_idle_connection_the_upstream_closed_is_replaced_without_failing_a_request() {
     // Every upstream connection answers once and then closes.
     let (mount, accepted) = raw_upstream("once", 1).await;
