@@ -6,6 +6,7 @@
 //! or break forwarding.
 
 pub mod body;
+pub mod cores;
 pub mod http;
 pub mod mounts;
 pub mod observer;
@@ -414,6 +415,8 @@ pub struct Running {
     live: tokio::task::JoinHandle<std::io::Result<Summary>>,
     sources: Arc<live::Sources>,
     exporter: Option<crate::otlp::Exporter>,
+    /// The runtimes client connections run on; dropped last, which cuts what still runs.
+    _cores: cores::Cores,
 }
 
 /// How a stop went.
@@ -577,6 +580,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
     let (draining, drain_rx) = watch::channel(false);
+    let cores = cores::Cores::start(cores::Cores::default_count())?;
     let server = tokio::spawn(serve(
         listener,
         state,
@@ -584,6 +588,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
             let _ = stopped.await;
         },
         drain_rx,
+        cores.spawner(),
     ));
     Ok(Running {
         addr,
@@ -599,6 +604,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         live: live_task,
         sources,
         exporter,
+        _cores: cores,
     })
 }
 
@@ -658,12 +664,14 @@ impl Signals {
 
 /// Accepts connections until `shutdown` completes (the listener is closed on return). Each
 /// connection task holds a clone of `drain`: once it turns `true` the connection finishes
-/// the request in flight and closes, and the sender sees every clone dropped.
+/// the request in flight and closes, and the sender sees every clone dropped. Connections
+/// run on `cores`.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<State>,
     shutdown: impl std::future::Future<Output = ()>,
     drain: watch::Receiver<bool>,
+    cores: cores::Spawner,
 ) {
     tokio::pin!(shutdown);
     loop {
@@ -681,9 +689,14 @@ pub async fn serve(
             }
         };
         let _ = io.set_nodelay(true);
+        // Off this runtime's reactor: the core registers it with its own.
+        let Ok(io) = io.into_std() else { continue };
         let state = state.clone();
         let mut drain = drain.clone();
-        tokio::spawn(async move {
+        cores.spawn(move || async move {
+            let Ok(io) = tokio::net::TcpStream::from_std(io) else {
+                return;
+            };
             let service = hyper::service::service_fn(move |req| http::handle(state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)

@@ -105,7 +105,9 @@ impl Upstreams {
         let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err("the upstream URI is not absolute".into());
         };
-        let origin: Arc<str> = Arc::from(format!("{scheme}://{authority}"));
+        // Per core: a connection is registered with the reactor of the core that opened it.
+        let core = super::cores::current();
+        let origin: Arc<str> = Arc::from(format!("{core} {scheme}://{authority}"));
         set_host(&mut req, &uri);
         origin_form(&mut req);
         loop {
