@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -226,16 +226,30 @@ fn origin_form(req: &mut Request<ReqBody>) {
     };
 }
 
+/// Data already decoded when a chunk is taken is merged into it, up to this many bytes: one
+/// chunk to the client (one chunk header, one tap copy) per upstream read rather than one per
+/// upstream chunk. Nothing is waited for: a lone chunk passes as it is, uncopied. Chunk
+/// boundaries are hop-by-hop framing; the bytes are the same.
+const MERGE_MAX: usize = 64 * 1024;
+
+type Polled = Option<Result<Frame<Bytes>, hyper::Error>>;
+
 /// A response body read through the connection it arrives on: polling the body polls the
 /// connection. Once the body has ended the connection goes back to the pool.
 pub struct Driven {
     inner: Incoming,
     lease: Option<Lease>,
+    /// What was taken while merging and is due next (a trailers frame, an error, the end).
+    held: Option<Polled>,
 }
 
 impl Driven {
     pub fn new(inner: Incoming, lease: Option<Lease>) -> Self {
-        Driven { inner, lease }
+        Driven {
+            inner,
+            lease,
+            held: None,
+        }
     }
 
     fn end(&mut self, cx: &mut Context<'_>) {
@@ -243,38 +257,81 @@ impl Driven {
             lease.release(cx);
         }
     }
+
+    /// The next frame from the connection.
+    fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Polled> {
+        if let Some(held) = self.held.take() {
+            return Poll::Ready(held);
+        }
+        let mut polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_pending() {
+            if let Some(lease) = &mut self.lease {
+                // Nothing decoded yet: let the connection read and decode the next chunk.
+                lease.drive(cx);
+                polled = Pin::new(&mut self.inner).poll_frame(cx);
+            }
+        }
+        match &polled {
+            Poll::Ready(None) => self.end(cx),
+            // A body of known length may never be polled again once complete.
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(cx),
+            // A broken body: the connection is not reused.
+            Poll::Ready(Some(Err(_))) => self.lease = None,
+            _ => {}
+        }
+        polled
+    }
 }
 
 impl Body for Driven {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Polled> {
         let this = &mut *self;
-        let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if polled.is_pending() {
-            if let Some(lease) = &mut this.lease {
-                // Nothing decoded yet: let the connection read and decode the next chunk.
-                lease.drive(cx);
-                polled = Pin::new(&mut this.inner).poll_frame(cx);
-            }
+        let first = match this.poll_one(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let first = match first.into_data() {
+            Ok(data) => data,
+            Err(frame) => return Poll::Ready(Some(Ok(frame))),
+        };
+        let mut merged: Option<BytesMut> = None;
+        let mut len = first.len();
+        while len < MERGE_MAX && !this.inner.is_end_stream() {
+            let more = match this.poll_one(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        this.held = Some(Some(Ok(frame)));
+                        break;
+                    }
+                },
+                Poll::Ready(other) => {
+                    this.held = Some(other);
+                    break;
+                }
+            };
+            len += more.len();
+            merged
+                .get_or_insert_with(|| {
+                    let mut buf = BytesMut::with_capacity(MERGE_MAX.min(len * 2));
+                    buf.extend_from_slice(&first);
+                    buf
+                })
+                .extend_from_slice(&more);
         }
-        match &polled {
-            Poll::Ready(None) => this.end(cx),
-            // A body of known length may never be polled again once complete.
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.end(cx),
-            // A broken body: the connection is not reused.
-            Poll::Ready(Some(Err(_))) => this.lease = None,
-            _ => {}
-        }
-        polled
+        let data = match merged {
+            Some(buf) => buf.freeze(),
+            None => first,
+        };
+        Poll::Ready(Some(Ok(Frame::data(data))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
