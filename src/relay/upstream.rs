@@ -8,7 +8,8 @@
 //! response head, then from the response body's `poll_frame`. One task reads from the
 //! upstream and writes to the client, and the chunks of one upstream read leave in one write.
 //!
-//! Idle keep-alive connections are kept per origin and handed to the next exchange. Nobody
+//! Idle keep-alive connections are kept per core and origin (a connection belongs to the
+//! reactor of the core that opened it, [`super::cores`]) and handed to the next exchange. Nobody
 //! polls an idle connection: one the upstream closed meanwhile is found closed when it is
 //! taken out, and a request it could not start is sent again on a fresh connection, as
 //! hyper's pooled client does.
