@@ -1,13 +1,24 @@
-//! Relay benchmark (not a test): a scripted upstream and a client on loopback, measured
-//! direct and through the relay binary (observers on) in the same run, interleaved.
+//! Relay benchmark (not a test): a scripted upstream and a client on loopback, the same
+//! workloads run direct, through the relay binary (observers on) and through two reference
+//! proxies, nginx and HAProxy, all in the same run, interleaved round by round.
 //!
 //! - added per-event latency for SSE and WebSocket (p50, p99): the upstream stamps each event
 //!   with its send time on CLOCK_MONOTONIC, the client subtracts on receipt;
-//! - throughput for one stream of 20,000 1 KiB SSE events;
+//! - throughput for one stream of 20,000 1 KiB SSE events, and each proxy's CPU time
+//!   (utime + stime from /proc, every process of the proxy) per MB relayed over those runs;
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
-//!   checked, p99 latency, the relay's peak RSS (VmHWM from /proc, a fresh relay per run).
+//!   checked, p99 latency, the proxy's peak RSS (VmHWM, summed over its processes; a fresh
+//!   proxy per run);
+//! - start-up: from spawn to the port accepting and to the first forwarded response, median of
+//!   several starts.
 //!
-//! Run: `cargo bench --bench relay` (add `-- --quick` for a shorter run).
+//! The references get what windowtap gets: two workers (windowtap's runtime has one worker
+//! thread per core, 2 here; nginx `worker_processes 2`, HAProxy `nbthread 2`), streaming with
+//! no buffering, HTTP/1.1 with keep-alive to the upstream, WebSocket upgrades passed through,
+//! no access log. Their configs are written to a temp dir at run time. A reference whose
+//! binary is not installed (`apt-get install -y nginx-light haproxy`) is skipped.
+//!
+//! Run: `cargo bench --bench relay` (`-- --quick` for a shorter run, `-- --rounds N`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -47,13 +58,48 @@ fn delta_event(k: u64, ts: u64, pad: usize) -> String {
 const PROLOGUE: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
 const EPILOGUE: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 
+/// The scripted upstream, like the tests' [`Upstream`] but with `TCP_NODELAY` on every
+/// connection: without it Nagle's algorithm holds a small write back until the previous one
+/// is acknowledged, and the client's delayed ACK turns that into ~30-40 ms stalls that would
+/// swamp every p99 here.
+struct BenchUpstream {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BenchUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_upstream(handler: Handler) -> BenchUpstream {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let h = handler.clone();
+                    async move { Ok::<_, std::convert::Infallible>(h(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    BenchUpstream { addr, task }
+}
+
 /// The upstream: `POST .../v1/messages` streams `x-events` deltas of `x-pad` bytes, `x-gap-us`
 /// apart (0: as fast as the client takes them); `GET .../v1/responses` is a WebSocket that
 /// answers each `response.create` with `x-events` deltas.
-async fn upstream() -> Upstream {
-    Upstream::start(
-        None,
-        handler(|mut req| async move {
+async fn upstream() -> BenchUpstream {
+    serve_upstream(handler(|mut req| async move {
             let num = |name: &str| -> u64 {
                 req.headers()
                     .get(name)
@@ -112,8 +158,7 @@ async fn upstream() -> Upstream {
                 let _ = tx.send(Ok(Bytes::from_static(EPILOGUE.as_bytes()))).await;
             });
             sse_response(body)
-        }),
-    )
+        }))
     .await
 }
 
@@ -225,6 +270,7 @@ fn parse_ts(ev: &[u8]) -> u64 {
 async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> StreamResult {
     let mut r = StreamResult::default();
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = tcp.set_nodelay(true);
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
         &addr.to_string(),
@@ -285,6 +331,7 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
+#[derive(Clone, Copy)]
 struct Lat {
     p50_us: f64,
     p99_us: f64,
@@ -296,6 +343,285 @@ fn lat(mut all: Vec<u64>) -> Lat {
         p50_us: pct(&all, 0.50),
         p99_us: pct(&all, 0.99),
     }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+// ---------------------------------------------------------------------------------------
+// The proxies under test
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Windowtap,
+    /// Another windowtap binary (`--windowtap-before PATH`), for before/after comparisons.
+    Before(&'static str),
+    Nginx,
+    Haproxy,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Windowtap => "windowtap",
+            Kind::Before(_) => "windowtap-before",
+            Kind::Nginx => "nginx",
+            Kind::Haproxy => "haproxy",
+        }
+    }
+
+    /// The program to run, or `None` when it is not installed.
+    fn program(self) -> Option<String> {
+        let name = match self {
+            Kind::Windowtap => return Some(env!("CARGO_BIN_EXE_windowtap").to_string()),
+            Kind::Before(path) => return Some(path.to_string()),
+            Kind::Nginx => "nginx",
+            Kind::Haproxy => "haproxy",
+        };
+        ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+            .iter()
+            .map(|d| format!("{d}/{name}"))
+            .find(|p| std::path::Path::new(p).exists())
+    }
+}
+
+/// nginx as a streaming reverse proxy: no buffering either way, HTTP/1.1 upstream with
+/// keep-alive (the map gives WebSocket handshakes `Connection: upgrade` and everything else an
+/// empty `Connection`, which is what lets nginx keep upstream connections), `/NAME/...` to
+/// `/...` like windowtap's mounts.
+fn nginx_conf(dir: &std::path::Path, port: u16, up: SocketAddr) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;
+master_process on;
+worker_processes 2;
+worker_rlimit_nofile 16384;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  tcp_nodelay on;
+  map $http_upgrade $connection_upgrade {{ default upgrade; '' ''; }}
+  upstream up {{ server {up}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    proxy_buffering off;
+    proxy_request_buffering off;
+    proxy_http_version 1.1;
+    proxy_set_header Upgrade $http_upgrade;
+    proxy_set_header Connection $connection_upgrade;
+    proxy_read_timeout 300s;
+    location /anthropic/ {{ proxy_pass http://up/; }}
+    location /openai/ {{ proxy_pass http://up/; }}
+  }}
+}}
+"
+    )
+}
+
+/// HAProxy in HTTP mode, `option http-no-delay` (no waiting to merge small writes), its
+/// default keep-alive to the upstream, WebSocket tunnels passed, `/NAME/...` to `/...`.
+fn haproxy_conf(port: u16, up: SocketAddr) -> String {
+    format!(
+        "global
+  nbthread 2
+  maxconn 8000
+defaults
+  mode http
+  option http-no-delay
+  timeout connect 10s
+  timeout client 300s
+  timeout server 300s
+  timeout tunnel 300s
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  http-request replace-path ^/(anthropic|openai)(/.*)$ \\2
+  server up {up}
+"
+    )
+}
+
+/// A free loopback port (there is a small window in which something else could take it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A proxy process started for this run.
+struct Proxy {
+    kind: Kind,
+    addr: SocketAddr,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Proxy {
+    /// Spawns `kind` listening on a fresh port in front of `up` (it may not be ready yet).
+    fn spawn(kind: Kind, up: SocketAddr) -> Option<Proxy> {
+        let program = kind.program()?;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut cmd = std::process::Command::new(program);
+        match kind {
+            Kind::Windowtap | Kind::Before(_) => {
+                cmd.args(["relay", "--listen", &format!("127.0.0.1:{port}")])
+                    .arg("--ingest")
+                    .arg(dir.path().join("ingest.sock"))
+                    .args(["--upstream", &format!("anthropic=http://{up}")])
+                    .args(["--upstream", &format!("openai=http://{up}")])
+                    .args(["--log", "warn"])
+                    .env_remove("RUST_LOG");
+            }
+            Kind::Nginx => {
+                let conf = dir.path().join("nginx.conf");
+                std::fs::write(&conf, nginx_conf(dir.path(), port, up)).unwrap();
+                cmd.arg("-p").arg(dir.path()).arg("-c").arg(&conf);
+            }
+            Kind::Haproxy => {
+                let conf = dir.path().join("haproxy.cfg");
+                std::fs::write(&conf, haproxy_conf(port, up)).unwrap();
+                cmd.arg("-db").arg("-f").arg(&conf);
+            }
+        }
+        let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", kind.name()));
+        Some(Proxy {
+            kind,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            child,
+            dir,
+        })
+    }
+
+    /// Spawns `kind` and waits until it forwards a request.
+    async fn start(kind: Kind, up: SocketAddr) -> Option<Proxy> {
+        let mut p = Proxy::spawn(kind, up)?;
+        let ready = p.wait_accepting().await.is_some() && p.wait_forwarding().await.is_some();
+        assert!(ready, "{} did not start: {}", kind.name(), p.stderr());
+        Some(p)
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Polls until the port accepts a connection (bounded).
+    async fn wait_accepting(&mut self) -> Option<Instant> {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline && self.running() {
+            if tokio::net::TcpStream::connect(self.addr).await.is_ok() {
+                return Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        None
+    }
+
+    /// Retries a one-event SSE exchange until it comes back whole (bounded).
+    async fn wait_forwarding(&mut self) -> Option<Instant> {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline && self.running() {
+            let r = sse_stream(self.addr, "/anthropic/v1/messages", 1, 8, 0).await;
+            if r.error.is_none() {
+                return Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        None
+    }
+
+    /// The proxy's processes: the one spawned and its descendants (nginx's workers).
+    fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.child.id()];
+        let mut i = 0;
+        while i < pids.len() {
+            let parent = pids[i];
+            for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if stat_fields(pid).and_then(|f| f.get(1).copied()) == Some(parent as u64) {
+                    pids.push(pid);
+                }
+            }
+            i += 1;
+        }
+        pids
+    }
+
+    /// CPU seconds (user + system) used so far by all of the proxy's processes.
+    fn cpu_secs(&self) -> f64 {
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let ticks: u64 = self
+            .pids()
+            .into_iter()
+            .filter_map(stat_fields)
+            // utime and stime: fields 14 and 15 of /proc/PID/stat, 12 and 13 after `comm`.
+            .map(|f| f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0))
+            .sum();
+        ticks as f64 / tick
+    }
+
+    /// Peak RSS summed over the proxy's processes, in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        self.pids().into_iter().map(peak_rss_kib).sum()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        // SIGTERM first: nginx's master then stops its workers instead of orphaning them.
+        let pids = self.pids();
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for pid in pids.into_iter().skip(1) {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The numeric fields of /proc/PID/stat after `comm` (so index 0 is field 3, `state`, as 0).
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(
+        rest.split_whitespace()
+            .map(|t| t.parse().unwrap_or(0))
+            .collect(),
+    )
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -310,130 +636,272 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn relay_for(up: &Upstream) -> Relay {
-    Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--upstream".into(),
-        up.mount("openai", ""),
-        "--log".into(),
-        "warn".into(),
-    ])
+/// One way to reach the upstream: direct, or through a proxy whose mounts are `/anthropic`
+/// and `/openai`.
+struct Target {
+    name: &'static str,
+    addr: SocketAddr,
+    sse: &'static str,
+    ws: &'static str,
+    proxy: Option<Proxy>,
 }
 
-fn relay_pid(relay: &Relay) -> u32 {
-    relay.pid()
+impl Target {
+    fn direct(up: &BenchUpstream) -> Target {
+        Target {
+            name: "direct",
+            addr: up.addr,
+            sse: "/v1/messages",
+            ws: "/v1/responses",
+            proxy: None,
+        }
+    }
+
+    fn through(p: Proxy) -> Target {
+        Target {
+            name: p.kind.name(),
+            addr: p.addr,
+            sse: "/anthropic/v1/messages",
+            ws: "/openai/v1/responses",
+            proxy: Some(p),
+        }
+    }
+}
+
+/// Everything measured for one target.
+#[derive(Default)]
+struct Tally {
+    sse: Vec<u64>,
+    ws: Vec<u64>,
+    mbps: Vec<f64>,
+    cpu_secs: f64,
+    mb: f64,
+}
+
+fn fmt_added(l: Lat, d: Lat) -> String {
+    format!(
+        "{:>7.1} {:>7.1} | {:>+7.1} {:>+7.1}",
+        l.p50_us,
+        l.p99_us,
+        l.p50_us - d.p50_us,
+        l.p99_us - d.p99_us
+    )
+}
+
+/// `streams` concurrent SSE streams of 50 small events 10 ms apart: errors and all latencies.
+async fn concurrent(addr: SocketAddr, path: &'static str, streams: usize) -> (u64, Lat) {
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let errors = errors.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = sse_stream(addr, path, 50, 32, 10_000).await;
+            if r.error.is_some() {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+            r.latencies_ns
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    (errors.load(Ordering::Relaxed), lat(all))
+}
+
+fn print_latency(targets: &[Target], sse: &[Lat], ws: &[Lat], unobserved: Vec<u64>, rounds: usize) {
+    println!("\nper-event latency, us (500 events 1 ms apart x {rounds} runs; added = minus direct; targets added p50 <= 20, p99 <= 60)");
+    println!(
+        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
+        "SSE", "p50", "p99", "+p50", "+p99"
+    );
+    for (t, l) in targets.iter().zip(sse) {
+        println!("{:<22} {}", t.name, fmt_added(*l, sse[0]));
+    }
+    if !unobserved.is_empty() {
+        println!(
+            "{:<22} {}",
+            "windowtap unobserved",
+            fmt_added(lat(unobserved), sse[0])
+        );
+    }
+    println!(
+        "{:<22} {:>7} {:>7} | {:>7} {:>7}",
+        "WebSocket", "p50", "p99", "+p50", "+p99"
+    );
+    for (t, l) in targets.iter().zip(ws) {
+        println!("{:<22} {}", t.name, fmt_added(*l, ws[0]));
+    }
+}
+
+fn print_throughput(targets: &[Target], mbps: &[f64], tally: &[Tally], rounds: usize) {
+    println!("\nthroughput (20,000 x 1 KiB SSE events, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
+    for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(tally)) {
+        let cpu = if t.proxy.is_some() {
+            format!("{:>6.2} ms CPU/MB", c.cpu_secs * 1000.0 / c.mb)
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<22} {m:>7.1} MB/s {:>5.2}x direct {cpu}",
+            t.name,
+            m / mbps[0]
+        );
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let rounds = if quick { 2 } else { 4 };
-    let up = upstream().await;
-    let relay = relay_for(&up);
-    println!("relay bench: {rounds} interleaved rounds of direct and relayed runs");
-
-    // Per-event latency, SSE: 500 small events 1 ms apart per run; the relayed run once on
-    // the observed route and once on a path no observer watches (forwarding alone).
-    let (mut d, mut v, mut u) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let a = sse_stream(up.addr, "/v1/messages", 500, 64, 1000).await;
-        let b = sse_stream(relay.addr, "/anthropic/v1/messages", 500, 64, 1000).await;
-        let c = sse_stream(relay.addr, "/anthropic/v1/unobserved", 500, 64, 1000).await;
-        for r in [&a, &b, &c] {
-            assert!(r.error.is_none(), "{:?}", r.error);
-        }
-        d.extend(a.latencies_ns);
-        v.extend(b.latencies_ns);
-        u.extend(c.latencies_ns);
-    }
-    let (ld, lv, lu) = (lat(d), lat(v), lat(u));
-    println!(
-        "SSE latency   direct p50 {:.1} us p99 {:.1} us | relay p50 {:.1} us p99 {:.1} us | added p50 {:.1} us p99 {:.1} us (targets 20 / 60)",
-        ld.p50_us, ld.p99_us, lv.p50_us, lv.p99_us, lv.p50_us - ld.p50_us, lv.p99_us - ld.p99_us
-    );
-    println!(
-        "              relay on an unobserved path: p50 {:.1} us p99 {:.1} us | added p50 {:.1} us p99 {:.1} us",
-        lu.p50_us, lu.p99_us, lu.p50_us - ld.p50_us, lu.p99_us - ld.p99_us
-    );
-
-    // Per-event latency, WebSocket.
-    let (mut d, mut v) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let a = ws_stream(up.addr, "/v1/responses", 500, 1000).await;
-        let b = ws_stream(relay.addr, "/openai/v1/responses", 500, 1000).await;
-        assert!(
-            a.error.is_none() && b.error.is_none(),
-            "{:?} {:?}",
-            a.error,
-            b.error
-        );
-        d.extend(a.latencies_ns);
-        v.extend(b.latencies_ns);
-    }
-    let (ld, lv) = (lat(d), lat(v));
-    println!(
-        "WS latency    direct p50 {:.1} us p99 {:.1} us | relay p50 {:.1} us p99 {:.1} us | added p50 {:.1} us p99 {:.1} us (targets 20 / 60)",
-        ld.p50_us, ld.p99_us, lv.p50_us, lv.p99_us, lv.p50_us - ld.p50_us, lv.p99_us - ld.p99_us
-    );
-
-    // Throughput: 20,000 1 KiB events, as fast as they are taken.
-    let (mut td, mut tv) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        for (addr, path, out) in [
-            (up.addr, "/v1/messages", &mut td),
-            (relay.addr, "/anthropic/v1/messages", &mut tv),
-        ] {
-            let t0 = Instant::now();
-            let r = sse_stream(addr, path, 20_000, 1024, 0).await;
-            let secs = t0.elapsed().as_secs_f64();
-            assert!(r.error.is_none(), "{:?}", r.error);
-            out.push(r.bytes as f64 / secs / 1e6);
-        }
-    }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
     };
-    let (md, mv) = (med(&mut td), med(&mut tv));
-    println!(
-        "throughput    direct {md:.1} MB/s | relay {mv:.1} MB/s | ratio {:.2} (target >= 0.8)",
-        mv / md
-    );
-    drop(relay);
+    let rounds = opt("--rounds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 2 } else { 4 });
+    let rounds: usize = rounds;
+    // For profiling one thing at a time: `--only sse,ws,throughput,streams,startup` and
+    // `--proxies windowtap,nginx,haproxy` (default: all).
+    let only = opt("--only");
+    let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
+    let picked = opt("--proxies");
+    let starts = if quick { 3 } else { 7 };
+    let up = upstream().await;
 
-    // Concurrency: fresh relay per run so its peak RSS is that run's.
+    let mut kinds = vec![Kind::Windowtap];
+    if let Some(path) = opt("--windowtap-before") {
+        kinds.push(Kind::Before(Box::leak(path.into_boxed_str())));
+    }
+    kinds.extend([Kind::Nginx, Kind::Haproxy]);
+    let mut targets = vec![Target::direct(&up)];
+    for kind in kinds {
+        if picked
+            .as_ref()
+            .is_some_and(|p| !p.split(',').any(|x| x == kind.name()))
+        {
+            continue;
+        }
+        match Proxy::start(kind, up.addr).await {
+            Some(p) => targets.push(Target::through(p)),
+            None => println!("{}: not installed, skipped", kind.name()),
+        }
+    }
+    let names: Vec<&str> = targets.iter().map(|t| t.name).collect();
+    println!(
+        "relay bench: {rounds} rounds, each running every workload through {} in turn",
+        names.join(", ")
+    );
+    let mut tally: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
+    let mut unobserved = Vec::new();
+
+    for _ in 0..rounds {
+        // Per-event latency, SSE: 500 small events 1 ms apart per run; windowtap also once on
+        // a path no observer watches (forwarding alone).
+        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("sse") {
+                break;
+            }
+            let r = sse_stream(t.addr, t.sse, 500, 64, 1000).await;
+            assert!(r.error.is_none(), "{} SSE: {:?}", t.name, r.error);
+            out.sse.extend(r.latencies_ns);
+            if t.name == "windowtap" && want("unobserved") {
+                let r = sse_stream(t.addr, "/anthropic/v1/unobserved", 500, 64, 1000).await;
+                assert!(r.error.is_none(), "{} SSE: {:?}", t.name, r.error);
+                unobserved.extend(r.latencies_ns);
+            }
+        }
+        // Per-event latency, WebSocket.
+        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("ws") {
+                break;
+            }
+            let r = ws_stream(t.addr, t.ws, 500, 1000).await;
+            assert!(r.error.is_none(), "{} WS: {:?}", t.name, r.error);
+            out.ws.extend(r.latencies_ns);
+        }
+        // Throughput: 20,000 1 KiB events, as fast as they are taken; the proxy's CPU time.
+        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("throughput") {
+                break;
+            }
+            let cpu0 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+            let t0 = Instant::now();
+            let r = sse_stream(t.addr, t.sse, 20_000, 1024, 0).await;
+            let secs = t0.elapsed().as_secs_f64();
+            let cpu1 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+            assert!(r.error.is_none(), "{} throughput: {:?}", t.name, r.error);
+            out.mbps.push(r.bytes as f64 / secs / 1e6);
+            out.cpu_secs += cpu1 - cpu0;
+            out.mb += r.bytes as f64 / 1e6;
+        }
+    }
+
+    let sse: Vec<Lat> = tally.iter().map(|t| lat(t.sse.clone())).collect();
+    let ws: Vec<Lat> = tally.iter().map(|t| lat(t.ws.clone())).collect();
+    let mbps: Vec<f64> = tally.iter_mut().map(|t| median(&mut t.mbps)).collect();
+    if want("sse") || want("ws") {
+        print_latency(&targets, &sse, &ws, unobserved, rounds);
+    }
+    if want("throughput") {
+        print_throughput(&targets, &mbps, &tally, rounds);
+    }
+    // Concurrency: a fresh proxy per run, so its peak RSS is that run's.
+    let proxies: Vec<(Kind, &'static str)> = targets
+        .iter()
+        .filter_map(|t| t.proxy.as_ref().map(|p| (p.kind, t.sse)))
+        .collect();
+    drop(targets);
     for streams in [200usize, 1000] {
-        let events = 50;
-        let run = |addr: SocketAddr, path: &'static str| async move {
-            let errors = Arc::new(AtomicU64::new(0));
-            let mut tasks = Vec::new();
-            for _ in 0..streams {
-                let errors = errors.clone();
-                tasks.push(tokio::spawn(async move {
-                    let r = sse_stream(addr, path, events, 32, 10_000).await;
-                    if r.error.is_some() {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    r.latencies_ns
-                }));
-            }
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.unwrap_or_default());
-            }
-            (errors.load(Ordering::Relaxed), lat(all))
-        };
-        let (ed, ld) = run(up.addr, "/v1/messages").await;
-        let relay = relay_for(&up);
-        let (ev, lv) = run(relay.addr, "/anthropic/v1/messages").await;
-        let rss = peak_rss_kib(relay_pid(&relay));
+        if !want("streams") {
+            break;
+        }
         println!(
-            "{streams:>4} streams  direct errors {ed} p99 {:.1} us | relay errors {ev} p99 {:.1} us ({:.2}x direct) | relay peak RSS {:.1} MiB",
-            ld.p99_us,
-            lv.p99_us,
-            lv.p99_us / ld.p99_us,
-            rss as f64 / 1024.0
+            "\n{streams} concurrent streams (50 events 10 ms apart each), p99 us, errors, peak RSS"
+        );
+        let (ed, ld) = concurrent(up.addr, "/v1/messages", streams).await;
+        println!("{:<22} p99 {:>9.1}  errors {ed}", "direct", ld.p99_us);
+        for (kind, path) in &proxies {
+            let p = Proxy::start(*kind, up.addr).await.expect("started before");
+            let (e, l) = concurrent(p.addr, path, streams).await;
+            println!(
+                "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB",
+                kind.name(),
+                l.p99_us,
+                l.p99_us / ld.p99_us,
+                p.peak_rss_kib() as f64 / 1024.0
+            );
+        }
+    }
+
+    // Start-up: spawn to accepting and to the first forwarded response, interleaved.
+    if want("startup") {
+        println!("\nstart-up, ms (median of {starts})");
+    }
+    let mut times: Vec<(Vec<f64>, Vec<f64>)> = proxies.iter().map(|_| Default::default()).collect();
+    let starts = if want("startup") { starts } else { 0 };
+    for _ in 0..starts {
+        for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+            let t0 = Instant::now();
+            let mut p = Proxy::spawn(*kind, up.addr).expect("started before");
+            let a = p.wait_accepting().await.expect("accepting");
+            let f = p.wait_forwarding().await.expect("forwarding");
+            accept.push((a - t0).as_secs_f64() * 1000.0);
+            first.push((f - t0).as_secs_f64() * 1000.0);
+        }
+    }
+    for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+        if starts == 0 {
+            break;
+        }
+        println!(
+            "{:<22} accepting {:>6.1}  first response {:>6.1}",
+            kind.name(),
+            median(accept),
+            median(first)
         );
     }
 }

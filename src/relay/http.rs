@@ -18,9 +18,10 @@ use hyper::body::Incoming;
 use super::body::{Flow, RelayBody};
 use super::mounts::{path_template, Mount};
 use super::tap::{Tap, TapMsg};
+use super::upstream::{Driven, Lease};
 use super::{observer, ws, State};
 
-pub type ResBody = Either<RelayBody<Incoming>, Full<Bytes>>;
+pub type ResBody = Either<RelayBody<Driven>, Full<Bytes>>;
 
 /// The hop-by-hop headers of RFC 9110 §7.6.1.
 const HOP_BY_HOP: [&str; 6] = [
@@ -309,14 +310,13 @@ async fn forward(
     let body = RelayBody::new(body, Flow::Request, tap.clone(), log.up.clone());
     let upstream_req = Request::from_parts(parts, body);
 
-    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req))
-        .await
-    {
+    let sent = state.upstreams.send(upstream_req);
+    let res = match tokio::time::timeout(state.response_timeout, sent).await {
         Err(_) => Err(Failure::Timeout),
-        Ok(Err(e)) => Err(Failure::classify(&e)),
+        Ok(Err(e)) => Err(Failure::classify(&*e)),
         Ok(Ok(res)) => Ok(res),
     };
-    let res = match res {
+    let (res, lease) = match res {
         Ok(r) => r,
         Err(f) => {
             log.fail(f);
@@ -324,13 +324,14 @@ async fn forward(
             return relay_error(&mount.name, f.status(), f.as_str(), f.message());
         }
     };
-    respond(res, tap, log)
+    respond(res, Some(lease), tap, log)
 }
 
 /// Passes an upstream response back: status and end-to-end headers as received, the body
-/// streamed frame by frame.
+/// streamed frame by frame, read through `lease` (the connection it arrives on) if given.
 pub fn respond(
     res: Response<Incoming>,
+    lease: Option<Lease>,
     tap: Option<Arc<Tap>>,
     log: Arc<ExchangeLog>,
 ) -> Response<ResBody> {
@@ -346,8 +347,13 @@ pub fn respond(
     let (mut parts, body) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.version = Version::HTTP_11;
-    let body = RelayBody::new(body, Flow::Response, tap, log.down.clone())
-        .on_failure(log.failed.clone())
-        .keep(log);
+    let body = RelayBody::new(
+        Driven::new(body, lease),
+        Flow::Response,
+        tap,
+        log.down.clone(),
+    )
+    .on_failure(log.failed.clone())
+    .keep(log);
     Response::from_parts(parts, Either::Left(body))
 }

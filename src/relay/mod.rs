@@ -6,10 +6,12 @@
 //! or break forwarding.
 
 pub mod body;
+pub mod cores;
 pub mod http;
 pub mod mounts;
 pub mod observer;
 pub mod tap;
+pub mod upstream;
 pub mod ws;
 
 use std::fs::File;
@@ -124,7 +126,10 @@ pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incomi
 /// Everything a connection handler needs.
 pub struct State {
     pub mounts: Mounts,
+    /// For WebSocket handshakes (their connection is handed over to the splice).
     pub client: UpstreamClient,
+    /// For everything else: connections the exchange drives itself ([`upstream`]).
+    pub upstreams: Arc<upstream::Upstreams>,
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
@@ -234,12 +239,11 @@ impl State {
     }
 }
 
-/// The upstream client: rustls with the webpki roots plus `extra_roots`, HTTP/1.1, pooled.
-pub fn upstream_client(
+/// The upstream connector: rustls with the webpki roots plus `extra_roots`, HTTP/1.1.
+pub fn upstream_connector(
     extra_roots: &[CertificateDer<'static>],
     connect_timeout: Duration,
-    pool_idle: Duration,
-) -> anyhow::Result<UpstreamClient> {
+) -> anyhow::Result<HttpsConnector<HttpConnector>> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for cert in extra_roots {
@@ -258,19 +262,27 @@ pub fn upstream_client(
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
+        .wrap_connector(http))
+}
+
+/// The pooled upstream client over `connector` (WebSocket handshakes), idle connections
+/// closed after `pool_idle`.
+pub fn upstream_client(
+    connector: HttpsConnector<HttpConnector>,
+    pool_idle: Duration,
+) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
         .pool_idle_timeout(pool_idle)
         // Without a timer the pool never reaps idle connections (only on a later checkout),
         // so a burst of streams left as many upstream sockets open for good: the soak's
         // descriptors never came back down.
         .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(https))
+        .build(connector)
 }
 
 fn read_roots(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
@@ -485,6 +497,8 @@ pub struct Running {
     /// Whether the run writes a capture (records not written can be replayed from it).
     capture: bool,
     exporter: Option<crate::otlp::Exporter>,
+    /// The runtimes client connections run on; dropped last, which cuts what still runs.
+    _cores: cores::Cores,
 }
 
 /// How a stop went.
@@ -624,11 +638,10 @@ impl Running {
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let client = upstream_client(
-        &config.extra_roots,
-        config.connect_timeout,
-        config.upstream_idle,
-    )?;
+    let connector = upstream_connector(&config.extra_roots, config.connect_timeout)?;
+    let client = upstream_client(connector.clone(), config.upstream_idle);
+    let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
+    upstreams.spawn_sweeper();
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -662,6 +675,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
+        upstreams,
         clock,
         tap_settings: tap::Settings {
             clock,
@@ -680,6 +694,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
     let (draining, drain_rx) = watch::channel(false);
+    let cores = cores::Cores::start(cores::Cores::default_count())?;
     let server = tokio::spawn(serve(
         listener,
         state,
@@ -687,6 +702,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
             let _ = stopped.await;
         },
         drain_rx,
+        cores.spawner(),
     ));
     Ok(Running {
         addr,
@@ -704,6 +720,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         tunnels,
         capture,
         exporter,
+        _cores: cores,
     })
 }
 
@@ -757,12 +774,14 @@ impl Signals {
 
 /// Accepts connections until `shutdown` completes (the listener is closed on return). Each
 /// connection task holds a clone of `drain`: once it turns `true` the connection finishes
-/// the request in flight and closes, and the sender sees every clone dropped.
+/// the request in flight and closes, and the sender sees every clone dropped. Connections
+/// run on `cores`.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<State>,
     shutdown: impl std::future::Future<Output = ()>,
     drain: watch::Receiver<bool>,
+    cores: cores::Spawner,
 ) {
     tokio::pin!(shutdown);
     loop {
@@ -780,9 +799,14 @@ pub async fn serve(
             }
         };
         let _ = io.set_nodelay(true);
+        // Off this runtime's reactor: the core registers it with its own.
+        let Ok(io) = io.into_std() else { continue };
         let state = state.clone();
         let mut drain = drain.clone();
-        tokio::spawn(async move {
+        cores.spawn(move || async move {
+            let Ok(io) = tokio::net::TcpStream::from_std(io) else {
+                return;
+            };
             let service = hyper::service::service_fn(move |req| http::handle(state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)

@@ -1,0 +1,99 @@
+//! One single-threaded runtime per core for client connections.
+//!
+//! On tokio's multi-threaded runtime every wake-up a task gives itself or a neighbour (the
+//! tap waking its observer, hyper's body channel waking the connection) is followed by a
+//! wake-up of an idle worker in case it wants to steal work: a futex or eventfd write and a
+//! context switch per relayed event. A connection whose tasks all live on one
+//! single-threaded runtime never crosses threads: its client socket, its upstream
+//! connection and its observer are registered with and run on the same thread.
+//! Accepted connections are handed to the cores round-robin.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+thread_local! {
+    /// Which core runtime this thread runs (`0` on any other thread).
+    static CORE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The core the calling thread belongs to (`0` off the cores), for per-core state.
+pub fn current() -> usize {
+    CORE.with(Cell::get)
+}
+
+/// The running cores. Dropping this stops them: what still runs on them is dropped.
+pub struct Cores {
+    spawner: Spawner,
+    _stop: Vec<oneshot::Sender<()>>,
+}
+
+/// Hands futures to the cores, round-robin. Cheap to clone.
+#[derive(Clone)]
+pub struct Spawner {
+    handles: Arc<[Handle]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Cores {
+    /// Starts `n` (at least one) cores, each a thread running a current-thread runtime.
+    pub fn start(n: usize) -> anyhow::Result<Cores> {
+        let mut handles = Vec::new();
+        let mut stop = Vec::new();
+        for i in 0..n.max(1) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting a core runtime")?;
+            handles.push(rt.handle().clone());
+            let (tx, rx) = oneshot::channel::<()>();
+            stop.push(tx);
+            std::thread::Builder::new()
+                .name(format!("windowtap-core-{i}"))
+                .spawn(move || {
+                    CORE.with(|c| c.set(i));
+                    // Runs until the stop sender is dropped; the runtime and whatever is
+                    // still on it go with this thread.
+                    let _ = rt.block_on(rx);
+                })
+                .context("starting a core thread")?;
+        }
+        Ok(Cores {
+            spawner: Spawner {
+                handles: handles.into(),
+                next: Arc::new(AtomicUsize::new(0)),
+            },
+            _stop: stop,
+        })
+    }
+
+    pub fn spawner(&self) -> Spawner {
+        self.spawner.clone()
+    }
+
+    /// The number of cores for this machine.
+    pub fn default_count() -> usize {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    }
+}
+
+impl Spawner {
+    /// Runs `f()` on the next core. `f` is called there, so that the sockets its future
+    /// registers belong to that core's reactor.
+    pub fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        // A core that has stopped drops the task unrun.
+        drop(self.handles[i].spawn(async move { f().await }));
+    }
+}

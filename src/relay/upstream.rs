@@ -1,0 +1,382 @@
+//! HTTP upstream connections driven by the exchange that uses them.
+//!
+//! hyper's pooled client runs every upstream connection in a task of its own, which hands the
+//! response body to the client connection's task through a channel: each chunk crossed two
+//! tasks (on the multi-threaded runtime usually with a wake-up of the other worker: an
+//! eventfd write and an `epoll_wait` per chunk) and went out to the client in a write of its
+//! own. Here the exchange polls its upstream connection itself: while it waits for the
+//! response head, then from the response body's `poll_frame`. One task reads from the
+//! upstream and writes to the client, and the chunks of one upstream read leave in one write.
+//!
+//! Idle keep-alive connections are kept per core and origin (a connection belongs to the
+//! reactor of the core that opened it, [`super::cores`]) and handed to the next exchange. Nobody
+//! polls an idle connection: one the upstream closed meanwhile is found closed when it is
+//! taken out, and a request it could not start is sent again on a fresh connection, as
+//! hyper's pooled client does. A sweeper closes those idle past the idle time.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, Uri};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tower_service::Service;
+
+use super::body::RelayBody;
+
+type ReqBody = RelayBody<Incoming>;
+type Conn = http1::Connection<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>, ReqBody>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Idle connections kept per origin; more are closed.
+const MAX_IDLE_PER_ORIGIN: usize = 64;
+
+/// A connection the exchange holds: the request side and the connection itself, which only
+/// makes progress when the holder polls it.
+pub struct Lease {
+    sender: SendRequest<ReqBody>,
+    /// `None` once the connection has ended.
+    conn: Option<Pin<Box<Conn>>>,
+    origin: Arc<str>,
+    pool: Arc<Upstreams>,
+}
+
+impl Lease {
+    /// Lets the connection read, decode and write what it can; registers `cx` for more.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if let Some(conn) = &mut self.conn {
+            // Its end (clean or not) also reaches the response body or the pending request.
+            if conn.as_mut().poll(cx).is_ready() {
+                self.conn = None;
+            }
+        }
+    }
+
+    /// The exchange is over: back to the pool if the connection can take another request.
+    fn release(mut self, cx: &mut Context<'_>) {
+        self.drive(cx);
+        if self.conn.is_some() && self.sender.is_ready() {
+            let pool = self.pool.clone();
+            pool.put(self);
+        }
+    }
+}
+
+struct Idle {
+    lease: Lease,
+    since: Instant,
+}
+
+/// The origins' idle connections and how to open new ones.
+pub struct Upstreams {
+    connector: HttpsConnector<HttpConnector>,
+    builder: http1::Builder,
+    idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+    idle_timeout: Duration,
+}
+
+impl Upstreams {
+    pub fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Arc<Self> {
+        let mut builder = http1::Builder::new();
+        builder.preserve_header_case(true);
+        Arc::new(Upstreams {
+            connector,
+            builder,
+            idle: Mutex::new(HashMap::new()),
+            idle_timeout,
+        })
+    }
+
+    /// Sends `req` (absolute URI) to its origin and returns the response head, with the
+    /// connection its body must be read through.
+    pub async fn send(
+        self: &Arc<Self>,
+        mut req: Request<ReqBody>,
+    ) -> Result<(Response<Incoming>, Lease), BoxError> {
+        let uri = req.uri().clone();
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+            return Err("the upstream URI is not absolute".into());
+        };
+        // Per core: a connection is registered with the reactor of the core that opened it.
+        let core = super::cores::current();
+        let origin: Arc<str> = Arc::from(format!("{core} {scheme}://{authority}"));
+        set_host(&mut req, &uri);
+        origin_form(&mut req);
+        loop {
+            let (mut lease, reused) = match self.take(&origin) {
+                Some(l) => (l, true),
+                None => (self.connect(&uri, origin.clone()).await?, false),
+            };
+            if !ready(&mut lease, reused).await {
+                if reused {
+                    continue;
+                }
+                return Err("the upstream connection closed before the request".into());
+            }
+            let mut sent = std::pin::pin!(lease.sender.try_send_request(req));
+            let res = poll_fn(|cx| {
+                lease.drive(cx);
+                sent.as_mut().poll(cx)
+            })
+            .await;
+            match res {
+                Ok(res) => return Ok((res, lease)),
+                Err(mut e) => match e.take_message() {
+                    // Not started on a connection the upstream had closed: a fresh one.
+                    Some(again) if reused => req = again,
+                    _ => return Err(e.into_error().into()),
+                },
+            }
+        }
+    }
+
+    async fn connect(self: &Arc<Self>, uri: &Uri, origin: Arc<str>) -> Result<Lease, BoxError> {
+        let mut connector = self.connector.clone();
+        poll_fn(|cx| connector.poll_ready(cx)).await?;
+        let io = connector.call(uri.clone()).await?;
+        let (sender, conn) = self.builder.handshake(io).await?;
+        Ok(Lease {
+            sender,
+            conn: Some(Box::pin(conn)),
+            origin,
+            pool: self.clone(),
+        })
+    }
+
+    /// The most recently idle connection to `origin` that has not timed out.
+    fn take(&self, origin: &str) -> Option<Lease> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(origin)?;
+        while let Some(i) = list.pop() {
+            if i.since.elapsed() < self.idle_timeout {
+                return Some(i.lease);
+            }
+        }
+        None
+    }
+
+    /// Closes the idle connections that have timed out. Nobody else looks at an origin no
+    /// exchange uses any more, so without this its sockets would stay open for good.
+    fn sweep(&self) {
+        let Ok(mut idle) = self.idle.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        for list in idle.values_mut() {
+            list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+        }
+        idle.retain(|_, list| !list.is_empty());
+    }
+
+    /// Sweeps every quarter of the idle time (at least every 10 ms) for as long as the pool
+    /// exists.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        let pool = Arc::downgrade(self);
+        let every = (self.idle_timeout / 4).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match pool.upgrade() {
+                    Some(p) => p.sweep(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    fn put(&self, lease: Lease) {
+        let Ok(mut idle) = self.idle.lock() else {
+            return;
+        };
+        let list = idle.entry(lease.origin.clone()).or_default();
+        let now = Instant::now();
+        list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+        if list.len() < MAX_IDLE_PER_ORIGIN {
+            list.push(Idle { lease, since: now });
+        }
+    }
+}
+
+/// Whether the connection can take a request. A fresh one is driven until it can; a reused
+/// one must be able to at once (otherwise it is closed or busy and is dropped).
+async fn ready(lease: &mut Lease, reused: bool) -> bool {
+    poll_fn(|cx| {
+        lease.drive(cx);
+        if lease.conn.is_none() {
+            return Poll::Ready(false);
+        }
+        match lease.sender.poll_ready(cx) {
+            Poll::Ready(r) => Poll::Ready(r.is_ok()),
+            Poll::Pending if reused => Poll::Ready(false),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// `Host` from the upstream URI, as hyper's pooled client sets it (the port only when it is
+/// not the scheme's default).
+fn set_host(req: &mut Request<ReqBody>, uri: &Uri) {
+    let Some(host) = uri.host() else { return };
+    let default_port = match uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let value = match uri.port_u16() {
+        Some(p) if p != default_port => HeaderValue::from_str(&format!("{host}:{p}")),
+        _ => HeaderValue::from_str(host),
+    };
+    if let Ok(v) = value {
+        req.headers_mut().entry(header::HOST).or_insert(v);
+    }
+}
+
+/// The request target in origin form (`/path?query`), as hyper's pooled client sends it.
+fn origin_form(req: &mut Request<ReqBody>) {
+    if req.method() == Method::CONNECT {
+        return;
+    }
+    let uri = req.uri_mut();
+    *uri = match uri.path_and_query() {
+        Some(p) if p.as_str() != "/" => {
+            let mut parts = http::uri::Parts::default();
+            parts.path_and_query = Some(p.clone());
+            Uri::from_parts(parts).unwrap_or_default()
+        }
+        _ => Uri::default(),
+    };
+}
+
+/// Data already decoded when a chunk is taken is merged into it, up to this many bytes: one
+/// chunk to the client (one chunk header, one tap copy) per upstream read rather than one per
+/// upstream chunk. Nothing is waited for: a lone chunk passes as it is, uncopied. Chunk
+/// boundaries are hop-by-hop framing; the bytes are the same.
+const MERGE_MAX: usize = 64 * 1024;
+
+type Polled = Option<Result<Frame<Bytes>, hyper::Error>>;
+
+/// A response body read through the connection it arrives on: polling the body polls the
+/// connection. Once the body has ended the connection goes back to the pool.
+pub struct Driven {
+    inner: Incoming,
+    lease: Option<Lease>,
+    /// What was taken while merging and is due next (a trailers frame, an error, the end).
+    held: Option<Polled>,
+}
+
+impl Driven {
+    pub fn new(inner: Incoming, lease: Option<Lease>) -> Self {
+        Driven {
+            inner,
+            lease,
+            held: None,
+        }
+    }
+
+    fn end(&mut self, cx: &mut Context<'_>) {
+        if let Some(lease) = self.lease.take() {
+            lease.release(cx);
+        }
+    }
+
+    /// The next frame from the connection.
+    fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Polled> {
+        if let Some(held) = self.held.take() {
+            return Poll::Ready(held);
+        }
+        let mut polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_pending() {
+            if let Some(lease) = &mut self.lease {
+                // Nothing decoded yet: let the connection read and decode the next chunk.
+                lease.drive(cx);
+                polled = Pin::new(&mut self.inner).poll_frame(cx);
+            }
+        }
+        match &polled {
+            Poll::Ready(None) => self.end(cx),
+            // A body of known length may never be polled again once complete.
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.end(cx),
+            // A broken body: the connection is not reused.
+            Poll::Ready(Some(Err(_))) => self.lease = None,
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Body for Driven {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Polled> {
+        let this = &mut *self;
+        let first = match this.poll_one(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let first = match first.into_data() {
+            Ok(data) => data,
+            Err(frame) => return Poll::Ready(Some(Ok(frame))),
+        };
+        let mut merged: Option<BytesMut> = None;
+        let mut len = first.len();
+        while len < MERGE_MAX && !this.inner.is_end_stream() {
+            let more = match this.poll_one(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        this.held = Some(Some(Ok(frame)));
+                        break;
+                    }
+                },
+                Poll::Ready(other) => {
+                    this.held = Some(other);
+                    break;
+                }
+            };
+            len += more.len();
+            merged
+                .get_or_insert_with(|| {
+                    let mut buf = BytesMut::with_capacity(MERGE_MAX.min(len * 2));
+                    buf.extend_from_slice(&first);
+                    buf
+                })
+                .extend_from_slice(&more);
+        }
+        let data = match merged {
+            Some(buf) => buf.freeze(),
+            None => first,
+        };
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Driven {
+    /// A body that was complete from the start (`Content-Length: 0`, a `204`) is never polled;
+    /// its connection still goes back. One dropped before its end is closed.
+    fn drop(&mut self) {
+        if self.inner.is_end_stream() {
+            self.end(&mut Context::from_waker(std::task::Waker::noop()));
+        }
+    }
+}
