@@ -866,6 +866,40 @@ mod tests {
     }
 
     #[test]
+    fn every_written_time_reads_back_exactly() {
+        // The first was found by the trace_reader fuzz target (fuzz/regressions/trace_reader/):
+        // without correctly rounded float parsing a time read, written and read again changed.
+        let times = [
+            1.988_888_888_888_889e26,
+            1.988_888_888_888_889_3e26,
+            1_234.567_890_123_456_7,
+            9_007_199_254_740_993.0,
+            0.1 + 0.2,
+            5e-324,
+            f64::MAX,
+        ];
+        for t in times {
+            let ev = Event {
+                t,
+                kind: EventKind::StreamOpen {
+                    stream: "s".into(),
+                    client: Client::Codex,
+                    transport: Transport::Http,
+                    thread: None,
+                },
+            };
+            let text = format!("{HEADER}\n{}", event_line(&ev));
+            let back = read(&text).unwrap();
+            assert_eq!(
+                back[0].t.to_bits(),
+                t.to_bits(),
+                "{t:e} came back as {:e}",
+                back[0].t
+            );
+        }
+    }
+
+    #[test]
     fn hints_may_be_absent() {
         let text = format!(
             "{HEADER}\n{}\n",
