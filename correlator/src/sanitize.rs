@@ -405,22 +405,19 @@ impl Door {
                 alias,
                 tool,
                 ..
-            } => {
-                self.id("interval", interval)?;
-                Self::name("alias", alias)?;
-                Self::name("tool", tool)?;
             }
-            EventKind::McpInterval {
+            | EventKind::McpInterval {
                 interval,
                 alias,
                 tool,
-                hints,
                 ..
             } => {
                 self.id("interval", interval)?;
                 Self::name("alias", alias)?;
                 Self::name("tool", tool)?;
-                self.hints(hints)?;
+                if let EventKind::McpInterval { hints, .. } = &ev.kind {
+                    self.hints(hints)?;
+                }
             }
         }
         let mut s = String::with_capacity(160);
