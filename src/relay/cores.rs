@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 thread_local! {
-    /// Which core runtime this thread runs (`0` on any other thread).
+    /// Which core runtime this thread runs, from 1 (`0` on any other thread).
     static CORE: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -56,7 +56,7 @@ impl Cores {
             std::thread::Builder::new()
                 .name(format!("windowtap-core-{i}"))
                 .spawn(move || {
-                    CORE.with(|c| c.set(i));
+                    CORE.with(|c| c.set(i + 1));
                     // Runs until the stop sender is dropped; the runtime and whatever is
                     // still on it go with this thread.
                     let _ = rt.block_on(rx);
