@@ -229,7 +229,9 @@ async fn the_environment_names_the_endpoint_too() {
     assert!(out.status.success());
 
     let got = log.lock().unwrap();
-    let paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+    let mut paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+    // A run's two spans may leave in one batch or, on a busy machine, in two.
+    paths.dedup();
     assert_eq!(
         paths,
         ["/custom/traces", "/base/v1/traces", "/flag/v1/traces"]
