@@ -3,12 +3,11 @@
 //! Every id that leaves the process (stream, request, response, call, item, thread, interval
 //! and the hints) is replaced by HMAC-SHA256(key, raw id), truncated to 16 bytes and written
 //! as hex. The same raw id always maps to the same pseudonym under one key, so joins still
-//! work; without the key the raw id cannot be recovered or confirmed.
+//! work; without the key the raw id cannot be recovered or confirmed. Which fields of an event
+//! are ids is `sanitize::Scrub`'s business.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-
-use crate::event::{EventKind, Hints};
 
 /// Length of a key file's content, in bytes (after hex decoding).
 pub const KEY_LEN: usize = 32;
@@ -40,114 +39,6 @@ impl Pseudonymizer {
         let digest = mac.finalize().into_bytes();
         hex::encode(&digest[..16])
     }
-
-    fn opt(&self, raw: Option<String>) -> Option<String> {
-        raw.map(|r| self.id(&r))
-    }
-
-    /// The same event with every id replaced by its pseudonym. Names (model-visible tool
-    /// names, namespaces, MCP aliases and tools), kinds, statuses and reasons are kept.
-    pub fn event(&self, kind: EventKind) -> EventKind {
-        match kind {
-            EventKind::StreamOpen {
-                stream,
-                client,
-                transport,
-                thread,
-            } => EventKind::StreamOpen {
-                stream: self.id(&stream),
-                client,
-                transport,
-                thread: self.opt(thread),
-            },
-            EventKind::Request {
-                stream,
-                request,
-                previous_response,
-                outputs,
-            } => EventKind::Request {
-                stream: self.id(&stream),
-                request: self.id(&request),
-                previous_response: self.opt(previous_response),
-                outputs: outputs.iter().map(|c| self.id(c)).collect(),
-            },
-            EventKind::ResponseStart {
-                stream,
-                response,
-                request,
-            } => EventKind::ResponseStart {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                request: self.opt(request),
-            },
-            EventKind::ToolCall {
-                stream,
-                response,
-                call,
-                item,
-                name,
-                namespace,
-                kind,
-            } => EventKind::ToolCall {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                call: self.id(&call),
-                item: self.opt(item),
-                name,
-                namespace,
-                kind,
-            },
-            EventKind::ResponseEnd {
-                stream,
-                response,
-                status,
-            } => EventKind::ResponseEnd {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                status,
-            },
-            EventKind::StreamClose { stream } => EventKind::StreamClose {
-                stream: self.id(&stream),
-            },
-            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
-                stream: self.id(&stream),
-                reason,
-            },
-            EventKind::McpStart {
-                interval,
-                alias,
-                tool,
-                start,
-            } => EventKind::McpStart {
-                interval: self.id(&interval),
-                alias,
-                tool,
-                start,
-            },
-            EventKind::McpInterval {
-                interval,
-                alias,
-                tool,
-                start,
-                end,
-                outcome,
-                hints,
-            } => EventKind::McpInterval {
-                interval: self.id(&interval),
-                alias,
-                tool,
-                start,
-                end,
-                outcome,
-                hints: Hints {
-                    tool_use_id: self.opt(hints.tool_use_id),
-                    item_id: self.opt(hints.item_id),
-                    call_id: self.opt(hints.call_id),
-                    thread: self.opt(hints.thread),
-                },
-            },
-        }
-    }
 }
 
 #[cfg(test)]
@@ -163,20 +54,6 @@ mod tests {
         assert_ne!(a.id("toolu_01"), b.id("toolu_01"));
         assert_eq!(a.id("x").len(), 32);
         assert!(!a.id("toolu_01").contains("toolu"));
-    }
-
-    #[test]
-    fn hints_and_outputs_map_like_the_ids_they_name() {
-        let p = Pseudonymizer::new(&[7; KEY_LEN]);
-        let EventKind::Request { outputs, .. } = p.event(EventKind::Request {
-            stream: "s".into(),
-            request: "q".into(),
-            previous_response: None,
-            outputs: vec!["call_1".into()],
-        }) else {
-            panic!()
-        };
-        assert_eq!(outputs, vec![p.id("call_1")]);
     }
 
     #[test]

@@ -174,9 +174,49 @@ impl Scrub {
         }
     }
 
-    /// The event with every id pseudonymized and every name and word admissible.
+    fn id(&self, raw: &str) -> String {
+        self.pseudo.id(raw)
+    }
+
+    fn opt(&self, raw: Option<String>) -> Option<String> {
+        raw.map(|r| self.id(&r))
+    }
+
+    /// The event with every id pseudonymized and every name and word admissible; kinds,
+    /// statuses and times are kept.
     pub fn event(&self, kind: EventKind) -> EventKind {
-        match self.pseudo.event(kind) {
+        match kind {
+            EventKind::StreamOpen {
+                stream,
+                client,
+                transport,
+                thread,
+            } => EventKind::StreamOpen {
+                stream: self.id(&stream),
+                client,
+                transport,
+                thread: self.opt(thread),
+            },
+            EventKind::Request {
+                stream,
+                request,
+                previous_response,
+                outputs,
+            } => EventKind::Request {
+                stream: self.id(&stream),
+                request: self.id(&request),
+                previous_response: self.opt(previous_response),
+                outputs: outputs.iter().map(|c| self.id(c)).collect(),
+            },
+            EventKind::ResponseStart {
+                stream,
+                response,
+                request,
+            } => EventKind::ResponseStart {
+                stream: self.id(&stream),
+                response: self.id(&response),
+                request: self.opt(request),
+            },
             EventKind::ToolCall {
                 stream,
                 response,
@@ -186,16 +226,28 @@ impl Scrub {
                 namespace,
                 kind,
             } => EventKind::ToolCall {
-                stream,
-                response,
-                call,
-                item,
+                stream: self.id(&stream),
+                response: self.id(&response),
+                call: self.id(&call),
+                item: self.opt(item),
                 name: self.name(name),
                 namespace: namespace.map(|n| self.name(n)),
                 kind,
             },
-            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
+            EventKind::ResponseEnd {
                 stream,
+                response,
+                status,
+            } => EventKind::ResponseEnd {
+                stream: self.id(&stream),
+                response: self.id(&response),
+                status,
+            },
+            EventKind::StreamClose { stream } => EventKind::StreamClose {
+                stream: self.id(&stream),
+            },
+            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
+                stream: self.id(&stream),
                 reason: Self::word(reason),
             },
             EventKind::McpStart {
@@ -204,7 +256,7 @@ impl Scrub {
                 tool,
                 start,
             } => EventKind::McpStart {
-                interval,
+                interval: self.id(&interval),
                 alias: self.name(alias),
                 tool: self.name(tool),
                 start,
@@ -218,15 +270,19 @@ impl Scrub {
                 outcome,
                 hints,
             } => EventKind::McpInterval {
-                interval,
+                interval: self.id(&interval),
                 alias: self.name(alias),
                 tool: self.name(tool),
                 start,
                 end,
                 outcome,
-                hints,
+                hints: Hints {
+                    tool_use_id: self.opt(hints.tool_use_id),
+                    item_id: self.opt(hints.item_id),
+                    call_id: self.opt(hints.call_id),
+                    thread: self.opt(hints.thread),
+                },
             },
-            other => other,
         }
     }
 }
@@ -572,6 +628,20 @@ mod tests {
         assert!(a.starts_with('~') && is_name(&a) && a.len() == 33);
         assert_eq!(s.name("mcp__fs__read".into()), "mcp__fs__read");
         assert!(s.name("a\u{7}b".into()).starts_with('~'));
+    }
+
+    #[test]
+    fn hints_and_outputs_map_like_the_ids_they_name() {
+        let p = Pseudonymizer::new(&[7; KEY_LEN]);
+        let EventKind::Request { outputs, .. } = Scrub::new(p.clone()).event(EventKind::Request {
+            stream: "s".into(),
+            request: "q".into(),
+            previous_response: None,
+            outputs: vec!["call_1".into()],
+        }) else {
+            panic!()
+        };
+        assert_eq!(outputs, vec![p.id("call_1")]);
     }
 
     #[test]
