@@ -7,7 +7,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,28 +93,6 @@ fn relay_with_files(mounts: &[String], dir: &Path) -> (Relay, PathBuf, PathBuf) 
         "200".to_string(),
     ]);
     (Relay::start(&args), records, capture)
-}
-
-/// `windowtap check` accepts the file, and it ends on a complete line.
-fn assert_checks_clean(path: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("check")
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "check rejected {}: {}{}",
-        path.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read(path).unwrap();
-    assert!(
-        text.is_empty() || text.ends_with(b"\n"),
-        "{} ends with a torn line",
-        path.display()
-    );
 }
 
 /// Stops the relay cleanly and checks both files it wrote.

@@ -8,7 +8,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -156,28 +155,6 @@ fn relay_with_files(up: &Upstream, dir: &Path, drain_ms: u64) -> (Relay, PathBuf
         drain_ms.to_string(),
     ]);
     (relay, records, capture)
-}
-
-/// `windowtap check` accepts the file, and it ends on a complete line.
-fn assert_checks_clean(path: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("check")
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "check rejected {}: {}{}",
-        path.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read(path).unwrap();
-    assert!(
-        text.is_empty() || text.ends_with(b"\n"),
-        "{} ends with a torn line",
-        path.display()
-    );
 }
 
 fn count_type(capture: &Path, ty: &str) -> usize {

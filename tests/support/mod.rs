@@ -421,3 +421,25 @@ pub fn capture_lines(path: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("capture lines are JSON"))
         .collect()
 }
+
+/// `windowtap check` accepts the file, and it ends on a complete line.
+pub fn assert_checks_clean(path: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "check rejected {}: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read(path).unwrap();
+    assert!(
+        text.is_empty() || text.ends_with(b"\n"),
+        "{} ends with a torn line",
+        path.display()
+    );
+}
