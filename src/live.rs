@@ -289,6 +289,9 @@ pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
     s.push_str(c.window_open.as_str());
     s.push_str(r#"","max_window":"#);
     correlator::json::push_ms(&mut s, c.max_window);
+    s.push_str(r#","candidates":""#);
+    s.push_str(c.candidates.as_str());
+    s.push('"');
     s.push_str(r#","end":"#);
     s.push_str(end_value(None).as_str());
     s.push('}');
@@ -844,7 +847,14 @@ mod tests {
         assert_eq!(v["close_wait"], 1000);
         assert_eq!(v["window_open"], "call");
         assert_eq!(v["max_window"], 1800000);
+        assert_eq!(v["candidates"], "eligible");
         assert!(v["end"].is_null());
+        let all = Config {
+            candidates: correlator::Candidates::All,
+            ..Config::default()
+        };
+        let v: serde_json::Value = serde_json::from_str(&capture_header(&all, None)).unwrap();
+        assert_eq!(v["candidates"], "all");
         let at = end_offset(&h) as usize;
         let filled = format!(
             "{}{}{}",

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use correlator::records::Summary;
 use correlator::sanitize::Door;
 use correlator::trace::TraceReader;
-use correlator::{Config, Correlator, WindowOpen};
+use correlator::{Candidates, Config, Correlator, WindowOpen};
 use serde_json::Value;
 
 use crate::otlp;
@@ -17,14 +17,14 @@ use crate::otlp;
 #[derive(clap::Args)]
 #[command(after_help = "\
 Options not given on the command line are read from the trace header when it has them \
-(`close_wait`, `window_open`, `max_window`), else the defaults apply.
+(`close_wait`, `window_open`, `max_window`, `candidates`), else the defaults apply.
 
 Examples:
   windowtap replay traces/
   windowtap replay capture.jsonl --close-wait 50 -o records.jsonl
   windowtap replay traces/ --otlp-endpoint http://127.0.0.1:6006")]
 pub struct ReplayArgs {
-    /// Trace v1 files, or directories: every `*.jsonl` directly in a directory, each replayed
+    /// Trace files (v2, or v1), or directories: every `*.jsonl` directly in a directory, each replayed
     /// on its own, in name order.
     #[arg(required = true, value_name = "TRACE|DIR")]
     inputs: Vec<PathBuf>,
@@ -40,6 +40,10 @@ pub struct ReplayArgs {
     /// [default: 1800000].
     #[arg(long, value_name = "MS")]
     max_window: Option<f64>,
+    /// Which windows may be candidates: only eligible ones (same host, a call that could have
+    /// issued the MCP call), or all, as the literal rule [default: eligible].
+    #[arg(long, value_name = "eligible|all", value_parser = parse_candidates)]
+    candidates: Option<Candidates>,
     /// Write records here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -49,6 +53,10 @@ pub struct ReplayArgs {
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
     WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
+}
+
+fn parse_candidates(s: &str) -> Result<Candidates, String> {
+    Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`"))
 }
 
 /// Every trace file named by the inputs, directories expanded.
@@ -124,6 +132,18 @@ fn config_for(
                 file.display()
             ),
         }
+        match h.get("candidates") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                c.candidates = parse_candidates(s).map_err(|e| {
+                    anyhow::anyhow!("{}:1: header field `candidates`: {e}", file.display())
+                })?
+            }
+            Some(_) => bail!(
+                "{}:1: header field `candidates` must be a string",
+                file.display()
+            ),
+        }
     }
     if let Some(v) = args.close_wait {
         c.close_wait = v;
@@ -133,6 +153,9 @@ fn config_for(
     }
     if let Some(v) = args.window_open {
         c.window_open = v;
+    }
+    if let Some(v) = args.candidates {
+        c.candidates = v;
     }
     Ok(c)
 }

@@ -27,6 +27,6 @@ pub mod sanitize;
 pub mod trace;
 pub mod windows;
 
-pub use decide::{replay, Config, Correlator, WindowOpen};
+pub use decide::{replay, Candidates, Config, Correlator, WindowOpen};
 pub use event::{Event, EventKind, Millis};
 pub use records::Record;

@@ -60,6 +60,8 @@ pub enum Evidence {
     ItemId,
     CallId,
     Thread,
+    /// The interval's host and the window's stream's host are both known and equal.
+    Host,
     Route,
 }
 
@@ -71,16 +73,18 @@ impl Evidence {
             Evidence::ItemId => "item_id",
             Evidence::CallId => "call_id",
             Evidence::Thread => "thread",
+            Evidence::Host => "host",
             Evidence::Route => "route",
         }
     }
 
-    pub const ALL: [Evidence; 6] = [
+    pub const ALL: [Evidence; 7] = [
         Evidence::Containment,
         Evidence::ToolUseId,
         Evidence::ItemId,
         Evidence::CallId,
         Evidence::Thread,
+        Evidence::Host,
         Evidence::Route,
     ];
 

@@ -2,7 +2,9 @@
 //!
 //! [`Tracker`] applies relay and MCP events to the state the decision rule reads: which
 //! windows are open, closed or broken and when, which streams lost observation, which requests
-//! each thread sent, and, per open window, the MCP calls that started inside it. It keeps only
+//! each thread sent, and, per open window, the MCP calls that started inside it (of a host not
+//! known to differ from the window's, unless every host counts) and the spans of time in which
+//! it could be given up. It keeps only
 //! what a pending or future decision can still need: state older than the retention horizon is
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
 
@@ -131,6 +133,8 @@ impl ThreadKey {
 /// One client tool call of a window's response.
 #[derive(Debug, Clone)]
 pub struct Call {
+    /// When the call item was complete.
+    pub at: Millis,
     pub call: Arc<str>,
     pub item: Option<String>,
     /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
@@ -151,6 +155,8 @@ pub enum WindowState {
 #[derive(Debug, Clone)]
 pub struct Window {
     pub thread: Option<Arc<str>>,
+    /// The host of the window's stream, when known.
+    pub host: Option<Arc<str>>,
     pub stream: Arc<str>,
     pub response: Arc<str>,
     /// When the first client tool call of the response was complete.
@@ -166,6 +172,14 @@ pub struct Window {
     pub running: u32,
     /// The latest end among reported MCP calls that started inside the window.
     pub max_inside_end: Millis,
+    /// While the response has ended and no call inside runs: from when on the window can be
+    /// given up (`close_wait` after the response's end and after every reported inside call's
+    /// end; design.md §4), as long as nothing changes.
+    pub settle: Millis,
+    /// Past spans `[from, until)` in which the window could be given up, ended by a call
+    /// starting inside it or a late report. A candidate is given up at the *first* moment the
+    /// conditions hold, so these stay valid whatever happens later.
+    pub quiet: Vec<(Millis, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
@@ -198,6 +212,7 @@ impl Window {
 struct StreamState {
     name: Arc<str>,
     thread: Option<Arc<str>>,
+    host: Option<Arc<str>>,
     key: ThreadKey,
     open: Millis,
     lost: bool,
@@ -214,6 +229,8 @@ struct ResponseState {
 #[derive(Debug, Clone)]
 pub struct LostSpan {
     pub stream: String,
+    /// The stream's host, when known.
+    pub host: Option<Arc<str>>,
     pub open: Millis,
     pub close: Option<Millis>,
     pub lost_at: Millis,
@@ -254,10 +271,15 @@ pub struct Tracker {
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
-    /// Running MCP calls: interval id -> start.
-    running: FxHashMap<String, Millis>,
-    /// MCP calls reported at the current time (a window opening at the same time must see them).
-    reported_now: Vec<(Millis, Millis)>,
+    /// Running MCP calls: interval id -> start and host.
+    running: FxHashMap<String, (Millis, Option<Arc<str>>)>,
+    /// MCP calls reported at the current time (a window opening at the same time must see
+    /// them): start, end, host.
+    reported_now: Vec<(Millis, Millis, Option<Arc<str>>)>,
+    /// `close_wait`, for the spans in which windows can be given up.
+    close_wait: Millis,
+    /// `--candidates all`: every MCP call counts for every window, whatever the hosts.
+    all_hosts: bool,
     now: Millis,
     /// Scratch for the windows a request continues.
     continued: Vec<WinId>,
@@ -268,10 +290,23 @@ pub struct Tracker {
     forgotten_before: Millis,
 }
 
+/// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
+/// and differ (design.md §4), unless every host counts.
+fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>) -> bool {
+    all_hosts
+        || match (call, window) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
 impl Tracker {
-    pub fn new() -> Self {
+    /// `close_wait` as configured; `all_hosts` for `--candidates all`.
+    pub fn new(close_wait: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
+            close_wait,
+            all_hosts,
             ..Default::default()
         }
     }
@@ -345,7 +380,13 @@ impl Tracker {
         self.deadlines.first().map(|(t, _)| t.0)
     }
 
-    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<&str>) {
+    pub fn stream_open(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        thread: Option<&str>,
+        host: Option<Arc<str>>,
+    ) {
         let name: Arc<str> = stream.into();
         let thread: Option<Arc<str>> = thread.map(Arc::from);
         let key = ThreadKey::of(&thread, &name);
@@ -354,6 +395,7 @@ impl Tracker {
             StreamState {
                 name,
                 thread,
+                host,
                 key,
                 open: t,
                 lost: false,
@@ -451,19 +493,24 @@ impl Tracker {
             return;
         }
         let stream = rs.stream.clone();
-        let (thread, thread_key) = match self.streams.get(&stream) {
-            Some(s) => (s.thread.clone(), s.key.clone()),
-            None => (None, ThreadKey::Anon(stream.clone())),
+        let (thread, host, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.thread.clone(), s.host.clone(), s.key.clone()),
+            None => (None, None, ThreadKey::Anon(stream.clone())),
         };
 
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
-        let running = self.running.values().filter(|s| **s >= t).count() as u32;
+        let all = self.all_hosts;
+        let running = self
+            .running
+            .values()
+            .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+            .count() as u32;
         let max_inside_end = self
             .reported_now
             .iter()
-            .filter(|(s, _)| *s >= t)
-            .map(|(_, e)| *e)
+            .filter(|(s, _, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+            .map(|(_, e, _)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
         let call_id = call.call.clone();
@@ -473,6 +520,7 @@ impl Tracker {
             .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
         let id = self.windows.insert(Window {
             thread,
+            host,
             stream,
             response: response.clone(),
             open: t,
@@ -483,6 +531,8 @@ impl Tracker {
             completed_at: None,
             running,
             max_inside_end,
+            settle: f64::INFINITY,
+            quiet: Vec::new(),
             next_request: None,
             refs: 0,
             attached: Vec::new(),
@@ -518,12 +568,14 @@ impl Tracker {
             return;
         };
         let Some(id) = rs.window else { return };
+        let cw = self.close_wait;
         if let Some(w) = self.windows.get_mut(id) {
             w.response_end = Some(t);
             if status == ResponseStatus::Completed {
                 w.completed_at = Some(t);
             }
             if w.running == 0 {
+                w.settle = cw + t.max(w.max_inside_end);
                 ch.windows.push(id);
             }
             // No calls come after the response; final windows may be kept a while.
@@ -563,6 +615,7 @@ impl Tracker {
         st.lost = true;
         self.lost.push(LostSpan {
             stream: stream.to_string(),
+            host: st.host.clone(),
             open: st.open,
             close: None,
             lost_at: t,
@@ -570,32 +623,81 @@ impl Tracker {
         ch.global = true;
     }
 
-    /// A call starting can only delay decisions, so it reports no change.
-    pub fn mcp_start(&mut self, interval: &str, start: Millis) {
-        self.running.insert(interval.to_string(), start);
+    /// A call starting can only delay decisions, so it reports no change. A window that could
+    /// be given up until now keeps that span (it was given up then, for any interval whose own
+    /// wait had passed).
+    pub fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
+        let (now, all) = (self.now, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
             if let Some(w) = self.windows.get_mut(*id) {
+                if !same_host(all, host.as_ref(), w.host.as_ref()) {
+                    continue;
+                }
+                if w.running == 0 && w.response_end.is_some() && w.settle < now {
+                    w.quiet.push((w.settle, now));
+                }
                 w.running += 1;
             }
         }
+        self.running.insert(interval.to_string(), (start, host));
     }
 
-    pub fn mcp_interval(&mut self, interval: &str, start: Millis, end: Millis, ch: &mut Changes) {
-        let was_running = self.running.remove(interval).is_some();
-        self.reported_now.push((start, end));
+    pub fn mcp_interval(
+        &mut self,
+        interval: &str,
+        start: Millis,
+        end: Millis,
+        host: Option<Arc<str>>,
+        ch: &mut Changes,
+    ) {
+        let started = self.running.remove(interval);
+        let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
-            if let Some(w) = self.windows.get_mut(*id) {
-                if was_running && w.running > 0 {
-                    w.running -= 1;
-                    if w.running == 0 && w.response_end.is_some() {
+            let Some(w) = self.windows.get_mut(*id) else {
+                continue;
+            };
+            // It ran inside this window (counted at its start, with the host it had then).
+            let ran = started
+                .as_ref()
+                .is_some_and(|(_, h)| same_host(all, h.as_ref(), w.host.as_ref()));
+            if ran && w.running > 0 {
+                w.running -= 1;
+                w.max_inside_end = w.max_inside_end.max(end);
+                if w.running == 0 {
+                    if let Some(re) = w.response_end {
+                        w.settle = now.max(cw + re.max(w.max_inside_end));
                         ch.windows.push(*id);
                     }
                 }
+            } else if same_host(all, host.as_ref(), w.host.as_ref()) {
                 w.max_inside_end = w.max_inside_end.max(end);
+                // A call reported only now that ended less than `close_wait` ago: from now
+                // on the window waits again, until `close_wait` after its end.
+                let wait_until = cw + end;
+                if w.running == 0 && w.response_end.is_some() && wait_until > now {
+                    if w.settle < now {
+                        w.quiet.push((w.settle, now));
+                    }
+                    w.settle = w.settle.max(wait_until);
+                }
             }
         }
+        self.reported_now.push((start, end, host));
+    }
+
+    /// The first moment at or after `from` at which window `id` could be given up, if it can
+    /// be told now: from a past quiet span, or the current one. `None` while it cannot (its
+    /// response still streams, or a call that started inside it still runs).
+    pub fn give_up_at(&self, w: &Window, from: Millis) -> Option<Millis> {
+        for &(a, b) in &w.quiet {
+            let t = a.max(from);
+            if t < b {
+                return Some(t);
+            }
+        }
+        (w.response_end.is_some() && w.running == 0).then(|| w.settle.max(from))
     }
 
     /// Breaks every open window whose `max_window` deadline is at or before `t`.
@@ -739,6 +841,7 @@ mod tests {
         let stream: Arc<str> = "s1".into();
         Window {
             thread: None,
+            host: None,
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
@@ -749,6 +852,8 @@ mod tests {
             completed_at: None,
             running: 0,
             max_inside_end: f64::NEG_INFINITY,
+            settle: f64::INFINITY,
+            quiet: Vec::new(),
             next_request: None,
             refs: 0,
             attached: Vec::new(),
@@ -774,7 +879,7 @@ mod tests {
 
     #[test]
     fn interned_names_are_shared_until_the_table_is_full() {
-        let mut tracker = Tracker::new();
+        let mut tracker = Tracker::new(1000.0, false);
         let a = tracker.intern("exec");
         let b = tracker.intern("exec");
         assert!(Arc::ptr_eq(&a, &b));

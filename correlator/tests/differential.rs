@@ -8,8 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use correlator::event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
 };
-use correlator::records::{Reason, Record};
-use correlator::{replay, Config, Correlator, WindowOpen};
+use correlator::records::{Evidence, Reason, Record};
+use correlator::{replay, Candidates, Config, Correlator, WindowOpen};
 use proptest::prelude::*;
 
 use support::gen::{generate, round_trip, trace_text, Generated, Shape};
@@ -67,9 +67,17 @@ fn minimise(events: &[Event], config: &Config) -> Vec<Event> {
 
 fn describe_config(c: &Config) -> String {
     format!(
-        "close_wait={} max_window={} window_open={:?}",
-        c.close_wait, c.max_window, c.window_open
+        "close_wait={} max_window={} window_open={:?} candidates={:?}",
+        c.close_wait, c.max_window, c.window_open, c.candidates
     )
+}
+
+/// The configuration in each `--candidates` mode: every generated trace is checked in both.
+fn both_modes(c: &Config) -> [Config; 2] {
+    [Candidates::Eligible, Candidates::All].map(|candidates| Config {
+        candidates,
+        ..c.clone()
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -93,6 +101,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    /// Each case is one random multi-host trace, checked in both `--candidates` modes.
     #[test]
     fn replay_agrees_with_the_reference(shape in shapes()) {
         let Generated { events, config, .. } = generate(shape);
@@ -100,6 +109,7 @@ proptest! {
             Ok(back) => prop_assert_eq!(&back, &events, "the trace did not read back unchanged"),
             Err(e) => prop_assert!(false, "generator wrote an invalid trace: {e}"),
         }
+        for config in both_modes(&config) {
         if disagreement(&events, &config).is_some() {
             let small = minimise(&events, &config);
             let diff = disagreement(&small, &config).unwrap_or_default();
@@ -109,6 +119,7 @@ proptest! {
                 describe_config(&config),
                 trace_text(&small)
             );
+        }
         }
     }
 }
@@ -129,6 +140,7 @@ proptest! {
         let shape = Shape { seed, hosts, max_turns };
         let Generated { events, config, .. } = generate(shape);
         prop_assert!(round_trip(&events).is_ok());
+        for config in both_modes(&config) {
         if disagreement(&events, &config).is_some() {
             let small = minimise(&events, &config);
             let diff = disagreement(&small, &config).unwrap_or_default();
@@ -139,6 +151,7 @@ proptest! {
                 trace_text(&small)
             );
         }
+        }
     }
 }
 
@@ -146,8 +159,14 @@ proptest! {
 /// above means something.
 #[test]
 fn the_generator_reaches_every_outcome() {
+    for mode in [Candidates::Eligible, Candidates::All] {
+        reaches_every_outcome(mode);
+    }
+}
+
+fn reaches_every_outcome(mode: Candidates) {
     let mut seen = [0usize; 6];
-    let mut evidence = [0usize; 6];
+    let mut evidence = [0usize; Evidence::ALL.len()];
     let mut intervals = 0;
     for seed in 0..300 {
         let g = generate(Shape {
@@ -155,7 +174,11 @@ fn the_generator_reaches_every_outcome() {
             hosts: 4,
             max_turns: 4,
         });
-        for r in reference(&g.events, &g.config) {
+        let config = Config {
+            candidates: mode,
+            ..g.config
+        };
+        for r in reference(&g.events, &config) {
             intervals += 1;
             let i = match r.reason {
                 None => 0,
@@ -167,8 +190,10 @@ fn the_generator_reaches_every_outcome() {
             }
         }
     }
-    eprintln!("outcomes over {intervals} intervals (attributed, then per reason): {seen:?}");
-    eprintln!("evidence (containment, tool_use_id, item_id, call_id, thread, route): {evidence:?}");
+    eprintln!(
+        "{mode:?}: outcomes over {intervals} intervals (attributed, then per reason): {seen:?}"
+    );
+    eprintln!("{mode:?}: evidence (containment, tool_use_id, item_id, call_id, thread, host, route): {evidence:?}");
     assert!(intervals > 1000, "only {intervals} intervals");
     assert!(
         seen.iter().all(|&n| n * 100 >= intervals),
