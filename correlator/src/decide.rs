@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::event::{CallKind, Event, EventKind, Hints, Millis};
+use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
 use crate::windows::{Call, Changes, LostSpan, Time, Tracker, WinId, Window, WindowState};
@@ -132,9 +132,9 @@ struct Pending {
     host: Option<Arc<str>>,
     /// The visible names its alias and tool can have.
     names: Arc<Names>,
-    /// Candidate windows: `windows[..open]` not yet seen final (open at gathering or at the
-    /// last evaluation), the rest closed at or after its end (containment is judged at the
-    /// decision). Candidates that broke or closed before its end cannot change its record
+    /// Candidate windows: `windows[..open]` not yet settled (open, and not given up, at
+    /// gathering or at the last evaluation), the rest given up (for good) or closed at or
+    /// after its end (containment is judged at the decision). Candidates that broke or closed before its end cannot change its record
     /// and are let go.
     windows: Vec<WinId>,
     open: usize,
@@ -175,8 +175,9 @@ pub struct Correlator {
     changes: Changes,
     next_seq: u64,
     last_gc: Millis,
-    /// Route names by alias and tool (bounded: see [`MAX_ROUTES`]).
-    routes: FxHashMap<(Box<str>, Box<str>), Arc<Names>>,
+    /// Route names by alias, then tool (bounded: see [`MAX_ROUTES`]).
+    routes: FxHashMap<Box<str>, FxHashMap<Box<str>, Arc<Names>>>,
+    routes_len: usize,
 }
 
 impl Correlator {
@@ -195,18 +196,22 @@ impl Correlator {
             next_seq: 0,
             last_gc: 0.0,
             routes: FxHashMap::default(),
+            routes_len: 0,
         }
     }
 
     /// The names an alias and tool can have, computed once per pair (hosts use a handful).
     fn route_names(&mut self, alias: &str, tool: &str) -> Arc<Names> {
-        if let Some(n) = self.routes.get(&(alias.into(), tool.into())) {
+        if let Some(n) = self.routes.get(alias).and_then(|tools| tools.get(tool)) {
             return n.clone();
         }
         let names = Arc::new(Names::new(alias, tool));
-        if self.routes.len() < MAX_ROUTES {
+        if self.routes_len < MAX_ROUTES {
+            self.routes_len += 1;
             self.routes
-                .insert((alias.into(), tool.into()), names.clone());
+                .entry(alias.into())
+                .or_default()
+                .insert(tool.into(), names.clone());
         }
         names
     }
@@ -441,12 +446,23 @@ impl Correlator {
             };
             let (s, e) = (p.start, p.end);
             let mut found = std::mem::take(&mut self.scratch);
-            let tr = &self.tracker;
-            let eligible = |id: &WinId| tr.window(*id).is_some_and(|w| eligible(all, p, w));
-            found.extend(tr.open_candidates(s).filter(eligible));
+            let tr = &mut self.tracker;
+            found.extend(tr.open_candidates(s));
             let open = found.len();
-            found.extend(tr.closed_containing(s, e).filter(eligible));
-            p.open = open;
+            found.extend(tr.closed_containing(s, e));
+            // Only eligible windows stay, in order (the open ones first).
+            let mut kept = 0;
+            p.open = 0;
+            for i in 0..found.len() {
+                let id = found[i];
+                let keep = all || tr.eligible(id, p.host.as_ref(), &p.names, s);
+                if keep {
+                    found[kept] = id;
+                    kept += 1;
+                    p.open += usize::from(i < open);
+                }
+            }
+            found.truncate(kept);
             // One exact-size allocation per interval; the scratch buffer keeps its capacity.
             p.windows = found.as_slice().to_vec();
             found.clear();
@@ -645,18 +661,13 @@ fn eligible(all: bool, p: &Pending, w: &Window) -> bool {
     if all {
         return true;
     }
-    if hosts_differ(p.host.as_ref(), w.host.as_ref()) {
-        return false;
-    }
-    w.calls.iter().any(|c| {
-        c.at <= p.start
-            && (c.kind == CallKind::Custom || p.names.matches(&c.name, c.namespace.as_deref()))
-    })
+    !hosts_differ(p.host.as_ref(), w.host.as_ref()) && w.first_call_for(&p.names) <= p.start
 }
 
 /// design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose host
 /// is not known to differ from its own, or an eligible window that opened by its start and
 /// broke with no request of its thread in between.
+#[inline]
 fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool) -> bool {
     if p.start < tracker.forgotten_before() {
         return true;
@@ -715,8 +726,14 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
                 continue;
             }
         }
-        i += 1;
         match tracker.give_up_at(w, p.end + close_wait) {
+            Some(give_up) if give_up <= at => {
+                // Given up, and so for good (design.md §4): it no longer delays this interval
+                // and is not looked at again until the judgement.
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                continue;
+            }
             Some(give_up) => {
                 if give_up > due {
                     due = give_up;
@@ -729,6 +746,7 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
                 }
             }
         }
+        i += 1;
     }
     match (blocker, setter) {
         (Some((_, id)), _) => Next::Park(id),

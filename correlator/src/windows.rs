@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
+use crate::route::Names;
 
 /// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
 /// to a dropped window never reaches a later one (handles are never reused within one run).
@@ -180,6 +181,10 @@ pub struct Window {
     /// starting inside it or a late report. A candidate is given up at the *first* moment the
     /// conditions hold, so these stay valid whatever happens later.
     pub quiet: Vec<(Millis, Millis)>,
+    /// The last route asked about, and when the first call that could issue it was complete
+    /// (infinity if none): intervals of one tool ask the same question of every window they
+    /// gather, so it is answered once per window. Forgotten when a call is added.
+    route_memo: Option<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
@@ -198,6 +203,19 @@ pub struct Window {
 impl Window {
     pub fn is_open(&self) -> bool {
         self.state == WindowState::Open
+    }
+
+    /// When the first call of the response that could have issued a call of `names`'s tool
+    /// was complete: one whose visible name routes to it, or an opaque program call (kind
+    /// `custom`), which may call any tool. Infinity if none.
+    pub fn first_call_for(&self, names: &Names) -> Millis {
+        self.calls
+            .iter()
+            .filter(|c| {
+                c.kind == CallKind::Custom || names.matches(&c.name, c.namespace.as_deref())
+            })
+            .map(|c| c.at)
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// The time the window became final, if it has.
@@ -489,6 +507,7 @@ impl Tracker {
                     self.open_by_call.insert(call.call.clone(), id);
                 }
                 w.calls.push(call);
+                w.route_memo = None;
             }
             return;
         }
@@ -533,6 +552,7 @@ impl Tracker {
             max_inside_end,
             settle: f64::INFINITY,
             quiet: Vec::new(),
+            route_memo: None,
             next_request: None,
             refs: 0,
             attached: Vec::new(),
@@ -685,6 +705,37 @@ impl Tracker {
             }
         }
         self.reported_now.push((start, end, host));
+    }
+
+    /// Is window `id` eligible for an interval of host `host` starting at `start` whose tool
+    /// has the visible `names` (design.md §4)? Hosts not known to differ, and a call complete
+    /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
+    /// window until it gets another call).
+    #[inline]
+    pub fn eligible(
+        &mut self,
+        id: WinId,
+        host: Option<&Arc<str>>,
+        names: &Arc<Names>,
+        start: Millis,
+    ) -> bool {
+        let Some(w) = self.windows.get_mut(id) else {
+            return false;
+        };
+        if let (Some(a), Some(b)) = (host, &w.host) {
+            if a != b {
+                return false;
+            }
+        }
+        let first = match &w.route_memo {
+            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
+            _ => {
+                let at = w.first_call_for(names);
+                w.route_memo = Some((names.clone(), at));
+                at
+            }
+        };
+        first <= start
     }
 
     /// The first moment at or after `from` at which window `id` could be given up, if it can
@@ -854,6 +905,7 @@ mod tests {
             max_inside_end: f64::NEG_INFINITY,
             settle: f64::INFINITY,
             quiet: Vec::new(),
+            route_memo: None,
             next_request: None,
             refs: 0,
             attached: Vec::new(),
