@@ -708,3 +708,42 @@ fn wrong_hints_conflict_and_late_calls_fit_nothing() {
     );
     replay_agrees(&events, &Config::default());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every hand trace, read by the reference too
+
+/// The bundled traces (`traces/`), whose expected records were worked out by hand, also agree
+/// with the reference: three readings of the text (hand, reference, correlator) meet there.
+#[test]
+fn every_hand_trace_agrees_with_the_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("traces/ exists")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(files.len() > 30, "only {} traces", files.len());
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable trace");
+        let mut reader = correlator::trace::TraceReader::new(text.as_bytes(), "trace");
+        let events: Vec<Event> = reader.by_ref().map(|e| e.expect("valid")).collect();
+        let header = reader.header().expect("a header").clone();
+        let mut config = Config::default();
+        if let Some(v) = header.get("close_wait").and_then(|v| v.as_f64()) {
+            config.close_wait = v;
+        }
+        if let Some(v) = header.get("max_window").and_then(|v| v.as_f64()) {
+            config.max_window = v;
+        }
+        if let Some(v) = header.get("window_open").and_then(|v| v.as_str()) {
+            config.window_open = WindowOpen::parse(v).expect("a window_open word");
+        }
+        if let Some(v) = header.get("candidates").and_then(|v| v.as_str()) {
+            config.candidates = Candidates::parse(v).expect("a candidates word");
+        }
+        if let Some(diff) = disagreement(&events, &config) {
+            panic!("{}:\n{diff}", path.display());
+        }
+    }
+}

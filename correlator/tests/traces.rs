@@ -11,7 +11,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use correlator::trace::TraceReader;
-use correlator::{replay, Config, WindowOpen};
+use correlator::{replay, Candidates, Config, WindowOpen};
 use serde_json::{Map, Value};
 
 fn traces_dir() -> PathBuf {
@@ -60,6 +60,11 @@ fn config_from_header(header: &Map<String, Value>) -> Result<Config, String> {
                 }
             }
         }
+    }
+    if let Some(v) = header.get("candidates") {
+        c.candidates = v.as_str().and_then(Candidates::parse).ok_or_else(|| {
+            format!("header `candidates` must be \"eligible\" or \"all\", got {v}")
+        })?;
     }
     if let Some(v) = header.get("window_open") {
         c.window_open = v.as_str().and_then(WindowOpen::parse).ok_or_else(|| {
