@@ -1,5 +1,5 @@
 //! Live correlation: relay events and MCP reports go to ONE correlator (the same code as
-//! replay), in `t` order, behind a watermark (design.md §4).
+//! replay), in `t` order, behind a watermark (docs/design.md §4).
 //!
 //! Sources of events:
 //! - each observed stream: its observer task stamps events with the time the bytes passed

@@ -1,4 +1,4 @@
-//! The canary suite (design.md §7): nothing sensitive leaves windowtap.
+//! The canary suite (docs/design.md §7): nothing sensitive leaves windowtap.
 //!
 //! A unique canary is planted in every sensitive place a Claude Code or Codex session carries
 //! (credentials, cookies, custom header values, query strings, system text, every role's

@@ -2,7 +2,7 @@
 //! (python3, tests/fixtures/hosts/) are launched by the built binary against a scripted
 //! upstream, start their MCP servers from the configuration `run` rewrote (so through
 //! `windowtap wrap`), and go through whole tool loops. The records must attribute each MCP
-//! call to its window with the evidence design.md §4 names, the host's exit code must be
+//! call to its window with the evidence docs/design.md §4 names, the host's exit code must be
 //! `run`'s, and the capture must replay to the live records.
 //!
 //! Everything is on loopback; every wait is bounded (support::WAIT, the hosts' own 20 s).

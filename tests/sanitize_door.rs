@@ -1,4 +1,4 @@
-//! A tripwire for the sanitizing door (`correlator::sanitize`, design.md §7).
+//! A tripwire for the sanitizing door (`correlator::sanitize`, docs/design.md §7).
 //!
 //! The door is enforced by types where the data is the traffic's (capture and records lines
 //! are `Line`s, OTLP spans come from `Cleared` records, logs go through one formatter). What

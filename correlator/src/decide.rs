@@ -1,4 +1,4 @@
-//! The decision rule (design.md §4), driven incrementally by [`Correlator`].
+//! The decision rule (docs/design.md §4), driven incrementally by [`Correlator`].
 //!
 //! Only *eligible* windows take part: of a host not known to differ from the interval's, with
 //! a call complete by its start that could have issued it (its visible name routes to the
@@ -65,7 +65,7 @@ impl WindowOpen {
     }
 }
 
-/// Which windows may be candidates for an interval (design.md §4).
+/// Which windows may be candidates for an interval (docs/design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Candidates {
     /// Only eligible windows: same host (or one unknown), and a call that could have issued
@@ -654,7 +654,7 @@ fn hosts_differ(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
     matches!((a, b), (Some(a), Some(b)) if a != b)
 }
 
-/// design.md §4 "eligible": could window `w` hold interval `p`? Same host (or one unknown),
+/// docs/design.md §4 "eligible": could window `w` hold interval `p`? Same host (or one unknown),
 /// and a call complete by `p`'s start that routes to its alias and tool, or an opaque program
 /// call (kind `custom`), which may call any tool. Under `--candidates all`, every window.
 fn eligible(all: bool, p: &Pending, w: &Window) -> bool {
@@ -664,7 +664,7 @@ fn eligible(all: bool, p: &Pending, w: &Window) -> bool {
     !hosts_differ(p.host.as_ref(), w.host.as_ref()) && w.first_call_for(&p.names) <= p.start
 }
 
-/// design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose host
+/// docs/design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose host
 /// is not known to differ from its own, or an eligible window that opened by its start and
 /// broke with no request of its thread in between.
 #[inline]
@@ -728,7 +728,7 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
         }
         match tracker.give_up_at(w, p.end + close_wait) {
             Some(give_up) if give_up <= at => {
-                // Given up, and so for good (design.md §4): it no longer delays this interval
+                // Given up, and so for good (docs/design.md §4): it no longer delays this interval
                 // and is not looked at again until the judgement.
                 p.open -= 1;
                 p.windows.swap(i, p.open);

@@ -1,4 +1,4 @@
-//! The event model: one type per line of trace v2 (design.md §5).
+//! The event model: one type per line of trace v2 (docs/design.md §5).
 //!
 //! Times are milliseconds since the trace's epoch, as `f64` so that fractions survive a
 //! round trip. Ids are opaque strings (already pseudonymized when they come from a capture).
@@ -137,7 +137,7 @@ pub enum EventKind {
 }
 
 /// Token counts of one response (`response_end.usage`, trace v2): each `None` when the API did
-/// not report it. Counts only: they may be written anywhere (design.md §7).
+/// not report it. Counts only: they may be written anywhere (docs/design.md §7).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Usage {
     /// Input tokens not read from or written to a prompt cache (Anthropic `input_tokens`;
@@ -230,7 +230,7 @@ words!(Outcome { Result => "result", Error => "error", Cancelled => "cancelled",
 
 /// Why a response stopped (`response_end.stop_reason`, trace v2): Anthropic's `stop_reason`,
 /// the Responses API's `incomplete_details.reason`, Chat Completions' `finish_reason`. A fixed
-/// list: anything else the API says is [`StopReason::Other`] (design.md §7).
+/// list: anything else the API says is [`StopReason::Other`] (docs/design.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StopReason {
     EndTurn,

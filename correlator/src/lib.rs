@@ -5,13 +5,13 @@
 //!
 //! - [`event`]: the event model of trace v2.
 //! - [`trace`]: the strict trace v2 reader and its writer.
-//! - [`windows`]: threads, response chains and windows (design.md §3).
-//! - [`decide`]: the decision rule (design.md §4), driven by [`Correlator`].
+//! - [`windows`]: threads, response chains and windows (docs/design.md §3).
+//! - [`decide`]: the decision rule (docs/design.md §4), driven by [`Correlator`].
 //! - [`records`]: records v1.
 //! - [`route`]: model-visible tool names to MCP alias and tool, per host.
 //! - [`observe`]: protocol observers turning copied bytes into events.
 //! - [`pseudo`]: keyed pseudonymization of raw ids.
-//! - [`sanitize`]: the one door out: what may be written anywhere (design.md §7).
+//! - [`sanitize`]: the one door out: what may be written anywhere (docs/design.md §7).
 //! - [`ingest`]: the wrapper→relay report lines (ingest protocol v1).
 
 pub mod decide;

@@ -1,5 +1,5 @@
 //! Records v1: one attribution record per MCP interval, written in decision order
-//! (design.md §6). Field order and number format are fixed so that replay output is
+//! (docs/design.md §6). Field order and number format are fixed so that replay output is
 //! byte-identical from run to run.
 
 use std::fmt;
@@ -251,7 +251,7 @@ impl fmt::Display for Summary {
 //
 // Mirrors `trace::TraceReader`: every malformed line is an error naming the source, the line,
 // the field when there is one, and what was wrong; it never guesses. Beyond fields and types it
-// checks what the decision rule guarantees of every record (design.md §4, §6), so that a
+// checks what the decision rule guarantees of every record (docs/design.md §4, §6), so that a
 // checker run over a records file catches a correlator that breaks its own rule.
 
 /// A malformed records line: source, line number, field and what was wrong.

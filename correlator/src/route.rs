@@ -1,4 +1,4 @@
-//! Does a model-visible tool call name a given MCP alias and tool? (design.md §4, `route`)
+//! Does a model-visible tool call name a given MCP alias and tool? (docs/design.md §4, `route`)
 //!
 //! The model never sees the MCP alias and tool as the wrapper reports them: each host
 //! translates them into a name its model API accepts. A call *resolves* to `(alias, tool)` when
@@ -31,7 +31,7 @@
 //!   identity); if even that does not fit, the namespace is cut to `cap - 15` chars and the
 //!   name is only the suffix.
 //!
-//! The cap is 128 bytes (design.md §4; the boundary test
+//! The cap is 128 bytes (docs/design.md §4; the boundary test
 //! `test_normalize_tools_respects_responses_api_name_length_boundaries` asserts 128, and seed
 //! 004 cites commit 4f39251a01). Older builds cut at 64; their cut names are not accepted (the
 //! design names one translation). A further retry (`attempt` ≥ 1, hashing

@@ -1,4 +1,4 @@
-//! The one door out (design.md §7).
+//! The one door out (docs/design.md §7).
 //!
 //! Everything windowtap writes about the traffic (records, captures, the `ingest` debug
 //! command's trace, OTLP spans, log fields and error messages that mention input) leaves

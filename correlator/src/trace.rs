@@ -1,5 +1,5 @@
 //! Trace v2: a strict reader (of versions 1 and 2) and a writer whose lines the reader
-//! accepts (design.md §5).
+//! accepts (docs/design.md §5).
 //!
 //! Version 2 adds `host` (string or null, required) to `stream_open`, `mcp_start` and
 //! `mcp_interval`, and optional `model` on `response_start`, `usage` and `stop_reason` on

@@ -1,4 +1,4 @@
-//! Threads, response chains and windows (design.md §3).
+//! Threads, response chains and windows (docs/design.md §3).
 //!
 //! [`Tracker`] applies relay and MCP events to the state the decision rule reads: which
 //! windows are open, closed or broken and when, which streams lost observation, which requests
@@ -175,7 +175,7 @@ pub struct Window {
     pub max_inside_end: Millis,
     /// While the response has ended and no call inside runs: from when on the window can be
     /// given up (`close_wait` after the response's end and after every reported inside call's
-    /// end; design.md §4), as long as nothing changes.
+    /// end; docs/design.md §4), as long as nothing changes.
     pub settle: Millis,
     /// Past spans `[from, until)` in which the window could be given up, ended by a call
     /// starting inside it or a late report. A candidate is given up at the *first* moment the
@@ -309,7 +309,7 @@ pub struct Tracker {
 }
 
 /// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
-/// and differ (design.md §4), unless every host counts.
+/// and differ (docs/design.md §4), unless every host counts.
 fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>) -> bool {
     all_hosts
         || match (call, window) {
@@ -708,7 +708,7 @@ impl Tracker {
     }
 
     /// Is window `id` eligible for an interval of host `host` starting at `start` whose tool
-    /// has the visible `names` (design.md §4)? Hosts not known to differ, and a call complete
+    /// has the visible `names` (docs/design.md §4)? Hosts not known to differ, and a call complete
     /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
     /// window until it gets another call).
     #[inline]

@@ -1,4 +1,4 @@
-//! The incremental correlator against a brute-force reference of design.md §3–§4, on random
+//! The incremental correlator against a brute-force reference of docs/design.md §3–§4, on random
 //! valid traces; plus hand-made scenarios that pin the reference itself down.
 
 mod support;
@@ -452,7 +452,7 @@ fn replay_agrees(events: &[Event], config: &Config) {
 }
 
 /// The seed-000 Codex probe: call item done at 6905, response completed 6957, MCP call
-/// 7187–7264, continuation at 7278, report at 7280: the design.md §6 example, exactly.
+/// 7187–7264, continuation at 7278, report at 7280: the docs/design.md §6 example, exactly.
 #[test]
 fn the_codex_probe_is_attributed_as_in_the_design_example() {
     let events = Script::new()
@@ -646,7 +646,7 @@ fn a_broken_candidate_makes_the_answer_incomplete() {
     replay_agrees(&events, &Config::default());
 }
 
-/// design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
+/// docs/design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
 /// another request, makes every later interval `incomplete`, on any thread, even one whose
 /// own window contains it and closed normally.
 #[test]

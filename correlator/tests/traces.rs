@@ -1,7 +1,7 @@
 //! Every hand-written trace in `traces/` replays to exactly the records in
 //! `traces/expected/NAME.records.jsonl`, byte for byte.
 //!
-//! The expected records were worked out by hand from design.md §3–§4 (one line of reasoning
+//! The expected records were worked out by hand from docs/design.md §3–§4 (one line of reasoning
 //! per trace in `traces/README.md`), so a failure here means the code and the hand reading
 //! disagree: read the diff, then the text, before touching either.
 

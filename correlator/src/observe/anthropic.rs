@@ -3,7 +3,7 @@
 //!
 //! - `message_start` → `response_start` (the message id; the request is the exchange's).
 //! - A `tool_use` block is a client-executed call; it is complete at its `content_block_stop`,
-//!   which is when `tool_call` is emitted (design.md §3: the window opens there).
+//!   which is when `tool_call` is emitted (docs/design.md §3: the window opens there).
 //!   `server_tool_use` blocks run on Anthropic's side and are not client calls.
 //! - `message_stop` → `response_end{completed}`; a mid-stream `error` → `response_end{error}`.
 //!   A stream that ends without either leaves the response open: the stream's close then

@@ -1,4 +1,4 @@
-//! The observers the relay drives, one per stream (design.md §2–§3): [`HttpObserver`] for one
+//! The observers the relay drives, one per stream (docs/design.md §2–§3): [`HttpObserver`] for one
 //! HTTP exchange, [`WsObserver`] for one WebSocket connection, plus the route and client
 //! classification that decides what is observed and under which thread.
 //!

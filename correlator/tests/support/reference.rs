@@ -1,4 +1,4 @@
-//! A reference implementation of design.md §3–§4, written to be obviously right rather than
+//! A reference implementation of docs/design.md §3–§4, written to be obviously right rather than
 //! fast: it sees the whole trace at once, works out every window's fate from the events, and
 //! then, for each interval, tries every moment at which the answer could change, in order,
 //! and takes the first one at which the rule says "decide".
@@ -9,7 +9,7 @@
 //! The points the text leaves open are read as the lead's brief states them (numbered 1–11
 //! there); the comments below cite those numbers as "brief n".
 //!
-//! Hosts and eligibility (design.md §3 "Host", §4 "eligible") are read as written: a window is
+//! Hosts and eligibility (docs/design.md §3 "Host", §4 "eligible") are read as written: a window is
 //! eligible for an interval when the hosts do not differ (a null host never rules anything
 //! out) and its response has a call complete by the interval's start that routes to the
 //! interval's alias and tool, or is `custom`; only eligible windows are candidates, contain it
@@ -170,7 +170,7 @@ fn sha12(s: &str) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect::<String>()[..12].to_string()
 }
 
-/// Does the visible call name (in its namespace) route to `alias`/`tool`? (design.md §4
+/// Does the visible call name (in its namespace) route to `alias`/`tool`? (docs/design.md §4
 /// `route`, for names short enough that no cut applies.)
 fn routes(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
     let san = codex_part(alias);
@@ -201,7 +201,7 @@ fn routes(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool 
     }
 }
 
-/// The records design.md §4 prescribes for `events` under `config`, in decision order.
+/// The records docs/design.md §4 prescribes for `events` under `config`, in decision order.
 ///
 /// Assumes ids are unique over the trace (streams, responses, requests, intervals), which the
 /// generator guarantees.
