@@ -7,7 +7,7 @@ use std::path::Path;
 
 use correlator::sanitize::{Cleared, Door};
 use correlator::trace::TraceReader;
-use correlator::Millis;
+use correlator::{Event, Millis};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use sha2::{Digest, Sha256};
 
@@ -33,35 +33,43 @@ pub fn trace_spans(
     file: &Path,
     records: &[Cleared<'_>],
     epoch_unix_nanos: u64,
-    mut emit: impl FnMut(Span),
+    emit: impl FnMut(Span),
 ) -> std::io::Result<()> {
     let key = file_key(file)?;
-    let mut tree = Tree::new(key, epoch_unix_nanos, Door::replay(), Millis::INFINITY);
-    let mut reader = TraceReader::new(
+    let tree = Tree::new(key, epoch_unix_nanos, Door::replay(), Millis::INFINITY);
+    let reader = TraceReader::new(
         BufReader::with_capacity(1 << 16, File::open(file)?),
         file.display().to_string(),
     );
+    // The file replayed cleanly a moment ago; a read error here ends the events early.
+    let events = reader.map_while(Result::ok);
+    interleave(tree, events, records, emit);
+    Ok(())
+}
+
+/// Feeds `events` and `records` to `tree` in the correlator's order, then finishes it at the
+/// last event or decision.
+pub fn interleave(
+    mut tree: Tree,
+    events: impl Iterator<Item = Event>,
+    records: &[Cleared<'_>],
+    mut emit: impl FnMut(Span),
+) {
+    let mut events = events.peekable();
     let mut out = Vec::new();
-    let mut next = reader.next();
     let mut last = 0.0_f64;
     for c in records {
         let decided = c.record().decided_at;
-        // The file replayed cleanly a moment ago; a read error here ends the events early.
-        while let Some(Ok(ev)) = &next {
-            if ev.t > decided {
-                break;
-            }
+        while let Some(ev) = events.next_if(|ev| ev.t <= decided) {
             last = last.max(ev.t);
-            tree.event(ev, &mut out);
-            next = reader.next();
+            tree.event(&ev, &mut out);
         }
         tree.record(c, &mut out);
         out.drain(..).for_each(&mut emit);
     }
-    while let Some(Ok(ev)) = &next {
+    for ev in events {
         last = last.max(ev.t);
-        tree.event(ev, &mut out);
-        next = reader.next();
+        tree.event(&ev, &mut out);
     }
     let end = records
         .iter()
@@ -69,5 +77,4 @@ pub fn trace_spans(
         .fold(last, f64::max);
     tree.finish(end, &mut out);
     out.into_iter().for_each(emit);
-    Ok(())
 }

@@ -243,6 +243,7 @@ impl Tree {
     }
 
     /// Responses, turns and calls held (for retention checks).
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.responses.len() + self.turns.len() + self.requests.len() + self.reported.len()
     }
