@@ -145,9 +145,7 @@ mod tests {
     fn a_stuck_collector_costs_one_wait_then_drops() {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
         let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
-        let queued = (0..40)
-            .filter(|i| e.span(span(*i)))
-            .count();
+        let queued = (0..40).filter(|i| e.span(span(*i))).count();
         // One in flight, one queued, and perhaps one more that got in as the first request
         // failed; after that nothing waits.
         assert!(queued <= 3, "{queued}");

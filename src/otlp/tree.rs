@@ -276,7 +276,14 @@ impl Tree {
                 request,
                 previous_response,
                 outputs,
-            } => self.request(t, stream, request, previous_response.as_deref(), outputs, out),
+            } => self.request(
+                t,
+                stream,
+                request,
+                previous_response.as_deref(),
+                outputs,
+                out,
+            ),
             EventKind::ResponseStart {
                 stream,
                 response,
@@ -773,7 +780,10 @@ impl Tree {
         }
         usage_attributes(resp.client, &resp.usage, &mut a);
         if let Some(s) = &resp.stop_reason {
-            a.push(kv_strings(attr::FINISH_REASONS, std::iter::once(s.as_str())));
+            a.push(kv_strings(
+                attr::FINISH_REASONS,
+                std::iter::once(s.as_str()),
+            ));
         }
         if let Some(th) = &resp.thread {
             a.push(kv_str(attr::CONVERSATION_ID, th));

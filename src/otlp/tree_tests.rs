@@ -99,7 +99,11 @@ fn assert_tree_is_whole(spans: &[Span]) {
             let p = by_id
                 .get(&s.parent_span_id)
                 .unwrap_or_else(|| panic!("{}: its parent was not emitted", s.name));
-            assert_eq!(p.trace_id, s.trace_id, "{}: parent in another trace", s.name);
+            assert_eq!(
+                p.trace_id, s.trace_id,
+                "{}: parent in another trace",
+                s.name
+            );
         }
     }
 }
@@ -144,7 +148,10 @@ fn a_turn_is_a_root_with_its_responses_and_the_call_under_the_response_that_aske
     let turn1 = roots.iter().find(|t| is_child(r1, t)).unwrap();
     assert!(turn1.parent_span_id.is_empty());
     assert!(is_child(r2, turn1), "q2 continues r1, which made a call");
-    assert!(!is_child(r3, turn1), "q3 continues a finished turn: a new one");
+    assert!(
+        !is_child(r3, turn1),
+        "q3 continues a finished turn: a new one"
+    );
     assert_ne!(r3.trace_id, turn1.trace_id);
     let call = one(&s, "execute_tool echo");
     assert!(is_child(call, r1));
@@ -263,14 +270,21 @@ fn a_blocking_subagent_turn_sits_under_the_task_call() {
     // The Task call runs from its call item to the request carrying its result.
     assert_eq!(task.start_time_unix_nano, 1_000_000_000 + 200_000_000);
     assert_eq!(task.end_time_unix_nano, 1_000_000_000 + 711_000_000);
-    assert_eq!(string(chat("rm1"), "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(
+        string(chat("rm1"), "gen_ai.provider.name"),
+        Some("anthropic")
+    );
     // The subagent's MCP call failed: an error, under the response that asked for it (or,
     // abstained, in the same trace).
     let call = one(&s, "execute_tool echo");
     if string(call, "windowtap.decision") == Some("attributed") {
         assert!(is_child(call, chat("ra1")));
     } else {
-        assert!(is_child(call, main), "{:?}", string(call, "windowtap.reason"));
+        assert!(
+            is_child(call, main),
+            "{:?}",
+            string(call, "windowtap.reason")
+        );
     }
     assert_eq!(string(call, "error.type"), Some("error"));
     assert_eq!(
@@ -359,20 +373,29 @@ fn a_stream_lost_mid_response_ends_its_chat_span_with_an_error() {
 
 #[test]
 fn a_live_tree_forgets_finished_turns_after_the_horizon() {
-    let mut tree = Tree::new(
-        SourceKey::for_run([3; 32]),
-        0,
-        Door::replay(),
-        10_000.0,
-    );
+    let mut tree = Tree::new(SourceKey::for_run([3; 32]), 0, Door::replay(), 10_000.0);
     let mut out = Vec::new();
     let turn = |i: usize, t0: f64| -> Vec<String> {
         vec![
-            format!(r#"{{"type":"stream_open","t":{t0},"stream":"s{i}","client":"codex","transport":"http","thread":"th"}}"#),
-            format!(r#"{{"type":"request","t":{},"stream":"s{i}","request":"q{i}","previous_response":null,"outputs":[]}}"#, t0 + 1.0),
-            format!(r#"{{"type":"response_start","t":{},"stream":"s{i}","response":"r{i}","request":"q{i}"}}"#, t0 + 2.0),
-            format!(r#"{{"type":"response_end","t":{},"stream":"s{i}","response":"r{i}","status":"completed"}}"#, t0 + 3.0),
-            format!(r#"{{"type":"stream_close","t":{},"stream":"s{i}"}}"#, t0 + 4.0),
+            format!(
+                r#"{{"type":"stream_open","t":{t0},"stream":"s{i}","client":"codex","transport":"http","thread":"th"}}"#
+            ),
+            format!(
+                r#"{{"type":"request","t":{},"stream":"s{i}","request":"q{i}","previous_response":null,"outputs":[]}}"#,
+                t0 + 1.0
+            ),
+            format!(
+                r#"{{"type":"response_start","t":{},"stream":"s{i}","response":"r{i}","request":"q{i}"}}"#,
+                t0 + 2.0
+            ),
+            format!(
+                r#"{{"type":"response_end","t":{},"stream":"s{i}","response":"r{i}","status":"completed"}}"#,
+                t0 + 3.0
+            ),
+            format!(
+                r#"{{"type":"stream_close","t":{},"stream":"s{i}"}}"#,
+                t0 + 4.0
+            ),
         ]
     };
     let mut lines = Vec::new();
