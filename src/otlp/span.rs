@@ -43,6 +43,7 @@ pub mod attr {
     pub const WINDOW_OPEN_MS: &str = "windowtap.window.open_ms";
     pub const WINDOW_CLOSE_MS: &str = "windowtap.window.close_ms";
     pub const OUTCOME: &str = "windowtap.outcome";
+    pub const HOST: &str = "windowtap.host";
     pub const STREAM: &str = "windowtap.stream";
     pub const REQUEST: &str = "windowtap.request";
     pub const TOOL_CALLS: &str = "windowtap.tool_calls";

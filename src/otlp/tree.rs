@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 
-use correlator::event::{CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus};
+use correlator::event::{
+    CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus, StopReason, Usage,
+};
 use correlator::records::{Record, WindowRef};
 use correlator::route;
 use correlator::sanitize::{Cleared, Door};
@@ -122,6 +124,7 @@ fn agent_name(client: Client) -> Option<&'static str> {
 struct StreamInfo {
     client: Client,
     thread: Option<String>,
+    host: Option<String>,
     /// Responses started on this stream and not ended.
     open: Vec<String>,
 }
@@ -140,19 +143,11 @@ struct CallSeen {
     kind: CallKind,
 }
 
-/// Token usage as the trace reports it.
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct Usage {
-    pub input: Option<u64>,
-    pub output: Option<u64>,
-    pub cache_read: Option<u64>,
-    pub cache_creation: Option<u64>,
-}
-
 struct Response {
     stream: String,
     turn: String,
     thread: Option<String>,
+    host: Option<String>,
     client: Client,
     request: Option<String>,
     /// When its request was had whole (or the response started, when the request is unknown).
@@ -163,7 +158,7 @@ struct Response {
     end: Option<Millis>,
     model: Option<String>,
     usage: Usage,
-    stop_reason: Option<String>,
+    stop_reason: Option<StopReason>,
     span: SpanId,
 }
 
@@ -172,6 +167,7 @@ struct Turn {
     span: SpanId,
     parent: Option<SpanId>,
     thread: Option<String>,
+    host: Option<String>,
     client: Client,
     start: Millis,
     /// The latest end among its responses and calls so far.
@@ -190,6 +186,7 @@ struct SubagentCall {
     name: String,
     response: String,
     thread: Option<String>,
+    host: Option<String>,
     trace: TraceId,
     span: SpanId,
     parent: SpanId,
@@ -200,6 +197,7 @@ struct SubagentCall {
 struct Reported {
     outcome: Outcome,
     thread: Option<String>,
+    host: Option<String>,
 }
 
 /// The builder. Feed it every event and record in the order the correlator saw them.
@@ -260,6 +258,7 @@ impl Tree {
                 stream,
                 client,
                 thread,
+                host,
                 ..
             } => {
                 self.streams.insert(
@@ -267,6 +266,7 @@ impl Tree {
                     StreamInfo {
                         client: *client,
                         thread: thread.clone(),
+                        host: host.clone(),
                         open: Vec::new(),
                     },
                 );
@@ -288,7 +288,8 @@ impl Tree {
                 stream,
                 response,
                 request,
-            } => self.response_start(t, stream, response, request.as_deref()),
+                model,
+            } => self.response_start(t, stream, response, request.as_deref(), model.as_deref()),
             EventKind::ToolCall {
                 response,
                 call,
@@ -298,8 +299,16 @@ impl Tree {
                 ..
             } => self.tool_call(t, response, call, name, namespace.as_deref(), *kind),
             EventKind::ResponseEnd {
-                response, status, ..
+                response,
+                status,
+                usage,
+                stop_reason,
+                ..
             } => {
+                if let Some(resp) = self.responses.get_mut(response) {
+                    resp.usage = usage.unwrap_or_default();
+                    resp.stop_reason = *stop_reason;
+                }
                 let error = match status {
                     ResponseStatus::Completed => None,
                     other => Some(other.as_str()),
@@ -318,6 +327,7 @@ impl Tree {
                 interval,
                 outcome,
                 hints,
+                host,
                 ..
             } => {
                 self.reported.insert(
@@ -325,6 +335,7 @@ impl Tree {
                     Reported {
                         outcome: *outcome,
                         thread: hints.thread.clone(),
+                        host: host.clone(),
                     },
                 );
             }
@@ -392,12 +403,19 @@ impl Tree {
             .insert(request.to_owned(), RequestInfo { t, continues });
     }
 
-    fn response_start(&mut self, t: Millis, stream: &str, response: &str, request: Option<&str>) {
-        let (client, thread) = self
+    fn response_start(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        response: &str,
+        request: Option<&str>,
+        model: Option<&str>,
+    ) {
+        let (client, thread, host) = self
             .streams
             .get(stream)
-            .map(|s| (s.client, s.thread.clone()))
-            .unwrap_or((Client::Other, None));
+            .map(|s| (s.client, s.thread.clone(), s.host.clone()))
+            .unwrap_or((Client::Other, None, None));
         let req = request.and_then(|q| self.requests.get(q));
         let start = req.map_or(t, |q| q.t);
         let joined = req
@@ -412,7 +430,7 @@ impl Tree {
                     Some(q) => format!("q:{q}"),
                     None => format!("r:{response}"),
                 };
-                let turn = self.new_turn(&key, client, thread.clone(), start);
+                let turn = self.new_turn(&key, client, thread.clone(), host.as_deref(), start);
                 self.turns.insert(key.clone(), turn);
                 key
             }
@@ -433,13 +451,14 @@ impl Tree {
                 stream: stream.to_owned(),
                 turn: turn_key,
                 thread,
+                host,
                 client,
                 request: request.map(str::to_owned),
                 start,
                 calls: Vec::new(),
                 continued_at: None,
                 end: None,
-                model: None,
+                model: model.map(str::to_owned),
                 usage: Usage::default(),
                 stop_reason: None,
                 span,
@@ -447,14 +466,26 @@ impl Tree {
         );
     }
 
-    /// A new turn: under the one open Agent/Task call of another thread, if there is exactly
-    /// one (a blocking subagent), else the root of a trace of its own.
-    fn new_turn(&self, key: &str, client: Client, thread: Option<String>, start: Millis) -> Turn {
+    /// A new turn: under the one open Agent/Task call of another thread of the same host (as
+    /// far as known), if there is exactly one (a blocking subagent), else the root of a trace
+    /// of its own.
+    fn new_turn(
+        &self,
+        key: &str,
+        client: Client,
+        thread: Option<String>,
+        host: Option<&str>,
+        start: Millis,
+    ) -> Turn {
         let under: Vec<&SubagentCall> = match (&thread, client) {
             (Some(th), Client::Claude) => self
                 .subagent_calls
                 .values()
-                .filter(|sc| sc.start <= start && sc.thread.as_ref() != Some(th))
+                .filter(|sc| {
+                    sc.start <= start
+                        && sc.thread.as_ref() != Some(th)
+                        && same_host(sc.host.as_deref(), host)
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -467,6 +498,7 @@ impl Tree {
             span: self.key.span_id("turn", key),
             parent,
             thread,
+            host: host.map(str::to_owned),
             client,
             start,
             end: start,
@@ -506,6 +538,7 @@ impl Tree {
                         name: name.to_owned(),
                         response: response.to_owned(),
                         thread: resp.thread.clone(),
+                        host: resp.host.clone(),
                         trace: turn.trace,
                         span: self.key.span_id("call", call),
                         parent: resp.span,
@@ -586,7 +619,8 @@ impl Tree {
                 Some((turn.trace, Some(resp.span), turn.thread.clone()))
             }),
             None => {
-                let candidates = self.candidates(r);
+                let host = reported.as_ref().and_then(|rp| rp.host.as_deref());
+                let candidates = self.candidates(r, host);
                 for resp in &candidates {
                     if let Some(turn) = self.turns.get(&resp.turn) {
                         links.push(link(turn.trace, resp.span));
@@ -605,6 +639,9 @@ impl Tree {
         }
         let mut status = None;
         if let Some(rp) = &reported {
+            if let Some(h) = &rp.host {
+                a.push(kv_str(attr::HOST, h));
+            }
             a.push(kv_str(attr::OUTCOME, rp.outcome.as_str()));
             if rp.outcome != Outcome::Result {
                 a.push(kv_str(attr::ERROR_TYPE, rp.outcome.as_str()));
@@ -634,12 +671,13 @@ impl Tree {
     /// The responses that could have issued an abstained call: a client tool call complete
     /// at or before its start that names its tool (or an opaque program call), in a window
     /// not closed before it started. The exporter's own view, for links only.
-    fn candidates(&self, r: &Record) -> Vec<&Response> {
+    fn candidates(&self, r: &Record, host: Option<&str>) -> Vec<&Response> {
         let mut c: Vec<&Response> = self
             .responses
             .values()
             .filter(|resp| {
                 resp.continued_at.is_none_or(|c| c >= r.start)
+                    && same_host(resp.host.as_deref(), host)
                     && resp.calls.iter().any(|call| {
                         call.t <= r.start
                             && (call.kind == CallKind::Custom
@@ -837,6 +875,9 @@ impl Tree {
             a.push(kv_str(attr::CONVERSATION_ID, th));
             a.push(kv_str(attr::SESSION_ID, th));
         }
+        if let Some(h) = &turn.host {
+            a.push(kv_str(attr::HOST, h));
+        }
         a.push(kv_int(attr::TURN_RESPONSES, turn.responses.len() as i64));
         if turn.subagent {
             a.push(kv_str(attr::TURN_KIND, "subagent"));
@@ -924,6 +965,14 @@ impl Tree {
             dropped_links_count: 0,
             status,
         }
+    }
+}
+
+/// Hosts agree unless both are known and differ (design.md §4: a null host rules nothing out).
+fn same_host(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
     }
 }
 

@@ -8,8 +8,14 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use super::*;
 use crate::otlp::offline::interleave;
 
+/// A trace of these lines: version 2 when they name hosts, else version 1.
 fn events(lines: &[&str]) -> Vec<Event> {
-    let mut text = String::from("{\"type\":\"trace\",\"version\":1}\n");
+    let version = if lines.iter().any(|l| l.contains(r#""host":"#)) {
+        2
+    } else {
+        1
+    };
+    let mut text = format!("{{\"type\":\"trace\",\"version\":{version}}}\n");
     for l in lines {
         text.push_str(l);
         text.push('\n');
@@ -409,4 +415,68 @@ fn a_live_tree_forgets_finished_turns_after_the_horizon() {
     assert_eq!(out.len(), 400, "every turn and response emitted once");
     // 200 turns over 200 s, 10 s kept (plus up to one prune period).
     assert!(tree.held() < 4 * 80, "{}", tree.held());
+}
+
+#[test]
+fn a_chat_span_carries_model_usage_and_finish_reason() {
+    let s = spans(&[
+        r#"{"type":"stream_open","t":0,"stream":"c1","client":"claude","transport":"http","thread":"t","host":"h1"}"#,
+        r#"{"type":"request","t":1,"stream":"c1","request":"q1","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"response_start","t":5,"stream":"c1","response":"r1","request":"q1","model":"claude-sonnet-4-5"}"#,
+        r#"{"type":"response_end","t":9,"stream":"c1","response":"r1","status":"completed","usage":{"input":12,"output":161,"cache_read":18310,"cache_creation":1204},"stop_reason":"end_turn"}"#,
+        r#"{"type":"stream_open","t":10,"stream":"x1","client":"codex","transport":"websocket","thread":"u","host":"h2"}"#,
+        r#"{"type":"request","t":11,"stream":"x1","request":"q2","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"response_start","t":12,"stream":"x1","response":"r2","request":"q2","model":"gpt-5-codex"}"#,
+        r#"{"type":"response_end","t":19,"stream":"x1","response":"r2","status":"incomplete","usage":{"input":8123,"output":96,"cache_read":6912},"stop_reason":"max_output_tokens"}"#,
+    ]);
+    assert_tree_is_whole(&s);
+    let claude = one(&s, "chat claude-sonnet-4-5");
+    assert_eq!(claude.kind, SpanKind::Client as i32);
+    for (k, v) in [
+        ("gen_ai.request.model", "claude-sonnet-4-5"),
+        ("gen_ai.response.model", "claude-sonnet-4-5"),
+        ("gen_ai.provider.name", "anthropic"),
+    ] {
+        assert_eq!(string(claude, k), Some(v), "{k}");
+    }
+    // Anthropic counts cache reads and writes apart from input_tokens; the convention's
+    // input_tokens holds them all.
+    assert_eq!(
+        int(claude, "gen_ai.usage.input_tokens"),
+        Some(12 + 18310 + 1204)
+    );
+    assert_eq!(int(claude, "gen_ai.usage.output_tokens"), Some(161));
+    assert_eq!(
+        int(claude, "gen_ai.usage.cache_read.input_tokens"),
+        Some(18310)
+    );
+    assert_eq!(
+        int(claude, "gen_ai.usage.cache_creation.input_tokens"),
+        Some(1204)
+    );
+    let reasons = claude
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "gen_ai.response.finish_reasons")
+        .and_then(|kv| kv.value.clone())
+        .and_then(|v| v.value);
+    let Some(Value::ArrayValue(reasons)) = reasons else {
+        panic!("finish_reasons is not an array");
+    };
+    assert_eq!(reasons.values.len(), 1);
+    assert_eq!(
+        reasons.values[0].value,
+        Some(Value::StringValue("end_turn".into()))
+    );
+    let turn = one(&s, "invoke_agent Claude Code");
+    assert_eq!(string(turn, "windowtap.host"), Some("h1"));
+    // OpenAI's input_tokens already holds the cached ones.
+    let codex = one(&s, "chat gpt-5-codex");
+    assert_eq!(int(codex, "gen_ai.usage.input_tokens"), Some(8123));
+    assert_eq!(
+        int(codex, "gen_ai.usage.cache_read.input_tokens"),
+        Some(6912)
+    );
+    assert_eq!(int(codex, "gen_ai.usage.cache_creation.input_tokens"), None);
+    assert_eq!(string(codex, "error.type"), Some("incomplete"));
 }
