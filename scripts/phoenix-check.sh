@@ -55,7 +55,8 @@ trap cleanup EXIT
 
 # A demo session with what a capture of real hosts holds: models, token usage and stop reasons.
 # A Claude Code turn (two MCP calls in parallel, then a final answer) and a Codex turn on a
-# WebSocket (one MCP call, then the answer). Ids are already pseudonyms, as in a capture.
+# WebSocket (one MCP call, then the answer). Ids are already pseudonyms, as in a capture; a
+# completed Responses response reports no stop reason.
 demo="$work/demo-session.jsonl"
 "$venv/bin/python" - "$demo" <<'PY'
 import json, sys, time
@@ -86,11 +87,11 @@ e(8000, "stream_open", stream="x1", client="codex", transport="websocket", threa
 e(8010, "request", stream="x1", request="q3", previous_response=None, outputs=[])
 e(8500, "response_start", stream="x1", response="r3", request="q3", model="gpt-5-codex")
 e(9700, "tool_call", stream="x1", response="r3", call="call1", item="fc1", name="lookup", namespace="mcp__probe", kind="function")
-e(9760, "response_end", stream="x1", response="r3", status="completed", usage=u(8123, 96, 6912, None), stop_reason="tool_use")
+e(9760, "response_end", stream="x1", response="r3", status="completed", usage=u(8123, 96, 6912, None))
 e(10602, "mcp_interval", interval="m3", alias="probe", tool="lookup", start=9800, end=10600, outcome="result", tool_use_id=None, item_id="fc1", call_id="call1", thread=X, host="h2")
 e(10640, "request", stream="x1", request="q4", previous_response="r3", outputs=[])
 e(10900, "response_start", stream="x1", response="r4", request="q4", model="gpt-5-codex")
-e(12400, "response_end", stream="x1", response="r4", status="completed", usage=u(8390, 233, 8064, None), stop_reason="end_turn")
+e(12400, "response_end", stream="x1", response="r4", status="completed", usage=u(8390, 233, 8064, None))
 e(12500, "stream_close", stream="x1")
 head, body = ev[0], sorted(ev[1:], key=lambda d: d["t"])
 for d in body:
