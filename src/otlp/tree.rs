@@ -756,8 +756,8 @@ impl Tree {
         }
     }
 
-    /// Live runs: forget turns finished more than `horizon` ago; end responses and turns
-    /// idle that long.
+    /// Live runs: forget turns finished more than `horizon` ago; end responses, Agent/Task
+    /// calls and turns open that long.
     fn prune(&mut self, now: Millis, out: &mut Vec<Span>) {
         self.last_prune = now;
         let cutoff = now - self.horizon;
@@ -770,6 +770,18 @@ impl Tree {
         stale.sort();
         for r in stale {
             self.end_response(now, &r, Some("unfinished"), out);
+        }
+        let mut calls: Vec<String> = self
+            .subagent_calls
+            .iter()
+            .filter(|(_, sc)| sc.start < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        calls.sort();
+        for id in calls {
+            if let Some(sc) = self.subagent_calls.remove(&id) {
+                out.push(self.subagent_span(&id, &sc, now, Some("unfinished")));
+            }
         }
         let mut idle: Vec<String> = self
             .turns
