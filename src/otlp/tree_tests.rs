@@ -92,6 +92,14 @@ fn int(s: &Span, key: &str) -> Option<i64> {
         })
 }
 
+/// The chat span of `response`.
+fn chat<'a>(spans: &'a [Span], response: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|c| c.name.starts_with("chat") && string(c, "gen_ai.response.id") == Some(response))
+        .unwrap_or_else(|| panic!("no chat span for {response}"))
+}
+
 fn is_child(child: &Span, parent: &Span) -> bool {
     child.trace_id == parent.trace_id && child.parent_span_id == parent.span_id
 }
@@ -138,19 +146,7 @@ fn a_turn_is_a_root_with_its_responses_and_the_call_under_the_response_that_aske
     assert_eq!(s.len(), 6, "{:?}", names(&s));
     let roots = named(&s, "invoke_agent Codex");
     assert_eq!(roots.len(), 2, "two turns");
-    let chats = named(&s, "chat");
-    let r1 = chats
-        .iter()
-        .find(|c| string(c, "gen_ai.response.id") == Some("r1"))
-        .unwrap();
-    let r2 = chats
-        .iter()
-        .find(|c| string(c, "gen_ai.response.id") == Some("r2"))
-        .unwrap();
-    let r3 = chats
-        .iter()
-        .find(|c| string(c, "gen_ai.response.id") == Some("r3"))
-        .unwrap();
+    let (r1, r2, r3) = (chat(&s, "r1"), chat(&s, "r2"), chat(&s, "r3"));
     let turn1 = roots.iter().find(|t| is_child(r1, t)).unwrap();
     assert!(turn1.parent_span_id.is_empty());
     assert!(is_child(r2, turn1), "q2 continues r1, which made a call");
@@ -262,11 +258,7 @@ fn a_blocking_subagent_turn_sits_under_the_task_call() {
     let main = turns.iter().find(|t| t.parent_span_id.is_empty()).unwrap();
     let sub = turns.iter().find(|t| !t.parent_span_id.is_empty()).unwrap();
     let task = one(&s, "execute_tool Task");
-    let chat = |r: &str| {
-        s.iter()
-            .find(|c| string(c, "gen_ai.response.id") == Some(r) && c.name == "chat")
-            .unwrap()
-    };
+    let chat = |r: &str| chat(&s, r);
     assert!(is_child(chat("rm1"), main));
     assert!(is_child(chat("rm2"), main), "the Task result continues rm1");
     assert!(is_child(task, chat("rm1")));
@@ -332,14 +324,7 @@ fn an_abstained_call_links_to_every_candidate_and_says_why() {
     assert!(call.parent_span_id.is_empty());
     let chats: Vec<_> = named(&s, "chat");
     let linked: HashSet<_> = call.links.iter().map(|l| l.span_id.clone()).collect();
-    let r1 = chats
-        .iter()
-        .find(|c| string(c, "gen_ai.response.id") == Some("r1"))
-        .unwrap();
-    let r2 = chats
-        .iter()
-        .find(|c| string(c, "gen_ai.response.id") == Some("r2"))
-        .unwrap();
+    let (r1, r2) = (chat(&s, "r1"), chat(&s, "r2"));
     assert_eq!(
         linked,
         HashSet::from([r1.span_id.clone(), r2.span_id.clone()])
