@@ -1,13 +1,18 @@
 //! The pieces of an OTLP span: the GenAI, MCP and `windowtap.*` attribute names, typed
-//! attribute values, trace-clock times in Unix nanoseconds, and the export request. The tree
-//! of spans itself is built in [`super::tree`].
+//! attribute values, the attributes of a record and of a response's usage, error status,
+//! trace-clock times in Unix nanoseconds, and the export request. The tree of spans itself is
+//! built in [`super::tree`].
 
+use correlator::event::{Client, Usage};
+use correlator::records::{Record, WindowRef};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::{
+    status::StatusCode, ResourceSpans, ScopeSpans, Span, Status,
+};
 
 /// Attribute names. GenAI and MCP names are the semantic-convention ones (design: protocols.md
 /// §5); the `opentelemetry-semantic-conventions` constants are deprecated, so they live here.
@@ -106,6 +111,88 @@ pub fn kv_strings<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> KeyVa
         })
         .collect();
     kv(key, any_value::Value::ArrayValue(ArrayValue { values }))
+}
+
+pub fn error_status(word: &str) -> Status {
+    Status {
+        message: word.to_owned(),
+        code: StatusCode::Error as i32,
+    }
+}
+
+/// Usage on a chat span. `gen_ai.usage.input_tokens` counts every input token, cached ones
+/// included (the convention); Anthropic reports cache reads and writes apart from
+/// `input_tokens`, so they are added for it; OpenAI's `input_tokens` already holds them.
+pub fn usage_attributes(client: Client, u: &Usage, a: &mut Vec<KeyValue>) {
+    let cached = match client {
+        Client::Claude => u.cache_read.unwrap_or(0) + u.cache_creation.unwrap_or(0),
+        _ => 0,
+    };
+    if let Some(i) = u.input {
+        a.push(kv_int(attr::USAGE_INPUT, clamp(i.saturating_add(cached))));
+    }
+    if let Some(o) = u.output {
+        a.push(kv_int(attr::USAGE_OUTPUT, clamp(o)));
+    }
+    if let Some(c) = u.cache_read {
+        a.push(kv_int(attr::USAGE_CACHE_READ, clamp(c)));
+    }
+    if let Some(c) = u.cache_creation {
+        a.push(kv_int(attr::USAGE_CACHE_CREATION, clamp(c)));
+    }
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The attributes every `execute_tool` span of a record carries (all from the record).
+pub fn tool_attributes(record: &Record) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(20);
+    a.push(kv_str(attr::OPERATION_NAME, "execute_tool"));
+    a.push(kv_str(attr::TOOL_NAME, &record.tool));
+    // The record names no call of the window (hints are not kept in records), so the call id
+    // is the MCP call's own pseudonymous id: the interval.
+    a.push(kv_str(attr::TOOL_CALL_ID, &record.interval));
+    a.push(kv_str(attr::MCP_METHOD_NAME, "tools/call"));
+    // The alias is the name the host's MCP configuration gives the server, which is what
+    // Codex's own `mcp.tools.call` spans put in `mcp.server.name`.
+    a.push(kv_str(attr::MCP_SERVER_NAME, &record.alias));
+    // The wrapper speaks MCP over the server's stdio.
+    a.push(kv_str(attr::NETWORK_TRANSPORT, "pipe"));
+    a.push(kv_str(attr::DECISION, record.decision()));
+    if let Some(reason) = record.reason {
+        a.push(kv_str(attr::REASON, reason.as_str()));
+    }
+    a.push(kv_strings(
+        attr::EVIDENCE,
+        record.evidence.iter().map(|e| e.as_str()),
+    ));
+    a.push(kv_int(
+        attr::CANDIDATES,
+        i64::try_from(record.candidates).unwrap_or(i64::MAX),
+    ));
+    a.push(kv_str(attr::INTERVAL, &record.interval));
+    a.push(kv_ms(attr::DECIDED_AT_MS, record.decided_at));
+    if let Some(w) = &record.window {
+        window_attributes(w, &mut a);
+    }
+    a
+}
+
+fn window_attributes(w: &WindowRef, a: &mut Vec<KeyValue>) {
+    a.push(kv_str(attr::RESPONSE_ID, &w.response));
+    if let Some(thread) = &w.thread {
+        a.push(kv_str(attr::CONVERSATION_ID, thread));
+    }
+    a.push(kv_str(attr::WINDOW_STREAM, &w.stream));
+    if let Some(request) = &w.request {
+        a.push(kv_str(attr::WINDOW_REQUEST, request));
+    }
+    a.push(kv_ms(attr::WINDOW_OPEN_MS, w.open));
+    if let Some(close) = w.close {
+        a.push(kv_ms(attr::WINDOW_CLOSE_MS, close));
+    }
 }
 
 /// One export request: every span under one resource and the windowtap scope.

@@ -20,22 +20,25 @@
 //! Nothing here decides attribution: records come from the correlator as they are. The tree
 //! only places them. Every span is emitted once, when it is finished (ids are derived, so a
 //! child may leave before its parent). Only events and records the sanitizing door let out
-//! are used, and nothing is added that they do not hold (design.md §7).
+//! are used, and nothing is added that they do not hold (docs/design.md §7).
 
 use std::collections::HashMap;
 
 use correlator::event::{
     CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus, StopReason, Usage,
 };
-use correlator::records::{Record, WindowRef};
+use correlator::records::Record;
 use correlator::route;
 use correlator::sanitize::{Cleared, Door};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind};
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use sha2::{Digest, Sha256};
 
-use super::span::{attr, kv_int, kv_ms, kv_str, kv_strings, unix_nanos};
+use super::span::{
+    attr, error_status, kv_int, kv_ms, kv_str, kv_strings, tool_attributes, unix_nanos,
+    usage_attributes,
+};
 
 pub type TraceId = [u8; 16];
 pub type SpanId = [u8; 8];
@@ -368,7 +371,7 @@ impl Tree {
                 }
             }
         }
-        // The continued responses (design.md §3), the latest first; only one of an
+        // The continued responses (docs/design.md §3), the latest first; only one of an
         // unfinished turn that made client tool calls keeps the turn going.
         let same_thread = |r: &Response| match (&thread, &r.thread) {
             (Some(a), Some(b)) => a == b,
@@ -385,7 +388,7 @@ impl Tree {
             .collect();
         continued.sort_by(|a, b| {
             let start = |r: &str| self.responses.get(r).map_or(0.0, |r| r.start);
-            start(b).total_cmp(&start(a))
+            start(b).total_cmp(&start(a)).then_with(|| a.cmp(b))
         });
         continued.dedup();
         let continued: Vec<String> = continued.into_iter().map(str::to_owned).collect();
@@ -980,7 +983,7 @@ impl Tree {
     }
 }
 
-/// Hosts agree unless both are known and differ (design.md §4: a null host rules nothing out).
+/// Hosts agree unless both are known and differ (docs/design.md §4: a null host rules nothing out).
 fn same_host(a: Option<&str>, b: Option<&str>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => a == b,
@@ -996,88 +999,6 @@ fn link(trace: TraceId, span: SpanId) -> Link {
         attributes: vec![kv_str(attr::LINK_ROLE, "candidate")],
         dropped_attributes_count: 0,
         flags: 1,
-    }
-}
-
-fn error_status(word: &str) -> Status {
-    Status {
-        message: word.to_owned(),
-        code: StatusCode::Error as i32,
-    }
-}
-
-/// Usage on a chat span. `gen_ai.usage.input_tokens` counts every input token, cached ones
-/// included (the convention); Anthropic reports cache reads and writes apart from
-/// `input_tokens`, so they are added for it; OpenAI's `input_tokens` already holds them.
-fn usage_attributes(client: Client, u: &Usage, a: &mut Vec<KeyValue>) {
-    let cached = match client {
-        Client::Claude => u.cache_read.unwrap_or(0) + u.cache_creation.unwrap_or(0),
-        _ => 0,
-    };
-    if let Some(i) = u.input {
-        a.push(kv_int(attr::USAGE_INPUT, clamp(i.saturating_add(cached))));
-    }
-    if let Some(o) = u.output {
-        a.push(kv_int(attr::USAGE_OUTPUT, clamp(o)));
-    }
-    if let Some(c) = u.cache_read {
-        a.push(kv_int(attr::USAGE_CACHE_READ, clamp(c)));
-    }
-    if let Some(c) = u.cache_creation {
-        a.push(kv_int(attr::USAGE_CACHE_CREATION, clamp(c)));
-    }
-}
-
-fn clamp(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// The attributes every `execute_tool` span of a record carries (all from the record).
-fn tool_attributes(record: &Record) -> Vec<KeyValue> {
-    let mut a = Vec::with_capacity(20);
-    a.push(kv_str(attr::OPERATION_NAME, "execute_tool"));
-    a.push(kv_str(attr::TOOL_NAME, &record.tool));
-    // The record names no call of the window (hints are not kept in records), so the call id
-    // is the MCP call's own pseudonymous id: the interval.
-    a.push(kv_str(attr::TOOL_CALL_ID, &record.interval));
-    a.push(kv_str(attr::MCP_METHOD_NAME, "tools/call"));
-    // The alias is the name the host's MCP configuration gives the server, which is what
-    // Codex's own `mcp.tools.call` spans put in `mcp.server.name`.
-    a.push(kv_str(attr::MCP_SERVER_NAME, &record.alias));
-    // The wrapper speaks MCP over the server's stdio.
-    a.push(kv_str(attr::NETWORK_TRANSPORT, "pipe"));
-    a.push(kv_str(attr::DECISION, record.decision()));
-    if let Some(reason) = record.reason {
-        a.push(kv_str(attr::REASON, reason.as_str()));
-    }
-    a.push(kv_strings(
-        attr::EVIDENCE,
-        record.evidence.iter().map(|e| e.as_str()),
-    ));
-    a.push(kv_int(
-        attr::CANDIDATES,
-        i64::try_from(record.candidates).unwrap_or(i64::MAX),
-    ));
-    a.push(kv_str(attr::INTERVAL, &record.interval));
-    a.push(kv_ms(attr::DECIDED_AT_MS, record.decided_at));
-    if let Some(w) = &record.window {
-        window_attributes(w, &mut a);
-    }
-    a
-}
-
-fn window_attributes(w: &WindowRef, a: &mut Vec<KeyValue>) {
-    a.push(kv_str(attr::RESPONSE_ID, &w.response));
-    if let Some(thread) = &w.thread {
-        a.push(kv_str(attr::CONVERSATION_ID, thread));
-    }
-    a.push(kv_str(attr::WINDOW_STREAM, &w.stream));
-    if let Some(request) = &w.request {
-        a.push(kv_str(attr::WINDOW_REQUEST, request));
-    }
-    a.push(kv_ms(attr::WINDOW_OPEN_MS, w.open));
-    if let Some(close) = w.close {
-        a.push(kv_ms(attr::WINDOW_CLOSE_MS, close));
     }
 }
 
