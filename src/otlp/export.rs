@@ -128,7 +128,7 @@ impl Counters {
     }
 }
 
-/// The cheap, cloneable side that turns records into spans and queues them.
+/// The cheap, cloneable side that queues finished spans.
 #[derive(Clone)]
 pub struct ExporterHandle {
     tx: mpsc::Sender<Span>,

@@ -1,15 +1,19 @@
-//! OTLP export of attribution records: each record becomes one `execute_tool {tool}` span
-//! (OTLP/HTTP protobuf, `POST …/v1/traces`), so a tracing backend shows which MCP calls ran in
-//! which model response window, and where windowtap abstained and why.
+//! OTLP export of a run as a trace tree (OTLP/HTTP protobuf, `POST …/v1/traces`): one trace per
+//! agent turn, a `chat {model}` span per model response, and each MCP call's
+//! `execute_tool {tool}` span under the response it ran in, or, abstained, linked to every
+//! candidate with windowtap's reason.
 //!
 //! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
-//! - [`span`]: record → span, with the GenAI/MCP attribute names and deterministic ids.
+//! - [`tree`]: the sans-IO span builder: events and records in, finished spans out, ids derived
+//!   from a source key.
+//! - [`span`]: attribute names and values, times, the export request.
+//! - [`offline`]: the tree of a replayed trace file; [`LiveTree`]: of a live run.
 //! - [`export`]: the never-blocking queue, batching and the HTTP client.
 //! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
 //!
 //! Live commands (relay, run) flatten [`OtlpArgs`], start an [`Exporter`] inside their
-//! runtime and call [`ExporterHandle::record`] for each record; `docs/otlp.md` shows the code.
-//! `docs/otlp.md` documents the span format and the decisions behind it.
+//! runtime and feed a [`LiveTree`] on the correlator task; `docs/otlp.md` shows the code and
+//! documents the tree and the decisions behind it.
 
 pub mod blocking;
 pub mod config;
