@@ -15,7 +15,9 @@
 #    headless Chromium (into $WINDOWTAP_PHOENIX_PNG_DIR, default the run's scratch directory).
 #
 # Span and trace ids are derived from each file's name and content, so both replays export the
-# same ids (only the times differ: files without `epoch_unix_ms` are placed at "now").
+# same ids (only the times differ: files without `epoch_unix_ms` are placed at "now"). For the
+# same reason a capture given must not be a file of traces/ itself: its spans would be the
+# bundled file's, stored once.
 #
 # Environment: WINDOWTAP_PHOENIX_DIR (scratch dir, default $TMPDIR/windowtap-phoenix),
 # WINDOWTAP (a built binary; default: cargo build, debug), WINDOWTAP_PHOENIX_PNG_DIR.
