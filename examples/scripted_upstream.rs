@@ -224,7 +224,8 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
         "type": "message_start",
         "message": {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 1}}
+            "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+                "cache_read_input_tokens": 2048, "output_tokens": 1}}
     }))];
     let (block, stop_reason) = match plan {
         Plan::ToolSearch | Plan::McpCall => {
@@ -275,11 +276,13 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
     };
     steps.push(Step::Event(json!({"type": "message_delta",
         "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-        "usage": {"output_tokens": 5}})));
+        "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+            "cache_read_input_tokens": 2048, "output_tokens": 5}})));
     steps.push(Step::Event(json!({"type": "message_stop"})));
     let whole = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model,
         "content": [block], "stop_reason": stop_reason, "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 5}});
+        "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+            "cache_read_input_tokens": 2048, "output_tokens": 5}});
     (steps, whole)
 }
 
@@ -384,7 +387,7 @@ fn response_object(id: &str, model: &str, status: &str, output: Vec<Value>) -> V
     let mut r = json!({"id": id, "object": "response", "created_at": 1_700_000_000u64,
         "status": status, "model": model, "output": output});
     if status == "completed" {
-        r["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+        r["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4},
             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 15});
     }

@@ -228,9 +228,10 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         // Records first: export may wait for queue room (bounded), the records never do.
         if let Some(e) = &exporter {
             let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
-            for c in &cleared {
-                e.record(c, epoch);
-            }
+            otlp::offline::trace_spans(file, &cleared, epoch, |s| {
+                e.span(s);
+            })
+            .with_context(|| format!("{}: reading it again for OTLP", file.display()))?;
         }
     }
     sink.flush().context("writing records")?;

@@ -20,7 +20,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("logging.rs", 4, "the one log formatter, by the door's log policy"),
     ("main.rs", 1, "the error at the edge: our messages; readers quote input via sanitize::quote"),
     ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
-    ("otlp/export.rs", 1, "gzip of the protobuf of spans made from `Cleared` records"),
+    ("otlp/export.rs", 1, "gzip of the protobuf of spans the tree built from door-cleared events and records"),
     ("relay/args.rs", 1, "the OTLP set-up's warnings: fixed text and an endpoint as scheme://host:port"),
     ("relay/mod.rs", 3, "the banner, the ingest socket's path, the run summary"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
