@@ -18,10 +18,12 @@
 //!   (Codex's default catalog model) calls the custom `exec` tool with JavaScript that calls the
 //!   MCP tool through the `tools` object. Also `GET …/models`.
 //!
-//! `--subagent blocking|background` (Claude Code): the main thread's first answer is an `Agent`
-//! call spawning a `general-purpose` subagent (`run_in_background` false or true) told to call
-//! the MCP tool; requests carrying `x-claude-code-agent-id` (the subagent's) then go through
-//! the MCP loop above, and the main thread gets the final text once it has spawned.
+//! `--subagent blocking|background` (Claude Code): the main thread calls the MCP tool as above,
+//! and on its result, instead of the final text, calls `Agent` to spawn a `general-purpose`
+//! subagent (`run_in_background` false or true) told to call the MCP tool; requests carrying
+//! `x-claude-code-agent-id` (the subagent's) go through the MCP loop above, and the main thread
+//! gets the final text once it has spawned. Two MCP calls per run: the main thread's, then the
+//! subagent's (inside the main thread's `Agent` window when blocking).
 //!
 //! `--hold-ms N` holds the terminal event back N ms after the tool call item is complete, so
 //! the host runs the MCP call while the response is still streaming (protocols.md §6).
@@ -76,8 +78,8 @@ struct Args {
     /// Refuse permessage-deflate on WebSocket upgrades (the real API accepts it).
     #[arg(long)]
     no_ws_deflate: bool,
-    /// Claude Code: the main thread first spawns a `general-purpose` subagent with the `Agent`
-    /// tool (`run_in_background` false or true), and the subagent calls the MCP tool.
+    /// Claude Code: after its own MCP call the main thread spawns a `general-purpose` subagent
+    /// with the `Agent` tool (`run_in_background` false or true), which calls the MCP tool too.
     #[arg(long, value_enum)]
     subagent: Option<Subagent>,
 }
@@ -204,9 +206,11 @@ fn messages_plan(s: &Script, req: &Value, from_agent: bool) -> Plan {
         return Plan::Side;
     }
     let messages = req["messages"].as_array().cloned().unwrap_or_default();
-    if s.subagent.is_some() && !from_agent {
-        // The main thread spawns the subagent once; whatever comes back afterwards (the
-        // Agent tool_result, a background agent's completion notice) gets the final text.
+    // The main thread of a subagent run: its own MCP call first (below), then the subagent.
+    let main_of_subagent_run = s.subagent.is_some() && !from_agent;
+    if main_of_subagent_run {
+        // The subagent is spawned once; whatever comes back afterwards (the Agent
+        // tool_result, a background agent's completion notice) gets the final text.
         let spawned = messages.iter().any(|m| {
             m["role"] == "assistant"
                 && m["content"]
@@ -217,9 +221,6 @@ fn messages_plan(s: &Script, req: &Value, from_agent: bool) -> Plan {
         });
         if spawned {
             return Plan::Final;
-        }
-        if tools.contains(&AGENT_TOOL) {
-            return Plan::SpawnAgent;
         }
     }
     // Names of the tool_use blocks the "model" produced, by id.
@@ -247,6 +248,9 @@ fn messages_plan(s: &Script, req: &Value, from_agent: bool) -> Plan {
         .filter_map(|id| used.get(id).cloned())
         .collect();
     if answered.contains(&flat) {
+        if main_of_subagent_run && tools.contains(&AGENT_TOOL) {
+            return Plan::SpawnAgent;
+        }
         return Plan::Final;
     }
     if answered.iter().any(|n| n == "ToolSearch") || tools.contains(&flat.as_str()) {
@@ -1237,12 +1241,17 @@ mod tests {
     }
 
     #[test]
-    fn subagent_mode_main_thread_spawns_a_general_purpose_agent() {
+    fn subagent_mode_main_thread_calls_the_tool_then_spawns_a_general_purpose_agent() {
         for (mode, background) in [(Subagent::Blocking, false), (Subagent::Background, true)] {
             let s = subagent_script(mode);
-            let req = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
+            let first = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
                 "messages": [{"role": "user", "content": "go"}]});
-            assert_eq!(messages_plan(&s, &req, false).word(), "spawn_agent");
+            assert_eq!(messages_plan(&s, &first, false).word(), "tool_search");
+            let after_mcp = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
+                "messages": [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "mcp__probe__echo"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]});
+            assert_eq!(messages_plan(&s, &after_mcp, false).word(), "spawn_agent");
             let (steps, whole) = messages_steps(&s, Plan::SpawnAgent, "m");
             let ev = events(&steps);
             assert_eq!(ev[1]["content_block"]["name"], "Agent");
@@ -1257,7 +1266,7 @@ mod tests {
     }
 
     #[test]
-    fn subagent_mode_subagent_requests_go_to_the_mcp_tool() {
+    fn subagent_mode_subagent_requests_go_to_the_mcp_tool_and_end() {
         let s = subagent_script(Subagent::Blocking);
         // The subagent is offered Agent too; the header, not the tool list, tells them apart.
         let req = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
@@ -1266,6 +1275,11 @@ mod tests {
         let req = json!({"tools": [{"name": "Agent"}, {"name": "mcp__probe__echo"}],
             "messages": [{"role": "user", "content": "Call the tool"}]});
         assert_eq!(messages_plan(&s, &req, true).word(), "mcp_call");
+        let done = json!({"tools": [{"name": "Agent"}, {"name": "mcp__probe__echo"}],
+            "messages": [{"role": "user", "content": "Call the tool"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "mcp__probe__echo"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2"}]}]});
+        assert_eq!(messages_plan(&s, &done, true).word(), "final_text");
     }
 
     #[test]

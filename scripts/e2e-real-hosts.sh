@@ -407,10 +407,9 @@ def main():
         made = mcp_calls(s["host"], lines(s["output"]))
         started = len(s["calls"])
         recs_s = s["recs"]
-        decisions = {}
-        for r in recs_s:
-            key = r.get("decision") if r.get("decision") == "attributed" else r.get("reason")
-            decisions[key] = decisions.get(key, 0) + 1
+        # Each record as decision-or-reason/candidates, e.g. `attributed/1`, `ambiguous/2`.
+        decisions = sorted("%s/%s" % (r.get("decision") if r.get("decision") == "attributed"
+                                      else r.get("reason"), r.get("candidates")) for r in recs_s)
         need = "tool_use_id" if s["host"] == "claude" else "item_id"
         attributed = [r for r in recs_s if r.get("decision") == "attributed"]
         identity = [r for r in attributed if need in (r.get("evidence") or [])]
@@ -461,7 +460,7 @@ def main():
         rows.append({
             "name": s["name"], "kind": s["kind"], "sleep_ms": s["sleep_ms"], "rc": s["rc"],
             "mcp": started if s["killed"] else made, "recs": len(recs_s),
-            "decisions": ",".join(f"{k}:{v}" for k, v in sorted(decisions.items())) or "-",
+            "decisions": ",".join(decisions) or "-",
             "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO") if live and recs_s else "-",
             "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO") if live and recs_s else "-",
             "hostid": f"{len(host_known)}/{len(recs_s)}" if live else "-",
