@@ -916,7 +916,7 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
             status=PASS
             [ "$drc" = 0 ] && [ "$direct_calls" -ge 1 ] || { status=FAIL; fail=1; }
-            ROWS+=("$(printf '%-26s %5s  %-5s %3s  %-56s %s' "$scenario" "$hold" "$drc" "$direct_calls" "$answers" "$status")")
+            ROWS+=("$(printf '%-26s %5s  %-5s %3s  %-84s %s' "$scenario" "$hold" "$drc" "$direct_calls" "$answers" "$status")")
             continue
         fi
         vrc=0
@@ -949,7 +949,7 @@ done
     echo "windowtap end-to-end with real hosts ($CLAUDE_VER; $CODEX_VER; windowtap: $WT_MODE)"
     if [ ${#ROWS[@]} -gt 0 ]; then
         if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
-            printf '%-26s %5s  %-5s %3s  %-56s %s\n' scenario hold rc mcp "upstream answers" status
+            printf '%-26s %5s  %-5s %3s  %-84s %s\n' scenario hold rc mcp "upstream answers" status
         else
             printf '%-26s %5s  %-5s %3s  %-7s %5s  %-4s %-5s %-6s %-48s %s\n' scenario hold rc mcp rec/att early same check replay evidence status
         fi
