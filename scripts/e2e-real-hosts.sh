@@ -382,24 +382,35 @@ def main():
         s["calls"] = marker_calls(s["marker"])
         calls += [(i, c) for c in s["calls"]]
         s["recs"] = []
-    # Match records to calls: closest first, each call and record at most once.
-    pairs = []
-    if epoch is not None:
+    def match(offset):
+        """Records to calls with the trace's epoch at `offset` (unix ms): closest first, each
+        call and record at most once. Returns [(distance, record index, call index)]."""
+        pairs = []
         for ri, r in enumerate(recs):
-            start, end = epoch + r.get("start", 0), epoch + r.get("end", 0)
+            start, end = offset + r.get("start", 0), offset + r.get("end", 0)
             for ci, (_, c) in enumerate(calls):
                 d = abs(start - c["start"])
                 if c["end"] is not None:
                     d = max(d, abs(end - c["end"]))
                 if d <= TOLERANCE_MS:
                     pairs.append((d, ri, ci))
-    pairs.sort()
-    used_r, used_c = set(), set()
-    for d, ri, ci in pairs:
-        if ri in used_r or ci in used_c:
-            continue
-        used_r.add(ri)
-        used_c.add(ci)
+        pairs.sort()
+        used_r, used_c, out = set(), set(), []
+        for d, ri, ci in pairs:
+            if ri not in used_r and ci not in used_c:
+                used_r.add(ri)
+                used_c.add(ci)
+                out.append((d, ri, ci))
+        return out
+
+    # The epoch from the trace header; should a header not carry it, the offset that matches
+    # the most records (then the closest) among those that put some record on some call.
+    offsets = [epoch] if epoch is not None else [
+        c["start"] - r.get("start", 0) for r in recs for _, c in calls]
+    best = max((match(o) for o in offsets), default=[],
+               key=lambda m: (len(m), -sum(d for d, _, _ in m)))
+    used_r = {ri for _, ri, _ in best}
+    for _, ri, ci in sorted(best, key=lambda x: x[1]):
         sessions[calls[ci][0]]["recs"].append(recs[ri])
     by_name = {s["name"]: s for s in sessions}
     rows, all_ok = [], True
@@ -461,8 +472,11 @@ def main():
             "name": s["name"], "kind": s["kind"], "sleep_ms": s["sleep_ms"], "rc": s["rc"],
             "mcp": started if s["killed"] else made, "recs": len(recs_s),
             "decisions": ",".join(decisions) or "-",
-            "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO") if live and recs_s else "-",
-            "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO") if live and recs_s else "-",
+            # (For the killed session only shown when something was attributed: not required.)
+            "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO")
+            if live and recs_s and (attributed or not s["killed"]) else "-",
+            "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
+            if live and recs_s and (attributed or not s["killed"]) else "-",
             "hostid": f"{len(host_known)}/{len(recs_s)}" if live else "-",
             "outcome": ",".join(outcomes) if live and recs_s else "-",
             "nested": nested, "same": same, "ok": ok, "why": "; ".join(why)})
@@ -664,17 +678,18 @@ one_run() {
 #   C  codex-http-code     700 ms, likewise;
 #   K  codex-ws-function   600 s, started with B and C, SIGKILLed (the codex process itself)
 #                          once its call reached the MCP server (its marker says so);
-#   D  claude-direct       300 ms, started after K was killed (K's window is still open).
+#   D  claude-direct       300 ms, started after K was killed (K's window is still open) and
+#                          A's call ended.
 # Then SIGINT stops the relay. The direct leg runs the same choreography without windowtap
 # (hosts on the upstream, servers unwrapped), for the hosts-unchanged comparison.
 SHARED_LONG_MS=${E2E_SHARED_LONG_MS:-8000}
 declare -A SESSION_PID SESSION_RC SESSION_KIND SESSION_SLEEP SESSION_NEST
 
-# wait_marker FILE SECONDS: waits until FILE has a call's start line.
+# wait_marker FILE SECONDS [EV]: waits until FILE has a call's start (or EV) line.
 wait_marker() {
     local i
     for i in $(seq $(($2 * 10))); do
-        grep -q '"ev": "start"' "$1" 2>/dev/null && return 0
+        grep -q "\"ev\": \"${3:-start}\"" "$1" 2>/dev/null && return 0
         sleep 0.1
     done
     return 1
@@ -806,6 +821,8 @@ shared_relay() {
     else
         say "K's call never started"
     fi
+    # D only once A's call is over, so that what stands beside D's window is the dead one.
+    wait_marker "$dir/A/marker.jsonl" 90 end || say "A's call never ended"
     shared_session "$leg" "$dir" D claude-direct 300
     local n
     for n in A B C K D; do
