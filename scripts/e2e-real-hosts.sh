@@ -838,6 +838,10 @@ shared_relay() {
             kill -0 "$relay" 2>/dev/null || break
             sleep 0.1
         done
+        if kill -0 "$relay" 2>/dev/null; then
+            say "relay still draining after 30 s: second SIGINT"
+            kill -INT "$relay" 2>/dev/null || true
+        fi
         SHARED_RELAY_RC=0
         wait "$relay" || SHARED_RELAY_RC=$?
     fi
