@@ -386,8 +386,10 @@ async fn messages(s: Arc<Script>, path: &str, from: FromHeaders, body: &[u8]) ->
     let (steps, whole) = messages_steps(&s, plan, &model);
     let facts = json!({"agent": from.agent, "headers": from.claude_headers});
     if req["stream"] != true {
-        s.log(json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false,
-            "from": facts}));
+        s.log(
+            json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false,
+            "from": facts}),
+        );
         return json_response(StatusCode::OK, &whole);
     }
     stream_sse(s, "POST", path, plan, steps, Some(facts))
@@ -1259,7 +1261,10 @@ mod tests {
                 serde_json::from_str(ev[2]["delta"]["partial_json"].as_str().unwrap()).unwrap();
             assert_eq!(input["subagent_type"], "general-purpose");
             assert_eq!(input["run_in_background"], background);
-            assert!(input["prompt"].as_str().unwrap().contains("mcp__probe__echo"));
+            assert!(input["prompt"]
+                .as_str()
+                .unwrap()
+                .contains("mcp__probe__echo"));
             assert!(input["description"].is_string());
             assert_eq!(whole["stop_reason"], "tool_use");
         }
@@ -1310,7 +1315,10 @@ mod tests {
     #[test]
     fn header_facts_carry_names_never_values() {
         let mut h = HeaderMap::new();
-        h.insert("x-claude-code-session-id", "secret-session".parse().unwrap());
+        h.insert(
+            "x-claude-code-session-id",
+            "secret-session".parse().unwrap(),
+        );
         h.insert("x-claude-code-agent-id", "secret-agent".parse().unwrap());
         h.insert("x-api-key", "secret-key".parse().unwrap());
         let f = FromHeaders::of(&h);

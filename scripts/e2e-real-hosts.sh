@@ -504,8 +504,11 @@ PY
 
 # ------------------------------------------------------------------ helpers
 PIDS=()
+ORPHAN_MARKERS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    # A killed host's MCP server outlives it (shared-relay); end_orphans checks what it ends.
+    for m in "${ORPHAN_MARKERS[@]}"; do end_orphans "$m"; done
 }
 trap cleanup EXIT
 
@@ -797,7 +800,12 @@ shared_relay() {
         SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
         SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
         SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
-        [ -n "$SHARED_ANTHROPIC" ] && [ -n "$SHARED_OPENAI" ] || die "could not read the relay's overrides ($dir/relay.err)"
+        if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
+            say "could not read the relay's overrides ($dir/relay.err)"
+            stop "$relay"
+            stop "$UP_PID"
+            return 1
+        fi
         say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
     else
         SHARED_ANTHROPIC="http://$UP_ADDR"
@@ -809,6 +817,7 @@ shared_relay() {
     shared_session "$leg" "$dir" B codex-ws-function 300 A
     shared_session "$leg" "$dir" C codex-http-code 700 A
     shared_session "$leg" "$dir" K codex-ws-function 600000
+    ORPHAN_MARKERS+=("$dir/K/marker.jsonl")
     if wait_marker "$dir/K/marker.jsonl" 90; then
         local victim
         victim=$(descendant "${SESSION_PID[K]}" codex) || victim=
@@ -981,7 +990,7 @@ done
         echo "shared-relay: one windowtap relay (ingest socket: ${SHARED_INGEST:-none, direct only}), five sessions at once"
         printf '%-9s %-3s %-18s %6s %4s %3s %3s  %-22s %-8s %-4s %-6s %-8s %-6s %-4s %s\n' leg ses kind sleep rc mcp rec decisions identity host hostid outcome nested same status
         printf '%s\n' "${SHARED_ROWS[@]}"
-        echo "$SHARED_RUN"
+        echo "${SHARED_RUN%; }"
     fi
     echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"
