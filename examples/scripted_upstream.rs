@@ -1186,8 +1186,9 @@ mod tests {
 
     #[test]
     fn claude_with_the_mcp_tool_listed_calls_it_directly() {
+        // `Agent` offered too: without --subagent the script never spawns one.
         let s = script(0);
-        let req = json!({"tools": [{"name": "Bash"}, {"name": "mcp__probe__echo"}],
+        let req = json!({"tools": [{"name": "Bash"}, {"name": "Agent"}, {"name": "mcp__probe__echo"}],
             "messages": [{"role": "user", "content": "go"}]});
         assert_eq!(messages_plan(&s, &req, false).word(), "mcp_call");
     }
@@ -1302,14 +1303,6 @@ mod tests {
                 "messages": [{"role": "user", "content": "go"}, spawned.clone(), last]});
             assert_eq!(messages_plan(&s, &req, false).word(), "final_text");
         }
-    }
-
-    #[test]
-    fn without_subagent_mode_the_agent_tool_is_ignored() {
-        let s = script(0);
-        let req = json!({"tools": [{"name": "Agent"}, {"name": "mcp__probe__echo"}],
-            "messages": [{"role": "user", "content": "go"}]});
-        assert_eq!(messages_plan(&s, &req, false).word(), "mcp_call");
     }
 
     #[test]
