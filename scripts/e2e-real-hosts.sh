@@ -382,6 +382,7 @@ def main():
         s["calls"] = marker_calls(s["marker"])
         calls += [(i, c) for c in s["calls"]]
         s["recs"] = []
+
     def match(offset):
         """Records to calls with the trace's epoch at `offset` (unix ms): closest first, each
         call and record at most once. Returns [(distance, record index, call index)]."""
@@ -444,7 +445,7 @@ def main():
             why.append("host output differs from the direct leg")
         if s["killed"]:
             # Killed mid-call: the host is gone; its call must still have a record.
-            if s["rc"] in (0,):
+            if s["rc"] == 0:
                 why.append("host was not killed")
             if started < 1:
                 why.append("no call started")
@@ -676,7 +677,7 @@ one_run() {
 # once, their MCP servers declared as `windowtap wrap --alias probe -- python3 echo_mcp.py`
 # (no --ingest: the wrapper finds the default socket). The sessions (name kind sleep):
 #   A  claude-toolsearch   E2E_SHARED_LONG_MS (8000): its call holds A's window open (Codex
-#                          needs 2.5-3.5 s here to start and reach its call; 8 s leaves room);
+#                          needs 2.1-4.1 s here to start and reach its call; 8 s leaves room);
 #   B  codex-ws-function   300 ms, started once A's call runs: nested inside A's call;
 #   C  codex-http-code     700 ms, likewise;
 #   K  codex-ws-function   600 s, started with B and C, SIGKILLed (the codex process itself)
