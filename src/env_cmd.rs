@@ -2,6 +2,7 @@
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
+use std::io::Write;
 use std::process::ExitCode;
 
 use crate::ingest;
@@ -34,10 +35,8 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
             .filter(|m| m.file_type().is_socket())
             .map(|_| p)
     });
-    print!(
-        "{}",
-        lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str()))
-    );
+    let text = lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str()));
+    crate::stdout::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

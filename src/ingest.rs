@@ -450,7 +450,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
     let handle = serve(path, clock, tx).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::stdout();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());

@@ -40,7 +40,7 @@ pub struct ReplayArgs {
     /// [default: 1800000].
     #[arg(long, value_name = "MS")]
     max_window: Option<f64>,
-    /// Write records here instead of stdout.
+    /// Write records here instead of stdout (`-`: stdout).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -204,11 +204,11 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .config
         .map(otlp::BlockingExporter::start)
         .transpose()?;
-    let mut sink: Box<dyn Write> = match &args.output {
+    let mut sink: Box<dyn Write> = match args.output.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+        None => Box::new(BufWriter::new(crate::stdout::stdout())),
     };
     let mut summary = Summary::default();
     let door = Door::replay();

@@ -38,7 +38,7 @@ pub struct ReportArgs {
     /// The trace v1 the records came from: draws every window, not just attributed ones.
     #[arg(long, value_name = "TRACE")]
     trace: Option<PathBuf>,
-    /// Write the HTML here instead of stdout.
+    /// Write the HTML here instead of stdout (`-`: stdout).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
 }
@@ -87,10 +87,11 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
         trace.as_ref().map(|(events, mw)| (events.as_slice(), *mw)),
     );
     let html = render(&timeline, &sources);
-    match &args.output {
+    // `-o -` is stdout, as without -o.
+    let output = args.output.as_ref().filter(|p| p.as_os_str() != "-");
+    match output {
         Some(p) => std::fs::write(p, &html).with_context(|| format!("writing {}", p.display()))?,
-        None => std::io::stdout()
-            .lock()
+        None => crate::stdout::stdout()
             .write_all(html.as_bytes())
             .context("writing the report")?,
     }
@@ -99,9 +100,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
         timeline.records.len(),
         timeline.windows.len(),
         timeline.lanes.len(),
-        args.output
-            .as_ref()
-            .map(|p| format!(" -> {}", p.display()))
+        output.map(|p| format!(" -> {}", p.display()))
             .unwrap_or_default()
     );
     Ok(ExitCode::SUCCESS)
