@@ -141,10 +141,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let codex_home = std::env::var_os("CODEX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
-        .unwrap_or_else(|| PathBuf::from(".codex"));
+    let codex_home = codex::default_home();
     let auth = match args.codex_auth.as_str() {
         "api" => codex::Auth::ApiKey,
         "chatgpt" => codex::Auth::ChatGpt,
