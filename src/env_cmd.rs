@@ -1,9 +1,9 @@
 //! `windowtap env claude|codex`: the one override that points a host at a running relay, as
 //! lines a shell evaluates: `eval "$(windowtap env claude)"`.
 
+use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
-use std::io::Write;
 use std::process::ExitCode;
 
 use crate::ingest;
@@ -82,7 +82,9 @@ fn relay_base(url: &str) -> anyhow::Result<&str> {
 enum Lines {
     Claude,
     /// Codex, logged in with ChatGPT (the `/chatgpt` mount) or not (`/openai/v1`).
-    Codex { chatgpt: bool },
+    Codex {
+        chatgpt: bool,
+    },
 }
 
 /// Shell lines: every one is a comment, an `export` or a function definition.

@@ -20,11 +20,23 @@ const WITHHELD: &str = "<withheld>";
 
 /// Installs the logger on stderr: `RUST_LOG` if set, else `level`.
 pub fn init(level: &str) {
+    init_to(level, None);
+}
+
+/// Installs the logger on `file`, or on stderr when there is none: `RUST_LOG` if set, else
+/// `level`. (`run` logs to a file, so that the host keeps its terminal.)
+pub fn init_to(level: &str, file: Option<std::fs::File>) {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let writer = match file {
+        // Each line is one write of its own (`&File` writes unbuffered).
+        Some(f) => BoxMakeWriter::new(std::sync::Arc::new(f)),
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .event_format(Sanitized)
         .try_init();
 }

@@ -65,7 +65,10 @@ fn every_command_that_writes_stdout_ends_quietly_when_it_is_closed() {
     assert_quiet(&["replay", traces], dir.path());
     assert_quiet(&["replay", trace, "-o", "-"], dir.path());
     assert_quiet(&["report", records], dir.path());
-    assert_quiet(&["report", records, "--trace", trace, "-o", "-"], dir.path());
+    assert_quiet(
+        &["report", records, "--trace", trace, "-o", "-"],
+        dir.path(),
+    );
     assert_quiet(&["env", "claude"], dir.path());
     assert_quiet(&["env", "codex"], dir.path());
     assert_quiet(&["--help"], dir.path());

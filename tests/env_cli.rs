@@ -30,7 +30,11 @@ fn bash(dir: &Path, script: &str) -> std::process::Output {
 /// A `codex` that prints its arguments, one per line.
 fn fake_codex(dir: &Path) {
     let p = dir.join("codex");
-    std::fs::write(&p, "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n").unwrap();
+    std::fs::write(
+        &p,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n",
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
@@ -57,7 +61,11 @@ fn eval_of_env_codex_defines_a_codex_that_goes_through_the_relay() {
         dir.path(),
         r#"set -e; eval "$(windowtap env codex --relay http://127.0.0.1:9000)"; codex"#,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "-c\nopenai_base_url=\"http://127.0.0.1:9000/chatgpt\"\n"

@@ -74,6 +74,8 @@ struct Run {
     /// The attribution records (a `run` header record, if any, left out).
     records: Vec<Value>,
     capture: PathBuf,
+    /// The relay's log, which run writes beside the records.
+    log: String,
 }
 
 /// Runs `windowtap run --records … --capture … RUN_ARGS -- HOST_ARGS` in `dir` (its HOME,
@@ -144,6 +146,7 @@ fn windowtap_run_with(
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
     let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    let log = std::fs::read_to_string(records_path.with_extension("log")).unwrap_or_default();
     let records = records_text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("records lines are JSON"))
@@ -157,6 +160,7 @@ fn windowtap_run_with(
         records_text,
         records,
         capture,
+        log,
     }
 }
 
@@ -418,7 +422,8 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
     for (what, text) in [
         ("records", &run.records_text),
         ("capture", &capture),
-        ("log", &run.stderr),
+        ("stderr", &run.stderr),
+        ("log", &run.log),
     ] {
         for secret in [CANARY, "toolu_main", "sess-e2e-1", "dummy-key"] {
             assert!(
@@ -427,6 +432,10 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
             );
         }
     }
+    assert!(
+        run.log.contains(" exchange"),
+        "the log is beside the records"
+    );
     assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
 }
 
@@ -860,4 +869,110 @@ fn a_host_that_cannot_be_started_is_named() {
         "{}",
         run.stderr
     );
+}
+
+/// `windowtap run -- claude` in a terminal: the terminal is the host's while it runs. Driven
+/// under a pseudo-terminal (tests/fixtures/pty_run.py) with a host that writes HOST-START
+/// first and HOST-END last: everything up to HOST-END is the host's own output, and after it
+/// come only run's summary lines, which name the log file beside the records (where the
+/// relay's exchange lines went instead of the terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_terminal_only_the_host_writes_while_it_runs_and_the_log_goes_beside_the_records() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    args.push("--markers".into());
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let (status, stderr) = tokio::task::spawn_blocking(move || {
+        let pty_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pty_run.py");
+        let mut child = Command::new("python3")
+            .arg(pty_run)
+            .arg(path.join("terminal.txt"))
+            .arg(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("run")
+            .arg("--records")
+            .arg(path.join("records.jsonl"))
+            .arg("--")
+            .args(&args)
+            .current_dir(&path)
+            .env("HOME", &path)
+            .env("XDG_STATE_HOME", &path)
+            .env("CODEX_HOME", path.join("codex-home"))
+            .env("ANTHROPIC_BASE_URL", base)
+            .env_remove("WINDOWTAP_INGEST")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 pty_run.py");
+        let stderr = child.stderr.take().unwrap();
+        let err_reader =
+            std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let deadline = Instant::now() + WAIT * 2;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("run under a terminal did not finish in time");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        (status, err_reader.join().unwrap())
+    })
+    .await
+    .unwrap();
+    drop(up);
+    let terminal = std::fs::read_to_string(dir.path().join("terminal.txt"))
+        .unwrap_or_default()
+        .replace("\r\n", "\n");
+    eprintln!("--- terminal:\n{terminal}--- pty_run stderr:\n{stderr}");
+    assert_eq!(status.code(), Some(0), "{terminal}");
+    let end = terminal
+        .find("HOST-END\n")
+        .expect("the host ran to its end")
+        + "HOST-END\n".len();
+    let (host, after) = terminal.split_at(end);
+    assert_eq!(
+        host, "HOST-START\ndone main\nHOST-END\n",
+        "nothing but the host wrote to its terminal while it ran"
+    );
+    assert!(
+        after.lines().all(|l| l.starts_with("windowtap run: ")),
+        "after the host, only run's summary: {after}"
+    );
+    let log = dir.path().join("records.log");
+    assert!(
+        after.contains(&format!("log in {}", log.display())),
+        "the summary says where the log is: {after}"
+    );
+    let log = std::fs::read_to_string(&log).expect("the log beside the records");
+    assert!(
+        log.contains(" exchange"),
+        "the relay's exchange lines: {log}"
+    );
+    assert!(after.contains("1 intervals: 1 attributed"), "{after}");
+}
+
+/// `run --help` says where records go and which socket wrappers report on, and nothing that
+/// holds for `relay` only.
+#[test]
+fn run_help_says_where_records_and_the_log_go() {
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(!help.contains("instead of stdout"), "{help}");
+    assert!(!help.contains("--ingest <PATH>"), "{help}");
+    assert!(help.contains("--log-file"), "{help}");
+    assert!(help.contains("$XDG_STATE_HOME/windowtap"), "{help}");
 }

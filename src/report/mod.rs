@@ -100,7 +100,8 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
         timeline.records.len(),
         timeline.windows.len(),
         timeline.lanes.len(),
-        output.map(|p| format!(" -> {}", p.display()))
+        output
+            .map(|p| format!(" -> {}", p.display()))
             .unwrap_or_default()
     );
     Ok(ExitCode::SUCCESS)
