@@ -13,6 +13,7 @@ mod replay_cmd;
 mod report;
 mod run;
 mod stdout;
+mod tls;
 mod wrap;
 
 use clap::{Parser, Subcommand};
