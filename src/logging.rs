@@ -91,9 +91,25 @@ impl Fields<'_> {
     }
 }
 
+/// A fraction as people read it: two decimals (`9.23`), or three significant digits below
+/// 0.1 (`0.0123`); whole numbers as they are. Durations are logged in milliseconds, where
+/// nanoseconds (`9.233896999999999`) are noise.
+pub fn for_people(v: f64) -> f64 {
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    let decimals = if v.abs() >= 0.1 {
+        2
+    } else {
+        (2 - v.abs().log10().floor() as i32).min(15)
+    };
+    let scale = 10f64.powi(decimals);
+    (v * scale).round() / scale
+}
+
 impl Visit for Fields<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.push(field, format_args!("{value}"));
+        self.push(field, format_args!("{}", for_people(value)));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -188,6 +204,16 @@ mod tests {
         assert!(text.contains("header=<withheld>"), "{text}");
         assert!(text.contains(" exchange"), "{text}");
         assert!(!text.contains("CANARY"), "{text}");
+    }
+
+    #[test]
+    fn fractions_are_rounded_for_people() {
+        assert_eq!(for_people(9.233896999999999), 9.23);
+        assert_eq!(for_people(1162.01602), 1162.02);
+        assert_eq!(for_people(0.012345), 0.0123);
+        assert_eq!(for_people(7.0), 7.0);
+        let text = capture(|| tracing::info!(ms = 9.233896999999999f64, "exchange"));
+        assert!(text.contains(" ms=9.23"), "{text}");
     }
 
     #[test]

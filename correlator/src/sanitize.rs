@@ -111,7 +111,15 @@ pub fn quote(s: &str) -> Cow<'_, str> {
 /// Log fields whose text (not just numbers) may be written, and only from windowtap's own
 /// code: each carries a path template, a method, a mount name, a fault or error class our
 /// code chose, never a header value or anything from a body.
-pub const LOG_TEXT_FIELDS: &[&str] = &["mount", "method", "path", "fault", "error", "error_kind"];
+pub const LOG_TEXT_FIELDS: &[&str] = &[
+    "mount",
+    "method",
+    "path",
+    "fault",
+    "error",
+    "error_kind",
+    "failure",
+];
 
 /// The log targets (crates) whose messages are written: their log calls take literal
 /// messages only (a test in the binary holds the source to that). Other crates' messages
