@@ -285,6 +285,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
             end,
             outcome: Outcome::Lost,
             hints: r.hints,
+            host: None,
         };
         shared.emit(end, kind).await;
     }
@@ -345,6 +346,7 @@ async fn accept(
                         alias,
                         tool,
                         start,
+                        host: None,
                     },
                 )
                 .await;
@@ -368,6 +370,7 @@ async fn accept(
                 end,
                 outcome,
                 hints,
+                host: None,
             };
             shared.emit(end, kind).await;
         }
@@ -582,7 +585,8 @@ mod tests {
                 interval: "i1".into(),
                 alias: "a".into(),
                 tool: "t".into(),
-                start: clock.ms_at(s)
+                start: clock.ms_at(s),
+                host: None,
             }
         );
         assert!(t1 >= clock.ms_at(s));
@@ -597,6 +601,7 @@ mod tests {
                 end: clock.ms_at(e),
                 outcome: Outcome::Error,
                 hints: hints(Some("toolu_9")),
+                host: None,
             }
         );
         assert!(t2 >= t1 && t2 >= clock.ms_at(e));
