@@ -313,3 +313,99 @@ fn ten_thousand_intervals_collapse_to_density_strips_of_bounded_size() {
         html.len()
     );
 }
+
+/// A live-looking run (trace v2): pseudonymous 32-hex ids, times with fractions, the model,
+/// tokens and stop reason of each response, and two turns on one thread.
+fn live_trace() -> String {
+    let th = "3f2a91bc4d5e6f708192a3b4c5d6e7f8";
+    [
+        r#"{"type":"trace","version":2}"#.to_string(),
+        format!(r#"{{"type":"stream_open","t":0,"stream":"s1","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":12.5,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"response_start","t":300.25,"stream":"s1","response":"r1","request":"q1","model":"claude-sonnet-4-5"}"#.into(),
+        r#"{"type":"tool_call","t":540.281971,"stream":"s1","response":"r1","call":"toolu_1","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#.into(),
+        r#"{"type":"response_end","t":560.5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":5,"cache_read":3},"stop_reason":"tool_use"}"#.into(),
+        r#"{"type":"stream_close","t":561,"stream":"s1"}"#.into(),
+        r#"{"type":"mcp_interval","t":1100.5,"interval":"i1","alias":"probe","tool":"echo","start":600.75,"end":1100.25,"outcome":"result","tool_use_id":"toolu_1","host":null}"#.into(),
+        format!(r#"{{"type":"stream_open","t":1162,"stream":"s2","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":1162.01602,"stream":"s2","request":"q2","previous_response":null,"outputs":["toolu_1"]}"#.into(),
+        r#"{"type":"response_start","t":1300,"stream":"s2","response":"r2","request":"q2","model":"claude-sonnet-4-5"}"#.into(),
+        r#"{"type":"response_end","t":1400,"stream":"s2","response":"r2","status":"completed","usage":{"input":20,"output":7},"stop_reason":"end_turn"}"#.into(),
+        r#"{"type":"stream_close","t":1401,"stream":"s2"}"#.into(),
+        // The user's next prompt: a new turn.
+        format!(r#"{{"type":"stream_open","t":2000,"stream":"s3","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":2000.5,"stream":"s3","request":"q3","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"stream_close","t":2100,"stream":"s3"}"#.into(),
+        String::new(),
+    ]
+    .join("\n")
+}
+
+/// What a person reads: labels that end before the plot, rounded times, no `-0s`, the tool's
+/// name on its mark, the model and tokens of a window's response, and where turns start.
+#[test]
+fn the_page_reads_well_on_live_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(dir.path(), "live.jsonl", &live_trace());
+    let r = dir.path().join("records.jsonl");
+    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = report(&r, Some(&t));
+    assert_balanced(&html);
+
+    // The lane label, shortened so that it ends before the first bar (the plot starts at
+    // 200 px; 24 characters of 12 px text end well before it).
+    let label = html
+        .split("<title>thread 3f2a91bc4d5e6f708192a3b4c5d6e7f8</title>")
+        .nth(1)
+        .expect("the lane label's title")
+        .split("</text>")
+        .next()
+        .unwrap();
+    assert!(label.chars().count() <= 24, "`{label}` runs into the plot");
+    assert!(label.starts_with("thread 3f2a"), "{label}");
+
+    // Times for people.
+    assert!(
+        !html.contains("540.281971") && !html.contains("1162.01602"),
+        "unrounded times"
+    );
+    assert!(html.contains("1162.02 ms"), "the window's close, rounded");
+    assert!(
+        !html.contains(">-0s<") && !html.contains(">-0"),
+        "a negative zero on the axis"
+    );
+
+    // The tool's name on its mark.
+    let mark = html
+        .split("data-interval=\"i1\"")
+        .nth(1)
+        .unwrap()
+        .split("</g>")
+        .next()
+        .unwrap();
+    assert!(mark.contains("class=\"tool\""), "{mark}");
+    assert!(mark.contains(">echo</text>"), "{mark}");
+
+    // Model, tokens and stop reason in the window's hover text.
+    assert!(html.contains("model claude-sonnet-4-5"), "the model");
+    assert!(
+        html.contains("tokens: input 12 · output 5 · cache read 3"),
+        "the tokens"
+    );
+    assert!(html.contains("stop reason tool_use"), "the stop reason");
+
+    // Two turns start (q1, q3); q2 continues r1's tool call.
+    assert_eq!(
+        html.matches("<g class=\"turn\">").count(),
+        2,
+        "two turn starts"
+    );
+    assert!(html.contains("turn starts: request q1 at 12.5 ms"));
+    assert!(html.contains("turn starts: request q3 at 2000.5 ms"));
+    assert!(!html.contains("turn starts: request q2"));
+}

@@ -77,10 +77,15 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-/// A time as written in records (`7187`, `7187.5`), in milliseconds.
+/// A time in milliseconds for people: whole as in records (`7187`), else to two decimals
+/// (`540.28`, never `540.281971`).
 fn ms(t: Millis) -> String {
+    let mut rounded = (t * 100.0).round() / 100.0;
+    if rounded == 0.0 {
+        rounded = 0.0; // not `-0`
+    }
     let mut s = String::new();
-    push_ms(&mut s, t);
+    push_ms(&mut s, rounded);
     s
 }
 
@@ -93,7 +98,11 @@ fn clock(t: Millis, step: Millis) -> String {
             (v - v.round()).abs() < 1e-6
         })
         .unwrap_or(3);
-    let secs = t / 1000.0;
+    let scale = 10f64.powi(decimals as i32);
+    let mut secs = (t / 1000.0 * scale).round() / scale;
+    if secs == 0.0 {
+        secs = 0.0; // a tick a hair before the start reads `0s`, not `-0s`
+    }
     if secs.abs() >= 60.0 {
         let m = (secs / 60.0).floor();
         let s = secs - m * 60.0;
@@ -294,6 +303,13 @@ fn legend(out: &mut String, aggregated: bool) {
         "<path d=\"M15 1 L15 13\" stroke=\"#d00\" stroke-width=\"2\"/><path d=\"M11 1 L19 1 L15 6 Z\" fill=\"#d00\"/>",
         "observation lost",
     );
+    if !aggregated {
+        item(
+            out,
+            "<path d=\"M15 1 L15 13\" stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/><path d=\"M15 1 L21 4 L15 7 Z\" fill=\"#33475b\"/>",
+            "turn starts (a request that continues no response with a tool call)",
+        );
+    }
     if aggregated {
         out.push_str("<span>columns: intervals per time bin, stacked by decision; shade: windows open</span>");
     } else {
@@ -320,6 +336,26 @@ fn window_title(tl: &Timeline, w: &Window) -> String {
     }
     if let Some(c) = w.completed_at {
         let _ = write!(t, "\nresponse completed {} ms", ms(c));
+    }
+    if let Some(m) = &w.model {
+        let _ = write!(t, "\nmodel {m}");
+    }
+    if let Some(u) = &w.usage {
+        let counts: Vec<String> = [
+            ("input", u.input),
+            ("output", u.output),
+            ("cache read", u.cache_read),
+            ("cache creation", u.cache_creation),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
+        if !counts.is_empty() {
+            let _ = write!(t, "\ntokens: {}", counts.join(" · "));
+        }
+    }
+    if let Some(s) = w.stop {
+        let _ = write!(t, "\nstop reason {s}");
     }
     match w.end {
         WindowEnd::Closed(c) => {
@@ -415,10 +451,15 @@ fn axis(out: &mut String, sc: &Scale, height: f64) {
     }
 }
 
+/// The most characters of a lane label drawn: at 12 px, wider characters than average
+/// included, they end before the plot starts at [`LABEL_W`].
+pub const LABEL_CHARS: usize = 24;
+
 fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
-    // Long ids are shortened on screen; the full label is in the hover title.
-    let shown: String = if label.chars().count() > 30 {
-        label.chars().take(29).collect::<String>() + "…"
+    // Long ids (a pseudonym is 32 hex digits) are shortened on screen; the full label is in
+    // the hover title.
+    let shown: String = if label.chars().count() > LABEL_CHARS {
+        label.chars().take(LABEL_CHARS - 1).collect::<String>() + "…"
     } else {
         label.to_string()
     };
@@ -429,6 +470,11 @@ fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
         esc(label),
         esc(&shown)
     );
+}
+
+/// About how wide `s` is drawn, at `per_char` pixels a character.
+fn text_width(s: &str, per_char: f64) -> f64 {
+    per_char * s.chars().count() as f64
 }
 
 /// Lanes as drawn: the first `max` thread lanes each on their own, the rest of the
@@ -553,6 +599,11 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         if wins.is_empty() && ms_here.is_empty() && lost.is_empty() {
             continue;
         }
+        let turns: Vec<_> = tl
+            .turns
+            .iter()
+            .filter(|s| in_lane(s.lane) && s.t >= sc.t0 && s.t <= sc.t1)
+            .collect();
         let wext: Vec<(f64, f64)> = wins
             .iter()
             .map(|w| {
@@ -595,6 +646,22 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             }
             None => lane_label(&mut body, &slots.labels[lane], y, h),
         }
+        // Turn starts first, under the windows and marks.
+        for s in &turns {
+            let x = sc.x(s.t);
+            let _ = write!(
+                body,
+                "<g class=\"turn\"><title>turn starts: request {} at {} ms (it continues no response with a tool call)</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/><path d=\"M{x:.1} {:.1} L{:.1} {:.1} L{x:.1} {:.1} Z\" fill=\"#33475b\"/></g>",
+                esc(&s.request),
+                ms(s.t),
+                y + 1.0,
+                y + h - 1.0,
+                y + 1.0,
+                x + 6.0,
+                y + 4.0,
+                y + 7.0
+            );
+        }
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
             let wy = y + LANE_PAD + wrow[i] as f64 * WIN_ROW;
@@ -621,8 +688,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                     );
                 }
             }
-            let label_w = 6.4 * w.response.chars().count() as f64 + 8.0;
-            if b - a > label_w {
+            if b - a > text_width(&w.response, 6.4) + 8.0 {
                 let _ = write!(
                     body,
                     "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\" stroke=\"{fill}\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
@@ -648,6 +714,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 MARK_ROW - 4.0,
                 colour(c)
             );
+            // The tool's name on the mark itself, when it fits (else it is in the title).
+            if b - a > text_width(&r.tool, 5.8) + 6.0 {
+                let _ = write!(
+                    body,
+                    "<text class=\"tool\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#fff\">{}</text>",
+                    a + 3.0,
+                    my + MARK_ROW - 7.0,
+                    esc(&r.tool)
+                );
+            }
             if let Some(reason) = r.reason {
                 let _ = write!(
                     body,
