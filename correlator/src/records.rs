@@ -7,11 +7,9 @@ use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
-use crate::sanitize::quote;
-
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, Fault, Fields, LineError, LineSource};
+use crate::lines::{fault, kind_of, order, Fault, Fields, LineError, LineSource, Problem, Token};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -29,6 +27,15 @@ impl Reason {
         Reason::Unclosed,
         Reason::IdentityConflict,
         Reason::NoWindow,
+    ];
+
+    /// Every reason's word, in [`Reason::ALL`] order.
+    pub const WORDS: &'static [&'static str] = &[
+        "incomplete",
+        "ambiguous",
+        "unclosed",
+        "identity_conflict",
+        "no_window",
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +81,16 @@ impl Evidence {
             Evidence::Route => "route",
         }
     }
+
+    /// Every evidence word, in [`Evidence::ALL`] order.
+    pub const WORDS: &'static [&'static str] = &[
+        "containment",
+        "tool_use_id",
+        "item_id",
+        "call_id",
+        "thread",
+        "route",
+    ];
 
     pub const ALL: [Evidence; 6] = [
         Evidence::Containment,
@@ -273,7 +290,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         other => {
             return Err(fault(
                 "version",
-                format!("unsupported records version {other}"),
+                Problem::Version {
+                    what: "records",
+                    got: Token::of_value(other),
+                    readable: "1 is read",
+                },
             ))
         }
     }
@@ -283,7 +304,7 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     let start = f.time("start")?;
     let end = f.time("end")?;
     if end < start {
-        return Err(fault("end", format!("{end} is before start {start}")));
+        return Err(order("end", end, "is before start ", start, ""));
     }
     let decision = f.string("decision")?;
     let attributed = match decision.as_str() {
@@ -292,21 +313,24 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         other => {
             return Err(fault(
                 "decision",
-                format!("`{}` is not one of attributed, abstained", quote(other)),
+                Problem::NotOneOf {
+                    got: Token::of(other),
+                    words: &["attributed", "abstained"],
+                    or_null: false,
+                },
             ))
         }
     };
     let reason = match f.opt_string("reason")? {
         None => None,
         Some(s) => Some(Reason::parse(&s).ok_or_else(|| {
-            let words: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
             fault(
                 "reason",
-                format!(
-                    "`{}` is not one of {} (or null)",
-                    quote(&s),
-                    words.join(", ")
-                ),
+                Problem::NotOneOf {
+                    got: Token::of(&s),
+                    words: Reason::WORDS,
+                    or_null: true,
+                },
             )
         })?),
     };
@@ -315,20 +339,20 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             let mut out: Vec<Evidence> = Vec::with_capacity(items.len());
             for v in items {
                 let Value::String(s) = v else {
-                    return Err(fault(
-                        "evidence",
-                        format!("expected strings, found {}", kind_of(v)),
-                    ));
+                    return Err(fault("evidence", Problem::NotStrings { got: kind_of(v) }));
                 };
                 let e = Evidence::parse(s).ok_or_else(|| {
-                    let words: Vec<&str> = Evidence::ALL.iter().map(|e| e.as_str()).collect();
                     fault(
                         "evidence",
-                        format!("`{}` is not one of {}", quote(s), words.join(", ")),
+                        Problem::NotOneOf {
+                            got: Token::of(s),
+                            words: Evidence::WORDS,
+                            or_null: false,
+                        },
                     )
                 })?;
                 if out.contains(&e) {
-                    return Err(fault("evidence", format!("`{}` is listed twice", quote(s))));
+                    return Err(fault("evidence", Problem::Twice { got: Token::of(s) }));
                 }
                 out.push(e);
             }
@@ -339,12 +363,14 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     let candidates = match f.get("candidates")? {
         Value::Number(n) => match n.as_u64() {
             Some(c) => {
-                usize::try_from(c).map_err(|_| fault("candidates", format!("{c} is too large")))?
+                usize::try_from(c).map_err(|_| fault("candidates", Problem::TooLarge { got: c }))?
             }
             None => {
                 return Err(fault(
                     "candidates",
-                    format!("must be a whole number >= 0, got {n}"),
+                    Problem::NotACount {
+                        got: Token::of(&n.to_string()),
+                    },
                 ))
             }
         },
@@ -372,11 +398,12 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     };
     let decided_at = f.time("decided_at")?;
     if decided_at < end {
-        return Err(fault(
+        return Err(order(
             "decided_at",
-            format!(
-                "{decided_at} is before the interval's end {end}: no decision precedes its report"
-            ),
+            decided_at,
+            "is before the interval's end ",
+            end,
+            ": no decision precedes its report",
         ));
     }
 
@@ -384,70 +411,83 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         if let Some(r) = reason {
             return Err(fault(
                 "reason",
-                format!("must be null when the decision is attributed, got `{r}`"),
+                Problem::NotNullWhenAttributed { got: r.as_str() },
             ));
         }
         let Some(w) = &window else {
-            return Err(fault("window", "an attributed record must name its window"));
+            return Err(fault(
+                "window",
+                Problem::Rule("an attributed record must name its window"),
+            ));
         };
         if evidence.first() != Some(&Evidence::Containment) {
             return Err(fault(
                 "evidence",
-                "an attributed record's evidence starts with `containment`",
+                Problem::Rule("an attributed record's evidence starts with `containment`"),
             ));
         }
         if candidates != 1 {
             return Err(fault(
                 "candidates",
-                format!("an attributed record has exactly 1 candidate, got {candidates}"),
+                Problem::Candidates {
+                    reason: "attributed",
+                    want: "exactly 1",
+                    got: candidates,
+                },
             ));
         }
         let Some(close) = w.close else {
             return Err(fault(
                 "window.close",
-                "an attributed record's window has closed (null is not allowed)",
+                Problem::Rule("an attributed record's window has closed (null is not allowed)"),
             ));
         };
         if w.open > start {
-            return Err(fault(
+            return Err(order(
                 "window.open",
-                format!(
-                    "{} is after the interval's start {start}: the window does not contain it",
-                    w.open
-                ),
+                w.open,
+                "is after the interval's start ",
+                start,
+                ": the window does not contain it",
             ));
         }
         if close < end {
-            return Err(fault(
+            return Err(order(
                 "window.close",
-                format!(
-                    "{close} is before the interval's end {end}: the window does not contain it"
-                ),
+                close,
+                "is before the interval's end ",
+                end,
+                ": the window does not contain it",
             ));
         }
         if close > decided_at {
-            return Err(fault(
+            return Err(order(
                 "window.close",
-                format!("{close} is after decided_at {decided_at}: the window closed before the decision"),
+                close,
+                "is after decided_at ",
+                decided_at,
+                ": the window closed before the decision",
             ));
         }
         if w.request.is_none() {
             return Err(fault(
                 "window.request",
-                "a closed window names the request that closed it (null is not allowed)",
+                Problem::Rule(
+                    "a closed window names the request that closed it (null is not allowed)",
+                ),
             ));
         }
     } else {
         let Some(r) = reason else {
             return Err(fault(
                 "reason",
-                "an abstained record names its reason (null is not allowed)",
+                Problem::Rule("an abstained record names its reason (null is not allowed)"),
             ));
         };
         if window.is_some() {
             return Err(fault(
                 "window",
-                "must be null when the decision is abstained",
+                Problem::Rule("must be null when the decision is abstained"),
             ));
         }
         let ok = match r {
@@ -464,7 +504,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             };
             return Err(fault(
                 "candidates",
-                format!("`{r}` means {want} candidates, got {candidates}"),
+                Problem::Candidates {
+                    reason: r.as_str(),
+                    want,
+                    got: candidates,
+                },
             ));
         }
     }
@@ -516,17 +560,21 @@ impl<R: BufRead> RecordReader<R> {
                 self.run_header = Some(obj);
                 Ok(None)
             }
-            "run" => Err(fault("type", "a run header may only be the first line")),
+            "run" => Err(fault(
+                "type",
+                Problem::Rule("a run header may only be the first line"),
+            )),
             "trace" => Err(fault(
                 "type",
-                "this is a trace header, not a record (is this a trace file?)",
+                Problem::Rule("this is a trace header, not a record (is this a trace file?)"),
             )),
             other => Err(fault(
                 "type",
-                format!(
-                    "unknown record type `{}` (expected `attribution`)",
-                    quote(other)
-                ),
+                Problem::UnknownType {
+                    what: "record",
+                    got: Token::of(other),
+                    hint: " (expected `attribution`)",
+                },
             )),
         }
     }
