@@ -115,8 +115,13 @@ fn config_for(
         match h.get("window_open") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
-                c.window_open = parse_window_open(s).map_err(|e| {
-                    anyhow::anyhow!("{}:1: header field `window_open`: {e}", file.display())
+                // The header is input: its value is shown only as `quote` lets it out.
+                c.window_open = WindowOpen::parse(s).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}:1: header field `window_open`: `{}` is not `call` or `response`",
+                        file.display(),
+                        correlator::sanitize::quote(s)
+                    )
                 })?
             }
             Some(_) => bail!(
