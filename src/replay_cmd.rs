@@ -77,6 +77,28 @@ fn trace_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// What each record says it came from when several traces are replayed at once (records v1
+/// `trace`): the file's name, without its directory; a name given twice gets `#2`, `#3`, …
+/// One trace alone names none, so its records are byte for byte those of a live run.
+fn trace_names(files: &[PathBuf]) -> Vec<Option<String>> {
+    if files.len() < 2 {
+        return vec![None; files.len()];
+    }
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    files
+        .iter()
+        .map(|f| {
+            let base = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| f.display().to_string());
+            let n = seen.entry(base.clone()).or_default();
+            *n += 1;
+            Some(if *n == 1 { base } else { format!("{base}#{n}") })
+        })
+        .collect()
+}
+
 fn number_option(
     header: &serde_json::Map<String, Value>,
     key: &str,
@@ -217,14 +239,15 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let mut summary = Summary::default();
     let door = Door::replay();
-    for file in &files {
+    let names = trace_names(&files);
+    for (file, name) in files.iter().zip(&names) {
         let replayed = replay_file(file, &args)?;
         let records = &replayed.records;
         let mut cleared = Vec::with_capacity(records.len());
         for r in records {
             summary.add(r);
             let c = door
-                .record(r)
+                .record_from(r, name.as_deref())
                 .with_context(|| format!("{}: a record", file.display()))?;
             sink.write_all(c.line().as_bytes())
                 .context("writing records")?;

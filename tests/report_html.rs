@@ -409,3 +409,85 @@ fn the_page_reads_well_on_live_data() {
     assert!(html.contains("turn starts: request q3 at 2000.5 ms"));
     assert!(!html.contains("turn starts: request q2"));
 }
+
+/// Records of several traces (`replay DIR`) name their trace, and the report draws each trace
+/// on its own with its own lanes; records mixed without names are refused, not drawn as one
+/// plausible but wrong run.
+#[test]
+fn records_of_several_traces_are_drawn_apart_and_an_unnamed_mix_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    // Two traces whose intervals share their ids (i1, i2, i3), as the bundled ones do.
+    let a = write(&traces, "a.jsonl", &trace("probe"));
+    let b = write(&traces, "b.jsonl", &trace("other"));
+    let r = dir.path().join("records.jsonl");
+    let out = windowtap(&["replay", s(&traces), "-o", s(&r)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&r).unwrap();
+    assert_eq!(text.matches(r#","trace":"a.jsonl"}"#).count(), 3, "{text}");
+    assert_eq!(text.matches(r#","trace":"b.jsonl"}"#).count(), 3, "{text}");
+    let checked = windowtap(&["check", s(&r)]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    let out_path = dir.path().join("both.html");
+    let out = windowtap(&[
+        "report",
+        s(&r),
+        "--trace",
+        s(&a),
+        "--trace",
+        s(&b),
+        "-o",
+        s(&out_path),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&out_path).unwrap();
+    assert_balanced(&html);
+    for name in ["a.jsonl", "b.jsonl"] {
+        assert_eq!(
+            html.matches(&format!("<h2 class=\"trace\" data-trace=\"{name}\">"))
+                .count(),
+            1,
+            "{name}"
+        );
+    }
+    // Each trace's intervals and windows on its own timeline: every id twice, once per trace.
+    assert_eq!(html.matches("data-interval=\"i1\"").count(), 2);
+    let (first, second) = html.split_at(html.find("data-trace=\"b.jsonl\"").unwrap());
+    assert!(first.contains("probe/echo") && !first.contains("other/echo"));
+    // (Only i1 carries the alias; i2 and i3 are `probe` in both traces.)
+    assert!(second.contains("other/echo"));
+
+    // The same records without their names (two replays concatenated): refused.
+    let ra = windowtap(&["replay", s(&a)]);
+    let rb = windowtap(&["replay", s(&b)]);
+    let mut mixed = ra.stdout.clone();
+    mixed.extend_from_slice(&rb.stdout);
+    assert!(
+        !String::from_utf8_lossy(&mixed).contains("\"trace\""),
+        "one trace names none"
+    );
+    let m = dir.path().join("mixed.jsonl");
+    std::fs::write(&m, mixed).unwrap();
+    let out = windowtap(&["report", s(&m), "-o", s(&dir.path().join("m.html"))]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interval `i1` has two records"), "{err}");
+    assert!(
+        err.contains("windowtap replay"),
+        "it says what to do: {err}"
+    );
+}

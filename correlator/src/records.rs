@@ -149,6 +149,12 @@ impl Record {
 
     /// Appends the record as one JSON line (without the newline).
     pub fn write_json(&self, out: &mut String) {
+        self.write_json_from(None, out);
+    }
+
+    /// Appends the record as one JSON line (without the newline), with the optional `trace`
+    /// field last when the record comes from one of several traces replayed together.
+    pub fn write_json_from(&self, trace: Option<&str>, out: &mut String) {
         out.push_str("{\"type\":\"attribution\",\"version\":1,");
         push_key(out, "interval");
         push_str(out, &self.interval);
@@ -203,6 +209,11 @@ impl Record {
         }
         out.push_str(",\"decided_at\":");
         push_ms(out, self.decided_at);
+        if let Some(t) = trace {
+            out.push(',');
+            push_key(out, "trace");
+            push_str(out, t);
+        }
         out.push('}');
     }
 
@@ -532,6 +543,8 @@ pub struct RecordReader<R> {
     lines: LineSource<R>,
     seen_line: bool,
     run_header: Option<Map<String, Value>>,
+    /// The `trace` field of the record last returned.
+    trace: Option<String>,
 }
 
 impl<R: BufRead> RecordReader<R> {
@@ -541,7 +554,14 @@ impl<R: BufRead> RecordReader<R> {
             lines: LineSource::new(input, source_name.into()),
             seen_line: false,
             run_header: None,
+            trace: None,
         }
+    }
+
+    /// The trace the record last returned came from (its optional `trace` field: replay of
+    /// several traces names each record's), or `None`.
+    pub fn trace(&self) -> Option<&str> {
+        self.trace.as_deref()
     }
 
     /// The live run's header record, if the file starts with one (once it has been read).
@@ -555,7 +575,19 @@ impl<R: BufRead> RecordReader<R> {
         self.seen_line = true;
         let ty = Fields::new(&obj).string("type")?;
         match ty.as_str() {
-            "attribution" => parse_record(&obj).map(Some),
+            "attribution" => {
+                let r = parse_record(&obj)?;
+                self.trace = match Fields::new(&obj).hint("trace")? {
+                    Some(t) if !crate::sanitize::is_name(&t) => {
+                        return Err(fault(
+                            "trace",
+                            Problem::Rule("a trace's name: 1 to 1024 bytes, no control character"),
+                        ))
+                    }
+                    t => t,
+                };
+                Ok(Some(r))
+            }
             "run" if first => {
                 self.run_header = Some(obj);
                 Ok(None)
@@ -596,6 +628,19 @@ impl<R: BufRead> Iterator for RecordReader<R> {
             }
         }
     }
+}
+
+/// Reads a whole records file into memory, each record with the trace it names (if any).
+pub fn read_all_from(
+    input: impl BufRead,
+    source_name: &str,
+) -> Result<Vec<(Record, Option<String>)>, RecordError> {
+    let mut reader = RecordReader::new(input, source_name);
+    let mut out = Vec::new();
+    while let Some(r) = reader.next() {
+        out.push((r?, reader.trace().map(str::to_string)));
+    }
+    Ok(out)
 }
 
 /// Reads a whole records file into memory.

@@ -193,20 +193,74 @@ svg text{font-family:inherit}
 .w1{fill:#4a7fa7;fill-opacity:.25}.w2{fill:#4a7fa7;fill-opacity:.5}.w3{fill:#4a7fa7;fill-opacity:.8}
 ";
 
-/// Writes the whole page.
-pub fn render(tl: &Timeline, sources: &[String]) -> String {
-    let mut out = String::with_capacity(64 * 1024);
+/// One trace's records (and the trace, when given), drawn on their own.
+pub struct Section {
+    /// The trace the records name (records v1 `trace`), or `None` when they name none.
+    pub name: Option<String>,
+    pub timeline: Timeline,
+    /// Where its records and trace were read from, for the page to say.
+    pub sources: Vec<String>,
+}
+
+fn is_aggregated(tl: &Timeline) -> bool {
+    tl.records.len() > DETAIL_MAX || tl.windows.len() > DETAIL_MAX_WINDOWS
+}
+
+fn summary_of<'a>(records: impl Iterator<Item = &'a correlator::Record>) -> Summary {
     let mut summary = Summary::default();
-    for r in &tl.records {
+    for r in records {
         summary.add(r);
     }
-    let aggregated = tl.records.len() > DETAIL_MAX || tl.windows.len() > DETAIL_MAX_WINDOWS;
+    summary
+}
 
+/// Writes the whole page: one timeline per section, each with its own lanes, time axis and
+/// counts, so that records of different traces are never drawn as one run.
+pub fn render(sections: &[Section]) -> String {
+    let mut out = String::with_capacity(64 * 1024);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n");
     out.push_str("<title>windowtap timeline</title>\n<style>");
     out.push_str(CSS);
     out.push_str("</style>\n</head>\n<body>\n<h1>windowtap timeline</h1>\n");
+    if let [only] = sections {
+        let tl = &only.timeline;
+        meta_line(&mut out, tl, &only.sources);
+        summary_table(&mut out, &summary_of(tl.records.iter()));
+        legend(&mut out, is_aggregated(tl));
+        view(&mut out, tl);
+    } else {
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\">{} traces, each drawn on its own below</p>",
+            sections.len()
+        );
+        summary_table(
+            &mut out,
+            &summary_of(sections.iter().flat_map(|s| s.timeline.records.iter())),
+        );
+        legend(
+            &mut out,
+            sections.iter().all(|s| is_aggregated(&s.timeline)),
+        );
+        for s in sections {
+            let name = s.name.as_deref().unwrap_or("(records that name no trace)");
+            let _ = writeln!(
+                out,
+                "<h2 class=\"trace\" data-trace=\"{}\">trace {}</h2>",
+                esc(name),
+                esc(name)
+            );
+            meta_line(&mut out, &s.timeline, &s.sources);
+            summary_table(&mut out, &summary_of(s.timeline.records.iter()));
+            view(&mut out, &s.timeline);
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn meta_line(out: &mut String, tl: &Timeline, sources: &[String]) {
     let _ = writeln!(
         out,
         "<p class=\"meta\">{} · {} lanes · {} windows{} · {} to {}</p>",
@@ -225,15 +279,14 @@ pub fn render(tl: &Timeline, sources: &[String]) -> String {
         ms(tl.t0) + " ms",
         ms(tl.t1) + " ms",
     );
-    summary_table(&mut out, &summary);
-    legend(&mut out, aggregated);
-    if aggregated {
-        aggregated_view(&mut out, tl);
+}
+
+fn view(out: &mut String, tl: &Timeline) {
+    if is_aggregated(tl) {
+        aggregated_view(out, tl);
     } else {
-        detailed_view(&mut out, tl);
+        detailed_view(out, tl);
     }
-    out.push_str("</body>\n</html>\n");
-    out
 }
 
 fn summary_table(out: &mut String, s: &Summary) {
