@@ -976,3 +976,115 @@ fn run_help_says_where_records_and_the_log_go() {
     assert!(help.contains("--log-file"), "{help}");
     assert!(help.contains("$XDG_STATE_HOME/windowtap"), "{help}");
 }
+
+/// The MCP configurations in examples/mcp/ (for `windowtap relay` on its own): each server is
+/// `windowtap wrap --alias <its own name> -- <the server>`. The Claude Code one, with its
+/// server swapped for the gate server, runs a whole tool loop of the scripted claude against a
+/// standalone relay, the wrapper finding the relay through WINDOWTAP_INGEST: the call is
+/// attributed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_mcp_configs_wrap_their_server_for_a_standalone_relay() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp");
+    let claude: Value =
+        serde_json::from_str(&std::fs::read_to_string(examples.join("claude.mcp.json")).unwrap())
+            .expect("claude.mcp.json is JSON");
+    let codex: toml::Table = std::fs::read_to_string(examples.join("codex.config.toml"))
+        .unwrap()
+        .parse()
+        .expect("codex.config.toml is TOML");
+    let wrapped = |name: &str, command: &str, args: Vec<String>| {
+        assert_eq!(command, "windowtap", "{name}");
+        assert_eq!(args[..4], s(&["wrap", "--alias", name, "--"]), "{name}");
+        assert!(args.len() > 4, "{name}: a server after --");
+    };
+    for (name, server) in claude["mcpServers"].as_object().unwrap() {
+        let args = server["args"].as_array().unwrap();
+        let args = args
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        wrapped(name, server["command"].as_str().unwrap(), args);
+    }
+    for (name, server) in codex["mcp_servers"].as_table().unwrap() {
+        let args = server["args"].as_array().unwrap();
+        let args = args
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        wrapped(name, server["command"].as_str().unwrap(), args);
+    }
+    if !python() {
+        return;
+    }
+
+    // The Claude Code config as a user adapts it: the gate server under its own name.
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let (_, template) = claude["mcpServers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    let mut server = template.clone();
+    server["command"] = json!(env!("CARGO_BIN_EXE_windowtap"));
+    server["args"] = json!([
+        "wrap",
+        "--alias",
+        "gate",
+        "--",
+        "python3",
+        gate_server(),
+        "--dir",
+        gates.display().to_string()
+    ]);
+    let config = write_file(
+        dir.path(),
+        "mcp.json",
+        &json!({"mcpServers": {"gate": server}}).to_string(),
+    );
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("anthropic", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let base = format!("http://{}/anthropic", relay.addr);
+    let ingest = relay.ingest.clone();
+    let gate_dir = gates.display().to_string();
+    let host = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(host("claude"))
+            .args(["-p", "use the tool", "--mcp-config"])
+            .arg(&config)
+            .args(["--strict-mcp-config", "--gate-dir", &gate_dir])
+            .env("ANTHROPIC_BASE_URL", base)
+            .env("WINDOWTAP_INGEST", ingest)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the scripted claude")
+    })
+    .await
+    .unwrap();
+    assert!(
+        host.status.success(),
+        "{}",
+        String::from_utf8_lossy(&host.stderr)
+    );
+    let status = relay.stop();
+    assert!(status.success(), "{}", relay.log());
+    let text = std::fs::read_to_string(&records).unwrap();
+    let rs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "attribution")
+        .collect();
+    assert_eq!(rs.len(), 1, "{text}");
+    assert_eq!(rs[0]["decision"], "attributed", "{text}");
+    assert_eq!(rs[0]["alias"], "gate");
+}
