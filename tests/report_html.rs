@@ -116,16 +116,21 @@ fn trace(alias: &str) -> String {
     .join("\n")
 }
 
-/// Replays a trace with the binary and returns (trace path, records path).
-fn replayed(dir: &Path, alias: &str) -> (PathBuf, PathBuf) {
-    let t = write(dir, "run.jsonl", &trace(alias));
-    let r = dir.join("records.jsonl");
-    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
+/// Replays `trace` (a file or directory) with the binary into `records`.
+fn replay_into(trace: &Path, records: &Path) {
+    let out = windowtap(&["replay", s(trace), "-o", s(records)]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Replays a trace with the binary and returns (trace path, records path).
+fn replayed(dir: &Path, alias: &str) -> (PathBuf, PathBuf) {
+    let t = write(dir, "run.jsonl", &trace(alias));
+    let r = dir.join("records.jsonl");
+    replay_into(&t, &r);
     (t, r)
 }
 
@@ -196,12 +201,7 @@ fn hostile_ids_and_names_are_escaped() {
         .replace("\"sess\"", "\"</svg><img src=x onerror=alert(1)>\"")
         .replace("\"i2\"", "\"\\\"><b>i2&amp;\"");
     let t = write(dir.path(), "run.jsonl", &text);
-    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    replay_into(&t, &r);
 
     let html = report(&r, Some(&t));
     assert_balanced(&html);
@@ -348,12 +348,7 @@ fn the_page_reads_well_on_live_data() {
     let dir = tempfile::tempdir().unwrap();
     let t = write(dir.path(), "live.jsonl", &live_trace());
     let r = dir.path().join("records.jsonl");
-    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    replay_into(&t, &r);
     let html = report(&r, Some(&t));
     assert_balanced(&html);
 
@@ -422,12 +417,7 @@ fn records_of_several_traces_are_drawn_apart_and_an_unnamed_mix_is_refused() {
     let a = write(&traces, "a.jsonl", &trace("probe"));
     let b = write(&traces, "b.jsonl", &trace("other"));
     let r = dir.path().join("records.jsonl");
-    let out = windowtap(&["replay", s(&traces), "-o", s(&r)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    replay_into(&traces, &r);
     let text = std::fs::read_to_string(&r).unwrap();
     assert_eq!(text.matches(r#","trace":"a.jsonl"}"#).count(), 3, "{text}");
     assert_eq!(text.matches(r#","trace":"b.jsonl"}"#).count(), 3, "{text}");

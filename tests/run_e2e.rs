@@ -128,20 +128,11 @@ fn windowtap_run_with(
     let out_reader =
         std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
     during(child.id());
-    let deadline = Instant::now() + WAIT * 2;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "windowtap run did not finish in time; stderr:\n{}",
-                err_reader.join().unwrap()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let Some(status) = wait_bounded(&mut child) else {
+        panic!(
+            "windowtap run did not finish in time; stderr:\n{}",
+            err_reader.join().unwrap()
+        );
     };
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
@@ -161,6 +152,22 @@ fn windowtap_run_with(
         records,
         capture,
         log,
+    }
+}
+
+/// Waits for `child` at most twice the wait bound; past that kills it and returns `None`.
+fn wait_bounded(child: &mut std::process::Child) -> Option<ExitStatus> {
+    let deadline = Instant::now() + WAIT * 2;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -913,18 +920,7 @@ async fn in_a_terminal_only_the_host_writes_while_it_runs_and_the_log_goes_besid
         let stderr = child.stderr.take().unwrap();
         let err_reader =
             std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-        let deadline = Instant::now() + WAIT * 2;
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("run under a terminal did not finish in time");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let status = wait_bounded(&mut child).expect("run under a terminal finishes in time");
         (status, err_reader.join().unwrap())
     })
     .await

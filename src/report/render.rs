@@ -525,6 +525,29 @@ fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
     );
 }
 
+/// A mark across a lane (`y`, height `h`) at `x`: a vertical line drawn with `line` (its SVG
+/// stroke attributes) and a triangular flag at its top, filled with `colour`, under a hover
+/// `title` that is already escaped.
+#[allow(clippy::too_many_arguments)]
+fn lane_marker(
+    out: &mut String,
+    class: &str,
+    title: &str,
+    x: f64,
+    (y, h): (f64, f64),
+    line: &str,
+    flag: [(f64, f64); 3],
+    colour: &str,
+) {
+    let [(ax, ay), (bx, by), (cx, cy)] = flag;
+    let _ = write!(
+        out,
+        "<g class=\"{class}\"><title>{title}</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        y + 1.0,
+        y + h - 1.0,
+    );
+}
+
 /// About how wide `s` is drawn, at `per_char` pixels a character.
 fn text_width(s: &str, per_char: f64) -> f64 {
     per_char * s.chars().count() as f64
@@ -702,18 +725,14 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         // Turn starts first, under the windows and marks.
         for s in &turns {
             let x = sc.x(s.t);
-            let _ = write!(
-                body,
-                "<g class=\"turn\"><title>turn starts: request {} at {} ms (it continues no response with a tool call)</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/><path d=\"M{x:.1} {:.1} L{:.1} {:.1} L{x:.1} {:.1} Z\" fill=\"#33475b\"/></g>",
+            let title = format!(
+                "turn starts: request {} at {} ms (it continues no response with a tool call)",
                 esc(&s.request),
-                ms(s.t),
-                y + 1.0,
-                y + h - 1.0,
-                y + 1.0,
-                x + 6.0,
-                y + 4.0,
-                y + 7.0
+                ms(s.t)
             );
+            let flag = [(x, y + 1.0), (x + 6.0, y + 4.0), (x, y + 7.0)];
+            let line = "stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"";
+            lane_marker(&mut body, "turn", &title, x, (y, h), line, flag, "#33475b");
         }
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
@@ -791,20 +810,15 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         }
         for l in lost {
             let x = sc.x(l.t);
-            let _ = write!(
-                body,
-                "<g class=\"lost\"><title>observation lost on stream {} at {} ms ({})</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#d00\" stroke-width=\"2\"/><path d=\"M{:.1} {:.1} L{:.1} {:.1} L{x:.1} {:.1} Z\" fill=\"#d00\"/></g>",
+            let title = format!(
+                "observation lost on stream {} at {} ms ({})",
                 esc(&l.stream),
                 ms(l.t),
-                esc(&l.reason),
-                y + 1.0,
-                y + h - 1.0,
-                x - 5.0,
-                y + 1.0,
-                x + 5.0,
-                y + 1.0,
-                y + 7.0
+                esc(&l.reason)
             );
+            let flag = [(x - 5.0, y + 1.0), (x + 5.0, y + 1.0), (x, y + 7.0)];
+            let line = "stroke=\"#d00\" stroke-width=\"2\"";
+            lane_marker(&mut body, "lost", &title, x, (y, h), line, flag, "#d00");
         }
         body.push_str("</g>\n");
         y += h;
