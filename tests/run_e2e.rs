@@ -988,26 +988,18 @@ async fn the_example_mcp_configs_wrap_their_server_for_a_standalone_relay() {
         .unwrap()
         .parse()
         .expect("codex.config.toml is TOML");
-    let wrapped = |name: &str, command: &str, args: Vec<String>| {
-        assert_eq!(command, "windowtap", "{name}");
-        assert_eq!(args[..4], s(&["wrap", "--alias", name, "--"]), "{name}");
+    let codex = serde_json::to_value(codex).unwrap();
+    let servers = claude["mcpServers"].as_object().unwrap().iter();
+    for (name, server) in servers.chain(codex["mcp_servers"].as_object().unwrap()) {
+        let args: Vec<&str> = server["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(server["command"], "windowtap", "{name}");
+        assert_eq!(args[..4], ["wrap", "--alias", name, "--"], "{name}");
         assert!(args.len() > 4, "{name}: a server after --");
-    };
-    for (name, server) in claude["mcpServers"].as_object().unwrap() {
-        let args = server["args"].as_array().unwrap();
-        let args = args
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .collect();
-        wrapped(name, server["command"].as_str().unwrap(), args);
-    }
-    for (name, server) in codex["mcp_servers"].as_table().unwrap() {
-        let args = server["args"].as_array().unwrap();
-        let args = args
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .collect();
-        wrapped(name, server["command"].as_str().unwrap(), args);
     }
     if !python() {
         return;
