@@ -28,7 +28,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination"),
     ("replay_cmd.rs", 5, "records as `Cleared` lines, the summary and the export report"),
     ("report/mod.rs", 3, "the HTML of cleared records, and counts"),
-    ("report/render.rs", 39, "HTML of cleared records and checked trace events, escaped"),
+    ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
     ("run/mod.rs", 7, "the run summary (counts, the records path), signal notices naming the host program"),
     ("wrap.rs", 6, "the MCP pass-through (the traffic itself), ingest reports on the private socket, fixed warnings"),
