@@ -113,10 +113,12 @@ fn files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
 }
 
 pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut out = crate::stdout::stdout();
     let mut all_ok = true;
     for file in files(&args.inputs) {
         match file.and_then(|f| check_file(&f)) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => writeln!(out, "{line}")?,
             Err(e) => {
                 all_ok = false;
                 eprintln!("{e}");

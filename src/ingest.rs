@@ -193,7 +193,12 @@ pub async fn serve(
             bail!("{} exists and is not a socket", path.display());
         }
         if UnixStream::connect(&path).await.is_ok() {
-            bail!("another listener is already serving {}", path.display());
+            bail!(
+                "another listener is already serving {} (another windowtap relay?); to run \
+                 this relay beside it, give it a socket of its own with --ingest PATH (or \
+                 {ENV}=PATH) and start its wrappers with the same --ingest or {ENV}",
+                path.display()
+            );
         }
         std::fs::remove_file(&path)
             .with_context(|| format!("removing stale {}", path.display()))?;
@@ -453,7 +458,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
     let handle = serve(path, clock, tx).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::stdout();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
@@ -678,6 +683,9 @@ mod tests {
             .err()
             .expect("refused");
         assert!(err.to_string().contains("already serving"), "{err}");
+        // It says what to do about it.
+        assert!(err.to_string().contains("--ingest PATH"), "{err}");
+        assert!(err.to_string().contains("WINDOWTAP_INGEST=PATH"), "{err}");
         // A socket file nobody listens on any more.
         let stale = std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).unwrap();
         drop(stale);

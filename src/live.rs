@@ -324,7 +324,7 @@ struct Task {
     refused: u64,
     capture: Option<Box<dyn Capture>>,
     records_out: RecordsOut,
-    otlp: Option<(crate::otlp::ExporterHandle, u64)>,
+    otlp: Option<crate::otlp::LiveTree>,
     records: Vec<Record>,
     summary: Summary,
     pushed: bool,
@@ -348,6 +348,9 @@ impl Task {
             }
         }
         self.corr.push(&ev, &mut self.records);
+        if let Some(otlp) = &mut self.otlp {
+            otlp.event(&ev);
+        }
         self.pushed = true;
         Ok(())
     }
@@ -372,8 +375,8 @@ impl Task {
             // Never waits: the writer thread takes it (or, past its bound, counts it lost).
             self.records_out.send(cleared.line().clone());
             // Never waits: a full export queue drops the span and counts it.
-            if let Some((otlp, epoch)) = &self.otlp {
-                otlp.record(&cleared, *epoch);
+            if let Some(otlp) = &mut self.otlp {
+                otlp.record(&cleared);
             }
         }
         Ok(())
@@ -413,6 +416,11 @@ impl Task {
             self.feed(ev)?;
         }
         self.corr.finish(&mut self.records);
+        let written = self.write_records();
+        // Every record has its span now; what is still open in the tree ends here.
+        if let Some(otlp) = &mut self.otlp {
+            otlp.finish(self.advanced.unwrap_or(0.0));
+        }
         if let Some(cap) = &mut self.capture {
             cap.flush()?;
             if let Some(end) = self.advanced {
@@ -423,7 +431,7 @@ impl Task {
                 cap.flush()?;
             }
         }
-        self.write_records()
+        written
     }
 }
 
@@ -505,6 +513,9 @@ pub fn spawn(
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
     let sources = Arc::new(Sources::default());
     let records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
+    let otlp = cfg
+        .otlp
+        .map(|(handle, epoch)| crate::otlp::LiveTree::new(handle, epoch, &cfg.correlator));
     let mut task = Task {
         clock,
         sources: sources.clone(),
@@ -513,7 +524,7 @@ pub fn spawn(
         scrub: Scrub::new(cfg.pseudo),
         door: Door::live(),
         refused: 0,
-        otlp: cfg.otlp,
+        otlp,
         capture: sinks.capture,
         records_out,
         records: Vec::new(),

@@ -12,6 +12,8 @@ mod relay;
 mod replay_cmd;
 mod report;
 mod run;
+mod stdout;
+mod tls;
 mod wrap;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +61,8 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `| head -1` and the like: the reader has what it wanted.
+        Err(e) if stdout::is_closed(&e) => std::process::ExitCode::from(stdout::CLOSED_EXIT),
         Err(e) => {
             eprintln!("windowtap: error: {e:#}");
             std::process::ExitCode::FAILURE

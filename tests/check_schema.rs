@@ -168,4 +168,13 @@ fn records_written_by_the_correlator_validate() {
         assert!(valid(&v, r.to_line().trim_end()), "{reason}");
     }
     assert!(valid(&v, attributed.to_line().trim_end()));
+    // With the optional `trace` of a replay of several traces.
+    let mut line = String::new();
+    attributed.write_json_from(Some("claude_tool_use_loop.jsonl"), &mut line);
+    assert!(valid(&v, &line), "{line}");
+    let mut bad: Value = serde_json::from_str(&line).unwrap();
+    bad["trace"] = json!("a\u{1}b");
+    assert!(!v.is_valid(&bad), "a control character in a trace name");
+    bad["trace"] = json!("");
+    assert!(!v.is_valid(&bad), "an empty trace name");
 }

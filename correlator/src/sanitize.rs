@@ -111,7 +111,15 @@ pub fn quote(s: &str) -> Cow<'_, str> {
 /// Log fields whose text (not just numbers) may be written, and only from windowtap's own
 /// code: each carries a path template, a method, a mount name, a fault or error class our
 /// code chose, never a header value or anything from a body.
-pub const LOG_TEXT_FIELDS: &[&str] = &["mount", "method", "path", "fault", "error", "error_kind"];
+pub const LOG_TEXT_FIELDS: &[&str] = &[
+    "mount",
+    "method",
+    "path",
+    "fault",
+    "error",
+    "error_kind",
+    "failure",
+];
 
 /// The log targets (crates) whose messages are written: their log calls take literal
 /// messages only (a test in the binary holds the source to that). Other crates' messages
@@ -511,6 +519,19 @@ impl Door {
     /// Checks every string of the record against its kind, then writes its records v1 line.
     /// (Decision, reason and evidence are typed words already.)
     pub fn record<'r>(&self, r: &'r Record) -> Result<Cleared<'r>, Refused> {
+        self.record_from(r, None)
+    }
+
+    /// [`Door::record`] with the name of the trace the record came from, when several are
+    /// replayed together: a name (a file name, as the user gave it).
+    pub fn record_from<'r>(
+        &self,
+        r: &'r Record,
+        trace: Option<&str>,
+    ) -> Result<Cleared<'r>, Refused> {
+        if let Some(t) = trace {
+            Self::name("trace", t)?;
+        }
         self.id("interval", &r.interval)?;
         Self::name("alias", &r.alias)?;
         Self::name("tool", &r.tool)?;
@@ -521,7 +542,7 @@ impl Door {
             self.opt_id("window.request", w.request.as_deref())?;
         }
         let mut s = String::with_capacity(320);
-        r.write_json(&mut s);
+        r.write_json_from(trace, &mut s);
         s.push('\n');
         Ok(Cleared {
             record: r,

@@ -17,17 +17,29 @@ use std::io::BufRead;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
-use crate::sanitize::quote;
-
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, line_fault, object, Fault, Fields, LineError, LineSource};
+use crate::lines::{
+    fault, kind_of, line_fault, object, order, Fault, Fields, LineError, LineSource, Problem, Token,
+};
 
 /// The first line of every trace this crate writes (version 2).
 pub const HEADER: &str = r#"{"type":"trace","version":2}"#;
 
 /// The first line of a trace v1 file, still read (as v2 with every host null).
 pub const HEADER_V1: &str = r#"{"type":"trace","version":1}"#;
+
+/// An id of the trace in a state it cannot be in (`stream `s1` is not open`).
+fn id_fault(what: &'static str, id: &str, state: &'static str) -> Fault {
+    fault(
+        what,
+        Problem::Id {
+            what,
+            id: Token::of(id),
+            state,
+        },
+    )
+}
 
 /// The version a trace's header declared: what its lines may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,15 +65,18 @@ fn usage(f: &Fields<'_>) -> Result<Option<Usage>, Fault> {
             Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
                 fault(
                     "usage",
-                    format!("`{k}` must be a non-negative integer, got {n}"),
+                    Problem::NotACountIn {
+                        key: k,
+                        got: Token::of(&n.to_string()),
+                    },
                 )
             }),
             Some(other) => Err(fault(
                 "usage",
-                format!(
-                    "`{k}` must be a non-negative integer, got {}",
-                    kind_of(other)
-                ),
+                Problem::NotACountIn {
+                    key: k,
+                    got: Token::of(kind_of(other)),
+                },
             )),
         }
     };
@@ -91,7 +106,7 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
     let host = |f: &Fields<'_>| if v2 { f.opt_string("host") } else { Ok(None) };
     let ty = f.string("type")?;
     if ty == "trace" {
-        return Err(fault("type", "a second trace header"));
+        return Err(fault("type", Problem::Rule("a second trace header")));
     }
     let t = f.time("t")?;
     let kind = match ty.as_str() {
@@ -140,10 +155,7 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
         "mcp_start" => {
             let start = f.time("start")?;
             if start > t {
-                return Err(fault(
-                    "start",
-                    format!("{start} is after the report time t={t}"),
-                ));
+                return Err(order("start", start, "is after the report time t=", t, ""));
             }
             EventKind::McpStart {
                 interval: f.string("interval")?,
@@ -157,13 +169,10 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
             let start = f.time("start")?;
             let end = f.time("end")?;
             if end < start {
-                return Err(fault("end", format!("{end} is before start {start}")));
+                return Err(order("end", end, "is before start ", start, ""));
             }
             if end > t {
-                return Err(fault(
-                    "end",
-                    format!("{end} is after the report time t={t}"),
-                ));
+                return Err(order("end", end, "is after the report time t=", t, ""));
             }
             EventKind::McpInterval {
                 interval: f.string("interval")?,
@@ -184,7 +193,11 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
         other => {
             return Err(fault(
                 "type",
-                format!("unknown event type `{}`", quote(other)),
+                Problem::UnknownType {
+                    what: "event",
+                    got: Token::of(other),
+                    hint: "",
+                },
             ))
         }
     };
@@ -635,9 +648,12 @@ impl Validator {
     fn check(&mut self, ev: &Event) -> Result<(), Fault> {
         if let Some(last) = self.last_t {
             if ev.t < last {
-                return Err(fault(
+                return Err(order(
                     "t",
-                    format!("{} goes backwards (previous event at {last})", ev.t),
+                    ev.t,
+                    "goes backwards (previous event at ",
+                    last,
+                    ")",
                 ));
             }
         }
@@ -645,17 +661,14 @@ impl Validator {
         match &ev.kind {
             EventKind::StreamOpen { stream, .. } => {
                 if self.streams.contains_key(stream) {
-                    return Err(fault(
-                        "stream",
-                        format!("stream `{}` is already open", quote(stream)),
-                    ));
+                    return Err(id_fault("stream", stream, "is already open"));
                 }
                 self.streams.insert(stream.clone(), StreamState::default());
             }
             EventKind::StreamClose { stream } => {
-                self.streams.remove(stream).ok_or_else(|| {
-                    fault("stream", format!("stream `{}` is not open", quote(stream)))
-                })?;
+                self.streams
+                    .remove(stream)
+                    .ok_or_else(|| id_fault("stream", stream, "is not open"))?;
             }
             EventKind::ObservationLost { stream, .. } => {
                 let st = self.live_stream(stream)?;
@@ -669,10 +682,7 @@ impl Validator {
             } => {
                 let st = self.live_stream(stream)?;
                 if !st.open_responses.insert(response.clone()) {
-                    return Err(fault(
-                        "response",
-                        format!("response `{}` is already open", quote(response)),
-                    ));
+                    return Err(id_fault("response", response, "is already open"));
                 }
             }
             EventKind::ToolCall {
@@ -682,11 +692,10 @@ impl Validator {
                 if !st.open_responses.contains(response) {
                     return Err(fault(
                         "response",
-                        format!(
-                            "response `{}` is not open on stream `{}`",
-                            quote(response),
-                            quote(stream)
-                        ),
+                        Problem::NotOpenOn {
+                            response: Token::of(response),
+                            stream: Token::of(stream),
+                        },
                     ));
                 }
             }
@@ -697,11 +706,10 @@ impl Validator {
                 if !st.open_responses.remove(response) {
                     return Err(fault(
                         "response",
-                        format!(
-                            "response `{}` is not open on stream `{}`",
-                            quote(response),
-                            quote(stream)
-                        ),
+                        Problem::NotOpenOn {
+                            response: Token::of(response),
+                            stream: Token::of(stream),
+                        },
                     ));
                 }
             }
@@ -713,10 +721,7 @@ impl Validator {
                 ..
             } => {
                 if self.running.contains_key(interval) {
-                    return Err(fault(
-                        "interval",
-                        format!("interval `{}` already started", quote(interval)),
-                    ));
+                    return Err(id_fault("interval", interval, "already started"));
                 }
                 self.running
                     .insert(interval.clone(), (alias.clone(), tool.clone(), *start));
@@ -730,11 +735,10 @@ impl Validator {
             } => {
                 if let Some((a, tl, s)) = self.running.remove(interval) {
                     if &a != alias || &tl != tool || s != *start {
-                        return Err(fault(
+                        return Err(id_fault(
                             "interval",
-                            format!(
-                                "`{interval}` disagrees with its mcp_start (alias, tool or start)"
-                            ),
+                            interval,
+                            "disagrees with its mcp_start (alias, tool or start)",
                         ));
                     }
                 }
@@ -746,16 +750,11 @@ impl Validator {
     /// A stream that is open and whose observation has not been lost.
     fn live_stream(&mut self, stream: &str) -> Result<&mut StreamState, Fault> {
         match self.streams.get_mut(stream) {
-            None => Err(fault(
+            None => Err(id_fault("stream", stream, "is not open")),
+            Some(st) if st.lost => Err(id_fault(
                 "stream",
-                format!("stream `{}` is not open", quote(stream)),
-            )),
-            Some(st) if st.lost => Err(fault(
-                "stream",
-                format!(
-                    "stream `{}` lost observation; only stream_close may follow",
-                    quote(stream)
-                ),
+                stream,
+                "lost observation; only stream_close may follow",
             )),
             Some(st) => Ok(st),
         }
@@ -802,10 +801,10 @@ impl<R: BufRead> TraceReader<R> {
             if ty != "trace" {
                 return Err(fault(
                     "type",
-                    format!(
-                        "the first line must be the trace header {HEADER}, got type `{}`",
-                        quote(&ty)
-                    ),
+                    Problem::NotAHeader {
+                        header: HEADER,
+                        got: Token::of(&ty),
+                    },
                 ));
             }
             self.version = match f.get("version")? {
@@ -814,7 +813,11 @@ impl<R: BufRead> TraceReader<R> {
                 other => {
                     return Err(fault(
                         "version",
-                        format!("unsupported trace version {other} (1 and 2 are read)"),
+                        Problem::Version {
+                            what: "trace",
+                            got: Token::of_value(other),
+                            readable: "1 and 2 are read",
+                        },
                     ));
                 }
             };
@@ -837,9 +840,9 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 Some(Ok(())) => {}
                 Some(Err(e)) => return Some(Err(e)),
                 None if !self.header_seen && !self.lines.failed() => {
-                    return Some(Err(self.lines.fail(line_fault(format!(
-                        "empty trace: the first line must be {HEADER}"
-                    )))));
+                    return Some(Err(self
+                        .lines
+                        .fail(line_fault(Problem::EmptyTrace { header: HEADER }))));
                 }
                 None => return None,
             }
@@ -1398,7 +1401,7 @@ mod tests {
             let err = read(&input).expect_err(&input);
             assert_eq!(err.line, *line, "{input}\n{err}");
             assert_eq!(err.field, *field, "{input}\n{err}");
-            assert!(err.message.contains(needle), "{input}\n{err}");
+            assert!(err.problem.to_string().contains(needle), "{input}\n{err}");
             assert!(
                 err.to_string().starts_with(&format!("t.jsonl:{line}: ")),
                 "{err}"
@@ -1488,6 +1491,6 @@ mod tests {
         bytes.extend_from_slice(b"{\"type\":\"\xff\"}\n");
         let err = read_all(&bytes[..], "bin.jsonl").unwrap_err();
         assert_eq!(err.line, 2);
-        assert!(err.message.contains("UTF-8"));
+        assert!(err.problem.to_string().contains("UTF-8"));
     }
 }

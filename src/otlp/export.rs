@@ -5,14 +5,12 @@
 //! [`ExportReport`]), never correlation time. Failures are reported by kind only: no header
 //! value, URL credential or response body is ever logged.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use correlator::sanitize::Cleared;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full, Limited};
@@ -24,8 +22,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -41,15 +37,8 @@ const RETRIES: u32 = 2;
 pub enum StartError {
     #[error("otlp: not inside a tokio runtime")]
     NoRuntime,
-    #[error("otlp: reading the CA file {path}: {source}")]
-    CaFile {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("otlp: the CA file {path} holds no usable PEM certificate")]
-    CaFileEmpty { path: String },
-    #[error("otlp: TLS set-up failed: {0}")]
-    Tls(#[from] rustls::Error),
+    #[error("otlp: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Why a batch was not delivered: a fixed word and, for HTTP, the status code. Never a body.
@@ -129,7 +118,7 @@ impl Counters {
     }
 }
 
-/// The cheap, cloneable side that turns records into spans and queues them.
+/// The cheap, cloneable side that queues finished spans.
 #[derive(Clone)]
 pub struct ExporterHandle {
     tx: mpsc::Sender<Span>,
@@ -137,27 +126,18 @@ pub struct ExporterHandle {
 }
 
 impl ExporterHandle {
-    /// Queues the record's span; never waits. `epoch_unix_nanos` is the wall-clock time of
-    /// the trace clock's 0. Returns false when the span was dropped (queue full or shut down).
-    /// Only a record the sanitizing door let out can become a span.
-    pub fn record(&self, record: &Cleared<'_>, epoch_unix_nanos: u64) -> bool {
-        let accepted = self
-            .tx
-            .try_send(span::span(record.record(), epoch_unix_nanos))
-            .is_ok();
+    /// Queues a span; never waits. Returns false when it was dropped (queue full or shut
+    /// down). Spans come from [`super::tree::Tree`], which takes only what the sanitizing
+    /// door let out.
+    pub fn span(&self, span: Span) -> bool {
+        let accepted = self.tx.try_send(span).is_ok();
         self.count(accepted)
     }
 
-    /// Like [`record`](Self::record), but waits up to `wait` for room in the queue. For
-    /// offline replay only, where the records are already decided and completeness matters
-    /// more than pace; a live command must use `record`.
-    pub async fn record_waiting(
-        &self,
-        record: &Cleared<'_>,
-        epoch_unix_nanos: u64,
-        wait: Duration,
-    ) -> bool {
-        let span = span::span(record.record(), epoch_unix_nanos);
+    /// Like [`span`](Self::span), but waits up to `wait` for room in the queue. For offline
+    /// replay only, where the records are already decided and completeness matters more than
+    /// pace; a live command must use `span`.
+    pub async fn span_waiting(&self, span: Span, wait: Duration) -> bool {
         let accepted = matches!(
             tokio::time::timeout(wait, self.tx.send(span)).await,
             Ok(Ok(()))
@@ -412,42 +392,9 @@ fn classify(e: hyper_util::client::legacy::Error) -> ExportError {
 }
 
 fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(path) = &config.ca_file {
-        let shown = path.display().to_string();
-        let f = File::open(path).map_err(|source| StartError::CaFile {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut added = 0;
-        for cert in CertificateDer::pem_reader_iter(BufReader::new(f)) {
-            let cert = cert.map_err(|e| StartError::CaFile {
-                path: shown.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-            })?;
-            if roots.add(cert).is_ok() {
-                added += 1;
-            }
-        }
-        if added == 0 {
-            return Err(StartError::CaFileEmpty { path: shown });
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(config.timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
+    let roots = crate::tls::ExtraRoots::read_optional(config.ca_file.as_deref())
+        .map_err(crate::tls::TlsError::from)?;
+    let https = crate::tls::https_connector(&roots, config.timeout)?;
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(https))
@@ -456,38 +403,20 @@ fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use correlator::sanitize::Door;
-    use correlator::Record;
 
-    fn clear(r: &Record) -> Cleared<'_> {
-        Door::replay()
-            .record(r)
-            .expect("test records hold trace ids")
-    }
     use crate::otlp::config::Endpoint;
     use crate::otlp::testing::{Answer, Receiver};
-    use correlator::records::{Evidence, WindowRef};
     use opentelemetry_proto::tonic::common::v1::any_value;
 
-    fn record(i: usize) -> Record {
-        Record {
-            interval: format!("i{i}"),
-            alias: "probe".into(),
-            tool: "echo".into(),
-            start: 100.0 * i as f64,
-            end: 100.0 * i as f64 + 50.0,
-            reason: None,
-            evidence: vec![Evidence::Containment],
-            candidates: 1,
-            window: Some(WindowRef {
-                thread: Some("th1".into()),
-                stream: "s1".into(),
-                response: "r1".into(),
-                request: Some("q2".into()),
-                open: 10.0,
-                close: Some(9_000.0),
-            }),
-            decided_at: 9_001.0,
+    /// A span starting `i` × 100 ms after the epoch.
+    fn test_span(i: usize, epoch: u64) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: vec![i as u8 + 1; 8],
+            name: "execute_tool echo".into(),
+            start_time_unix_nano: span::unix_nanos(epoch, 100.0 * i as f64),
+            end_time_unix_nano: span::unix_nanos(epoch, 100.0 * i as f64 + 50.0),
+            ..Default::default()
         }
     }
 
@@ -512,7 +441,7 @@ mod tests {
         let exporter = Exporter::start(c).unwrap();
         let h = exporter.handle();
         for i in 0..5 {
-            assert!(h.record(&clear(&record(i)), 1_000_000_000));
+            assert!(h.span(test_span(i, 1_000_000_000)));
         }
         let report = exporter.shutdown().await;
         assert_eq!(
@@ -565,7 +494,7 @@ mod tests {
         let exporter = Exporter::start(c).unwrap();
         let h = exporter.handle();
         for i in 0..3 {
-            h.record(&clear(&record(i)), 0);
+            h.span(test_span(i, 0));
         }
         // No shutdown: only the timer can send them. Bounded wait.
         for _ in 0..500 {
@@ -584,7 +513,7 @@ mod tests {
         let mut c = config(&rx.url());
         c.gzip = true;
         let exporter = Exporter::start(c).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.exported, 1);
         let got = rx.received.lock().unwrap();
         assert_eq!(got[0].headers["content-encoding"], "gzip");
@@ -596,7 +525,7 @@ mod tests {
         let rx = Receiver::start(vec![Answer::Reject(1)]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
         for i in 0..3 {
-            exporter.handle().record(&clear(&record(i)), 0);
+            exporter.handle().span(test_span(i, 0));
         }
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.rejected, r.lost()), (2, 1, 1));
@@ -606,14 +535,14 @@ mod tests {
     async fn try_again_statuses_are_retried_and_others_are_not() {
         let rx = Receiver::start(vec![Answer::Status(503), Answer::Ok]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (1, 0));
         assert_eq!(rx.batch_sizes(), [1, 1]);
 
         let rx = Receiver::start(vec![Answer::Status(400), Answer::Ok]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (0, 1));
         assert_eq!(r.first_error, Some(ExportError::Status(400)));
@@ -631,13 +560,13 @@ mod tests {
         let h = exporter.handle();
         // The task cannot run in between (one-thread runtime): one span queues, the rest
         // find the queue full, and none of these calls waits.
-        let accepted = (0..20).filter(|i| h.record(&clear(&record(*i)), 0)).count();
+        let accepted = (0..20).filter(|i| h.span(test_span(*i, 0))).count();
         assert_eq!(accepted, 1);
         let r = exporter.shutdown().await;
         assert_eq!((r.queued, r.dropped, r.exported), (1, 19, 0));
         assert_eq!(r.lost(), 20);
         // After shutdown every record is dropped, still without waiting.
-        assert!(!h.record(&clear(&record(99)), 0));
+        assert!(!h.span(test_span(99, 0)));
     }
 
     #[tokio::test]
@@ -648,7 +577,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let exporter = Exporter::start(config(&format!("http://127.0.0.1:{port}"))).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (0, 1));
         assert!(matches!(r.first_error, Some(ExportError::Connect(_))));
@@ -682,7 +611,7 @@ mod tests {
 
         // Without the root the certificate is not trusted: a counted failure.
         let exporter = Exporter::start(config(&url)).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.failed, 1);
 
         let dir = tempfile::tempdir().unwrap();
@@ -691,7 +620,7 @@ mod tests {
         let mut c = config(&url);
         c.ca_file = Some(ca_file);
         let exporter = Exporter::start(c).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.exported, 1);
         assert_eq!(rx.batch_sizes(), [1]);
     }
@@ -705,7 +634,9 @@ mod tests {
         c.ca_file = Some(ca_file);
         assert!(matches!(
             Exporter::start(c),
-            Err(StartError::CaFileEmpty { .. })
+            Err(StartError::Tls(crate::tls::TlsError::CaFile(
+                crate::tls::CaFileError::Empty { .. }
+            )))
         ));
     }
 

@@ -18,6 +18,7 @@ pub mod body;
 pub mod decode;
 pub mod exchange;
 pub mod jsonrpc;
+mod lenient;
 mod peek;
 pub mod responses;
 pub mod sse;
