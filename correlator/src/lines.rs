@@ -160,7 +160,7 @@ pub(crate) struct Fault {
 }
 
 impl Fault {
-    pub fn at(self, source_name: &str, line: usize) -> LineError {
+    pub(crate) fn at(self, source_name: &str, line: usize) -> LineError {
         LineError {
             source_name: source_name.to_string(),
             line,
@@ -234,17 +234,17 @@ pub(crate) struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    pub fn new(obj: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>) -> Self {
         Fields { obj, name: bare }
     }
 
-    pub fn get(&self, k: &'static str) -> Result<&Value, Fault> {
+    pub(crate) fn get(&self, k: &'static str) -> Result<&Value, Fault> {
         self.obj
             .get(k)
             .ok_or_else(|| fault((self.name)(k), Problem::Missing))
     }
 
-    pub fn wrong(&self, k: &'static str, want: &'static str, got: &Value) -> Fault {
+    pub(crate) fn wrong(&self, k: &'static str, want: &'static str, got: &Value) -> Fault {
         fault(
             (self.name)(k),
             Problem::WrongType {
@@ -254,14 +254,14 @@ impl<'a> Fields<'a> {
         )
     }
 
-    pub fn string(&self, k: &'static str) -> Result<String, Fault> {
+    pub(crate) fn string(&self, k: &'static str) -> Result<String, Fault> {
         match self.get(k)? {
             Value::String(s) => Ok(s.clone()),
             other => Err(self.wrong(k, "a string", other)),
         }
     }
 
-    pub fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
         match self.get(k)? {
             Value::String(s) => Ok(Some(s.clone())),
             Value::Null => Ok(None),
@@ -270,7 +270,7 @@ impl<'a> Fields<'a> {
     }
 
     /// An optional field: absent and null both mean "none".
-    pub fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
         if self.obj.contains_key(k) {
             self.opt_string(k)
         } else {
@@ -278,7 +278,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn time(&self, k: &'static str) -> Result<Millis, Fault> {
+    pub(crate) fn time(&self, k: &'static str) -> Result<Millis, Fault> {
         match self.get(k)? {
             Value::Number(n) => match n.as_f64() {
                 Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
@@ -293,14 +293,14 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
+    pub(crate) fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
         match self.get(k)? {
             Value::Null => Ok(None),
             _ => self.time(k).map(Some),
         }
     }
 
-    pub fn word<T>(
+    pub(crate) fn word<T>(
         &self,
         k: &'static str,
         parse: fn(&str) -> Option<T>,
@@ -319,7 +319,7 @@ impl<'a> Fields<'a> {
         })
     }
 
-    pub fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
+    pub(crate) fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
         match self.get(k)? {
             Value::Array(items) => items
                 .iter()
@@ -370,7 +370,7 @@ pub(crate) struct LineSource<R> {
 }
 
 impl<R: BufRead> LineSource<R> {
-    pub fn new(input: R, source_name: String) -> Self {
+    pub(crate) fn new(input: R, source_name: String) -> Self {
         LineSource {
             input,
             source_name,
@@ -381,7 +381,7 @@ impl<R: BufRead> LineSource<R> {
     }
 
     /// The next non-blank line as an object; `None` at the end or after an error.
-    pub fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
+    pub(crate) fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
         if let Err(e) = self.next_line()? {
             return Some(Err(e));
         }
@@ -390,7 +390,7 @@ impl<R: BufRead> LineSource<R> {
 
     /// Moves to the next non-blank line, whose text [`LineSource::line`] then gives; `None` at
     /// the end or after an error. (Lets a reader try a faster typed parse before [`object`].)
-    pub fn next_line(&mut self) -> Option<Result<(), LineError>> {
+    pub(crate) fn next_line(&mut self) -> Option<Result<(), LineError>> {
         if self.failed {
             return None;
         }
@@ -410,17 +410,17 @@ impl<R: BufRead> LineSource<R> {
     }
 
     /// The current line, without its line break.
-    pub fn line(&self) -> &str {
+    pub(crate) fn line(&self) -> &str {
         self.buf.trim_end_matches(['\n', '\r'])
     }
 
     /// Ends the input with `f` at the current line.
-    pub fn fail(&mut self, f: Fault) -> LineError {
+    pub(crate) fn fail(&mut self, f: Fault) -> LineError {
         self.failed = true;
         f.at(&self.source_name, self.line_no)
     }
 
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.failed
     }
 }

@@ -18,7 +18,7 @@ use crate::route::Names;
 
 /// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
 /// to a dropped window never reaches a later one (handles are never reused within one run).
-pub type WinId = u64;
+pub(crate) type WinId = u64;
 
 /// The tracker's windows: a table indexed by slot, slots reused through a free list. Cheaper
 /// than a hash map on the hot paths (MCP bookkeeping touches every open window per event).
@@ -97,7 +97,7 @@ const MAX_NAMES: usize = 4096;
 
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Time(pub Millis);
+pub(crate) struct Time(pub Millis);
 
 impl Eq for Time {}
 impl PartialOrd for Time {
@@ -117,7 +117,7 @@ impl Ord for Time {
 /// Ids are shared (`Arc<str>`, so the correlator stays `Send`) between the tables and windows that name them: a window's
 /// thread, stream, response and call ids are each allocated once, not once per table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ThreadKey {
+pub(crate) enum ThreadKey {
     Known(Arc<str>),
     Anon(Arc<str>),
 }
@@ -133,7 +133,7 @@ impl ThreadKey {
 
 /// One client tool call of a window's response.
 #[derive(Debug, Clone)]
-pub struct Call {
+pub(crate) struct Call {
     /// When the call item was complete.
     pub at: Millis,
     pub call: Arc<str>,
@@ -145,7 +145,7 @@ pub struct Call {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WindowState {
+pub(crate) enum WindowState {
     Open,
     /// Closed at this time by a continuing request.
     Closed(Millis),
@@ -154,7 +154,7 @@ pub enum WindowState {
 }
 
 #[derive(Debug, Clone)]
-pub struct Window {
+pub(crate) struct Window {
     pub thread: Option<Arc<str>>,
     /// The host of the window's stream, when known.
     pub host: Option<Arc<str>>,
@@ -201,14 +201,14 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.state == WindowState::Open
     }
 
     /// When the first call of the response that could have issued a call of `names`'s tool
     /// was complete: one whose visible name routes to it, or an opaque program call (kind
     /// `custom`), which may call any tool. Infinity if none.
-    pub fn first_call_for(&self, names: &Names) -> Millis {
+    pub(crate) fn first_call_for(&self, names: &Names) -> Millis {
         self.calls
             .iter()
             .filter(|c| {
@@ -245,7 +245,7 @@ struct ResponseState {
 
 /// The open span of a stream whose observation was lost.
 #[derive(Debug, Clone)]
-pub struct LostSpan {
+pub(crate) struct LostSpan {
     pub stream: String,
     /// The stream's host, when known.
     pub host: Option<Arc<str>>,
@@ -258,7 +258,7 @@ pub struct LostSpan {
 /// only delay one, an MCP call starting or ending inside a window while others still run, are
 /// not reported: a pending interval's queued time stays a valid lower bound.)
 #[derive(Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Windows that closed or broke, or stopped blocking decisions: their response has ended
     /// and no MCP call that started inside them still runs (whichever happened last).
     pub windows: Vec<WinId>,
@@ -267,7 +267,7 @@ pub struct Changes {
 }
 
 #[derive(Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     streams: FxHashMap<Arc<str>, StreamState>,
     responses: FxHashMap<Arc<str>, ResponseState>,
     windows: Slab,
@@ -320,7 +320,7 @@ fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>
 
 impl Tracker {
     /// `close_wait` as configured; `all_hosts` for `--candidates all`.
-    pub fn new(close_wait: Millis, all_hosts: bool) -> Self {
+    pub(crate) fn new(close_wait: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
             close_wait,
@@ -332,7 +332,7 @@ impl Tracker {
     /// A shared copy of a tool name or namespace. Hosts use a handful of names, so each is
     /// stored once; past [`MAX_NAMES`] distinct ones (a host that makes names up) new ones are
     /// simply allocated, so the table cannot grow without bound.
-    pub fn intern(&mut self, name: &str) -> Arc<str> {
+    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
         if let Some(n) = self.names.get(name) {
             return n.clone();
         }
@@ -343,20 +343,20 @@ impl Tracker {
         n
     }
 
-    pub fn window(&self, id: WinId) -> Option<&Window> {
+    pub(crate) fn window(&self, id: WinId) -> Option<&Window> {
         self.windows.get(id)
     }
 
-    pub fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
+    pub(crate) fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
         self.windows.get_mut(id)
     }
 
-    pub fn forgotten_before(&self) -> Millis {
+    pub(crate) fn forgotten_before(&self) -> Millis {
         self.forgotten_before
     }
 
     /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
-    pub fn set_now(&mut self, t: Millis) {
+    pub(crate) fn set_now(&mut self, t: Millis) {
         if t > self.now {
             self.reported_now.clear();
         }
@@ -370,12 +370,16 @@ impl Tracker {
     }
 
     /// Open windows that opened at or before `s`.
-    pub fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
+    pub(crate) fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
         self.open_by(s).iter().map(|(_, id)| *id)
     }
 
     /// Closed windows with open ≤ s and close ≥ e.
-    pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
+    pub(crate) fn closed_containing(
+        &self,
+        s: Millis,
+        e: Millis,
+    ) -> impl Iterator<Item = WinId> + '_ {
         // From the newest: an interval is reported soon after its end, so the windows that
         // closed since are few, while the deque holds every window of the retention span.
         let since_end = self.closed.iter().rev().take_while(move |(c, _)| *c >= e);
@@ -385,20 +389,20 @@ impl Tracker {
         })
     }
 
-    pub fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
+    pub(crate) fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
         self.broken.iter().filter_map(|id| self.windows.get(*id))
     }
 
-    pub fn lost_spans(&self) -> &[LostSpan] {
+    pub(crate) fn lost_spans(&self) -> &[LostSpan] {
         &self.lost
     }
 
     /// The earliest `max_window` deadline of an open window.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub(crate) fn next_deadline(&self) -> Option<Millis> {
         self.deadlines.first().map(|(t, _)| t.0)
     }
 
-    pub fn stream_open(
+    pub(crate) fn stream_open(
         &mut self,
         t: Millis,
         stream: &str,
@@ -422,7 +426,7 @@ impl Tracker {
         );
     }
 
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         t: Millis,
         stream: &str,
@@ -482,7 +486,7 @@ impl Tracker {
         self.continued = continued;
     }
 
-    pub fn response_start(&mut self, stream: &str, response: &str) {
+    pub(crate) fn response_start(&mut self, stream: &str, response: &str) {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
@@ -497,7 +501,7 @@ impl Tracker {
         );
     }
 
-    pub fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
+    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
         let Some(rs) = self.responses.get_mut(response) else {
             return;
         };
@@ -573,7 +577,7 @@ impl Tracker {
             .push(id);
     }
 
-    pub fn response_end(
+    pub(crate) fn response_end(
         &mut self,
         t: Millis,
         stream: &str,
@@ -606,7 +610,7 @@ impl Tracker {
         }
     }
 
-    pub fn stream_close(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+    pub(crate) fn stream_close(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
         let Some(st) = self.streams.remove(stream) else {
             return;
         };
@@ -625,7 +629,7 @@ impl Tracker {
         }
     }
 
-    pub fn observation_lost(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+    pub(crate) fn observation_lost(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
@@ -646,7 +650,7 @@ impl Tracker {
     /// A call starting can only delay decisions, so it reports no change. A window that could
     /// be given up until now keeps that span (it was given up then, for any interval whose own
     /// wait had passed).
-    pub fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
+    pub(crate) fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
         let (now, all) = (self.now, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
@@ -663,7 +667,7 @@ impl Tracker {
         self.running.insert(interval.to_string(), (start, host));
     }
 
-    pub fn mcp_interval(
+    pub(crate) fn mcp_interval(
         &mut self,
         interval: &str,
         start: Millis,
@@ -712,7 +716,7 @@ impl Tracker {
     /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
     /// window until it gets another call).
     #[inline]
-    pub fn eligible(
+    pub(crate) fn eligible(
         &mut self,
         id: WinId,
         host: Option<&Arc<str>>,
@@ -741,7 +745,7 @@ impl Tracker {
     /// The first moment at or after `from` at which window `id` could be given up, if it can
     /// be told now: from a past quiet span, or the current one. `None` while it cannot (its
     /// response still streams, or a call that started inside it still runs).
-    pub fn give_up_at(&self, w: &Window, from: Millis) -> Option<Millis> {
+    pub(crate) fn give_up_at(&self, w: &Window, from: Millis) -> Option<Millis> {
         for &(a, b) in &w.quiet {
             let t = a.max(from);
             if t < b {
@@ -752,7 +756,7 @@ impl Tracker {
     }
 
     /// Breaks every open window whose `max_window` deadline is at or before `t`.
-    pub fn expire(&mut self, t: Millis, ch: &mut Changes) {
+    pub(crate) fn expire(&mut self, t: Millis, ch: &mut Changes) {
         while let Some(&(Time(d), id)) = self.deadlines.first() {
             if d > t {
                 break;
@@ -807,7 +811,7 @@ impl Tracker {
     /// Drops what no decision about an interval starting at or after `horizon` can need:
     /// windows final before it (unless broken with no later request of their thread), lost
     /// spans closed before it, and windows no longer waited on.
-    pub fn forget_before(&mut self, horizon: Millis) {
+    pub(crate) fn forget_before(&mut self, horizon: Millis) {
         if horizon <= self.forgotten_before {
             return;
         }
@@ -859,7 +863,7 @@ impl Tracker {
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
     /// indexed anywhere and was only kept for the intervals that held it.
-    pub fn unref(&mut self, id: WinId) {
+    pub(crate) fn unref(&mut self, id: WinId) {
         let Some(w) = self.windows.get_mut(id) else {
             return;
         };
@@ -879,7 +883,7 @@ impl Tracker {
     }
 
     /// How many windows the tracker holds (for tests and memory reports).
-    pub fn window_count(&self) -> usize {
+    pub(crate) fn window_count(&self) -> usize {
         self.windows.len()
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 /// A string, or `None` for anything else (null, a number, an object…).
-pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+pub(super) fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::String(s) => Some(s),
         _ => None,
@@ -14,7 +14,9 @@ pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Erro
 }
 
 /// A `T`, or `None` when the value does not read as one.
-pub fn object<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+pub(super) fn object<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
     Ok(serde_json::from_value(Value::deserialize(d)?).ok())
 }
 
