@@ -517,18 +517,7 @@ impl World<'_> {
         }
         let (w, iv) = (&self.windows[wi], &self.intervals[k]);
         let cw = self.config.close_wait;
-        let mut m: Vec<Millis> = vec![iv.e + cw];
-        m.extend(self.event_times.iter().copied());
-        m.extend(
-            self.responses
-                .values()
-                .filter_map(|r| r.end.map(|(_, t, _)| t + cw)),
-        );
-        m.extend(
-            self.mcp
-                .values()
-                .filter_map(|x| x.reported.as_ref().map(|(_, end, _)| end + cw)),
-        );
+        let mut m = self.change_moments(iv);
         m.retain(|&t| t >= iv.e + cw && t <= self.last_t);
         m.sort_by(f64::total_cmp);
         let first = m.into_iter().find(|&t| self.could_give_up(w, iv, t));
@@ -583,14 +572,12 @@ impl World<'_> {
         }
     }
 
-    /// Every moment at or after the report, up to the last event, at which the rule's inputs
-    /// can change for interval `iv` (brief 9: a decision due between events happens at
-    /// exactly its time).
-    fn moments(&self, iv: &Interval) -> Vec<Millis> {
+    /// The moments at which a give-up condition can start to hold for `iv`: event times, and
+    /// `close_wait` after its end, after every response's end and after every reported call's.
+    fn change_moments(&self, iv: &Interval) -> Vec<Millis> {
         let cw = self.config.close_wait;
-        let mut m: Vec<Millis> = vec![iv.report_t, iv.e + cw];
+        let mut m: Vec<Millis> = vec![iv.e + cw];
         m.extend(self.event_times.iter().copied());
-        m.extend(self.windows.iter().filter_map(|w| w.broke));
         m.extend(
             self.responses
                 .values()
@@ -601,6 +588,16 @@ impl World<'_> {
                 .values()
                 .filter_map(|x| x.reported.as_ref().map(|(_, end, _)| end + cw)),
         );
+        m
+    }
+
+    /// Every moment at or after the report, up to the last event, at which the rule's inputs
+    /// can change for interval `iv` (brief 9: a decision due between events happens at
+    /// exactly its time).
+    fn moments(&self, iv: &Interval) -> Vec<Millis> {
+        let mut m = self.change_moments(iv);
+        m.push(iv.report_t);
+        m.extend(self.windows.iter().filter_map(|w| w.broke));
         let set: BTreeSet<u64> = m
             .into_iter()
             .filter(|&t| t >= iv.report_t && t <= self.last_t)
