@@ -23,7 +23,9 @@
 //! The relay turns `start` into `mcp_start` and `end` into `mcp_interval`, with times converted
 //! by [`Clock::ms_at`] and the event's `t` the relay's clock when the line arrived. When a
 //! wrapper's connection drops, each of its calls that started and did not end becomes an
-//! `mcp_interval` with outcome `lost`, ending then. A bad line is counted and logged by its fault
+//! `mcp_interval` with outcome `lost`, ending then; so does each call still running when the
+//! relay closes the socket at its stop (after the drain: reports are taken until then). A bad
+//! line is counted and logged by its fault
 //! (never its content) and the connection goes on.
 
 use std::collections::HashMap;
@@ -37,7 +39,7 @@ use correlator::event::{Hints, Outcome};
 use correlator::{EventKind, Millis};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
@@ -49,6 +51,9 @@ pub use correlator::ingest::{Fault, Report, MAX_LINE};
 pub const ENV: &str = "WINDOWTAP_INGEST";
 /// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
 const MAX_RUNNING: usize = 65_536;
+/// On [`IngestHandle::close`], how long each connection may still take to hand over lines
+/// its wrapper had already written.
+const CLOSE_READ: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Where the relay listens and wrappers look when not told: `$XDG_RUNTIME_DIR/windowtap/
 /// ingest.sock`, else `<tmp>/windowtap-<uid>/ingest.sock`. The directory is private (0700).
@@ -133,10 +138,13 @@ pub struct Counters {
     pub lost: AtomicU64,
 }
 
-/// A running listener. Dropping it stops listening and removes the socket file.
+/// A running listener. [`IngestHandle::close`] stops it the orderly way; dropping it stops
+/// listening at once (connections cut, nothing more sent) and removes the socket file.
 pub struct IngestHandle {
     path: PathBuf,
     counters: Arc<Counters>,
+    /// Turned `true` by [`IngestHandle::close`].
+    closing: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -147,6 +155,24 @@ impl IngestHandle {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Stops listening and ends every connection: lines already sent are still taken (for
+    /// up to [`CLOSE_READ`]), then each call still running ends `lost`, now (design.md §4:
+    /// no call that started is ever missing). Returns once every connection has sent its
+    /// last event, so the caller may stop the receiver then.
+    pub async fn close(mut self) {
+        let lost = self.counters.lost.load(Ordering::Relaxed);
+        self.closing.send_replace(true);
+        let _ = (&mut self.task).await;
+        let ended = self.counters.lost.load(Ordering::Relaxed) - lost;
+        if ended > 0 {
+            tracing::info!(
+                calls = ended,
+                "ingest closed: calls still running ended lost"
+            );
+        }
+        // Dropping `self` removes the socket file.
     }
 }
 
@@ -209,6 +235,7 @@ pub async fn serve(
         counters: counters.clone(),
         order: Mutex::new(()),
     });
+    let (closing, mut closed) = watch::channel(false);
     let task = tokio::spawn(async move {
         // Connection tasks live in the set, so aborting this task ends them too.
         let mut conns = JoinSet::new();
@@ -218,7 +245,7 @@ pub async fn serve(
                     Ok((stream, _)) => {
                         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
                         shared.counters.open.fetch_add(1, Ordering::SeqCst);
-                        conns.spawn(connection(stream, shared.clone()));
+                        conns.spawn(connection(stream, shared.clone(), closed.clone()));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "ingest: accept failed");
@@ -226,12 +253,17 @@ pub async fn serve(
                     }
                 },
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                // Closing (or the handle gone): every connection winds up, see below.
+                _ = async { drop(closed.wait_for(|c| *c).await) } => break,
             }
         }
+        drop(listener);
+        while conns.join_next().await.is_some() {}
     });
     Ok(IngestHandle {
         path,
         counters,
+        closing,
         task,
     })
 }
@@ -244,14 +276,30 @@ struct Running {
     hints: Hints,
 }
 
-async fn connection(stream: UnixStream, shared: Arc<Shared>) {
-    let mut reader = BufReader::new(stream);
+async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::Receiver<bool>) {
+    let mut lines = LineReader::new(stream);
     let mut running: HashMap<String, Running> = HashMap::new();
-    let mut line = Vec::new();
+    // Until the listener closes, lines are taken as they come; once it closes, only for
+    // `CLOSE_READ` more (what the wrapper had already written), then the connection ends.
+    let mut close_by = None;
     loop {
-        match read_line(&mut reader, &mut line).await {
+        let read = match close_by {
+            None => tokio::select! {
+                biased;
+                r = lines.next() => r,
+                _ = async { drop(closed.wait_for(|c| *c).await) } => {
+                    close_by = Some(tokio::time::Instant::now() + CLOSE_READ);
+                    continue;
+                }
+            },
+            Some(at) => match tokio::time::timeout_at(at, lines.next()).await {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+        };
+        match read {
             Ok(None) => break,
-            Ok(Some(Ok(()))) => match accept(&line, &mut running, &shared).await {
+            Ok(Some(Ok(line))) => match accept(line, &mut running, &shared).await {
                 Ok(()) => {
                     shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
                 }
@@ -264,7 +312,8 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
             }
         }
     }
-    // The wrapper went away: whatever it had running ends here, lost.
+    // The wrapper went away, or the relay is stopping: whatever it had running ends here,
+    // lost.
     let now_ns = mono_ns();
     let mut left: Vec<(String, Running)> = running.into_iter().collect();
     left.sort_by_key(|(_, r)| r.start_ns);
@@ -370,40 +419,65 @@ async fn accept(
     Ok(())
 }
 
-/// Reads one line into `line` (without `\n`): `None` at a clean end of the connection, a fault
-/// for an over-long or cut-off line. Never holds more than [`MAX_LINE`] bytes.
-async fn read_line(
-    reader: &mut BufReader<UnixStream>,
-    line: &mut Vec<u8>,
-) -> std::io::Result<Option<Result<(), Fault>>> {
-    line.clear();
-    let mut too_long = false;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(if line.is_empty() && !too_long {
-                None
-            } else {
-                Some(Err(Fault::Truncated))
-            });
+/// Reads a connection line by line. Cancel-safe: a read cut short (the stop's `select!`)
+/// loses nothing, the next call goes on where it left off.
+struct LineReader {
+    reader: BufReader<UnixStream>,
+    line: Vec<u8>,
+    /// The line being read has passed [`MAX_LINE`]; its bytes are skipped to its end.
+    too_long: bool,
+    /// The last line returned, still in `line`: cleared on the next call.
+    returned: bool,
+}
+
+impl LineReader {
+    fn new(stream: UnixStream) -> Self {
+        LineReader {
+            reader: BufReader::new(stream),
+            line: Vec::new(),
+            too_long: false,
+            returned: false,
         }
-        let (take, done) = match memchr_nl(buf) {
-            Some(i) => (i, true),
-            None => (buf.len(), false),
-        };
-        if !too_long && line.len() + take <= MAX_LINE {
-            line.extend_from_slice(&buf[..take]);
-        } else {
-            too_long = true;
-            line.clear();
+    }
+
+    /// The next line (without `\n`): `None` at a clean end of the connection, a fault for an
+    /// over-long or cut-off line. Never holds more than [`MAX_LINE`] bytes.
+    async fn next(&mut self) -> std::io::Result<Option<Result<&[u8], Fault>>> {
+        if self.returned {
+            self.line.clear();
+            self.too_long = false;
+            self.returned = false;
         }
-        reader.consume(take + usize::from(done));
-        if done {
-            return Ok(Some(if too_long {
-                Err(Fault::TooLong)
+        loop {
+            // The only await; everything after it runs to the next return or loop turn.
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                self.returned = true;
+                return Ok(if self.line.is_empty() && !self.too_long {
+                    None
+                } else {
+                    Some(Err(Fault::Truncated))
+                });
+            }
+            let (take, done) = match memchr_nl(buf) {
+                Some(i) => (i, true),
+                None => (buf.len(), false),
+            };
+            if !self.too_long && self.line.len() + take <= MAX_LINE {
+                self.line.extend_from_slice(&buf[..take]);
             } else {
-                Ok(())
-            }));
+                self.too_long = true;
+                self.line.clear();
+            }
+            self.reader.consume(take + usize::from(done));
+            if done {
+                self.returned = true;
+                return Ok(Some(if self.too_long {
+                    Err(Fault::TooLong)
+                } else {
+                    Ok(&self.line)
+                }));
+            }
         }
     }
 }
@@ -662,6 +736,67 @@ mod tests {
             "garbage, too long, duplicate, future"
         );
         assert_eq!(c.lost.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn closing_takes_lines_already_sent_then_ends_running_calls_lost() {
+        let (handle, mut rx, _dir, clock) = listener().await;
+        let path = handle.path().to_path_buf();
+        let mut conn = UnixStream::connect(&path).await.unwrap();
+        let s = mono_ns();
+        let start = |id: &str| Report::Start {
+            id: id.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(Some("toolu_3")),
+        };
+        conn.write_all(start("i1").to_line().as_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(next(&mut rx).await.1, EventKind::McpStart { .. }));
+        // Written before the close and not yet read: still taken.
+        let end = Report::End {
+            id: "i1".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            end_ns: s + 1,
+            outcome: Outcome::Result,
+            hints: hints(Some("toolu_3")),
+        };
+        conn.write_all(format!("{}{}", end.to_line(), start("i2").to_line()).as_bytes())
+            .await
+            .unwrap();
+        let before = clock.now_ms();
+        handle.close().await;
+        let mut got = Vec::new();
+        while let Ok((t, k)) = rx.try_recv() {
+            got.push((t, k));
+        }
+        let outcomes: Vec<(String, Outcome)> = got
+            .iter()
+            .filter_map(|(_, k)| match k {
+                EventKind::McpInterval {
+                    interval, outcome, ..
+                } => Some((interval.clone(), *outcome)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                ("i1".to_string(), Outcome::Result),
+                ("i2".to_string(), Outcome::Lost)
+            ],
+            "{got:?}"
+        );
+        assert!(got.last().unwrap().0 >= before, "lost at the close");
+        assert!(!path.exists(), "the socket file is gone");
+        // The wrapper's side sees the connection closed.
+        let mut buf = [0u8; 1];
+        let n = tokio::io::AsyncReadExt::read(&mut conn, &mut buf).await;
+        assert!(matches!(n, Ok(0) | Err(_)));
     }
 
     #[tokio::test]
