@@ -13,6 +13,7 @@ mod relay;
 mod replay_cmd;
 mod report;
 mod run;
+mod tls;
 mod wrap;
 
 use clap::{Parser, Subcommand};

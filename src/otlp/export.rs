@@ -5,8 +5,7 @@
 //! [`ExportReport`]), never correlation time. Failures are reported by kind only: no header
 //! value, URL credential or response body is ever logged.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,8 +23,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -41,15 +38,8 @@ const RETRIES: u32 = 2;
 pub enum StartError {
     #[error("otlp: not inside a tokio runtime")]
     NoRuntime,
-    #[error("otlp: reading the CA file {path}: {source}")]
-    CaFile {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("otlp: the CA file {path} holds no usable PEM certificate")]
-    CaFileEmpty { path: String },
-    #[error("otlp: TLS set-up failed: {0}")]
-    Tls(#[from] rustls::Error),
+    #[error("otlp: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// Why a batch was not delivered: a fixed word and, for HTTP, the status code. Never a body.
@@ -412,42 +402,9 @@ fn classify(e: hyper_util::client::legacy::Error) -> ExportError {
 }
 
 fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(path) = &config.ca_file {
-        let shown = path.display().to_string();
-        let f = File::open(path).map_err(|source| StartError::CaFile {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut added = 0;
-        for cert in CertificateDer::pem_reader_iter(BufReader::new(f)) {
-            let cert = cert.map_err(|e| StartError::CaFile {
-                path: shown.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-            })?;
-            if roots.add(cert).is_ok() {
-                added += 1;
-            }
-        }
-        if added == 0 {
-            return Err(StartError::CaFileEmpty { path: shown });
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(config.timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
+    let roots = crate::tls::ExtraRoots::read_optional(config.ca_file.as_deref())
+        .map_err(crate::tls::TlsError::from)?;
+    let https = crate::tls::https_connector(&roots, config.timeout)?;
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(https))
@@ -705,7 +662,9 @@ mod tests {
         c.ca_file = Some(ca_file);
         assert!(matches!(
             Exporter::start(c),
-            Err(StartError::CaFileEmpty { .. })
+            Err(StartError::Tls(crate::tls::TlsError::CaFile(
+                crate::tls::CaFileError::Empty { .. }
+            )))
         ));
     }
 

@@ -28,7 +28,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower_service::Service;
 
 use super::body::RelayBody;
@@ -36,6 +37,23 @@ use super::body::RelayBody;
 type ReqBody = RelayBody<Incoming>;
 type Conn = http1::Connection<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>, ReqBody>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The pooled client WebSocket handshakes go through (their connection is handed over to
+/// the splice once upgraded).
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incoming>>;
+
+/// The pooled upstream client over `connector` (WebSocket handshakes), idle connections
+/// closed after `pool_idle`.
+pub fn client(connector: HttpsConnector<HttpConnector>, pool_idle: Duration) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
+        .http1_preserve_header_case(true)
+        .pool_idle_timeout(pool_idle)
+        // Without a timer the pool never reaps idle connections (only on a later checkout),
+        // so a burst of streams left as many upstream sockets open for good: the soak's
+        // descriptors never came back down.
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
 
 /// Idle connections kept per origin; more are closed.
 const MAX_IDLE_PER_ORIGIN: usize = 64;

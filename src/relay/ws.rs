@@ -16,12 +16,15 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::body::{Flow, RelayBody};
-use super::http::{
-    relay_error, respond, rest_path, strip_hop_by_hop, ExchangeLog, Failure, ResBody,
-};
+use super::dispatch::rest_path;
+use super::exchange::{ExchangeLog, ResBody};
+use super::failure::{self, Failure, Phase};
+use super::headers::strip_hop_by_hop;
+use super::http::respond;
 use super::mounts::Mount;
+use super::observer;
+use super::state::State;
 use super::tap::{Tap, TapMsg};
-use super::{observer, State};
 
 /// After one side has ended cleanly, how long the other may still finish what it is sending.
 const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -40,17 +43,8 @@ pub async fn forward_upgrade(
         Some(_) => observer::plan(req.method().as_str(), rest_path(&rest), true, req.headers()),
         None => None,
     };
-    let uri = match mount.upstream_uri(&rest) {
-        Ok(u) => u,
-        Err(_) => {
-            log.status.store(400, Ordering::Relaxed);
-            return relay_error(
-                &mount.name,
-                StatusCode::BAD_REQUEST,
-                "bad_path",
-                "the request path cannot be joined to the upstream URL",
-            );
-        }
+    let Ok(uri) = mount.upstream_uri(&rest) else {
+        return failure::bad_path(&log, &mount.name);
     };
     let client_upgrade = hyper::upgrade::on(&mut req);
     let (mut parts, body) = req.into_parts();
@@ -80,26 +74,7 @@ pub async fn forward_upgrade(
     };
     let mut res = match res {
         Ok(r) => r,
-        Err(f) => {
-            log.fail(f);
-            let status = if f == Failure::Timeout {
-                StatusCode::GATEWAY_TIMEOUT
-            } else {
-                StatusCode::BAD_GATEWAY
-            };
-            log.status.store(status.as_u16(), Ordering::Relaxed);
-            return relay_error(
-                &mount.name,
-                status,
-                f.as_str(),
-                match f {
-                    Failure::Timeout => {
-                        "the upstream did not answer the WebSocket handshake in time"
-                    }
-                    _ => "the WebSocket handshake with the upstream failed",
-                },
-            );
-        }
+        Err(f) => return failure::upstream_failed(&log, &mount.name, f, Phase::Handshake),
     };
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Refused upgrade: an ordinary response, passed back as one.

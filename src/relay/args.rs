@@ -1,0 +1,184 @@
+//! The relay's options (`windowtap relay --help`) and the run configuration made from them.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use correlator::pseudo::{Pseudonymizer, KEY_LEN};
+use correlator::{Config, WindowOpen};
+
+use super::mounts::{Mount, Mounts};
+use super::sinks;
+use super::tap::Stall;
+use crate::live::Sinks;
+use crate::tls::ExtraRoots;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  windowtap relay
+  windowtap relay --records records.jsonl --capture trace.jsonl
+  windowtap relay --upstream anthropic=https://gateway.example/anthropic")]
+pub struct RelayArgs {
+    /// Address to listen on, loopback only unless --allow-remote [default: 127.0.0.1:8787 for
+    /// `relay`, an ephemeral loopback port for `run`].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Allow a non-loopback --listen address.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Add or replace a mount: requests to /NAME/... go to URL/... (repeatable).
+    #[arg(long = "upstream", value_name = "NAME=URL", value_parser = parse_mount)]
+    upstreams: Vec<Mount>,
+    /// A PEM file of extra root certificates to trust for upstream TLS.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Write attribution records here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
+    /// Write the sanitized trace v1 of this run here (replayable with `windowtap replay`).
+    #[arg(long, value_name = "FILE")]
+    capture: Option<PathBuf>,
+    /// How long after an interval's end a still-open window is given up, in milliseconds.
+    #[arg(long, default_value_t = 1000.0, value_name = "MS")]
+    close_wait: f64,
+    /// When a window opens for containment: at its first complete tool call or at its
+    /// response's completion.
+    #[arg(long, default_value = "call", value_name = "call|response", value_parser = parse_window_open)]
+    window_open: WindowOpen,
+    /// A window not closed this long after it opened becomes broken, in milliseconds.
+    #[arg(long, default_value_t = 1_800_000.0, value_name = "MS")]
+    max_window: f64,
+    /// The Unix socket wrapped MCP servers report their calls on [default:
+    /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
+    #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
+    pub(super) ingest: Option<PathBuf>,
+    /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
+    #[arg(long, value_name = "FILE")]
+    id_key_file: Option<PathBuf>,
+    /// Give up connecting to an upstream after this many milliseconds (answered with 504).
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    connect_timeout: u64,
+    /// Give up waiting for an upstream's response head after this many milliseconds
+    /// (answered with 504). Bodies may stream for as long as they take.
+    #[arg(long, default_value_t = 300_000, value_name = "MS")]
+    response_timeout: u64,
+    /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
+    /// before they are cut, in milliseconds (a second signal stops at once).
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    drain: u64,
+    /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log: String,
+    /// Copies queued per observed stream before it is marked observation_lost.
+    #[arg(long, default_value_t = 1024, hide = true)]
+    observer_queue: usize,
+    /// How long an idle upstream connection is kept for reuse, in milliseconds.
+    #[arg(long, default_value_t = 60_000, hide = true)]
+    upstream_idle: u64,
+    #[command(flatten)]
+    pub otlp: crate::otlp::OtlpArgs,
+    /// Test hook: observers take nothing up until their stream has ended.
+    #[arg(long, hide = true)]
+    test_stall_observers: bool,
+}
+
+fn parse_mount(s: &str) -> Result<Mount, String> {
+    Mount::parse_arg(s).map_err(|e| e.to_string())
+}
+
+fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
+    WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
+}
+
+pub(crate) fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The relay's configuration and opened sinks from its options. `run` shares this, with its
+/// own listen address, ingest socket and extra mounts (which win over `--upstream`).
+pub fn relay_config(
+    args: &RelayArgs,
+    listen: SocketAddr,
+    ingest: PathBuf,
+    extra_mounts: &[Mount],
+) -> anyhow::Result<(RelayConfig, Sinks)> {
+    if !listen.ip().is_loopback() && !args.allow_remote {
+        bail!(
+            "--listen {listen} is not a loopback address; the relay carries credentials, so it \
+             listens on loopback only unless --allow-remote is given"
+        );
+    }
+    for (name, v) in [
+        ("--close-wait", args.close_wait),
+        ("--max-window", args.max_window),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            bail!("{name} takes a number of milliseconds >= 0, got {v}");
+        }
+    }
+    let extra_roots =
+        ExtraRoots::read_optional(args.upstream_ca.as_deref()).context("--upstream-ca")?;
+    let key = match &args.id_key_file {
+        Some(p) => read_key(p)?,
+        None => rand::random::<[u8; KEY_LEN]>(),
+    };
+    let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref())?;
+    let otlp = args.otlp.resolve()?;
+    for w in &otlp.warnings {
+        eprintln!("windowtap: warning: otlp: {w}");
+    }
+    let mut upstreams = args.upstreams.clone();
+    upstreams.extend(extra_mounts.iter().cloned());
+    let config = RelayConfig {
+        listen,
+        mounts: Mounts::with_overrides(&upstreams),
+        extra_roots,
+        connect_timeout: Duration::from_millis(args.connect_timeout),
+        response_timeout: Duration::from_millis(args.response_timeout),
+        upstream_idle: Duration::from_millis(args.upstream_idle),
+        correlator: Config {
+            close_wait: args.close_wait,
+            window_open: args.window_open,
+            max_window: args.max_window,
+            ..Config::default()
+        },
+        key,
+        ingest: Some(ingest),
+        observer_queue: args.observer_queue,
+        stall: Stall(args.test_stall_observers),
+        otlp: otlp.config,
+        drain: Duration::from_millis(args.drain),
+        sync,
+    };
+    Ok((config, sinks))
+}
+
+/// Everything a relay run needs, files already opened.
+pub struct RelayConfig {
+    pub listen: SocketAddr,
+    pub mounts: Mounts,
+    pub extra_roots: ExtraRoots,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    /// How long an idle upstream connection is kept for reuse.
+    pub upstream_idle: Duration,
+    pub correlator: Config,
+    /// The pseudonymization key.
+    pub key: [u8; KEY_LEN],
+    /// Where to listen for wrappers' MCP reports (none: reports only through
+    /// [`Running::ingest`]).
+    pub ingest: Option<PathBuf>,
+    pub observer_queue: usize,
+    pub stall: Stall,
+    /// OTLP export of every record, when asked for.
+    pub otlp: Option<crate::otlp::ExportConfig>,
+    /// On stop, how long in-flight requests and streams may take to end.
+    pub drain: Duration,
+    /// Second handles on the record and capture files, fsynced on stop.
+    pub sync: Vec<File>,
+}

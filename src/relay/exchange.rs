@@ -1,0 +1,73 @@
+//! What every exchange shares, HTTP or WebSocket: the response body type and its log line.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::Method;
+use http_body_util::{Either, Full};
+
+use super::body::RelayBody;
+use super::failure::Failure;
+use super::mounts::path_template;
+use super::upstream::Driven;
+
+/// A response the relay sends back: an upstream's body streamed through, or one it made.
+pub type ResBody = Either<RelayBody<Driven>, Full<Bytes>>;
+
+/// One exchange's log line, written when the last part of the exchange lets go of it.
+pub struct ExchangeLog {
+    pub mount: String,
+    pub method: Method,
+    pub path: String,
+    pub status: AtomicU16,
+    pub up: Arc<AtomicU64>,
+    pub down: Arc<AtomicU64>,
+    pub started: Instant,
+    pub failed: Arc<AtomicBool>,
+    pub failure: std::sync::Mutex<Option<Failure>>,
+}
+
+impl ExchangeLog {
+    pub fn new(mount: &str, method: &Method, path: &str) -> Arc<Self> {
+        Arc::new(ExchangeLog {
+            mount: mount.to_string(),
+            method: method.clone(),
+            path: path_template(path),
+            status: AtomicU16::new(0),
+            up: Arc::new(AtomicU64::new(0)),
+            down: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
+            failed: Arc::new(AtomicBool::new(false)),
+            failure: std::sync::Mutex::new(None),
+        })
+    }
+
+    pub fn fail(&self, f: Failure) {
+        if let Ok(mut g) = self.failure.lock() {
+            g.get_or_insert(f);
+        }
+    }
+}
+
+impl Drop for ExchangeLog {
+    fn drop(&mut self) {
+        let failure = match self.failure.lock().ok().and_then(|g| *g) {
+            Some(f) => f.as_str(),
+            None if self.failed.load(Ordering::Relaxed) => "broken",
+            None => "",
+        };
+        tracing::info!(
+            mount = %self.mount,
+            method = %self.method,
+            path = %self.path,
+            status = self.status.load(Ordering::Relaxed),
+            bytes_up = self.up.load(Ordering::Relaxed),
+            bytes_down = self.down.load(Ordering::Relaxed),
+            ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            failure,
+            "exchange"
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! Start-up and the accept loop: binds the listener, starts the correlator task, the ingest
+//! socket and the cores, and hands each accepted connection to a core.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use correlator::pseudo::Pseudonymizer;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::args::RelayConfig;
+use super::mounts::Mounts;
+use super::state::State;
+use super::tunnels::Tunnels;
+use super::{cores, dispatch, tap, upstream};
+use crate::clock::Clock;
+use crate::live::{self, LiveConfig, Sinks, Timed};
+
+/// The start-up message: where the relay listens and the exact overrides for each host.
+pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
+    let base = format!("http://{addr}");
+    let mut s = format!("windowtap relay listening on {base}\n");
+    for m in mounts.iter() {
+        s.push_str(&format!("  {m}\n"));
+    }
+    s.push_str(&format!(
+        "Claude Code:           ANTHROPIC_BASE_URL={base}/anthropic claude\n\
+         Codex (API key):       codex -c 'openai_base_url=\"{base}/openai/v1\"'\n\
+         Codex (ChatGPT login): codex -c 'openai_base_url=\"{base}/chatgpt\"'\n"
+    ));
+    s
+}
+
+/// A running relay.
+pub struct Running {
+    /// The bound listen address.
+    pub addr: SocketAddr,
+    pub mounts: Mounts,
+    /// Where MCP reports go (`McpStart` / `McpInterval`, times on the relay clock): the
+    /// ingest socket sends here.
+    #[allow(dead_code)] // for `windowtap run` and in-process callers
+    pub ingest: mpsc::Sender<Timed>,
+    /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
+    pub ingest_socket: Option<crate::ingest::IngestHandle>,
+    pub(super) stop_accepting: oneshot::Sender<()>,
+    pub(super) server: tokio::task::JoinHandle<()>,
+    /// Set to `true` to have every connection finish its request in flight and close;
+    /// closed once every connection task has ended.
+    pub(super) draining: watch::Sender<bool>,
+    pub(super) drain: Duration,
+    pub(super) sync: Vec<File>,
+    /// Stops the correlator task, giving its records writer this long to get the last
+    /// records out.
+    pub(super) stop_live: oneshot::Sender<Duration>,
+    pub(super) live: tokio::task::JoinHandle<std::io::Result<live::Finished>>,
+    pub(super) sources: Arc<live::Sources>,
+    pub(super) tunnels: Arc<Tunnels>,
+    /// Whether the run writes a capture (records not written can be replayed from it).
+    pub(super) capture: bool,
+    pub(super) exporter: Option<crate::otlp::Exporter>,
+    /// The runtimes client connections run on; dropped last, which cuts what still runs.
+    pub(super) _cores: cores::Cores,
+}
+
+/// Binds the listener, starts the correlator task and starts accepting. `clock` is the
+/// relay clock MCP report times must be on.
+pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
+    let connector = crate::tls::https_connector(&config.extra_roots, config.connect_timeout)?;
+    let client = upstream::client(connector.clone(), config.upstream_idle);
+    let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
+    upstreams.spawn_sweeper();
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
+    let (stop_live, live_stopped) = oneshot::channel::<Duration>();
+    let live_cfg = LiveConfig {
+        correlator: config.correlator,
+        pseudo: Pseudonymizer::new(&config.key),
+        tick: Duration::from_millis(20),
+        otlp: None,
+    };
+    let exporter = match config.otlp {
+        Some(c) => Some(crate::otlp::Exporter::start(c).context("starting the OTLP exporter")?),
+        None => None,
+    };
+    let live_cfg = LiveConfig {
+        otlp: exporter.as_ref().map(|e| {
+            (
+                e.handle(),
+                crate::otlp::clock_epoch_unix_nanos(clock.now_ms()),
+            )
+        }),
+        ..live_cfg
+    };
+    let capture = sinks.capture.is_some();
+    let (live, live_task) = live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
+        .context("writing the capture header")?;
+    let sources = live.sources.clone();
+    let tunnels = Arc::new(Tunnels::default());
+    let state = Arc::new(State {
+        mounts: config.mounts.clone(),
+        client,
+        upstreams,
+        clock,
+        tap_settings: tap::Settings {
+            clock,
+            queue: config.observer_queue,
+            events: live.events.clone(),
+            stall: config.stall,
+        },
+        live: Some(live),
+        response_timeout: config.response_timeout,
+        tunnels: tunnels.clone(),
+        next_stream: AtomicU64::new(0),
+    });
+    let ingest_socket = match config.ingest {
+        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone()).await?),
+        None => None,
+    };
+    let (stop_accepting, stopped) = oneshot::channel::<()>();
+    let (draining, drain_rx) = watch::channel(false);
+    let cores = cores::Cores::start(cores::Cores::default_count())?;
+    let server = tokio::spawn(serve(
+        listener,
+        state,
+        async move {
+            let _ = stopped.await;
+        },
+        drain_rx,
+        cores.spawner(),
+    ));
+    Ok(Running {
+        addr,
+        mounts: config.mounts,
+        ingest,
+        ingest_socket,
+        stop_accepting,
+        server,
+        draining,
+        drain: config.drain,
+        sync: config.sync,
+        stop_live,
+        live: live_task,
+        sources,
+        tunnels,
+        capture,
+        exporter,
+        _cores: cores,
+    })
+}
+
+/// Accepts connections until `shutdown` completes (the listener is closed on return). Each
+/// connection task holds a clone of `drain`: once it turns `true` the connection finishes
+/// the request in flight and closes, and the sender sees every clone dropped. Connections
+/// run on `cores`.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: watch::Receiver<bool>,
+    cores: cores::Spawner,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            a = listener.accept() => a,
+        };
+        let (io, _) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = io.set_nodelay(true);
+        // Off this runtime's reactor: the core registers it with its own.
+        let Ok(io) = io.into_std() else { continue };
+        let state = state.clone();
+        let mut drain = drain.clone();
+        cores.spawn(move || async move {
+            let Ok(io) = tokio::net::TcpStream::from_std(io) else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .preserve_header_case(true)
+                // The response head is the upstream's: no Date it did not send.
+                .auto_date_header(false)
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades();
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => r,
+                // Also when the sender is gone: nobody is left to wait for this connection.
+                _ = async { drop(drain.wait_for(|d| *d).await) } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            drop(drain);
+            if let Err(e) = ended {
+                tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
+            }
+        });
+    }
+}
+
+/// A fixed word for a connection error (its text could echo request bytes).
+fn error_kind(e: &hyper::Error) -> &'static str {
+    if e.is_parse() {
+        "parse"
+    } else if e.is_incomplete_message() {
+        "incomplete"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_canceled() {
+        "canceled"
+    } else {
+        "io"
+    }
+}

@@ -1,0 +1,50 @@
+//! Where the run's records and capture go: the files, opened at start, and second handles
+//! on them so they can be fsynced once their writer has flushed its last line.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::live::{self, Sinks};
+
+/// Creates `path` and keeps a second handle on it in `sync`, so that the file can be
+/// fsynced once its writer (owned by the correlator task) has flushed its last line.
+fn create_synced(path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    sync.push(
+        file.try_clone()
+            .with_context(|| format!("opening {} for fsync", path.display()))?,
+    );
+    Ok(file)
+}
+
+fn open_sink(
+    path: Option<&PathBuf>,
+    sync: &mut Vec<File>,
+) -> anyhow::Result<Box<dyn Write + Send>> {
+    Ok(match path {
+        Some(p) => Box::new(BufWriter::new(create_synced(p, sync)?)),
+        None => Box::new(std::io::stdout()),
+    })
+}
+
+/// Opens the records file (stdout without one) and the capture file, if asked for. Returns
+/// the sinks and the second handles to fsync on stop.
+pub fn open(
+    records: Option<&PathBuf>,
+    capture: Option<&PathBuf>,
+) -> anyhow::Result<(Sinks, Vec<File>)> {
+    let mut sync = Vec::new();
+    let sinks =
+        Sinks {
+            records: open_sink(records, &mut sync)?,
+            capture: match capture {
+                Some(p) => Some(Box::new(BufWriter::new(create_synced(p, &mut sync)?))
+                    as Box<dyn live::Capture>),
+                None => None,
+            },
+        };
+    Ok((sinks, sync))
+}

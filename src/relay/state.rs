@@ -1,0 +1,64 @@
+//! What every connection handler shares.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::mounts::Mounts;
+use super::tap;
+use super::tunnels::Tunnels;
+use super::upstream::{self, UpstreamClient};
+use crate::clock::Clock;
+use crate::live::LiveHandle;
+
+/// Everything a connection handler needs.
+pub struct State {
+    pub mounts: Mounts,
+    /// For WebSocket handshakes (their connection is handed over to the splice).
+    pub client: UpstreamClient,
+    /// For everything else: connections the exchange drives itself ([`upstream`]).
+    pub upstreams: Arc<upstream::Upstreams>,
+    pub clock: Clock,
+    pub live: Option<LiveHandle>,
+    pub response_timeout: Duration,
+    /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
+    pub tunnels: Arc<Tunnels>,
+    pub(super) tap_settings: tap::Settings,
+    pub(super) next_stream: AtomicU64,
+}
+
+impl State {
+    /// Starts observing a stream: registers it with the watermark, opens its observer and
+    /// returns the data path's tap (`None` when the run has no correlator).
+    pub fn start_tap(
+        &self,
+        open: impl FnOnce(String, &mut Vec<correlator::EventKind>) -> Box<dyn tap::StreamObserver>,
+    ) -> Option<tap::Tap> {
+        let live = self.live.as_ref()?;
+        let guard = live.sources.register(&self.clock);
+        let t_open = self.clock.now_ms();
+        let mut opening = Vec::new();
+        let stream = self.next_stream();
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            open(stream.clone(), &mut opening)
+        }));
+        let Ok(observer) = opened else {
+            // The stream goes unobserved; its registration ends with `guard` here.
+            tracing::warn!("an observer failed to open; the stream is forwarded unobserved");
+            return None;
+        };
+        let observer = Box::new(tap::Contained::new(stream, observer));
+        Some(tap::start(
+            guard,
+            t_open,
+            observer,
+            opening,
+            &self.tap_settings,
+        ))
+    }
+
+    /// A fresh stream id (a per-run counter; it is pseudonymized like every id).
+    pub fn next_stream(&self) -> String {
+        format!("s{}", self.next_stream.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}

@@ -1,0 +1,160 @@
+//! TLS for outgoing connections, one set-up for the relay's upstreams and the OTLP exporter:
+//! rustls with the webpki roots plus the certificates of an optional CA file, HTTP/1.1.
+//!
+//! A CA file that cannot be read, is not PEM, holds no certificate or holds one rustls will
+//! not take as a root is a start error for both: a root asked for and silently left out would
+//! only show up later as failed handshakes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+
+/// Why a CA file was refused. Shows the path, never the file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum CaFileError {
+    #[error("reading the CA file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the CA file {} is not a PEM certificate file ({reason})", path.display())]
+    NotPem { path: PathBuf, reason: String },
+    #[error("the CA file {} holds no certificate", path.display())]
+    Empty { path: PathBuf },
+    #[error("the CA file {} holds a certificate that cannot be a root ({reason})", path.display())]
+    Unusable { path: PathBuf, reason: String },
+}
+
+/// Why the TLS set-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(transparent)]
+    CaFile(#[from] CaFileError),
+    #[error("setting up TLS: {0}")]
+    Setup(#[from] rustls::Error),
+}
+
+/// Extra root certificates, read from a CA file and each checked to be usable as a root.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraRoots(Vec<CertificateDer<'static>>);
+
+impl ExtraRoots {
+    /// No extra roots: the webpki roots only.
+    pub fn none() -> Self {
+        ExtraRoots::default()
+    }
+
+    /// Reads every certificate of the PEM file at `path`.
+    pub fn read(path: &Path) -> Result<Self, CaFileError> {
+        let pem = std::fs::read(path).map_err(|source| CaFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| CaFileError::NotPem {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        if certs.is_empty() {
+            return Err(CaFileError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        // Checked now, so that the error names the file at start.
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &certs {
+            roots.add(cert.clone()).map_err(|e| CaFileError::Unusable {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(ExtraRoots(certs))
+    }
+
+    /// Reads `path` if given.
+    pub fn read_optional(path: Option<&Path>) -> Result<Self, CaFileError> {
+        path.map_or_else(|| Ok(ExtraRoots::none()), ExtraRoots::read)
+    }
+
+    fn store(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in &self.0 {
+            // Each was added to a store once already in `read`.
+            let _ = roots.add(cert.clone());
+        }
+        roots
+    }
+}
+
+/// The rustls client configuration for these roots (ring, safe default protocol versions).
+pub fn client_config(roots: &ExtraRoots) -> Result<rustls::ClientConfig, TlsError> {
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots.store())
+    .with_no_client_auth())
+}
+
+/// An HTTP/1.1 connector that speaks `https` with these roots and plain `http` otherwise,
+/// with `TCP_NODELAY` and the given connect timeout.
+pub fn https_connector(
+    roots: &ExtraRoots,
+    connect_timeout: Duration,
+) -> Result<HttpsConnector<HttpConnector>, TlsError> {
+    let tls = client_config(roots)?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_is_a_read_error_naming_it() {
+        let e = ExtraRoots::read(Path::new("/nonexistent/ca.pem")).unwrap_err();
+        assert!(matches!(e, CaFileError::Read { .. }));
+        assert!(e.to_string().contains("/nonexistent/ca.pem"));
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.pem");
+        std::fs::write(&p, "not a certificate\n").unwrap();
+        assert!(matches!(
+            ExtraRoots::read(&p),
+            Err(CaFileError::Empty { .. })
+        ));
+    }
+
+    #[test]
+    fn a_certificate_that_is_not_der_is_refused_not_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.pem");
+        // Valid PEM armour around bytes that are no certificate.
+        std::fs::write(
+            &p,
+            "-----BEGIN CERTIFICATE-----\nAAECAwQFBgcICQ==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = ExtraRoots::read(&p).unwrap_err();
+        assert!(matches!(e, CaFileError::Unusable { .. }), "{e:?}");
+        assert!(!e.to_string().contains("AAECAwQF"), "no content echoed");
+    }
+}
