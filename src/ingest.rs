@@ -329,6 +329,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
             end,
             outcome: Outcome::Lost,
             hints: r.hints,
+            host: None,
         };
         shared.emit(end, kind).await;
     }
@@ -389,6 +390,7 @@ async fn accept(
                         alias,
                         tool,
                         start,
+                        host: None,
                     },
                 )
                 .await;
@@ -412,6 +414,7 @@ async fn accept(
                 end,
                 outcome,
                 hints,
+                host: None,
             };
             shared.emit(end, kind).await;
         }
@@ -651,7 +654,8 @@ mod tests {
                 interval: "i1".into(),
                 alias: "a".into(),
                 tool: "t".into(),
-                start: clock.ms_at(s)
+                start: clock.ms_at(s),
+                host: None,
             }
         );
         assert!(t1 >= clock.ms_at(s));
@@ -666,6 +670,7 @@ mod tests {
                 end: clock.ms_at(e),
                 outcome: Outcome::Error,
                 hints: hints(Some("toolu_9")),
+                host: None,
             }
         );
         assert!(t2 >= t1 && t2 >= clock.ms_at(e));

@@ -248,7 +248,7 @@ pub struct Sinks {
     /// a thread of its own ([`records_out`]), so an output nobody reads never stalls the
     /// correlator.
     pub records: Box<dyn Write + Send>,
-    /// The sanitized trace v1, in the order events were fed to the correlator.
+    /// The sanitized trace v2, in the order events were fed to the correlator.
     pub capture: Option<Box<dyn Capture>>,
 }
 
@@ -272,13 +272,13 @@ pub struct LiveHandle {
 /// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
 const END_ROOM: usize = 32;
 
-/// The capture's first line: trace v1 with the options this run used, so that
+/// The capture's first line: trace v2 with the options this run used, so that
 /// `windowtap replay FILE` decides with the same ones, and `"end"`: the time the correlator's
 /// clock had reached when the run stopped (null until then). A decision taken live while
 /// idle, after the last event, happened at a time no event of the trace shows; a replay that
 /// advances to `end` before finishing takes it at the same time.
 pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
-    let mut s = String::from(r#"{"type":"trace","version":1,"#);
+    let mut s = String::from(r#"{"type":"trace","version":2,"#);
     // The wall-clock time of t = 0, so a replay exports spans at the times the run had.
     if let Some(ms) = epoch_unix_ms {
         s.push_str(&format!(r#""epoch_unix_ms":{ms},"#));
@@ -660,7 +660,7 @@ mod tests {
         let header: serde_json::Value =
             serde_json::from_str(trace.lines().next().unwrap()).unwrap();
         let events =
-            correlator::trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
+            correlator::trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v2");
         let mut c = Correlator::new(config.clone());
         let mut out = Vec::new();
         for ev in &events {
@@ -704,6 +704,7 @@ mod tests {
                 client: Client::Claude,
                 transport: Transport::Http,
                 thread: Some("sess".into()),
+                host: None,
             },
             EventKind::Request {
                 stream: stream.into(),
@@ -715,6 +716,7 @@ mod tests {
                 stream: stream.into(),
                 response: response.clone(),
                 request: Some(request.into()),
+                model: None,
             },
         ];
         if let Some(call) = call {
@@ -732,6 +734,8 @@ mod tests {
             stream: stream.into(),
             response,
             status: ResponseStatus::Completed,
+            usage: None,
+            stop_reason: None,
         });
         v.push(EventKind::StreamClose {
             stream: stream.into(),
@@ -791,6 +795,7 @@ mod tests {
                         tool_use_id: Some("toolu_1".into()),
                         ..Hints::default()
                     },
+                    host: None,
                 },
             ))
             .await
@@ -837,7 +842,7 @@ mod tests {
     #[test]
     fn the_capture_header_carries_the_options() {
         let h = capture_header(&Config::default(), Some(1_764_000_000_000));
-        assert!(h.starts_with(r#"{"type":"trace","version":1,"#));
+        assert!(h.starts_with(r#"{"type":"trace","version":2,"#));
         let v: serde_json::Value = serde_json::from_str(&h).unwrap();
         assert_eq!(v["epoch_unix_ms"], 1_764_000_000_000u64);
         assert_eq!(v["close_wait"], 1000);

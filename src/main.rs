@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay trace v1 files offline and write attribution records.
+    /// Replay trace v2 files offline and write attribution records.
     Replay(replay_cmd::ReplayArgs),
     /// Run the transparent relay that Claude Code and Codex are pointed at.
     Relay(relay::RelayArgs),
@@ -37,11 +37,11 @@ enum Command {
     Wrap(wrap::WrapArgs),
     /// Draw attribution records (and optionally their trace) as an HTML timeline.
     Report(report::ReportArgs),
-    /// Validate trace v1 and records v1 files, naming the line and field of each error.
+    /// Validate trace v2 and records v1 files, naming the line and field of each error.
     Check(check::CheckArgs),
     /// Print the override that points Claude Code or Codex at a running relay.
     Env(env_cmd::EnvArgs),
-    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v1
+    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v2
     /// (for trying a wrapper without the relay).
     #[command(hide = true)]
     Ingest(ingest::IngestArgs),

@@ -254,6 +254,7 @@ impl Workload {
                     stream: stream.clone(),
                     response: response.clone(),
                     request: Some(request),
+                    model: None,
                 },
             ));
             let last_turn = turn + 1 == turns;
@@ -294,6 +295,7 @@ impl Workload {
                         alias: "probe".into(),
                         tool: "echo".into(),
                         start: s,
+                        host: None,
                     },
                 ));
                 let hints = if codex {
@@ -319,6 +321,7 @@ impl Workload {
                         end: e,
                         outcome: Outcome::Result,
                         hints,
+                        host: None,
                     },
                 ));
                 all_done = all_done.max(e);
@@ -331,6 +334,8 @@ impl Workload {
                     stream: stream.clone(),
                     response: response.clone(),
                     status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
                 },
             ));
             if !codex {
@@ -364,6 +369,7 @@ fn open(stream: &str, client: Client, transport: Transport, thread: &Option<Stri
         client,
         transport,
         thread: thread.clone(),
+        host: None,
     }
 }
 
@@ -461,7 +467,7 @@ fn run_slice(events: &[Event]) -> usize {
     n + out.len()
 }
 
-/// Reads trace v1 text and replays it, as `windowtap replay` does (less file I/O and record
+/// Reads trace v2 text and replays it, as `windowtap replay` does (less file I/O and record
 /// writing). Never inlined, for callgrind's `--toggle-collect='*read_and_run*'`.
 #[inline(never)]
 fn read_and_run(text: &[u8]) -> usize {
@@ -478,7 +484,7 @@ fn read_and_run(text: &[u8]) -> usize {
     n + out.len()
 }
 
-/// The busy workload's first `n` events as trace v1 text.
+/// The busy workload's first `n` events as trace v2 text.
 fn trace_text(n: usize) -> String {
     let mut text = format!("{}\n", correlator::trace::HEADER);
     for e in Workload::new(1, BUSY).take(n) {

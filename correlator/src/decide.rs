@@ -261,6 +261,7 @@ impl Correlator {
                 stream,
                 response,
                 status,
+                ..
             } => tr.response_end(t, stream, response, *status, &mut ch),
             EventKind::StreamClose { stream } => tr.stream_close(t, stream, &mut ch),
             EventKind::ObservationLost { stream, .. } => tr.observation_lost(t, stream, &mut ch),

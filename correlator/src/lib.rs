@@ -3,8 +3,8 @@
 //! Events in, attribution records out; time arrives with each event and nothing here reads a
 //! clock or touches a socket or file. That is what makes replay exact and fuzzing easy.
 //!
-//! - [`event`]: the event model of trace v1.
-//! - [`trace`]: the strict trace v1 reader and its writer.
+//! - [`event`]: the event model of trace v2.
+//! - [`trace`]: the strict trace v2 reader and its writer.
 //! - [`windows`]: threads, response chains and windows (design.md §3).
 //! - [`decide`]: the decision rule (design.md §4), driven by [`Correlator`].
 //! - [`records`]: records v1.

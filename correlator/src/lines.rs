@@ -1,4 +1,4 @@
-//! What the strict JSON Lines readers (trace v1, records v1) share: the error that names a
+//! What the strict JSON Lines readers (traces, records v1) share: the error that names a
 //! source, line and field, and typed access to one line's fields.
 
 use std::fmt;

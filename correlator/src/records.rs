@@ -519,7 +519,7 @@ impl<R: BufRead> RecordReader<R> {
             "run" => Err(fault("type", "a run header may only be the first line")),
             "trace" => Err(fault(
                 "type",
-                "this is a trace v1 header, not a record (is this a trace file?)",
+                "this is a trace header, not a record (is this a trace file?)",
             )),
             other => Err(fault(
                 "type",

@@ -289,6 +289,7 @@ impl Script {
                 client,
                 transport,
                 thread: thread.map(Into::into),
+                host: None,
             },
         )
     }
@@ -317,6 +318,7 @@ impl Script {
                 stream: stream.into(),
                 response: response.into(),
                 request: Some(request.into()),
+                model: None,
             },
         )
     }
@@ -354,6 +356,8 @@ impl Script {
                 stream: stream.into(),
                 response: response.into(),
                 status,
+                usage: None,
+                stop_reason: None,
             },
         )
     }
@@ -385,6 +389,7 @@ impl Script {
                 end: e,
                 outcome: Outcome::Result,
                 hints,
+                host: None,
             },
         )
     }
@@ -438,6 +443,7 @@ fn the_codex_probe_is_attributed_as_in_the_design_example() {
                 alias: "probe".into(),
                 tool: "echo".into(),
                 start: 7187.0,
+                host: None,
             },
         )
         .request(7278.0, "s1", "q2", Some("r1"), &[])

@@ -236,6 +236,7 @@ fn trace_windows(
                 thread,
                 client,
                 transport,
+                ..
             } => {
                 let d = details.entry(LaneKey::of(thread, stream)).or_default();
                 let word = format!("{client} · {transport}");
@@ -324,6 +325,7 @@ fn trace_windows(
                 stream,
                 response,
                 status,
+                ..
             } => {
                 if let Some(st) = streams.get_mut(stream.as_str()) {
                     st.active.retain(|r| r != response);
@@ -529,7 +531,7 @@ mod tests {
     use correlator::trace::read_all;
 
     fn events(lines: &[&str]) -> Vec<Event> {
-        let text = format!("{}\n{}\n", correlator::trace::HEADER, lines.join("\n"));
+        let text = format!("{}\n{}\n", correlator::trace::HEADER_V1, lines.join("\n"));
         read_all(text.as_bytes(), "t.jsonl").unwrap()
     }
 

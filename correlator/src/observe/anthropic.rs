@@ -107,6 +107,7 @@ impl AnthropicStream {
                     stream: self.stream.clone(),
                     response: m.message.id.clone(),
                     request: self.request.clone(),
+                    model: None,
                 });
                 self.active = Some(m.message.id);
                 self.open_blocks.clear();
@@ -159,6 +160,8 @@ impl AnthropicStream {
                 stream: self.stream.clone(),
                 response,
                 status,
+                usage: None,
+                stop_reason: None,
             });
         }
     }
@@ -204,12 +207,15 @@ impl AnthropicStream {
             stream: self.stream.clone(),
             response: m.id.clone(),
             request: self.request.clone(),
+            model: None,
         });
         out.extend(calls);
         out.push(EventKind::ResponseEnd {
             stream: self.stream.clone(),
             response: m.id,
             status: ResponseStatus::Completed,
+            usage: None,
+            stop_reason: None,
         });
         Ok(())
     }

@@ -209,6 +209,7 @@ impl HttpObserver {
             client: info.client,
             transport: Transport::Http,
             thread: info.thread,
+            host: None,
         });
         let request = format!("{}/q1", info.stream);
         let proto = match info.api {
@@ -419,6 +420,7 @@ impl WsObserver {
             client: info.client,
             transport: Transport::Websocket,
             thread: info.thread,
+            host: None,
         });
         let pmd = ws_frames::negotiated(extensions);
         let mut obs = WsObserver {

@@ -144,6 +144,7 @@ impl ResponsesStream {
                     stream: self.stream.clone(),
                     response: e.response.id.clone(),
                     request,
+                    model: None,
                 });
                 self.active.push((e.stream_id, e.response.id));
             }
@@ -169,6 +170,8 @@ impl ResponsesStream {
                         stream: self.stream.clone(),
                         response,
                         status,
+                        usage: None,
+                        stop_reason: None,
                     });
                 }
             }
@@ -190,6 +193,8 @@ impl ResponsesStream {
                             stream: self.stream.clone(),
                             response,
                             status: ResponseStatus::Error,
+                            usage: None,
+                            stop_reason: None,
                         });
                     }
                     _ => return Err(Lost::AMBIGUOUS),
@@ -268,12 +273,15 @@ impl ResponsesStream {
             stream: self.stream.clone(),
             response: w.id.clone(),
             request,
+            model: None,
         });
         out.extend(calls);
         out.push(EventKind::ResponseEnd {
             stream: self.stream.clone(),
             response: w.id,
             status,
+            usage: None,
+            stop_reason: None,
         });
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! A seeded generator of valid, messy trace v1 event sequences.
+//! A seeded generator of valid, messy trace v2 event sequences.
 //!
 //! Each "agent" (a host's relay traffic, one MCP call, a side request, some noise) writes its
 //! own events in time order; the agents are then merged with ties broken at random, so
@@ -209,6 +209,7 @@ impl Gen {
                     alias: alias.clone(),
                     tool: tool.clone(),
                     start: s,
+                    host: None,
                 },
             );
             if self.trouble(2) {
@@ -261,6 +262,7 @@ impl Gen {
                 end: e,
                 outcome,
                 hints,
+                host: None,
             },
         });
         self.agents.push(agent);
@@ -287,6 +289,7 @@ impl Gen {
                 client,
                 transport,
                 thread: thread.clone(),
+                host: None,
             },
         );
         stream
@@ -316,6 +319,7 @@ impl Gen {
                 stream: stream.clone(),
                 response: response.clone(),
                 request: Some(request),
+                model: None,
             },
         );
         let dt = self.steps(2);
@@ -325,6 +329,8 @@ impl Gen {
                 stream: stream.clone(),
                 response,
                 status: ResponseStatus::Completed,
+                usage: None,
+                stop_reason: None,
             },
         );
         let dt = self.step();
@@ -403,6 +409,7 @@ impl Gen {
                     stream: stream.clone(),
                     response: response.clone(),
                     request: answers,
+                    model: None,
                 },
             );
             // A tool loop ends with a plain answer; a last response with calls leaves a window
@@ -510,6 +517,8 @@ impl Gen {
                     stream: stream.clone(),
                     response: response.clone(),
                     status,
+                    usage: None,
+                    stop_reason: None,
                 },
             );
             all_done = all_done.max(a.t);
@@ -724,7 +733,7 @@ pub fn generate(shape: Shape) -> Generated {
     }
 }
 
-/// The events as a trace v1 file.
+/// The events as a trace v2 file.
 pub fn trace_text(events: &[Event]) -> String {
     let mut text = format!("{HEADER}\n");
     for ev in events {
@@ -733,7 +742,7 @@ pub fn trace_text(events: &[Event]) -> String {
     text
 }
 
-/// Writes the events as trace v1 and reads them back with the strict reader: `Ok` only for
+/// Writes the events as trace v2 and reads them back with the strict reader: `Ok` only for
 /// a valid trace, and then the events must come back unchanged.
 pub fn round_trip(events: &[Event]) -> Result<Vec<Event>, TraceError> {
     read_all(trace_text(events).as_bytes(), "generated.jsonl")
