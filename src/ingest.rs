@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
+use crate::host::{Hosts, ProcId};
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
 pub use correlator::ingest::{Fault, Report, MAX_LINE};
@@ -190,6 +191,7 @@ struct Shared {
     tx: mpsc::Sender<(Millis, EventKind)>,
     counters: Arc<Counters>,
     order: Mutex<()>,
+    hosts: Hosts,
 }
 
 impl Shared {
@@ -209,10 +211,14 @@ impl Shared {
 ///
 /// Events leave in the order of their `t`, but `t` is read when a line arrives: a caller that
 /// merges them with other events should merge by arrival, not re-sort.
+///
+/// Each call's host is found through `hosts` from the wrapper's pid as the kernel gives it
+/// (the socket's peer credentials), never from what the wrapper says.
 pub async fn serve(
     path: PathBuf,
     clock: Clock,
     tx: mpsc::Sender<(Millis, EventKind)>,
+    hosts: Hosts,
 ) -> anyhow::Result<IngestHandle> {
     if let Ok(meta) = std::fs::symlink_metadata(&path) {
         if !meta.file_type().is_socket() {
@@ -234,6 +240,7 @@ pub async fn serve(
         tx,
         counters: counters.clone(),
         order: Mutex::new(()),
+        hosts,
     });
     let (closing, mut closed) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -274,9 +281,50 @@ struct Running {
     tool: String,
     start_ns: u64,
     hints: Hints,
+    /// Its host's raw id, found when it started.
+    host: Option<String>,
+}
+
+/// The wrapper at the other end of one connection, as far as its host goes.
+struct Wrapper {
+    hosts: Hosts,
+    /// Its ancestors, being read (from the connection's start, off this task).
+    reading: Option<tokio::task::JoinHandle<Vec<ProcId>>>,
+    ancestors: Vec<ProcId>,
+}
+
+impl Wrapper {
+    fn new(stream: &UnixStream, hosts: &Hosts) -> Wrapper {
+        // SO_PEERCRED: the kernel's word for who connected.
+        let pid = stream
+            .peer_cred()
+            .ok()
+            .and_then(|c| c.pid())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0);
+        let reading = pid.map(|pid| {
+            let hosts = hosts.clone();
+            tokio::spawn(async move { hosts.ancestors(pid).await })
+        });
+        Wrapper {
+            hosts: hosts.clone(),
+            reading,
+            ancestors: Vec::new(),
+        }
+    }
+
+    /// The raw id of the host a call of this wrapper belongs to now (design.md §3 "Host").
+    async fn host(&mut self) -> Option<String> {
+        if let Some(reading) = self.reading.take() {
+            self.ancestors = reading.await.unwrap_or_default();
+        }
+        let host = self.hosts.host_among(&self.ancestors).await;
+        host.map(|h| h.raw())
+    }
 }
 
 async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::Receiver<bool>) {
+    let mut wrapper = Wrapper::new(&stream, &shared.hosts);
     let mut lines = LineReader::new(stream);
     let mut running: HashMap<String, Running> = HashMap::new();
     // Until the listener closes, lines are taken as they come; once it closes, only for
@@ -299,7 +347,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
         };
         match read {
             Ok(None) => break,
-            Ok(Some(Ok(line))) => match accept(line, &mut running, &shared).await {
+            Ok(Some(Ok(line))) => match accept(line, &mut running, &mut wrapper, &shared).await {
                 Ok(()) => {
                     shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
                 }
@@ -329,7 +377,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
             end,
             outcome: Outcome::Lost,
             hints: r.hints,
-            host: None,
+            host: r.host,
         };
         shared.emit(end, kind).await;
     }
@@ -344,6 +392,7 @@ fn bad_line(shared: &Shared, fault: &Fault) {
 async fn accept(
     line: &[u8],
     running: &mut HashMap<String, Running>,
+    wrapper: &mut Wrapper,
     shared: &Shared,
 ) -> Result<(), Fault> {
     let report = Report::parse(line)?;
@@ -372,6 +421,7 @@ async fn accept(
             if running.len() >= MAX_RUNNING {
                 return Err(Fault::TooManyRunning);
             }
+            let host = wrapper.host().await;
             running.insert(
                 id.clone(),
                 Running {
@@ -379,6 +429,7 @@ async fn accept(
                     tool: tool.clone(),
                     start_ns,
                     hints,
+                    host: host.clone(),
                 },
             );
             let start = ms(start_ns);
@@ -390,7 +441,7 @@ async fn accept(
                         alias,
                         tool,
                         start,
-                        host: None,
+                        host,
                     },
                 )
                 .await;
@@ -404,7 +455,11 @@ async fn accept(
             outcome,
             hints,
         } => {
-            running.remove(&id);
+            // The host its start had (a start never seen: the host now).
+            let host = match running.remove(&id) {
+                Some(r) => r.host,
+                None => wrapper.host().await,
+            };
             let (start, end) = (ms(start_ns), ms(end_ns));
             let kind = EventKind::McpInterval {
                 interval: id,
@@ -414,7 +469,7 @@ async fn accept(
                 end,
                 outcome,
                 hints,
-                host: None,
+                host,
             };
             shared.emit(end, kind).await;
         }
@@ -526,7 +581,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut int = signal(SignalKind::interrupt())?;
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
-    let handle = serve(path, clock, tx).await?;
+    let handle = serve(path, clock, tx, crate::host::Hosts::start()).await?;
     let mut out = std::io::stdout().lock();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
@@ -603,7 +658,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::start();
         let (tx, rx) = mpsc::channel(64);
-        let handle = serve(dir.path().join("ingest.sock"), clock, tx)
+        let handle = serve(dir.path().join("ingest.sock"), clock, tx, Hosts::start())
             .await
             .unwrap();
         (handle, rx, dir, clock)
@@ -808,17 +863,27 @@ mod tests {
     async fn a_live_listener_is_not_displaced_and_a_stale_socket_is() {
         let (handle, _rx, dir, clock) = listener().await;
         let (tx, _rx2) = mpsc::channel(1);
-        let err = serve(handle.path().to_path_buf(), clock, tx.clone())
-            .await
-            .err()
-            .expect("refused");
+        let err = serve(
+            handle.path().to_path_buf(),
+            clock,
+            tx.clone(),
+            Hosts::start(),
+        )
+        .await
+        .err()
+        .expect("refused");
         assert!(err.to_string().contains("already serving"), "{err}");
         // A socket file nobody listens on any more.
         let stale = std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).unwrap();
         drop(stale);
-        let again = serve(dir.path().join("stale.sock"), clock, tx.clone())
-            .await
-            .unwrap();
+        let again = serve(
+            dir.path().join("stale.sock"),
+            clock,
+            tx.clone(),
+            Hosts::start(),
+        )
+        .await
+        .unwrap();
         assert!(again.path().exists());
         drop(again);
         assert!(
@@ -827,7 +892,7 @@ mod tests {
         );
         let file = dir.path().join("plain");
         std::fs::write(&file, b"").unwrap();
-        assert!(serve(file, clock, tx).await.is_err());
+        assert!(serve(file, clock, tx, Hosts::start()).await.is_err());
         drop(handle);
     }
 }

@@ -38,7 +38,10 @@ mod linux {
     }
 
     fn resolver() -> Resolver {
-        Resolver::new(Arc::new(Mutex::new(HashSet::new())), Some(std::process::id() as i32))
+        Resolver::new(
+            Arc::new(Mutex::new(HashSet::new())),
+            Some(std::process::id() as i32),
+        )
     }
 
     fn resolve(r: &mut Resolver, peer: SocketAddr, local: SocketAddr) -> Option<ProcId> {
@@ -58,8 +61,16 @@ mod linux {
         let (child, _server, peer) = client(&listener);
         let want = procfs::stat(child.id() as i32).unwrap().0;
         let mut r = resolver();
-        assert_eq!(resolve(&mut r, peer, local), Some(want), "by walking the table");
-        assert_eq!(resolve(&mut r, peer, local), Some(want), "by the host seen before");
+        assert_eq!(
+            resolve(&mut r, peer, local),
+            Some(want),
+            "by walking the table"
+        );
+        assert_eq!(
+            resolve(&mut r, peer, local),
+            Some(want),
+            "by the host seen before"
+        );
         // Our own connections are never a host's.
         let mine = TcpStream::connect(local).unwrap();
         let (_s, my_peer) = listener.accept().unwrap();
@@ -98,7 +109,11 @@ mod linux {
         let hosts = Hosts::start();
         let chain = hosts.ancestors(wrapper).await;
         assert_eq!(chain.first(), Some(&host_id));
-        assert_eq!(hosts.host_among(&chain).await, None, "no connection seen yet");
+        assert_eq!(
+            hosts.host_among(&chain).await,
+            None,
+            "no connection seen yet"
+        );
         assert_eq!(hosts.connection(peer, local).wait().await, Some(host_id));
         assert_eq!(hosts.host_among(&chain).await, Some(host_id));
         // The same pid with another start time is another process.

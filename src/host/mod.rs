@@ -89,6 +89,16 @@ pub fn connection_host() -> Option<ConnHost> {
     CONNECTION.try_with(Clone::clone).ok()
 }
 
+/// Puts `host` (its raw id; the sanitizing door pseudonymizes it) on the `stream_open` among
+/// a stream's opening events.
+pub fn stamp_stream_open(opening: &mut [correlator::EventKind], host: Option<ProcId>) {
+    for ev in opening {
+        if let correlator::EventKind::StreamOpen { host: h, .. } = ev {
+            *h = host.map(|id| id.raw());
+        }
+    }
+}
+
 /// What the relay knows about hosts in one run: the processes seen owning a client
 /// connection, and the resolver that finds them. Cheap to clone.
 #[derive(Clone)]

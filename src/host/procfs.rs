@@ -61,7 +61,9 @@ pub fn all_pids(max: usize) -> Vec<i32> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    all.filter_map(|p| p.ok().map(|p| p.pid)).take(max).collect()
+    all.filter_map(|p| p.ok().map(|p| p.pid))
+        .take(max)
+        .collect()
 }
 
 /// `pid` with its start time and its parent's pid, if it is still there.
@@ -120,7 +122,10 @@ mod tests {
             SocketAddr::V4(v4) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
             v6 => v6,
         };
-        assert_eq!(client_inode(&rows, mapped(peer), mapped(local)), Some(inode));
+        assert_eq!(
+            client_inode(&rows, mapped(peer), mapped(local)),
+            Some(inode)
+        );
         drop(client);
     }
 
@@ -142,9 +147,16 @@ mod tests {
             assert_eq!(Some(up[0]), stat(ppid).map(|s| s.0));
         }
         assert!(up.iter().all(|a| a.pid > 0));
-        let child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let of_child = ancestors(child.id() as i32);
-        assert_eq!(of_child.first(), Some(&id), "a child's nearest ancestor is us");
+        assert_eq!(
+            of_child.first(),
+            Some(&id),
+            "a child's nearest ancestor is us"
+        );
         let mut child = child;
         child.kill().unwrap();
         child.wait().unwrap();

@@ -14,6 +14,7 @@ use correlator::{EventKind, Millis};
 use tokio::sync::{mpsc, Notify};
 
 use crate::clock::Clock;
+use crate::host::ConnHost;
 use crate::live::{SourceGuard, Timed};
 
 /// What a copy is.
@@ -205,13 +206,15 @@ pub struct Settings {
 }
 
 /// Starts the observer task for one stream and returns its tap. The observer's `opening`
-/// events go out stamped `t_open`; the source in `guard` must have been registered before
-/// `t_open` was read.
+/// events go out stamped `t_open`, once the stream's `host` is known (the opening unit stays
+/// pending meanwhile, so the watermark waits for them); the source in `guard` must have been
+/// registered before `t_open` was read.
 pub fn start(
     guard: SourceGuard,
     t_open: Millis,
     observer: Box<dyn StreamObserver>,
     opening: Vec<EventKind>,
+    host: Option<ConnHost>,
     settings: &Settings,
 ) -> Tap {
     let Settings {
@@ -233,6 +236,7 @@ pub fn start(
         rx,
         observer,
         opening,
+        host,
         t_open,
         events,
         stall,
@@ -245,6 +249,7 @@ async fn run(
     mut rx: mpsc::Receiver<(Millis, TapMsg)>,
     mut observer: Box<dyn StreamObserver>,
     opening: Vec<EventKind>,
+    host: Option<ConnHost>,
     t_open: Millis,
     events: mpsc::Sender<Timed>,
     stall: Stall,
@@ -253,6 +258,12 @@ async fn run(
     let mut last_t = t_open;
     source.took_up(last_t);
     let mut out = opening;
+    // Copies queue meanwhile (bounded as ever); the wait is bounded by `host::WAIT`.
+    let host = match host {
+        Some(h) => h.wait().await,
+        None => None,
+    };
+    crate::host::stamp_stream_open(&mut out, host);
     emit(&events, last_t, &mut out).await;
     source.done();
 
