@@ -455,9 +455,10 @@ async fn accept(
             outcome,
             hints,
         } => {
-            // The host its start had (a start never seen: the host now).
-            let host = match running.remove(&id) {
-                Some(r) => r.host,
+            // The host its start had; if that was not known, the host now (a nearer
+            // ancestor may have made its first connection meanwhile).
+            let host = match running.remove(&id).and_then(|r| r.host) {
+                Some(h) => Some(h),
                 None => wrapper.host().await,
             };
             let (start, end) = (ms(start_ns), ms(end_ns));

@@ -63,6 +63,13 @@ impl ConnHost {
         ConnHost(watch::channel(Some(host)).1)
     }
 
+    /// An answer still to come, and where to give it (for tests).
+    #[cfg(test)]
+    pub fn pending() -> (watch::Sender<Option<Option<ProcId>>>, ConnHost) {
+        let (tx, rx) = watch::channel(None);
+        (tx, ConnHost(rx))
+    }
+
     /// The connection's host, waiting for the resolver up to [`WAIT`].
     pub async fn wait(mut self) -> Option<ProcId> {
         match tokio::time::timeout(WAIT, self.0.wait_for(Option::is_some)).await {

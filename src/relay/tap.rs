@@ -401,6 +401,7 @@ mod tests {
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
+            None,
             &settings,
         );
         drop(settings);
@@ -486,7 +487,14 @@ mod tests {
             events: tx,
             stall: Stall(true),
         };
-        let tap = start(guard, clock.now_ms(), Box::new(Recorder), vec![], &settings);
+        let tap = start(
+            guard,
+            clock.now_ms(),
+            Box::new(Recorder),
+            vec![],
+            None,
+            &settings,
+        );
         drop(settings);
         let chunk = Bytes::from(vec![0u8; 1 << 20]);
         for _ in 0..10 {
@@ -498,6 +506,64 @@ mod tests {
             words.push(word(&k));
         }
         assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
+    }
+
+    #[tokio::test]
+    async fn the_opening_waits_for_the_host_and_holds_the_watermark_meanwhile() {
+        use correlator::event::{Client, Transport};
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let settings = Settings {
+            clock,
+            queue: 8,
+            events: tx,
+            stall: Stall(false),
+        };
+        let open = EventKind::StreamOpen {
+            stream: "s".into(),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: None,
+            host: None,
+        };
+        let (resolve, host) = ConnHost::pending();
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![open],
+            Some(host),
+            &settings,
+        );
+        drop(settings);
+        tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(rx.try_recv().is_err(), "nothing before the host is known");
+        let w = sources.watermark(clock.now_ms() + 1e6);
+        assert!(
+            w <= t_open,
+            "watermark {w} passed the pending opening at {t_open}"
+        );
+        let id = crate::host::ProcId { pid: 42, start: 7 };
+        resolve.send_replace(Some(Some(id)));
+        drop(tap);
+        let (t, first) = rx.recv().await.unwrap();
+        assert_eq!(
+            t, t_open,
+            "stamped when the stream opened, not when its host was known"
+        );
+        assert!(
+            matches!(&first, EventKind::StreamOpen { host: Some(h), .. } if h == "42:7"),
+            "{first:?}"
+        );
+        let mut words = Vec::new();
+        while let Some((_, k)) = rx.recv().await {
+            words.push(word(&k));
+        }
+        assert_eq!(words, ["resp", "close"]);
     }
 
     #[tokio::test]
@@ -518,6 +584,7 @@ mod tests {
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
+            None,
             &settings,
         );
         drop(settings);
