@@ -139,6 +139,24 @@ mod linux {
         end(child);
     }
 
+    /// CPU time this thread has used (the cost, whatever else the machine is doing).
+    fn cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the struct we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// Wall and CPU time of `f`.
+    fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
+        let (w, c) = (Instant::now(), cpu());
+        let out = f();
+        (out, w.elapsed(), cpu() - c)
+    }
+
     /// The cost of resolution, for docs/hosts.md: `cargo test --release --bin windowtap
     /// host::tests::linux::resolution_cost -- --ignored --nocapture` (it starts 1,000
     /// `sleep` processes for the second half, and ends them).
@@ -147,46 +165,51 @@ mod linux {
     fn resolution_cost() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let local = listener.local_addr().unwrap();
+        let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
         let measure = |label: &str| {
             let procs = procfs::all_pids(usize::MAX).len();
-            let runs = 30;
-            let (mut cold, mut warm, mut chain) = (Vec::new(), Vec::new(), Vec::new());
+            let rows = procfs::tcp_table(false).len() + procfs::tcp_table(true).len();
+            let runs = 50;
+            // (wall, cpu) per run, for: a new host, a known host, a wrapper's ancestors.
+            let mut costs = [Vec::new(), Vec::new(), Vec::new()];
             for _ in 0..runs {
                 let (child, _server, peer) = client(&listener);
                 let mut r = resolver();
-                let t = Instant::now();
-                let got = resolve(&mut r, peer, local);
-                cold.push(t.elapsed());
+                let (got, w, c) = timed(|| resolve(&mut r, peer, local));
                 assert!(got.is_some());
-                let t = Instant::now();
-                assert!(resolve(&mut r, peer, local).is_some());
-                warm.push(t.elapsed());
-                let t = Instant::now();
-                assert!(!procfs::ancestors(child.id() as i32).is_empty());
-                chain.push(t.elapsed());
+                costs[0].push((w, c));
+                let (got, w, c) = timed(|| resolve(&mut r, peer, local));
+                assert!(got.is_some());
+                costs[1].push((w, c));
+                let (up, w, c) = timed(|| procfs::ancestors(child.id() as i32));
+                assert!(!up.is_empty());
+                costs[2].push((w, c));
                 end(child);
             }
-            let median = |v: &mut Vec<Duration>| {
-                v.sort();
-                format!("{:.2} ms", v[v.len() / 2].as_secs_f64() * 1e3)
-            };
-            let max = |v: &Vec<Duration>| format!("{:.2} ms", v[v.len() - 1].as_secs_f64() * 1e3);
-            println!(
-                "{label}: {procs} processes; new host (table walk): median {} max {}; \
-                 known host: median {} max {}; wrapper ancestors: median {} max {} ({runs} runs)",
-                median(&mut cold),
-                max(&cold),
-                median(&mut warm),
-                max(&warm),
-                median(&mut chain),
-                max(&chain),
-            );
+            println!("{label}: {procs} processes, {rows} TCP table rows, {runs} runs");
+            for (what, v) in ["new host", "known host", "wrapper ancestors"]
+                .iter()
+                .zip(costs.iter_mut())
+            {
+                let mut wall: Vec<Duration> = v.iter().map(|x| x.0).collect();
+                let mut cpu: Vec<Duration> = v.iter().map(|x| x.1).collect();
+                wall.sort();
+                cpu.sort();
+                let n = wall.len();
+                println!(
+                    "  {what}: cpu median {} ms, p90 {} ms; wall median {} ms, p90 {} ms",
+                    ms(cpu[n / 2]),
+                    ms(cpu[n * 9 / 10]),
+                    ms(wall[n / 2]),
+                    ms(wall[n * 9 / 10]),
+                );
+            }
         };
         measure("as is");
         let mut extra: Vec<Child> = (0..1000)
             .map(|_| Command::new("sleep").arg("300").spawn().unwrap())
             .collect();
-        measure("with 1,000 sleep processes");
+        measure("with 1,000 extra sleep processes");
         for c in &mut extra {
             let _ = c.kill();
         }

@@ -3,7 +3,7 @@
 //!
 //! Its cost is bounded: requests queue up to [`QUEUE`] (past that a connection's host is
 //! unknown, at once); they are taken in batches of up to [`MAX_BATCH`], and one batch costs
-//! one read of the TCP tables, a look at the fd tables of the hosts already seen (most
+//! one read of the IPv4 TCP table (and of the IPv6 one if needed), a look at the fd tables of the hosts already seen (most
 //! connections come from a host that made one before), and only for inodes still not found
 //! one walk over the process table (at most [`MAX_SCAN`] processes, stopping once every
 //! inode is found). The relay's own fd table, the largest on the machine, is never walked.
@@ -233,11 +233,21 @@ impl Resolver {
         if conns.is_empty() {
             return;
         }
-        let rows = tcp_table();
-        let inodes: Vec<Option<u64>> = conns
+        // The IPv4 table first: a loopback client's socket is almost always there (the
+        // relay listens on 127.0.0.1 by default); the IPv6 one only for those not found.
+        let rows = tcp_table(false);
+        let mut inodes: Vec<Option<u64>> = conns
             .iter()
             .map(|c| client_inode(&rows, c.peer, c.local))
             .collect();
+        if inodes.iter().any(Option::is_none) {
+            let rows = tcp_table(true);
+            for (c, inode) in conns.iter().zip(inodes.iter_mut()) {
+                if inode.is_none() {
+                    *inode = client_inode(&rows, c.peer, c.local);
+                }
+            }
+        }
         let mut wanted: HashSet<u64> = inodes.iter().flatten().copied().collect();
         let mut found: Vec<(u64, i32)> = Vec::new();
         let mut look = |pid: i32, wanted: &mut HashSet<u64>| {
