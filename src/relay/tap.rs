@@ -235,29 +235,37 @@ pub fn start(
         shared.clone(),
         rx,
         observer,
-        opening,
-        host,
-        t_open,
+        Opening {
+            events: opening,
+            host,
+            t: t_open,
+        },
         events,
         stall,
     ));
     Tap { tx, shared, clock }
 }
 
+/// A stream's opening events, stamped `t`, to go out once its host is known.
+struct Opening {
+    events: Vec<EventKind>,
+    host: Option<ConnHost>,
+    t: Millis,
+}
+
 async fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<(Millis, TapMsg)>,
     mut observer: Box<dyn StreamObserver>,
-    opening: Vec<EventKind>,
-    host: Option<ConnHost>,
-    t_open: Millis,
+    opening: Opening,
     events: mpsc::Sender<Timed>,
     stall: Stall,
 ) {
     let source = shared.guard.source().clone();
-    let mut last_t = t_open;
+    let mut last_t = opening.t;
     source.took_up(last_t);
-    let mut out = opening;
+    let mut out = opening.events;
+    let host = opening.host;
     // Copies queue meanwhile (bounded as ever); the wait is bounded by `host::WAIT`.
     let host = match host {
         Some(h) => h.wait().await,
