@@ -64,8 +64,10 @@ fn of_type(capture: &Path, ty: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Runs the stand-in host for `alias` to its end (bounded by [`WAIT`]).
-fn run_host(relay: &Relay, alias: &str) {
+/// Starts the stand-in host for `alias` and waits (bounded) until its MCP call has its
+/// answer; the host stays alive, its connection open, until the returned child's stdin is
+/// closed.
+fn run_host(relay: &Relay, alias: &str) -> std::process::Child {
     let mut child = Command::new("python3")
         .arg(fixture("../host.py"))
         .arg(relay.addr.port().to_string())
@@ -73,29 +75,38 @@ fn run_host(relay: &Relay, alias: &str) {
         .arg(&relay.ingest)
         .arg(alias)
         .arg(format!("toolu_{alias}"))
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(line) if line.starts_with("done") => child,
+        other => {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("host {alias} did not finish: {}", relay.log());
+            panic!(
+                "host {alias} did not finish its call: {other:?}\n{}",
+                relay.log()
+            );
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert!(
-        status.success() && out.starts_with("done"),
-        "host {alias}: {status:?} {out}\n{}",
-        relay.log()
-    );
+    }
+}
+
+/// Lets a stand-in host end, and waits for it (bounded).
+fn end_host(mut child: std::process::Child) {
+    drop(child.stdin.take());
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "a host did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,8 +127,8 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
         dir.path().join("records.jsonl").display().to_string(),
     ]);
 
-    run_host(&relay, "alpha");
-    run_host(&relay, "beta");
+    let alpha = run_host(&relay, "alpha");
+    let beta = run_host(&relay, "beta");
     // A wrapper of this test process, which never made a relay connection.
     let tiny = fixture("tiny_server.py").display().to_string();
     let mut w = Wrapped::start("orphan", Some(&relay.ingest), &["python3", &tiny]);
@@ -132,6 +143,8 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
         assert!(Instant::now() < deadline, "{}", relay.log());
         std::thread::sleep(Duration::from_millis(20));
     }
+    end_host(alpha);
+    end_host(beta);
     assert!(relay.stop().success(), "{}", relay.log());
     assert_checks_clean(&capture);
 
@@ -139,7 +152,11 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
     assert_eq!(opens.len(), 2, "{opens:?}");
     let stream_hosts: Vec<&str> = opens
         .iter()
-        .map(|o| o["host"].as_str().expect("a stream's host is known"))
+        .map(|o| {
+            o["host"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a stream's host is known: {o}\n{}", relay.log()))
+        })
         .collect();
     assert_ne!(stream_hosts[0], stream_hosts[1], "two processes, two hosts");
     // Streams were opened in the order the hosts ran.

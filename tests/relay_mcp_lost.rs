@@ -15,13 +15,9 @@ mod wrap_support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use serde_json::{json, Value};
 use support::*;
-use tokio::sync::mpsc;
 use wrap_support::{call, fixture, have, init_request, Wrapped};
-
-type Feed = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
 fn python() -> bool {
     if have("python3") {
@@ -29,32 +25,6 @@ fn python() -> bool {
     }
     eprintln!("SKIPPED: python3 is not installed; the tiny MCP server needs it");
     false
-}
-
-/// An Anthropic upstream whose every SSE body is handed to the test to feed.
-async fn scripted_upstream() -> (Upstream, mpsc::UnboundedReceiver<Feed>) {
-    let (feeds, fed) = mpsc::unbounded_channel::<Feed>();
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let feeds = feeds.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                let _ = feeds.send(tx);
-                sse_response(body)
-            }
-        }),
-    )
-    .await;
-    (up, fed)
-}
-
-async fn next_feed(fed: &mut mpsc::UnboundedReceiver<Feed>) -> Feed {
-    tokio::time::timeout(WAIT, fed.recv())
-        .await
-        .expect("the upstream got the request within the wait bound")
-        .expect("upstream running")
 }
 
 /// A Claude turn as SSE events: one `tool_use` block per `(id, name)`, or text when none.
@@ -104,27 +74,6 @@ fn turn(id: &str, calls: &[(&str, &str)]) -> Vec<String> {
         ("message_stop", json!({"type":"message_stop"})),
     ]);
     evs.iter().map(|(n, d)| sse_event(n, d)).collect()
-}
-
-/// Sends a Claude request through the relay and returns the response body once its head is in.
-async fn open_stream(relay: &Relay, body: Value) -> hyper::body::Incoming {
-    let req = request("POST", relay.addr, "/anthropic/v1/messages")
-        .header("content-type", "application/json")
-        .header("x-claude-code-session-id", "sess-1")
-        .body(full(body.to_string()))
-        .unwrap();
-    let res = tokio::time::timeout(WAIT, send(relay.addr, req))
-        .await
-        .expect("response head within the wait bound")
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    res.into_body()
-}
-
-async fn feed(tx: &Feed, events: &[String]) {
-    for ev in events {
-        tx.send(Ok(Bytes::from(ev.clone()))).await.unwrap();
-    }
 }
 
 /// A relay writing records and capture into `dir`.

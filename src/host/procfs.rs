@@ -39,11 +39,25 @@ fn canonical(a: SocketAddr) -> SocketAddr {
 /// the row whose local address is the peer's and whose remote address is ours. `None` when
 /// there is no such row or its socket has no inode any more (the client closed it).
 pub fn client_inode(rows: &[TcpNetEntry], peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    inode_of(
+        rows.iter()
+            .map(|r| (r.local_address, r.remote_address, r.inode)),
+        peer,
+        local,
+    )
+}
+
+/// [`client_inode`] over `(local, remote, inode)` rows. A closed connection of the same
+/// four-tuple may still be in the table (TIME_WAIT, inode 0): loopback reuses such ports
+/// (`tcp_tw_reuse` 2), so only a row with an inode counts.
+fn inode_of(
+    mut rows: impl Iterator<Item = (SocketAddr, SocketAddr, u64)>,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Option<u64> {
     let (peer, local) = (canonical(peer), canonical(local));
-    rows.iter()
-        .find(|r| canonical(r.local_address) == peer && canonical(r.remote_address) == local)
-        .map(|r| r.inode)
-        .filter(|&i| i != 0)
+    rows.find(|&(l, r, inode)| inode != 0 && canonical(l) == peer && canonical(r) == local)
+        .map(|(_, _, inode)| inode)
 }
 
 /// The socket inodes `pid` holds, among `wanted`.
@@ -61,7 +75,8 @@ pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
     .collect()
 }
 
-/// Every process id in the table, in its order, at most `max` of them.
+/// Process ids in the table, in its order (ascending: a socket a child inherited is found
+/// at its parent, usually the lower pid, first), at most `max` of them.
 pub fn all_pids(max: usize) -> Vec<i32> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
@@ -132,6 +147,16 @@ mod tests {
             Some(inode)
         );
         drop(client);
+    }
+
+    #[test]
+    fn a_closed_connection_of_the_same_ports_is_passed_over() {
+        let a: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        // TIME_WAIT first, as the kernel may list it, then the live one.
+        let rows = [(a, b, 0), (b, a, 7), (a, b, 9)];
+        assert_eq!(inode_of(rows.into_iter(), a, b), Some(9));
+        assert_eq!(inode_of(rows[..1].iter().copied(), a, b), None);
     }
 
     #[test]
