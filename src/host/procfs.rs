@@ -35,16 +35,23 @@ fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
-/// The inode of the client end of the connection the relay accepted from `peer` on `local`:
-/// the row whose local address is the peer's and whose remote address is ours. `None` when
-/// there is no such row or its socket has no inode any more (the client closed it).
-pub fn client_inode(rows: &[TcpNetEntry], peer: SocketAddr, local: SocketAddr) -> Option<u64> {
-    inode_of(
+/// The inode of the client end of the connection the relay accepted from `peer` on `local`,
+/// and its owner's uid: the row whose local address is the peer's and whose remote address
+/// is ours. `None` when there is no such row or its socket has no inode any more (the client
+/// closed it).
+pub fn client_inode(
+    rows: &[TcpNetEntry],
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Option<(u64, u32)> {
+    let inode = inode_of(
         rows.iter()
             .map(|r| (r.local_address, r.remote_address, r.inode)),
         peer,
         local,
-    )
+    )?;
+    let uid = rows.iter().find(|r| r.inode == inode)?.uid;
+    Some((inode, uid))
 }
 
 /// [`client_inode`] over `(local, remote, inode)` rows. A closed connection of the same
@@ -75,15 +82,28 @@ pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
     .collect()
 }
 
-/// Process ids in the table, in its order (ascending: a socket a child inherited is found
-/// at its parent, usually the lower pid, first), at most `max` of them.
-pub fn all_pids(max: usize) -> Vec<i32> {
+/// Ids of the processes run by one of `uids`, in the table's order (ascending: a socket a
+/// child inherited is found at its parent, usually the lower pid, first), at most `max`.
+/// Only a socket's owner can hold it (the TCP table says whose it is), and leaving other
+/// users' processes alone spares reading fd tables that cannot hold it.
+pub fn pids_of(uids: &HashSet<u32>, max: usize) -> Vec<i32> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    all.filter_map(|p| p.ok().map(|p| p.pid))
-        .take(max)
-        .collect()
+    all.filter_map(|p| {
+        let p = p.ok()?;
+        uids.contains(&p.uid().ok()?).then_some(p.pid)
+    })
+    .take(max)
+    .collect()
+}
+
+/// Every process id in the table (for the measurement).
+#[cfg(test)]
+pub fn all_pids() -> Vec<i32> {
+    procfs::process::all_processes()
+        .map(|all| all.filter_map(|p| p.ok().map(|p| p.pid)).collect())
+        .unwrap_or_default()
 }
 
 /// `pid` with its start time and its parent's pid, if it is still there.
@@ -132,9 +152,12 @@ mod tests {
         let (_server, peer) = listener.accept().unwrap();
         let local = listener.local_addr().unwrap();
         let rows = tcp_table(false);
-        let inode = client_inode(&rows, peer, local).expect("the client row");
+        let (inode, uid) = client_inode(&rows, peer, local).expect("the client row");
+        // SAFETY: getuid cannot fail.
+        assert_eq!(uid, unsafe { libc::getuid() });
+        assert!(pids_of(&HashSet::from([uid]), usize::MAX).contains(&me()));
         // The server end is another row, with another inode.
-        assert_ne!(client_inode(&rows, local, peer), Some(inode));
+        assert_ne!(client_inode(&rows, local, peer).map(|r| r.0), Some(inode));
         let wanted = HashSet::from([inode]);
         assert_eq!(held_among(me(), &wanted), vec![inode]);
         // A mapped address finds the same row.
@@ -144,7 +167,7 @@ mod tests {
         };
         assert_eq!(
             client_inode(&rows, mapped(peer), mapped(local)),
-            Some(inode)
+            Some((inode, uid))
         );
         drop(client);
     }

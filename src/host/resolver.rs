@@ -3,10 +3,12 @@
 //!
 //! Its cost is bounded: requests queue up to [`QUEUE`] (past that a connection's host is
 //! unknown, at once); they are taken in batches of up to [`MAX_BATCH`], and one batch costs
-//! one read of the IPv4 TCP table (and of the IPv6 one if needed), a look at the fd tables of the hosts already seen (most
-//! connections come from a host that made one before), and only for inodes still not found
-//! one walk over the process table (at most [`MAX_SCAN`] processes, stopping once every
-//! inode is found). The relay's own fd table, the largest on the machine, is never walked.
+//! one read of the IPv4 TCP table (and of the IPv6 one if needed), a look at the fd tables
+//! of the hosts already seen (most connections come from a host that made one before), and
+//! only for inodes still not found one walk over the process table (at most [`MAX_SCAN`]
+//! processes, only those of the sockets' owners, as the TCP table names them, stopping once
+//! every inode is found). The relay's own fd table, the largest on the machine, is never
+//! walked.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -229,14 +231,14 @@ impl Resolver {
 
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
-        use super::procfs::{all_pids, client_inode, held_among, stat, tcp_table};
+        use super::procfs::{client_inode, held_among, pids_of, stat, tcp_table};
         if conns.is_empty() {
             return;
         }
         // The IPv4 table first: a loopback client's socket is almost always there (the
         // relay listens on 127.0.0.1 by default); the IPv6 one only for those not found.
         let rows = tcp_table(false);
-        let mut inodes: Vec<Option<u64>> = conns
+        let mut inodes: Vec<Option<(u64, u32)>> = conns
             .iter()
             .map(|c| client_inode(&rows, c.peer, c.local))
             .collect();
@@ -248,7 +250,8 @@ impl Resolver {
                 }
             }
         }
-        let mut wanted: HashSet<u64> = inodes.iter().flatten().copied().collect();
+        let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
+        let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
         let mut found: Vec<(u64, i32)> = Vec::new();
         let mut look = |pid: i32, wanted: &mut HashSet<u64>| {
             for inode in held_among(pid, wanted) {
@@ -264,7 +267,7 @@ impl Resolver {
             look(pid, &mut wanted);
         }
         if !wanted.is_empty() {
-            for pid in all_pids(MAX_SCAN) {
+            for pid in pids_of(&uids, MAX_SCAN) {
                 if wanted.is_empty() {
                     break;
                 }
@@ -286,7 +289,7 @@ impl Resolver {
         }
         for (c, inode) in conns.iter_mut().zip(inodes) {
             c.host = inode
-                .and_then(|i| found.iter().find(|(f, _)| *f == i))
+                .and_then(|(i, _)| found.iter().find(|(f, _)| *f == i))
                 .and_then(|(_, pid)| ids.iter().find(|(p, _)| p == pid))
                 .map(|(_, id)| *id);
         }
