@@ -542,12 +542,16 @@ pub fn spawn(
         // Events are taken in as they come (so the queue never fills) but fed and decided
         // on the timer only: a round reads every source's mark, which is too much work to do
         // per event with a thousand streams open, and a record is due within one tick anyway.
+        // The relay's events end when its last stream has (the drain), but MCP reports may
+        // still come until `shutdown`: calls that end during the drain, and those the ingest
+        // socket ends `lost` as it closes (design.md §4).
+        let mut relay_open = true;
         let wait = loop {
             tokio::select! {
                 w = &mut shutdown => break w.unwrap_or(RECORDS_WAIT),
-                ev = rx.recv() => match ev {
+                ev = rx.recv(), if relay_open => match ev {
                     Some(ev) => task.offer(ev),
-                    None => break RECORDS_WAIT,
+                    None => relay_open = false,
                 },
                 ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
                 _ = timer.tick() => task.round(&mut rx, &mut ingest)?,

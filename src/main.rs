@@ -4,6 +4,7 @@
 mod check;
 mod clock;
 mod env_cmd;
+mod host;
 mod ingest;
 mod live;
 mod logging;

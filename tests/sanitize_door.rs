@@ -56,8 +56,28 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The shipped part of a source file: its unit tests cut off.
+/// Whether `path` is a module's unit tests in a file of their own: `x_tests.rs`, included
+/// by a sibling as `#[cfg(test)] #[path = "x_tests.rs"] mod tests;`.
+fn test_only(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    if !name.ends_with("_tests.rs") {
+        return false;
+    }
+    let include = format!("#[cfg(test)]\n#[path = \"{name}\"]\nmod tests;");
+    std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .any(|text| text.contains(&include))
+}
+
+/// The shipped part of a source file: its unit tests cut off (all of it for a file that
+/// holds only a module's tests).
 fn shipped(path: &Path) -> String {
+    if test_only(path) {
+        return String::new();
+    }
     let text = std::fs::read_to_string(path).unwrap();
     match text.find("#[cfg(test)]\nmod tests") {
         Some(i) => text[..i].to_string(),

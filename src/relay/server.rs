@@ -47,6 +47,8 @@ pub struct Running {
     pub ingest: mpsc::Sender<Timed>,
     /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
     pub ingest_socket: Option<crate::ingest::IngestHandle>,
+    /// Who the hosts are (`windowtap run` adopts the host it spawns).
+    pub hosts: crate::host::Hosts,
     pub(super) stop_accepting: oneshot::Sender<()>,
     pub(super) server: tokio::task::JoinHandle<()>,
     /// Set to `true` to have every connection finish its request in flight and close;
@@ -104,6 +106,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         .context("writing the capture header")?;
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
+    let hosts = crate::host::Hosts::start();
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
@@ -118,10 +121,11 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         live: Some(live),
         response_timeout: config.response_timeout,
         tunnels: tunnels.clone(),
+        hosts: hosts.clone(),
         next_stream: AtomicU64::new(0),
     });
     let ingest_socket = match config.ingest {
-        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone()).await?),
+        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone(), hosts.clone()).await?),
         None => None,
     };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
@@ -141,6 +145,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         mounts: config.mounts,
         ingest,
         ingest_socket,
+        hosts,
         stop_accepting,
         server,
         draining,
@@ -173,7 +178,7 @@ pub async fn serve(
             _ = &mut shutdown => break,
             a = listener.accept() => a,
         };
-        let (io, _) = match accepted {
+        let (io, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
@@ -183,11 +188,17 @@ pub async fn serve(
             }
         };
         let _ = io.set_nodelay(true);
+        // Only queued here; the process table is read on the resolver's thread.
+        let host = match io.local_addr() {
+            Ok(local) => state.hosts.connection(peer, local),
+            Err(_) => crate::host::ConnHost::known(None),
+        };
         // Off this runtime's reactor: the core registers it with its own.
         let Ok(io) = io.into_std() else { continue };
         let state = state.clone();
         let mut drain = drain.clone();
-        cores.spawn(move || async move {
+        // The connection's task knows its host: its streams find it there (`start_tap`).
+        cores.spawn(move || crate::host::with_connection(host, async move {
             let Ok(io) = tokio::net::TcpStream::from_std(io) else {
                 return;
             };
@@ -211,7 +222,7 @@ pub async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
             }
-        });
+        }));
     }
 }
 

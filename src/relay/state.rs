@@ -23,6 +23,8 @@ pub struct State {
     pub response_timeout: Duration,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
     pub tunnels: Arc<Tunnels>,
+    /// Who the hosts are: each accepted connection is resolved here (off the data path).
+    pub hosts: crate::host::Hosts,
     pub(super) tap_settings: tap::Settings,
     pub(super) next_stream: AtomicU64,
 }
@@ -53,6 +55,7 @@ impl State {
             t_open,
             observer,
             opening,
+            crate::host::connection_host(),
             &self.tap_settings,
         ))
     }

@@ -243,6 +243,11 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&argv).envs(env).env(crate::ingest::ENV, &ingest);
         let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+        // run knows its host: no need to find it (its own connections are still resolved,
+        // as a host may make them from a child process of its own).
+        if let Some(pid) = child.id() {
+            running.hosts.adopt(pid).await;
+        }
         // Ctrl-C reaches the host through the terminal's process group, and while the host
         // runs it is the host's business (Codex interrupts a turn with it). SIGTERM is passed
         // on, and makes run a stopping one: from then on, and once the host has exited (the
