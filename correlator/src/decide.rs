@@ -184,7 +184,11 @@ impl Correlator {
     pub fn new(mut config: Config) -> Self {
         config.retain = config.retain.max(config.max_window);
         Correlator {
-            tracker: Tracker::new(config.close_wait, config.candidates == Candidates::All),
+            tracker: Tracker::new(
+                config.close_wait,
+                config.max_window,
+                config.candidates == Candidates::All,
+            ),
             config,
             now: 0.0,
             started: false,
@@ -329,7 +333,7 @@ impl Correlator {
                     namespace: namespace.as_deref().map(|n| tr.intern(n)),
                     kind: *kind,
                 };
-                tr.tool_call(t, response, call, self.config.max_window)
+                tr.tool_call(t, response, call)
             }
             EventKind::ResponseEnd {
                 stream,

@@ -8,7 +8,7 @@
 //! what a pending or future decision can still need: state older than the retention horizon is
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -196,8 +196,6 @@ pub(crate) struct Window {
     /// correlator checks.
     pub attached: Vec<u64>,
     thread_key: ThreadKey,
-    /// When `max_window` breaks it if it is still open.
-    deadline: Millis,
 }
 
 impl Window {
@@ -275,12 +273,14 @@ pub(crate) struct Tracker {
     /// of a `BTreeSet<(Time, WinId)>`, kept in a sorted vector. Windows open at the current
     /// time, so a new one goes at (or next to) the end, and the hot loops (every MCP start and
     /// end, every candidate gathering) walk contiguous memory instead of tree nodes.
+    ///
+    /// It is also the `max_window` deadline queue: a window's deadline is its open time plus
+    /// `max_window`, and adding a constant keeps the order (float addition is monotone), so
+    /// the first open window is the first to expire. No second ordered set to keep in step.
     open: Vec<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     open_by_call: FxHashMap<Arc<str>, WinId>,
-    /// Open windows' `max_window` deadlines.
-    deadlines: BTreeSet<(Time, WinId)>,
     /// Closed windows in close order (closes happen in time order).
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
@@ -296,6 +296,8 @@ pub(crate) struct Tracker {
     reported_now: Vec<(Millis, Millis, Option<Arc<str>>)>,
     /// `close_wait`, for the spans in which windows can be given up.
     close_wait: Millis,
+    /// `max_window`: an open window breaks this long after it opened.
+    max_window: Millis,
     /// `--candidates all`: every MCP call counts for every window, whatever the hosts.
     all_hosts: bool,
     now: Millis,
@@ -319,11 +321,12 @@ fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>
 }
 
 impl Tracker {
-    /// `close_wait` as configured; `all_hosts` for `--candidates all`.
-    pub(crate) fn new(close_wait: Millis, all_hosts: bool) -> Self {
+    /// `close_wait` and `max_window` as configured; `all_hosts` for `--candidates all`.
+    pub(crate) fn new(close_wait: Millis, max_window: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
             close_wait,
+            max_window,
             all_hosts,
             ..Default::default()
         }
@@ -399,7 +402,7 @@ impl Tracker {
 
     /// The earliest `max_window` deadline of an open window.
     pub(crate) fn next_deadline(&self) -> Option<Millis> {
-        self.deadlines.first().map(|(t, _)| t.0)
+        self.open.first().map(|(t, _)| t.0 + self.max_window)
     }
 
     pub(crate) fn stream_open(
@@ -501,7 +504,7 @@ impl Tracker {
         );
     }
 
-    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
+    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call) {
         let Some(rs) = self.responses.get_mut(response) else {
             return;
         };
@@ -561,7 +564,6 @@ impl Tracker {
             refs: 0,
             attached: Vec::new(),
             thread_key: thread_key.clone(),
-            deadline: t + max_window,
         });
         if let Some(rs) = self.responses.get_mut(&response) {
             rs.window = Some(id);
@@ -570,7 +572,6 @@ impl Tracker {
         self.open_by_call.insert(call_id, id);
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
-        self.deadlines.insert((Time(t + max_window), id));
         self.awaiting_request
             .entry(thread_key)
             .or_default()
@@ -757,12 +758,17 @@ impl Tracker {
 
     /// Breaks every open window whose `max_window` deadline is at or before `t`.
     pub(crate) fn expire(&mut self, t: Millis, ch: &mut Changes) {
-        while let Some(&(Time(d), id)) = self.deadlines.first() {
+        while let Some(&(Time(open), id)) = self.open.first() {
+            let d = open + self.max_window;
             if d > t {
                 break;
             }
-            self.deadlines.pop_first();
             self.break_window(id, d, ch);
+            // `break_window` took it out of `open`; an entry left behind (which no path makes)
+            // must still not stall the loop.
+            if self.open.first() == Some(&(Time(open), id)) {
+                self.open.remove(0);
+            }
         }
     }
 
@@ -771,7 +777,6 @@ impl Tracker {
         if let Ok(at) = self.open.binary_search(&(Time(w.open), id)) {
             self.open.remove(at);
         }
-        self.deadlines.remove(&(Time(w.deadline), id));
         self.open_by_response.remove(&w.response);
         for c in &w.calls {
             if self.open_by_call.get(&c.call) == Some(&id) {
@@ -914,7 +919,6 @@ mod tests {
             refs: 0,
             attached: Vec::new(),
             thread_key: ThreadKey::Anon(stream),
-            deadline: 0.0,
         }
     }
 
@@ -935,7 +939,7 @@ mod tests {
 
     #[test]
     fn interned_names_are_shared_until_the_table_is_full() {
-        let mut tracker = Tracker::new(1000.0, false);
+        let mut tracker = Tracker::new(1000.0, 1800000.0, false);
         let a = tracker.intern("exec");
         let b = tracker.intern("exec");
         assert!(Arc::ptr_eq(&a, &b));
