@@ -38,6 +38,9 @@ use crate::windows::{Call, Changes, LostSpan, Time, Tracker, WinId, Window, Wind
 /// How many alias/tool pairs keep their route names cached.
 const MAX_ROUTES: usize = 4096;
 
+/// How many emptied candidate vectors are kept for reuse (see `Correlator::spare`).
+const MAX_SPARE: usize = 256;
+
 /// When a window opens for containment purposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WindowOpen {
@@ -170,6 +173,9 @@ pub struct Correlator {
     ungathered: Vec<u64>,
     /// Reused buffer for gathering candidates.
     scratch: Vec<WinId>,
+    /// Candidate vectors of decided intervals, emptied, for the next ones (at most
+    /// [`MAX_SPARE`]): one allocation and one free less per interval.
+    spare: Vec<Vec<WinId>>,
     /// Reused for what each applied event changed: most events change something, and a fresh
     /// vector each time was one allocation per event.
     changes: Changes,
@@ -196,6 +202,7 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
+            spare: Vec::new(),
             changes: Changes::default(),
             next_seq: 0,
             last_gc: 0.0,
@@ -443,7 +450,6 @@ impl Correlator {
         }
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
-        let all = self.config.candidates == Candidates::All;
         for &seq in &ungathered {
             let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
@@ -454,28 +460,19 @@ impl Correlator {
             found.extend(tr.open_candidates(s));
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
-            // Only eligible windows stay, in order (the open ones first).
-            let mut kept = 0;
+            // Only eligible windows stay, in order (the open ones first), each held until the
+            // interval is decided. Into a vector a decided interval gave back, when there is one.
+            let mut windows = self.spare.pop().unwrap_or_default();
             p.open = 0;
-            for i in 0..found.len() {
-                let id = found[i];
-                let keep = all || tr.eligible(id, p.host.as_ref(), &p.names, s);
-                if keep {
-                    found[kept] = id;
-                    kept += 1;
+            for (i, &id) in found.iter().enumerate() {
+                if tr.hold_if_eligible(id, p.host.as_ref(), &p.names, s) {
+                    windows.push(id);
                     p.open += usize::from(i < open);
                 }
             }
-            found.truncate(kept);
-            // One exact-size allocation per interval; the scratch buffer keeps its capacity.
-            p.windows = found.as_slice().to_vec();
+            p.windows = windows;
             found.clear();
             self.scratch = found;
-            for id in &p.windows {
-                if let Some(w) = self.tracker.window_mut(*id) {
-                    w.refs += 1;
-                }
-            }
             self.requeue(seq, self.now);
         }
         ungathered.clear();
@@ -567,10 +564,14 @@ impl Correlator {
         let Some(mut p) = self.pending.remove(&seq) else {
             return;
         };
-        let windows = std::mem::take(&mut p.windows);
+        let mut windows = std::mem::take(&mut p.windows);
         out.push(self.judge(p, &windows, at));
-        for id in windows {
+        for &id in &windows {
             self.tracker.unref(id);
+        }
+        if self.spare.len() < MAX_SPARE {
+            windows.clear();
+            self.spare.push(windows);
         }
     }
 

@@ -291,6 +291,10 @@ pub(crate) struct Tracker {
     lost: Vec<LostSpan>,
     /// Running MCP calls: interval id -> start and host.
     running: FxHashMap<String, (Millis, Option<Arc<str>>)>,
+    /// No running call started later than this (the latest start since `running` was last
+    /// empty). A window opens at the current time and calls are reported once started, so
+    /// this is almost always earlier and a new window need not scan `running`.
+    running_started_by: Millis,
     /// MCP calls reported at the current time (a window opening at the same time must see
     /// them): start, end, host.
     reported_now: Vec<(Millis, Millis, Option<Arc<str>>)>,
@@ -325,6 +329,7 @@ impl Tracker {
     pub(crate) fn new(close_wait: Millis, max_window: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
+            running_started_by: f64::NEG_INFINITY,
             close_wait,
             max_window,
             all_hosts,
@@ -527,11 +532,14 @@ impl Tracker {
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
         let all = self.all_hosts;
-        let running = self
-            .running
-            .values()
-            .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
-            .count() as u32;
+        let running = if self.running_started_by < t {
+            0
+        } else {
+            self.running
+                .values()
+                .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+                .count() as u32
+        };
         let max_inside_end = self
             .reported_now
             .iter()
@@ -665,6 +673,7 @@ impl Tracker {
                 w.running += 1;
             }
         }
+        self.running_started_by = self.running_started_by.max(start);
         self.running.insert(interval.to_string(), (start, host));
     }
 
@@ -677,6 +686,9 @@ impl Tracker {
         ch: &mut Changes,
     ) {
         let started = self.running.remove(interval);
+        if self.running.is_empty() {
+            self.running_started_by = f64::NEG_INFINITY;
+        }
         let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
@@ -712,35 +724,42 @@ impl Tracker {
         self.reported_now.push((start, end, host));
     }
 
-    /// Is window `id` eligible for an interval of host `host` starting at `start` whose tool
-    /// has the visible `names` (docs/design.md §4)? Hosts not known to differ, and a call complete
-    /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
-    /// window until it gets another call).
+    /// Takes window `id` as a candidate of a pending interval (one more reference: it stays
+    /// until the interval is decided) if it is eligible for it: every window under
+    /// `--candidates all`; else one whose host is not known to differ from the interval's
+    /// `host`, with a call complete by `start` that could have issued the interval's tool of
+    /// visible `names` (docs/design.md §4; [`Window::first_call_for`], remembered for the window
+    /// until it gets another call). One lookup of the window for both.
     #[inline]
-    pub(crate) fn eligible(
+    pub(crate) fn hold_if_eligible(
         &mut self,
         id: WinId,
         host: Option<&Arc<str>>,
         names: &Arc<Names>,
         start: Millis,
     ) -> bool {
+        let all = self.all_hosts;
         let Some(w) = self.windows.get_mut(id) else {
             return false;
         };
-        if let (Some(a), Some(b)) = (host, &w.host) {
-            if a != b {
-                return false;
-            }
-        }
-        let first = match &w.route_memo {
-            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
-            _ => {
-                let at = w.first_call_for(names);
-                w.route_memo = Some((names.clone(), at));
-                at
+        let eligible = all || {
+            let same_host = !matches!((host, &w.host), (Some(a), Some(b)) if a != b);
+            same_host && {
+                let first = match &w.route_memo {
+                    Some((n, at)) if Arc::ptr_eq(n, names) => *at,
+                    _ => {
+                        let at = w.first_call_for(names);
+                        w.route_memo = Some((names.clone(), at));
+                        at
+                    }
+                };
+                first <= start
             }
         };
-        first <= start
+        if eligible {
+            w.refs += 1;
+        }
+        eligible
     }
 
     /// The first moment at or after `from` at which window `id` could be given up, if it can
@@ -779,8 +798,11 @@ impl Tracker {
         }
         self.open_by_response.remove(&w.response);
         for c in &w.calls {
-            if self.open_by_call.get(&c.call) == Some(&id) {
-                self.open_by_call.remove(&c.call);
+            // One lookup: removed, and put back in the rare case it names another window.
+            if let Some((call, other)) = self.open_by_call.remove_entry(&c.call) {
+                if other != id {
+                    self.open_by_call.insert(call, other);
+                }
             }
         }
         Some(w)
