@@ -420,7 +420,8 @@ impl Correlator {
             let Some(w) = self.tracker.window_mut(*id) else {
                 continue;
             };
-            for seq in std::mem::take(&mut w.attached) {
+            let mut attached = std::mem::take(&mut w.attached);
+            for &seq in &attached {
                 if self
                     .pending
                     .get(&seq)
@@ -428,6 +429,13 @@ impl Correlator {
                 {
                     self.requeue(seq, now);
                 }
+            }
+            // An open window gets it back emptied: intervals attach to it again and again, and
+            // a fresh vector each time was an allocation per wake. A final one (kept a while
+            // for late reports) gets no attachments any more: freed.
+            attached.clear();
+            if let Some(w) = self.tracker.window_mut(*id).filter(|w| w.is_open()) {
+                w.attached = attached;
             }
         }
     }

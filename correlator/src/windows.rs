@@ -92,6 +92,9 @@ impl Slab {
     }
 }
 
+/// How many emptied vectors are kept for reuse (see `Tracker::spare_lists`).
+const MAX_SPARE: usize = 256;
+
 /// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
 const MAX_NAMES: usize = 4096;
 
@@ -237,6 +240,8 @@ struct StreamState {
 }
 
 struct ResponseState {
+    /// The response id, shared with the map's key: a window takes it without a second lookup.
+    name: Arc<str>,
     stream: Arc<str>,
     window: Option<WinId>,
 }
@@ -287,6 +292,10 @@ pub(crate) struct Tracker {
     broken: VecDeque<WinId>,
     /// Windows (open or broken) whose thread has sent no request since they opened.
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
+    /// Emptied lists of `awaiting_request`, for the next threads (at most [`MAX_SPARE`]): a
+    /// thread's list empties at each of its requests and fills again at its next window, one
+    /// allocation and one free per window otherwise.
+    spare_lists: Vec<Vec<WinId>>,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
     /// Running MCP calls: interval id -> start and host.
@@ -361,6 +370,14 @@ impl Tracker {
 
     pub(crate) fn forgotten_before(&self) -> Millis {
         self.forgotten_before
+    }
+
+    /// Keeps an emptied `awaiting_request` list for reuse.
+    fn give_back(&mut self, mut list: Vec<WinId>) {
+        if self.spare_lists.len() < MAX_SPARE {
+            list.clear();
+            self.spare_lists.push(list);
+        }
     }
 
     /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
@@ -462,7 +479,9 @@ impl Tracker {
                 None => false,
             });
             if list.is_empty() {
-                self.awaiting_request.remove(&key);
+                if let Some(list) = self.awaiting_request.remove(&key) {
+                    self.give_back(list);
+                }
             }
         }
 
@@ -501,8 +520,9 @@ impl Tracker {
         let response: Arc<str> = response.into();
         st.active.push(response.clone());
         self.responses.insert(
-            response,
+            response.clone(),
             ResponseState {
+                name: response,
                 stream: st.name.clone(),
                 window: None,
             },
@@ -510,6 +530,7 @@ impl Tracker {
     }
 
     pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call) {
+        // One lookup of the response for the whole call (the borrow is of `responses` alone).
         let Some(rs) = self.responses.get_mut(response) else {
             return;
         };
@@ -548,10 +569,7 @@ impl Tracker {
             .fold(f64::NEG_INFINITY, f64::max);
 
         let call_id = call.call.clone();
-        let response = self
-            .responses
-            .get_key_value(response)
-            .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
+        let response = rs.name.clone();
         let id = self.windows.insert(Window {
             thread,
             host,
@@ -573,16 +591,15 @@ impl Tracker {
             attached: Vec::new(),
             thread_key: thread_key.clone(),
         });
-        if let Some(rs) = self.responses.get_mut(&response) {
-            rs.window = Some(id);
-        }
+        rs.window = Some(id);
         self.open_by_response.insert(response, id);
         self.open_by_call.insert(call_id, id);
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
+        let spare = &mut self.spare_lists;
         self.awaiting_request
             .entry(thread_key)
-            .or_default()
+            .or_insert_with(|| spare.pop().unwrap_or_default())
             .push(id);
     }
 
@@ -881,7 +898,9 @@ impl Tracker {
             if let Some(list) = self.awaiting_request.get_mut(&w.thread_key) {
                 list.retain(|x| *x != id);
                 if list.is_empty() {
-                    self.awaiting_request.remove(&w.thread_key);
+                    if let Some(list) = self.awaiting_request.remove(&w.thread_key) {
+                        self.give_back(list);
+                    }
                 }
             }
         }
