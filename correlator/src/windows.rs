@@ -539,6 +539,11 @@ impl Tracker {
                 if w.is_open() {
                     self.open_by_call.insert(call.call.clone(), id);
                 }
+                // Exact growth for the first few: most responses make one call or a few, and
+                // doubling then shrinking back at the response's end cost two reallocations.
+                if w.calls.len() < 4 {
+                    w.calls.reserve_exact(1);
+                }
                 w.calls.push(call);
                 w.route_memo = None;
             }
