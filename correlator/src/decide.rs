@@ -33,13 +33,13 @@ use rustc_hash::FxHashMap;
 use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
-use crate::windows::{Call, Changes, LostSpan, Time, Tracker, WinId, Window, WindowState};
+use crate::windows::{
+    Call, Changes, LostSpan, Spare, Time, Tracker, WinId, Window, WindowState,
+};
 
 /// How many alias/tool pairs keep their route names cached.
 const MAX_ROUTES: usize = 4096;
 
-/// How many emptied candidate vectors are kept for reuse (see `Correlator::spare`).
-const MAX_SPARE: usize = 256;
 
 /// When a window opens for containment purposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,9 +173,9 @@ pub struct Correlator {
     ungathered: Vec<u64>,
     /// Reused buffer for gathering candidates.
     scratch: Vec<WinId>,
-    /// Candidate vectors of decided intervals, emptied, for the next ones (at most
-    /// [`MAX_SPARE`]): one allocation and one free less per interval.
-    spare: Vec<Vec<WinId>>,
+    /// Emptied candidate vectors of decided intervals, and wake lists of windows that became
+    /// final, for the next intervals and windows.
+    spare: Spare,
     /// Reused for what each applied event changed: most events change something, and a fresh
     /// vector each time was one allocation per event.
     changes: Changes,
@@ -207,7 +207,7 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
-            spare: Vec::new(),
+            spare: Spare::default(),
             changes: Changes::default(),
             next_seq: 0,
             last_gc: 0.0,
@@ -452,12 +452,13 @@ impl Correlator {
                     self.requeue(seq, now);
                 }
             }
-            // An open window gets it back emptied: intervals attach to it again and again, and
-            // a fresh vector each time was an allocation per wake. A final one (kept a while
-            // for late reports) gets no attachments any more: freed.
+            // An open window gets it back emptied: intervals attach to it again and again. A
+            // final one (kept a while for late reports) gets no attachments any more: the
+            // vector goes to the spares, for the next window's first attachment.
             attached.clear();
-            if let Some(w) = self.tracker.window_mut(*id).filter(|w| w.is_open()) {
-                w.attached = attached;
+            match self.tracker.window_mut(*id) {
+                Some(w) if w.is_open() => w.attached = attached,
+                _ => self.spare.give(attached),
             }
         }
     }
@@ -492,7 +493,7 @@ impl Correlator {
             found.extend(tr.closed_containing(s, e));
             // Only eligible windows stay, in order (the open ones first), each held until the
             // interval is decided. Into a vector a decided interval gave back, when there is one.
-            let mut windows = self.spare.pop().unwrap_or_default();
+            let mut windows = self.spare.take();
             p.open = 0;
             for (i, &id) in found.iter().enumerate() {
                 if tr.hold_if_eligible(id, p.host.as_ref(), &p.names, s) {
@@ -577,16 +578,22 @@ impl Correlator {
             Next::Queue(due, id) => {
                 p.attached = Some(id);
                 self.queue.push(Reverse((Time(due), seq, p.generation)));
-                if let Some(w) = self.tracker.window_mut(id) {
-                    w.attached.push(seq);
-                }
+                self.attach(seq, id);
             }
             Next::Park(id) => {
                 p.attached = Some(id);
-                if let Some(w) = self.tracker.window_mut(id) {
-                    w.attached.push(seq);
-                }
+                self.attach(seq, id);
             }
+        }
+    }
+
+    /// Puts interval `seq` on window `id`'s wake list (a spare vector if it has none yet).
+    fn attach(&mut self, seq: u64, id: WinId) {
+        if let Some(w) = self.tracker.window_mut(id) {
+            if w.attached.capacity() == 0 {
+                w.attached = self.spare.take();
+            }
+            w.attached.push(seq);
         }
     }
 
@@ -594,15 +601,12 @@ impl Correlator {
         let Some(mut p) = self.pending.remove(&seq) else {
             return;
         };
-        let mut windows = std::mem::take(&mut p.windows);
+        let windows = std::mem::take(&mut p.windows);
         out.push(self.judge(p, &windows, at));
         for &id in &windows {
             self.tracker.unref(id);
         }
-        if self.spare.len() < MAX_SPARE {
-            windows.clear();
-            self.spare.push(windows);
-        }
+        self.spare.give(windows);
     }
 
     /// The record for a pending interval decided at `at`: candidates still open count as

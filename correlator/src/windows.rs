@@ -92,8 +92,33 @@ impl Slab {
     }
 }
 
-/// How many emptied vectors are kept for reuse (see `Tracker::spare_lists`).
+/// How many emptied vectors a [`Spare`] keeps, and the largest capacity it keeps.
 const MAX_SPARE: usize = 256;
+const MAX_SPARE_CAPACITY: usize = 64;
+
+/// Emptied vectors of handles (windows or pending intervals), kept for reuse. Several short
+/// lists live and die with every interval or window (a thread's windows awaiting its request,
+/// an interval's candidates, the intervals waiting on a window); taking an emptied one with
+/// its capacity instead of allocating saved an allocation and a free each on the busy
+/// workload. At most [`MAX_SPARE`] of at most [`MAX_SPARE_CAPACITY`] are kept, so a burst
+/// leaves no lasting memory behind.
+#[derive(Default)]
+pub(crate) struct Spare(Vec<Vec<u64>>);
+
+impl Spare {
+    /// An empty vector, with capacity when one was given back.
+    pub(crate) fn take(&mut self) -> Vec<u64> {
+        self.0.pop().unwrap_or_default()
+    }
+
+    /// Keeps `v`, emptied, for a later [`Spare::take`] (or drops it when enough are kept).
+    pub(crate) fn give(&mut self, mut v: Vec<u64>) {
+        if (1..=MAX_SPARE_CAPACITY).contains(&v.capacity()) && self.0.len() < MAX_SPARE {
+            v.clear();
+            self.0.push(v);
+        }
+    }
+}
 
 /// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
 const MAX_NAMES: usize = 4096;
@@ -292,10 +317,9 @@ pub(crate) struct Tracker {
     broken: VecDeque<WinId>,
     /// Windows (open or broken) whose thread has sent no request since they opened.
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
-    /// Emptied lists of `awaiting_request`, for the next threads (at most [`MAX_SPARE`]): a
-    /// thread's list empties at each of its requests and fills again at its next window, one
-    /// allocation and one free per window otherwise.
-    spare_lists: Vec<Vec<WinId>>,
+    /// Emptied lists of `awaiting_request`: a thread's list empties at each of its requests
+    /// and fills again at its next window.
+    spare_lists: Spare,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
     /// Running MCP calls: interval id -> start and host.
@@ -370,14 +394,6 @@ impl Tracker {
 
     pub(crate) fn forgotten_before(&self) -> Millis {
         self.forgotten_before
-    }
-
-    /// Keeps an emptied `awaiting_request` list for reuse.
-    fn give_back(&mut self, mut list: Vec<WinId>) {
-        if self.spare_lists.len() < MAX_SPARE {
-            list.clear();
-            self.spare_lists.push(list);
-        }
     }
 
     /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
@@ -480,7 +496,7 @@ impl Tracker {
             });
             if list.is_empty() {
                 if let Some(list) = self.awaiting_request.remove(&key) {
-                    self.give_back(list);
+                    self.spare_lists.give(list);
                 }
             }
         }
@@ -604,7 +620,7 @@ impl Tracker {
         let spare = &mut self.spare_lists;
         self.awaiting_request
             .entry(thread_key)
-            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .or_insert_with(|| spare.take())
             .push(id);
     }
 
@@ -904,7 +920,7 @@ impl Tracker {
                 list.retain(|x| *x != id);
                 if list.is_empty() {
                     if let Some(list) = self.awaiting_request.remove(&w.thread_key) {
-                        self.give_back(list);
+                        self.spare_lists.give(list);
                     }
                 }
             }
