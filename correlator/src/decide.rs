@@ -33,13 +33,10 @@ use rustc_hash::FxHashMap;
 use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
-use crate::windows::{
-    Call, Changes, LostSpan, Spare, Time, Tracker, WinId, Window, WindowState,
-};
+use crate::windows::{Call, Changes, LostSpan, Spare, Time, Tracker, WinId, Window, WindowState};
 
 /// How many alias/tool pairs keep their route names cached.
 const MAX_ROUTES: usize = 4096;
-
 
 /// When a window opens for containment purposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -7,6 +7,12 @@
 //! it could be given up. It keeps only
 //! what a pending or future decision can still need: state older than the retention horizon is
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
+//!
+//! Every event passes through here, so the layout is chosen for replay speed (measured in
+//! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
+//! windows in one sorted vector that is also the `max_window` deadline queue, short handle
+//! lists reused through [`Spare`] rather than allocated per window or interval. Each such
+//! choice says why where it is made.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
