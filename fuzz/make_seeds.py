@@ -135,7 +135,7 @@ def http_seeds(target, scenarios, whole_json):
         enc = 1 + i % 4
         write(target, f"{name}_enc{enc}", http_input(enc | (((enc % 4) + 1) << 3), 1 | (1 << 3), 7 + i, req, resp))
     name, (req, resp) = sorted(scenarios.items())[0]
-    write(target, "raw_gzip", http_input(0x40 | (1 << 3) | 2, 0, 99, zlib.compress(req), gzip.compress(resp)))
+    write(target, "raw_gzip", http_input(0x40 | (1 << 3) | 2, 0, 99, zlib.compress(req), gzip.compress(resp, mtime=0)))
     write(target, "raw_identity", http_input(0x40, 0, 5, req, resp))
     write(target, "raw_deflate_raw", http_input(0x40 | (2 << 3), 0, 5, req, zlib.compress(resp)[2:-4]))
     write(target, "json_whole", http_input(0, 2, 3, req, whole_json))
@@ -274,7 +274,8 @@ def main():
         write("body", f"body{i:02}", b)
     for f in sorted((ROOT / "traces").glob("*.jsonl")):
         write("trace_reader", f.stem, f.read_bytes())
-    for f in sorted((ROOT / "traces" / "expected").glob("*.jsonl"))[:8]:
+    # Every fixture's records: the v2 ones carry the host evidence word and host abstentions.
+    for f in sorted((ROOT / "traces" / "expected").glob("*.jsonl")):
         write("trace_reader", f.name.split(".")[0] + "_records", f.read_bytes())
     for i, l in enumerate(INGEST):
         write("ingest", f"line{i}", l)

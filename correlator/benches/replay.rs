@@ -47,6 +47,16 @@
 //! events: 3,197 → 3,588 instructions per event (3,981 before the per-window route memo and
 //! the early drop of given-up candidates). Streamed busy 1M, M events/s of CPU, three
 //! interleaved runs each: before 1.73 / 1.92 / 1.90, after 1.67 / 1.88 / 1.80.
+//!
+//! Speed (issue 13, 2026-12-01, same machine, load average 5–7; main at 561f19f → the cspeed
+//! branch; records unchanged, 5 attributed and 166,661 `ambiguous` of 1M busy events).
+//! Correlator alone, callgrind, 200k busy events: 3,649 → 3,224 instructions per event;
+//! trace reading plus correlator 9,251 → 8,823. Streamed busy 1M, M events/s of CPU, five
+//! interleaved runs each: before 1.80 / 1.98 / 1.94 / 1.85 / 1.76, after 2.39 / 2.35 / 2.13 /
+//! 1.89 / 2.15 (medians 1.85 → 2.15); streamed busy 10M, two interleaved runs: 1.24 / 1.29 →
+//! 1.39 / 1.64. Peak heap 31.7 → 31.5 MiB (1M and 10M alike). The time saved is more than
+//! the instructions: most of it was allocator work and cache misses (`perf` on `run_slice`),
+//! which callgrind counts as a few instructions each.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cmp::Reverse;

@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
-use crate::windows::{Call, Changes, LostSpan, Time, Tracker, WinId, Window, WindowState};
+use crate::windows::{Call, Changes, LostSpan, Spare, Time, Tracker, WinId, Window, WindowState};
 
 /// How many alias/tool pairs keep their route names cached.
 const MAX_ROUTES: usize = 4096;
@@ -170,6 +170,9 @@ pub struct Correlator {
     ungathered: Vec<u64>,
     /// Reused buffer for gathering candidates.
     scratch: Vec<WinId>,
+    /// Emptied candidate vectors of decided intervals, and wake lists of windows that became
+    /// final, for the next intervals and windows.
+    spare: Spare,
     /// Reused for what each applied event changed: most events change something, and a fresh
     /// vector each time was one allocation per event.
     changes: Changes,
@@ -178,13 +181,22 @@ pub struct Correlator {
     /// Route names by alias, then tool (bounded: see [`MAX_ROUTES`]).
     routes: FxHashMap<Box<str>, FxHashMap<Box<str>, Arc<Names>>>,
     routes_len: usize,
+    /// The last alias, tool and names asked for: intervals of one tool come in runs, and two
+    /// short comparisons cost less than hashing both strings into `routes` (which showed in
+    /// `perf` at about 5% of replay on the busy workload). Strings rewritten in place, so
+    /// alternating tools allocate nothing either.
+    last_route: (String, String, Option<Arc<Names>>),
 }
 
 impl Correlator {
     pub fn new(mut config: Config) -> Self {
         config.retain = config.retain.max(config.max_window);
         Correlator {
-            tracker: Tracker::new(config.close_wait, config.candidates == Candidates::All),
+            tracker: Tracker::new(
+                config.close_wait,
+                config.max_window,
+                config.candidates == Candidates::All,
+            ),
             config,
             now: 0.0,
             started: false,
@@ -192,16 +204,34 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
+            spare: Spare::default(),
             changes: Changes::default(),
             next_seq: 0,
             last_gc: 0.0,
             routes: FxHashMap::default(),
             routes_len: 0,
+            last_route: (String::new(), String::new(), None),
         }
     }
 
     /// The names an alias and tool can have, computed once per pair (hosts use a handful).
     fn route_names(&mut self, alias: &str, tool: &str) -> Arc<Names> {
+        if let (a, t, Some(n)) = &self.last_route {
+            if a == alias && t == tool {
+                return n.clone();
+            }
+        }
+        let names = self.route_names_from_table(alias, tool);
+        let (a, t, n) = &mut self.last_route;
+        a.clear();
+        a.push_str(alias);
+        t.clear();
+        t.push_str(tool);
+        *n = Some(names.clone());
+        names
+    }
+
+    fn route_names_from_table(&mut self, alias: &str, tool: &str) -> Arc<Names> {
         if let Some(n) = self.routes.get(alias).and_then(|tools| tools.get(tool)) {
             return n.clone();
         }
@@ -329,7 +359,7 @@ impl Correlator {
                     namespace: namespace.as_deref().map(|n| tr.intern(n)),
                     kind: *kind,
                 };
-                tr.tool_call(t, response, call, self.config.max_window)
+                tr.tool_call(t, response, call)
             }
             EventKind::ResponseEnd {
                 stream,
@@ -409,7 +439,8 @@ impl Correlator {
             let Some(w) = self.tracker.window_mut(*id) else {
                 continue;
             };
-            for seq in std::mem::take(&mut w.attached) {
+            let mut attached = std::mem::take(&mut w.attached);
+            for &seq in &attached {
                 if self
                     .pending
                     .get(&seq)
@@ -417,6 +448,14 @@ impl Correlator {
                 {
                     self.requeue(seq, now);
                 }
+            }
+            // An open window gets it back emptied: intervals attach to it again and again. A
+            // final one (kept a while for late reports) gets no attachments any more: the
+            // vector goes to the spares, for the next window's first attachment.
+            attached.clear();
+            match self.tracker.window_mut(*id) {
+                Some(w) if w.is_open() => w.attached = attached,
+                _ => self.spare.give(attached),
             }
         }
     }
@@ -439,7 +478,6 @@ impl Correlator {
         }
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
-        let all = self.config.candidates == Candidates::All;
         for &seq in &ungathered {
             let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
@@ -450,28 +488,19 @@ impl Correlator {
             found.extend(tr.open_candidates(s));
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
-            // Only eligible windows stay, in order (the open ones first).
-            let mut kept = 0;
+            // Only eligible windows stay, in order (the open ones first), each held until the
+            // interval is decided. Into a vector a decided interval gave back, when there is one.
+            let mut windows = self.spare.take();
             p.open = 0;
-            for i in 0..found.len() {
-                let id = found[i];
-                let keep = all || tr.eligible(id, p.host.as_ref(), &p.names, s);
-                if keep {
-                    found[kept] = id;
-                    kept += 1;
+            for (i, &id) in found.iter().enumerate() {
+                if tr.hold_if_eligible(id, p.host.as_ref(), &p.names, s) {
+                    windows.push(id);
                     p.open += usize::from(i < open);
                 }
             }
-            found.truncate(kept);
-            // One exact-size allocation per interval; the scratch buffer keeps its capacity.
-            p.windows = found.as_slice().to_vec();
+            p.windows = windows;
             found.clear();
             self.scratch = found;
-            for id in &p.windows {
-                if let Some(w) = self.tracker.window_mut(*id) {
-                    w.refs += 1;
-                }
-            }
             self.requeue(seq, self.now);
         }
         ungathered.clear();
@@ -546,16 +575,22 @@ impl Correlator {
             Next::Queue(due, id) => {
                 p.attached = Some(id);
                 self.queue.push(Reverse((Time(due), seq, p.generation)));
-                if let Some(w) = self.tracker.window_mut(id) {
-                    w.attached.push(seq);
-                }
+                self.attach(seq, id);
             }
             Next::Park(id) => {
                 p.attached = Some(id);
-                if let Some(w) = self.tracker.window_mut(id) {
-                    w.attached.push(seq);
-                }
+                self.attach(seq, id);
             }
+        }
+    }
+
+    /// Puts interval `seq` on window `id`'s wake list (a spare vector if it has none yet).
+    fn attach(&mut self, seq: u64, id: WinId) {
+        if let Some(w) = self.tracker.window_mut(id) {
+            if w.attached.capacity() == 0 {
+                w.attached = self.spare.take();
+            }
+            w.attached.push(seq);
         }
     }
 
@@ -565,9 +600,10 @@ impl Correlator {
         };
         let windows = std::mem::take(&mut p.windows);
         out.push(self.judge(p, &windows, at));
-        for id in windows {
+        for &id in &windows {
             self.tracker.unref(id);
         }
+        self.spare.give(windows);
     }
 
     /// The record for a pending interval decided at `at`: candidates still open count as

@@ -7,8 +7,14 @@
 //! it could be given up. It keeps only
 //! what a pending or future decision can still need: state older than the retention horizon is
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
+//!
+//! Every event passes through here, so the layout is chosen for replay speed (measured in
+//! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
+//! windows in one sorted vector that is also the `max_window` deadline queue, short handle
+//! lists reused through [`Spare`] rather than allocated per window or interval. Each such
+//! choice says why where it is made.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -89,6 +95,34 @@ impl Slab {
 
     fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// How many emptied vectors a [`Spare`] keeps, and the largest capacity it keeps.
+const MAX_SPARE: usize = 256;
+const MAX_SPARE_CAPACITY: usize = 64;
+
+/// Emptied vectors of handles (windows or pending intervals), kept for reuse. Several short
+/// lists live and die with every interval or window (a thread's windows awaiting its request,
+/// an interval's candidates, the intervals waiting on a window); taking an emptied one with
+/// its capacity instead of allocating saved an allocation and a free each on the busy
+/// workload. At most [`MAX_SPARE`] of at most [`MAX_SPARE_CAPACITY`] are kept, so a burst
+/// leaves no lasting memory behind.
+#[derive(Default)]
+pub(crate) struct Spare(Vec<Vec<u64>>);
+
+impl Spare {
+    /// An empty vector, with capacity when one was given back.
+    pub(crate) fn take(&mut self) -> Vec<u64> {
+        self.0.pop().unwrap_or_default()
+    }
+
+    /// Keeps `v`, emptied, for a later [`Spare::take`] (or drops it when enough are kept).
+    pub(crate) fn give(&mut self, mut v: Vec<u64>) {
+        if (1..=MAX_SPARE_CAPACITY).contains(&v.capacity()) && self.0.len() < MAX_SPARE {
+            v.clear();
+            self.0.push(v);
+        }
     }
 }
 
@@ -196,8 +230,6 @@ pub(crate) struct Window {
     /// correlator checks.
     pub attached: Vec<u64>,
     thread_key: ThreadKey,
-    /// When `max_window` breaks it if it is still open.
-    deadline: Millis,
 }
 
 impl Window {
@@ -239,6 +271,8 @@ struct StreamState {
 }
 
 struct ResponseState {
+    /// The response id, shared with the map's key: a window takes it without a second lookup.
+    name: Arc<str>,
     stream: Arc<str>,
     window: Option<WinId>,
 }
@@ -275,27 +309,38 @@ pub(crate) struct Tracker {
     /// of a `BTreeSet<(Time, WinId)>`, kept in a sorted vector. Windows open at the current
     /// time, so a new one goes at (or next to) the end, and the hot loops (every MCP start and
     /// end, every candidate gathering) walk contiguous memory instead of tree nodes.
+    ///
+    /// It is also the `max_window` deadline queue: a window's deadline is its open time plus
+    /// `max_window`, and adding a constant keeps the order (float addition is monotone), so
+    /// the first open window is the first to expire. No second ordered set to keep in step.
     open: Vec<(Time, WinId)>,
     /// Open windows by their response id and by their calls' ids (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     open_by_call: FxHashMap<Arc<str>, WinId>,
-    /// Open windows' `max_window` deadlines.
-    deadlines: BTreeSet<(Time, WinId)>,
     /// Closed windows in close order (closes happen in time order).
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
     broken: VecDeque<WinId>,
     /// Windows (open or broken) whose thread has sent no request since they opened.
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
+    /// Emptied lists of `awaiting_request`: a thread's list empties at each of its requests
+    /// and fills again at its next window.
+    spare_lists: Spare,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
     /// Running MCP calls: interval id -> start and host.
     running: FxHashMap<String, (Millis, Option<Arc<str>>)>,
+    /// No running call started later than this (the latest start since `running` was last
+    /// empty). A window opens at the current time and calls are reported once started, so
+    /// this is almost always earlier and a new window need not scan `running`.
+    running_started_by: Millis,
     /// MCP calls reported at the current time (a window opening at the same time must see
     /// them): start, end, host.
     reported_now: Vec<(Millis, Millis, Option<Arc<str>>)>,
     /// `close_wait`, for the spans in which windows can be given up.
     close_wait: Millis,
+    /// `max_window`: an open window breaks this long after it opened.
+    max_window: Millis,
     /// `--candidates all`: every MCP call counts for every window, whatever the hosts.
     all_hosts: bool,
     now: Millis,
@@ -319,11 +364,13 @@ fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>
 }
 
 impl Tracker {
-    /// `close_wait` as configured; `all_hosts` for `--candidates all`.
-    pub(crate) fn new(close_wait: Millis, all_hosts: bool) -> Self {
+    /// `close_wait` and `max_window` as configured; `all_hosts` for `--candidates all`.
+    pub(crate) fn new(close_wait: Millis, max_window: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
+            running_started_by: f64::NEG_INFINITY,
             close_wait,
+            max_window,
             all_hosts,
             ..Default::default()
         }
@@ -399,7 +446,7 @@ impl Tracker {
 
     /// The earliest `max_window` deadline of an open window.
     pub(crate) fn next_deadline(&self) -> Option<Millis> {
-        self.deadlines.first().map(|(t, _)| t.0)
+        self.open.first().map(|(t, _)| t.0 + self.max_window)
     }
 
     pub(crate) fn stream_open(
@@ -454,7 +501,9 @@ impl Tracker {
                 None => false,
             });
             if list.is_empty() {
-                self.awaiting_request.remove(&key);
+                if let Some(list) = self.awaiting_request.remove(&key) {
+                    self.spare_lists.give(list);
+                }
             }
         }
 
@@ -493,15 +542,17 @@ impl Tracker {
         let response: Arc<str> = response.into();
         st.active.push(response.clone());
         self.responses.insert(
-            response,
+            response.clone(),
             ResponseState {
+                name: response,
                 stream: st.name.clone(),
                 window: None,
             },
         );
     }
 
-    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
+    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call) {
+        // One lookup of the response for the whole call (the borrow is of `responses` alone).
         let Some(rs) = self.responses.get_mut(response) else {
             return;
         };
@@ -509,6 +560,11 @@ impl Tracker {
             if let Some(w) = self.windows.get_mut(id) {
                 if w.is_open() {
                     self.open_by_call.insert(call.call.clone(), id);
+                }
+                // Exact growth for the first few: most responses make one call or a few, and
+                // doubling then shrinking back at the response's end cost two reallocations.
+                if w.calls.len() < 4 {
+                    w.calls.reserve_exact(1);
                 }
                 w.calls.push(call);
                 w.route_memo = None;
@@ -524,11 +580,14 @@ impl Tracker {
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
         let all = self.all_hosts;
-        let running = self
-            .running
-            .values()
-            .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
-            .count() as u32;
+        let running = if self.running_started_by < t {
+            0
+        } else {
+            self.running
+                .values()
+                .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+                .count() as u32
+        };
         let max_inside_end = self
             .reported_now
             .iter()
@@ -537,10 +596,7 @@ impl Tracker {
             .fold(f64::NEG_INFINITY, f64::max);
 
         let call_id = call.call.clone();
-        let response = self
-            .responses
-            .get_key_value(response)
-            .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
+        let response = rs.name.clone();
         let id = self.windows.insert(Window {
             thread,
             host,
@@ -561,19 +617,16 @@ impl Tracker {
             refs: 0,
             attached: Vec::new(),
             thread_key: thread_key.clone(),
-            deadline: t + max_window,
         });
-        if let Some(rs) = self.responses.get_mut(&response) {
-            rs.window = Some(id);
-        }
+        rs.window = Some(id);
         self.open_by_response.insert(response, id);
         self.open_by_call.insert(call_id, id);
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
-        self.deadlines.insert((Time(t + max_window), id));
+        let spare = &mut self.spare_lists;
         self.awaiting_request
             .entry(thread_key)
-            .or_default()
+            .or_insert_with(|| spare.take())
             .push(id);
     }
 
@@ -664,6 +717,7 @@ impl Tracker {
                 w.running += 1;
             }
         }
+        self.running_started_by = self.running_started_by.max(start);
         self.running.insert(interval.to_string(), (start, host));
     }
 
@@ -676,6 +730,9 @@ impl Tracker {
         ch: &mut Changes,
     ) {
         let started = self.running.remove(interval);
+        if self.running.is_empty() {
+            self.running_started_by = f64::NEG_INFINITY;
+        }
         let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
@@ -711,35 +768,42 @@ impl Tracker {
         self.reported_now.push((start, end, host));
     }
 
-    /// Is window `id` eligible for an interval of host `host` starting at `start` whose tool
-    /// has the visible `names` (docs/design.md §4)? Hosts not known to differ, and a call complete
-    /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
-    /// window until it gets another call).
+    /// Takes window `id` as a candidate of a pending interval (one more reference: it stays
+    /// until the interval is decided) if it is eligible for it: every window under
+    /// `--candidates all`; else one whose host is not known to differ from the interval's
+    /// `host`, with a call complete by `start` that could have issued the interval's tool of
+    /// visible `names` (docs/design.md §4; [`Window::first_call_for`], remembered for the window
+    /// until it gets another call). One lookup of the window for both.
     #[inline]
-    pub(crate) fn eligible(
+    pub(crate) fn hold_if_eligible(
         &mut self,
         id: WinId,
         host: Option<&Arc<str>>,
         names: &Arc<Names>,
         start: Millis,
     ) -> bool {
+        let all = self.all_hosts;
         let Some(w) = self.windows.get_mut(id) else {
             return false;
         };
-        if let (Some(a), Some(b)) = (host, &w.host) {
-            if a != b {
-                return false;
-            }
-        }
-        let first = match &w.route_memo {
-            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
-            _ => {
-                let at = w.first_call_for(names);
-                w.route_memo = Some((names.clone(), at));
-                at
+        let eligible = all || {
+            let same_host = !matches!((host, &w.host), (Some(a), Some(b)) if a != b);
+            same_host && {
+                let first = match &w.route_memo {
+                    Some((n, at)) if Arc::ptr_eq(n, names) => *at,
+                    _ => {
+                        let at = w.first_call_for(names);
+                        w.route_memo = Some((names.clone(), at));
+                        at
+                    }
+                };
+                first <= start
             }
         };
-        first <= start
+        if eligible {
+            w.refs += 1;
+        }
+        eligible
     }
 
     /// The first moment at or after `from` at which window `id` could be given up, if it can
@@ -757,12 +821,17 @@ impl Tracker {
 
     /// Breaks every open window whose `max_window` deadline is at or before `t`.
     pub(crate) fn expire(&mut self, t: Millis, ch: &mut Changes) {
-        while let Some(&(Time(d), id)) = self.deadlines.first() {
+        while let Some(&(Time(open), id)) = self.open.first() {
+            let d = open + self.max_window;
             if d > t {
                 break;
             }
-            self.deadlines.pop_first();
             self.break_window(id, d, ch);
+            // `break_window` took it out of `open`; an entry left behind (which no path makes)
+            // must still not stall the loop.
+            if self.open.first() == Some(&(Time(open), id)) {
+                self.open.remove(0);
+            }
         }
     }
 
@@ -771,11 +840,13 @@ impl Tracker {
         if let Ok(at) = self.open.binary_search(&(Time(w.open), id)) {
             self.open.remove(at);
         }
-        self.deadlines.remove(&(Time(w.deadline), id));
         self.open_by_response.remove(&w.response);
         for c in &w.calls {
-            if self.open_by_call.get(&c.call) == Some(&id) {
-                self.open_by_call.remove(&c.call);
+            // One lookup: removed, and put back in the rare case it names another window.
+            if let Some((call, other)) = self.open_by_call.remove_entry(&c.call) {
+                if other != id {
+                    self.open_by_call.insert(call, other);
+                }
             }
         }
         Some(w)
@@ -854,7 +925,9 @@ impl Tracker {
             if let Some(list) = self.awaiting_request.get_mut(&w.thread_key) {
                 list.retain(|x| *x != id);
                 if list.is_empty() {
-                    self.awaiting_request.remove(&w.thread_key);
+                    if let Some(list) = self.awaiting_request.remove(&w.thread_key) {
+                        self.spare_lists.give(list);
+                    }
                 }
             }
         }
@@ -914,7 +987,6 @@ mod tests {
             refs: 0,
             attached: Vec::new(),
             thread_key: ThreadKey::Anon(stream),
-            deadline: 0.0,
         }
     }
 
@@ -935,7 +1007,7 @@ mod tests {
 
     #[test]
     fn interned_names_are_shared_until_the_table_is_full() {
-        let mut tracker = Tracker::new(1000.0, false);
+        let mut tracker = Tracker::new(1000.0, 1800000.0, false);
         let a = tracker.intern("exec");
         let b = tracker.intern("exec");
         assert!(Arc::ptr_eq(&a, &b));
