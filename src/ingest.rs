@@ -31,6 +31,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use correlator::event::{Hints, Outcome};
@@ -41,6 +42,7 @@ use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
+use crate::ratelimit::Repeated;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
 pub use correlator::ingest::{Fault, Report, MAX_LINE};
@@ -221,7 +223,9 @@ pub async fn serve(
                         conns.spawn(connection(stream, shared.clone()));
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "ingest: accept failed");
+                        if let Some(left_out) = ACCEPT_FAILED_LOG.allow() {
+                            tracing::warn!(error = %e, left_out, "ingest: accept failed");
+                        }
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },
@@ -235,6 +239,8 @@ pub async fn serve(
         task,
     })
 }
+
+static ACCEPT_FAILED_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
 
 /// A call that started on this connection and has not ended.
 struct Running {
@@ -286,9 +292,15 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
     shared.counters.open.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Bad lines can come as fast as a wrapper writes them: the first few are logged, then one
+/// every few seconds with the count left out (every one is still counted in the summary).
+static BAD_LINE_LOG: Repeated = Repeated::new(10, Duration::from_secs(5));
+
 fn bad_line(shared: &Shared, fault: &Fault) {
     shared.counters.bad_lines.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(fault = %fault, "ingest: bad line skipped");
+    if let Some(left_out) = BAD_LINE_LOG.allow() {
+        tracing::warn!(fault = %fault, left_out, "ingest: bad line skipped");
+    }
 }
 
 async fn accept(
@@ -662,6 +674,53 @@ mod tests {
             "garbage, too long, duplicate, future"
         );
         assert_eq!(c.lost.load(Ordering::Relaxed), 2);
+    }
+
+    /// Counts warnings of this module (on the test's thread: a current-thread runtime runs
+    /// the connection tasks there too).
+    struct Warnings(Arc<AtomicU64>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN
+                && e.metadata().target() == module_path!().trim_end_matches("::tests")
+            {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_bad_lines_makes_a_handful_of_warnings() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let warnings = Arc::new(AtomicU64::new(0));
+        let _log = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(Warnings(warnings.clone())),
+        );
+        let (handle, mut rx, _dir, _clock) = listener().await;
+        let mut conn = UnixStream::connect(handle.path()).await.unwrap();
+        let started = std::time::Instant::now();
+        conn.write_all("not a report\n".repeat(100_000).as_bytes())
+            .await
+            .unwrap();
+        let start = Report::Start {
+            id: "after".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: mono_ns(),
+            hints: hints(None),
+        };
+        conn.write_all(start.to_line().as_bytes()).await.unwrap();
+        // Lines are taken in order: once this one is in, every bad line has been seen.
+        assert!(matches!(next(&mut rx).await.1, EventKind::McpStart { .. }));
+        assert!(handle.counters().bad_lines.load(Ordering::Relaxed) >= 100_000);
+        let periods = started.elapsed().as_secs() / 5 + 1;
+        let written = warnings.load(Ordering::Relaxed);
+        assert!(
+            written <= 10 + periods,
+            "{written} warnings for 100,000 bad lines"
+        );
+        assert!(written >= 1, "the first bad lines are still reported");
     }
 
     #[tokio::test]

@@ -65,6 +65,14 @@ pub struct RelayArgs {
     /// (answered with 504). Bodies may stream for as long as they take.
     #[arg(long, default_value_t = 300_000, value_name = "MS")]
     response_timeout: u64,
+    /// Close a client connection that has not sent a complete request head within this many
+    /// milliseconds of connecting or of its previous response (slow and idle clients alike).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    header_timeout: u64,
+    /// Open client connections beyond which new clients are refused at once with a 503
+    /// [default: half the open files limit, less a reserve].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
     /// before they are cut, in milliseconds (a second signal stops at once).
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
@@ -141,6 +149,8 @@ pub fn relay_config(
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
         upstream_idle: Duration::from_millis(args.upstream_idle),
+        header_timeout: Duration::from_millis(args.header_timeout),
+        max_connections: args.max_connections,
         correlator: Config {
             close_wait: args.close_wait,
             window_open: args.window_open,
@@ -167,6 +177,10 @@ pub struct RelayConfig {
     pub response_timeout: Duration,
     /// How long an idle upstream connection is kept for reuse.
     pub upstream_idle: Duration,
+    /// How long a client connection may take to send a request head.
+    pub header_timeout: Duration,
+    /// The client connection cap (`None`: from the open files limit).
+    pub max_connections: Option<usize>,
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; KEY_LEN],

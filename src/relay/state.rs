@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::limits::Clients;
 use super::mounts::Mounts;
 use super::tap;
 use super::tunnels::Tunnels;
@@ -23,6 +24,8 @@ pub struct State {
     pub response_timeout: Duration,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
     pub tunnels: Arc<Tunnels>,
+    /// Client timeouts and the connection cap.
+    pub clients: Clients,
     pub(super) tap_settings: tap::Settings,
     pub(super) next_stream: AtomicU64,
 }
