@@ -163,3 +163,122 @@ async fn at_the_connection_cap_new_clients_get_a_clean_refusal() {
     }
     drop(held);
 }
+
+/// One SSE event that never ends: `len` bytes of data after its `data:`, gzip-compressed
+/// (63 MiB become about 64 KiB).
+fn gzip_event_bomb(len: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(b"event: response.output_text.done\ndata: ")
+        .unwrap();
+    let zeros = vec![b'0'; 1 << 20];
+    for _ in 0..len >> 20 {
+        e.write_all(&zeros).unwrap();
+    }
+    e.finish().unwrap()
+}
+
+/// The reasons of the `observation_lost` events of a capture.
+fn lost_reasons(capture: &std::path::Path) -> Vec<String> {
+    capture_lines(capture)
+        .iter()
+        .filter(|e| e["type"] == "observation_lost")
+        .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_streams_lose_their_observation_to_the_budget_and_every_byte_is_forwarded() {
+    let bomb = Bytes::from(gzip_event_bomb(63 << 20));
+    // An unfinished request body: 63 MiB of zeros as zstd, about 2 KiB.
+    let req_bomb = Bytes::from(zstd::stream::encode_all(&vec![0u8; 63 << 20][..], 19).unwrap());
+    let served = bomb.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let bomb = served.clone();
+            async move {
+                if req.headers().contains_key("content-encoding") {
+                    // The unfinished upload: answer with the digest of what arrived so far,
+                    // once all of it has.
+                    let want: usize = req.headers()["x-len"].to_str().unwrap().parse().unwrap();
+                    let mut body = req.into_body();
+                    let mut got = Vec::new();
+                    while got.len() < want {
+                        use http_body_util::BodyExt;
+                        match body.frame().await {
+                            Some(Ok(f)) => got.extend_from_slice(f.data_ref().unwrap()),
+                            _ => break,
+                        }
+                    }
+                    return hyper::Response::new(full(sha(&got).to_vec()));
+                }
+                let _ = read_body(req.into_body()).await;
+                let mut res = sse_response(full(bomb));
+                res.headers_mut()
+                    .insert("content-encoding", "gzip".parse().unwrap());
+                res
+            }
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("a", ""),
+        "--observer-budget".into(),
+        "8".into(),
+        "--capture".into(),
+        capture.display().to_string(),
+    ]);
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let addr = relay.addr;
+        let (bomb, req_bomb) = (bomb.clone(), req_bomb.clone());
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                let res = send(
+                    addr,
+                    request("POST", addr, "/a/v1/responses")
+                        .header("content-type", "application/json")
+                        .body(full(r#"{"model":"m","input":"hi","stream":true}"#))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+                assert_eq!(res.status(), 200);
+                let got = collect(res.into_body()).await.unwrap();
+                assert_eq!(sha(&got), sha(&bomb), "stream {i}: bytes differ");
+            } else {
+                let (tx, body) = channel_body();
+                tx.send(Ok(req_bomb.clone())).await.unwrap();
+                let res = send(
+                    addr,
+                    request("POST", addr, "/a/v1/responses")
+                        .header("content-type", "application/json")
+                        .header("content-encoding", "zstd")
+                        .header("x-len", req_bomb.len().to_string())
+                        .body(body)
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+                let got = collect(res.into_body()).await.unwrap();
+                assert_eq!(got, sha(&req_bomb).to_vec(), "upload {i}: bytes differ");
+                // The body never ends: the client goes away with it unfinished.
+                drop(tx);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    relay.stop();
+    let reasons = lost_reasons(&capture);
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "budget").count(),
+        20,
+        "every hostile stream loses its observation to the budget: {reasons:?}"
+    );
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use correlator::observe::budget::Budget;
 use correlator::pseudo::{Pseudonymizer, KEY_LEN};
 use correlator::{Config, WindowOpen};
 
@@ -80,6 +81,12 @@ pub struct RelayArgs {
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log: String,
+    /// Memory all observers together may hold, in MiB (decoders, SSE and WebSocket message
+    /// buffers, request bodies being read); one stream may hold a quarter of it. A stream that
+    /// would need more is marked observation_lost (budget) and still forwarded [default: an
+    /// eighth of the machine's memory, at most 128].
+    #[arg(long, value_name = "MIB")]
+    observer_budget: Option<usize>,
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
@@ -160,6 +167,7 @@ pub fn relay_config(
         key,
         ingest: Some(ingest),
         observer_queue: args.observer_queue,
+        observer_budget: observer_budget(args.observer_budget)?,
         stall: Stall(args.test_stall_observers),
         otlp: otlp.config,
         drain: Duration::from_millis(args.drain),
@@ -188,6 +196,7 @@ pub struct RelayConfig {
     /// [`Running::ingest`]).
     pub ingest: Option<PathBuf>,
     pub observer_queue: usize,
+    pub observer_budget: Budget,
     pub stall: Stall,
     /// OTLP export of every record, when asked for.
     pub otlp: Option<crate::otlp::ExportConfig>,
@@ -195,4 +204,32 @@ pub struct RelayConfig {
     pub drain: Duration,
     /// Second handles on the record and capture files, fsynced on stop.
     pub sync: Vec<File>,
+}
+
+const MIB: usize = 1 << 20;
+
+/// The observer budget: `--observer-budget` MiB, else an eighth of physical memory capped at
+/// 128 MiB (and at least 16). One stream may hold a quarter of it.
+fn observer_budget(mib: Option<usize>) -> anyhow::Result<Budget> {
+    let bytes = match mib {
+        Some(0) => bail!("--observer-budget takes a number of MiB > 0"),
+        Some(m) => m.saturating_mul(MIB),
+        None => (physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
+    };
+    Ok(Budget::new(bytes, bytes / 4))
+}
+
+fn physical_memory() -> usize {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && size > 0 {
+        (pages as usize).saturating_mul(size as usize)
+    } else {
+        1 << 30
+    }
 }

@@ -126,6 +126,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
                 .max_connections
                 .unwrap_or_else(limits::default_max_connections),
         ),
+        budget: config.observer_budget.clone(),
         next_stream: AtomicU64::new(0),
     });
     let ingest_socket = match config.ingest {

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use correlator::observe::budget::Budget;
+
 use super::limits::Clients;
 use super::mounts::Mounts;
 use super::tap;
@@ -26,6 +28,8 @@ pub struct State {
     pub tunnels: Arc<Tunnels>,
     /// Client timeouts and the connection cap.
     pub clients: Clients,
+    /// The memory budget every observer of the run shares.
+    pub budget: Budget,
     pub(super) tap_settings: tap::Settings,
     pub(super) next_stream: AtomicU64,
 }
