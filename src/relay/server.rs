@@ -67,6 +67,8 @@ pub struct Running {
     pub(super) exporter: Option<crate::otlp::Exporter>,
     /// The runtimes client connections run on; dropped last, which cuts what still runs.
     pub(super) _cores: cores::Cores,
+    /// The observation threads; dropped after the cores.
+    pub(super) _observers: cores::Cores,
 }
 
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
@@ -106,6 +108,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         .context("writing the capture header")?;
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
+    let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
@@ -116,6 +119,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
             queue: config.observer_queue,
             events: live.events.clone(),
             stall: config.stall,
+            observers: observers.spawner(),
         },
         live: Some(live),
         response_timeout: config.response_timeout,
@@ -162,6 +166,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         capture,
         exporter,
         _cores: cores,
+        _observers: observers,
     })
 }
 

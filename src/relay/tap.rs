@@ -13,6 +13,7 @@ use bytes::Bytes;
 use correlator::{EventKind, Millis};
 use tokio::sync::{mpsc, Notify};
 
+use super::cores::Spawner;
 use crate::clock::Clock;
 use crate::live::{SourceGuard, Timed};
 
@@ -202,6 +203,8 @@ pub struct Settings {
     /// Where observers send their events (the live correlator).
     pub events: mpsc::Sender<Timed>,
     pub stall: Stall,
+    /// Where observer tasks run: the observation threads, never a forwarding core.
+    pub observers: Spawner,
 }
 
 /// Starts the observer task for one stream and returns its tap. The observer's `opening`
@@ -219,6 +222,7 @@ pub fn start(
         queue,
         events,
         stall,
+        observers,
     } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
     let shared = Arc::new(Shared {
@@ -228,15 +232,8 @@ pub fn start(
         queued_bytes: AtomicUsize::new(0),
         wake: Notify::new(),
     });
-    tokio::spawn(run(
-        shared.clone(),
-        rx,
-        observer,
-        opening,
-        t_open,
-        events,
-        stall,
-    ));
+    let task_shared = shared.clone();
+    observers.spawn(move || run(task_shared, rx, observer, opening, t_open, events, stall));
     Tap { tx, shared, clock }
 }
 
@@ -335,6 +332,7 @@ async fn emit(events: &mpsc::Sender<Timed>, t: Millis, out: &mut Vec<EventKind>)
 mod tests {
     use super::*;
     use crate::live::Sources;
+    use crate::relay::cores::Cores;
 
     /// Records what it is told as `stream_close`-shaped marker events, so tests can read the
     /// order and the stamps.
@@ -376,6 +374,7 @@ mod tests {
     async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
@@ -384,6 +383,7 @@ mod tests {
             queue,
             events: tx,
             stall: Stall(stall),
+            observers: observers.spawner(),
         };
         let tap = start(
             guard,
@@ -467,6 +467,7 @@ mod tests {
     async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let settings = Settings {
@@ -474,6 +475,7 @@ mod tests {
             queue: 1000,
             events: tx,
             stall: Stall(true),
+            observers: observers.spawner(),
         };
         let tap = start(guard, clock.now_ms(), Box::new(Recorder), vec![], &settings);
         drop(settings);
@@ -489,10 +491,66 @@ mod tests {
         assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
     }
 
+    /// Records the name of the thread each copy is taken up on.
+    struct Where(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl StreamObserver for Where {
+        fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            self.0.lock().unwrap().push(name);
+        }
+        fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
+        fn close(&mut self, _out: &mut Vec<EventKind>) {}
+    }
+
+    #[test]
+    fn observers_run_on_the_observation_threads_not_the_data_paths() {
+        // The data path: a core, as a connection runs on.
+        let cores = Cores::start(1).unwrap();
+        let observers = Cores::start_observers(1).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let settings_observers = observers.spawner();
+        let record = seen.clone();
+        cores.spawner().spawn(move || async move {
+            let clock = Clock::start();
+            let sources = Arc::new(Sources::default());
+            let (tx, mut rx) = mpsc::channel(1024);
+            let settings = Settings {
+                clock,
+                queue: 8,
+                events: tx,
+                stall: Stall(false),
+                observers: settings_observers,
+            };
+            let guard = sources.register(&clock);
+            let tap = start(
+                guard,
+                clock.now_ms(),
+                Box::new(Where(record)),
+                vec![],
+                &settings,
+            );
+            drop(settings);
+            tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+            drop(tap);
+            while rx.recv().await.is_some() {}
+            let _ = done_tx.send(std::thread::current().name().unwrap_or("").to_string());
+        });
+        let core = done_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        assert!(core.starts_with("windowtap-core"), "{core}");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].starts_with("windowtap-observe"), "{seen:?}");
+    }
+
     #[tokio::test]
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
@@ -501,6 +559,7 @@ mod tests {
             queue: 8,
             events: tx,
             stall: Stall(true),
+            observers: observers.spawner(),
         };
         let tap = start(
             guard,
