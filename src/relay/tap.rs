@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use correlator::{EventKind, Millis};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
 
 use super::cores::Spawner;
@@ -105,6 +106,9 @@ impl StreamObserver for Contained {
 }
 
 const NONE: u64 = u64::MAX;
+
+/// How long the observer of a busy stream lets copies gather before taking them up.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
 /// bounds their size (an upload's chunks can be large), so a stalled observer costs at most
@@ -260,20 +264,45 @@ async fn run(
     }
 
     let mut lost_reported = false;
+    // Whether copies came in since the observer last waited.
+    let mut busy = false;
     loop {
-        let msg = tokio::select! {
-            biased;
-            m = rx.recv() => m,
-            _ = shared.wake.notified() => {
-                if Shared::time(&shared.closed_at).is_some() {
-                    // The data path let go; what is queued is all there will be.
-                    rx.close();
+        let closed = || Shared::time(&shared.closed_at).is_some();
+        let msg = match rx.try_recv() {
+            Ok(m) => Some(m),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) if busy => {
+                // A busy stream: let copies gather for a moment instead of waiting on the
+                // channel, so the data path hands them over without waking this thread (a
+                // system call on the forwarding thread per copy otherwise). The watermark
+                // waits for them, pending, as for any queued copy.
+                busy = false;
+                tokio::select! {
+                    biased;
+                    _ = shared.wake.notified() => {
+                        if closed() {
+                            rx.close();
+                        }
+                    }
+                    _ = tokio::time::sleep(GATHER) => {}
                 }
                 None
             }
+            Err(TryRecvError::Empty) => tokio::select! {
+                biased;
+                m = rx.recv() => m,
+                _ = shared.wake.notified() => {
+                    if closed() {
+                        // The data path let go; what is queued is all there will be.
+                        rx.close();
+                    }
+                    None
+                }
+            },
         };
         match msg {
             Some((t, m)) => {
+                busy = true;
                 shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
                 last_t = last_t.max(t);
                 source.took_up(last_t);
