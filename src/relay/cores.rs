@@ -51,7 +51,7 @@ impl Cores {
 
     /// Starts `n` (at least one) observation threads: runtimes like the cores' that run the
     /// observers, so that decoding and parsing a copy never runs between forwarding steps.
-    /// Their threads run at a lower priority (nice 10): when observation and forwarding want
+    /// Their threads run at a lower priority (nice +10): when observation and forwarding want
     /// the same CPU, forwarding gets it, and a hostile stream's cost lands on observation.
     pub fn start_observers(n: usize) -> anyhow::Result<Cores> {
         Cores::start_with(n, "windowtap-observe", |_| lower_thread_priority())
@@ -118,13 +118,19 @@ impl Spawner {
     }
 }
 
-/// Lowers the calling thread's scheduling priority to nice 10 (best effort).
+/// Lowers the calling thread's scheduling priority by 10 nice levels below the process's
+/// (at most 19), relative so that a relay started under `nice` keeps the difference
+/// (best effort).
 fn lower_thread_priority() {
-    // SAFETY: gettid has no preconditions; setpriority with PRIO_PROCESS and a thread id
-    // changes only that thread's nice value on Linux.
+    // SAFETY: gettid has no preconditions; getpriority and setpriority with PRIO_PROCESS and
+    // a thread id read and change only that thread's nice value on Linux.
     unsafe {
-        let tid = libc::gettid();
-        if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) != 0 {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if *libc::__errno_location() != 0
+            || libc::setpriority(libc::PRIO_PROCESS, tid, (current + 10).min(19)) != 0
+        {
             tracing::debug!("could not lower the observation thread's priority");
         }
     }

@@ -520,13 +520,20 @@ mod tests {
         assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
     }
 
-    /// Records the name of the thread each copy is taken up on.
-    struct Where(Arc<std::sync::Mutex<Vec<String>>>);
+    /// The calling thread's name and nice value.
+    fn this_thread() -> (String, i32) {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        // SAFETY: gettid has no preconditions; getpriority only reads.
+        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        (name, nice)
+    }
+
+    /// Records the thread each copy is taken up on.
+    struct Where(Arc<std::sync::Mutex<Vec<(String, i32)>>>);
 
     impl StreamObserver for Where {
         fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {
-            let name = std::thread::current().name().unwrap_or("").to_string();
-            self.0.lock().unwrap().push(name);
+            self.0.lock().unwrap().push(this_thread());
         }
         fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
         fn close(&mut self, _out: &mut Vec<EventKind>) {}
@@ -564,15 +571,20 @@ mod tests {
             tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
             drop(tap);
             while rx.recv().await.is_some() {}
-            let _ = done_tx.send(std::thread::current().name().unwrap_or("").to_string());
+            let _ = done_tx.send(this_thread());
         });
-        let core = done_rx
+        let (core, core_nice) = done_rx
             .recv_timeout(std::time::Duration::from_secs(30))
             .unwrap();
         assert!(core.starts_with("windowtap-core"), "{core}");
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 1);
-        assert!(seen[0].starts_with("windowtap-observe"), "{seen:?}");
+        let (observer, observer_nice) = &seen[0];
+        assert!(observer.starts_with("windowtap-observe"), "{seen:?}");
+        assert!(
+            *observer_nice > core_nice || core_nice == 19,
+            "observation runs below forwarding: {observer_nice} vs {core_nice}"
+        );
     }
 
     #[tokio::test]
