@@ -26,7 +26,7 @@
 //!   request bodies carry their SHA-256 in a header the upstream checks, and WebSocket
 //!   requests are regenerated and compared by the upstream.
 //! - One window at a time: under the decision rule, a call that two open windows could contain
-//!   is `ambiguous`, whichever thread they are on (design.md §4). So that every call's right
+//!   is `ambiguous`, whichever thread they are on (docs/design.md §4). So that every call's right
 //!   answer is `attributed`, the upstream takes a global token before it sends a tool call
 //!   and the client hands it back once the continuation's answer has started (the window has
 //!   closed). Streams stay concurrent: only the short stretch from a tool call to its

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example scripted_upstream -- --listen 127.0.0.1:0 \
-//!     --alias probe --tool echo [--hold-ms 1500] [--log FILE] [--no-ws-deflate]
+//!     --alias probe --tool echo [--hold-ms 1500] [--log FILE] [--no-ws-deflate] \
+//!     [--subagent blocking|background]
 //! ```
 //!
 //! It prints `listening on ADDR` on stdout, then serves until killed:
@@ -17,12 +18,20 @@
 //!   (Codex's default catalog model) calls the custom `exec` tool with JavaScript that calls the
 //!   MCP tool through the `tools` object. Also `GET …/models`.
 //!
+//! `--subagent blocking|background` (Claude Code): the main thread calls the MCP tool as above,
+//! and on its result, instead of the final text, calls `Agent` to spawn a `general-purpose`
+//! subagent (`run_in_background` false or true) told to call the MCP tool; requests carrying
+//! `x-claude-code-agent-id` (the subagent's) go through the MCP loop above, and the main thread
+//! gets the final text once it has spawned. Two MCP calls per run: the main thread's, then the
+//! subagent's (inside the main thread's `Agent` window when blocking).
+//!
 //! `--hold-ms N` holds the terminal event back N ms after the tool call item is complete, so
 //! the host runs the MCP call while the response is still streaming (protocols.md §6).
 //!
 //! `--log FILE` gets one JSON line per exchange (and per WebSocket frame): method, path
-//! template, what the script chose to answer and the event types sent. Never a header value,
-//! a body, a prompt or a tool argument.
+//! template, what the script chose to answer and the event types sent; for Messages also
+//! whether the request came from a subagent and the names of its `x-claude-code-*` headers.
+//! Never a header value, a body, a prompt or a tool argument.
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -69,7 +78,26 @@ struct Args {
     /// Refuse permessage-deflate on WebSocket upgrades (the real API accepts it).
     #[arg(long)]
     no_ws_deflate: bool,
+    /// Claude Code: after its own MCP call the main thread spawns a `general-purpose` subagent
+    /// with the `Agent` tool (`run_in_background` false or true), which calls the MCP tool too.
+    #[arg(long, value_enum)]
+    subagent: Option<Subagent>,
 }
+
+/// How the scripted main thread runs its subagent (`Agent`'s `run_in_background`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Subagent {
+    /// `run_in_background: false`: the main thread waits for the subagent's answer.
+    Blocking,
+    /// `run_in_background: true`: the main thread gets its tool_result at once.
+    Background,
+}
+
+/// The header Claude Code sends only on requests of agents spawned inside a session
+/// (protocols.md §3.3); the main thread's requests never carry it.
+const AGENT_ID_HEADER: &str = "x-claude-code-agent-id";
+/// Claude Code's subagent tool (protocols.md §3.4).
+const AGENT_TOOL: &str = "Agent";
 
 /// The final answer, once the tool result is back. Fixed text so runs compare equal.
 const FINAL_TEXT: &str = "The tool answered.";
@@ -86,6 +114,7 @@ struct Script {
     started: Instant,
     ids: AtomicU64,
     prefix: String,
+    subagent: Option<Subagent>,
 }
 
 impl Script {
@@ -138,6 +167,7 @@ enum Step {
 #[derive(Clone, Copy)]
 enum Plan {
     Warmup,
+    SpawnAgent,
     ToolSearch,
     McpCall,
     CodeExec,
@@ -150,6 +180,7 @@ impl Plan {
     fn word(self) -> &'static str {
         match self {
             Plan::Warmup => "warmup",
+            Plan::SpawnAgent => "spawn_agent",
             Plan::ToolSearch => "tool_search",
             Plan::McpCall => "mcp_call",
             Plan::CodeExec => "code_exec",
@@ -163,7 +194,8 @@ impl Plan {
 // ---------------------------------------------------------------- Anthropic Messages
 
 /// Chooses the answer to a Messages request from the last user turn and the offered tools.
-fn messages_plan(s: &Script, req: &Value) -> Plan {
+/// `from_agent`: the request came from a subagent (it carries [`AGENT_ID_HEADER`]).
+fn messages_plan(s: &Script, req: &Value, from_agent: bool) -> Plan {
     let flat = s.flat_name();
     let tools: Vec<&str> = req["tools"]
         .as_array()
@@ -174,6 +206,23 @@ fn messages_plan(s: &Script, req: &Value) -> Plan {
         return Plan::Side;
     }
     let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    // The main thread of a subagent run: its own MCP call first (below), then the subagent.
+    let main_of_subagent_run = s.subagent.is_some() && !from_agent;
+    if main_of_subagent_run {
+        // The subagent is spawned once; whatever comes back afterwards (the Agent
+        // tool_result, a background agent's completion notice) gets the final text.
+        let spawned = messages.iter().any(|m| {
+            m["role"] == "assistant"
+                && m["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|b| b["type"] == "tool_use" && b["name"] == AGENT_TOOL)
+        });
+        if spawned {
+            return Plan::Final;
+        }
+    }
     // Names of the tool_use blocks the "model" produced, by id.
     let mut used = std::collections::HashMap::new();
     for m in &messages {
@@ -199,6 +248,9 @@ fn messages_plan(s: &Script, req: &Value) -> Plan {
         .filter_map(|id| used.get(id).cloned())
         .collect();
     if answered.contains(&flat) {
+        if main_of_subagent_run && tools.contains(&AGENT_TOOL) {
+            return Plan::SpawnAgent;
+        }
         return Plan::Final;
     }
     if answered.iter().any(|n| n == "ToolSearch") || tools.contains(&flat.as_str()) {
@@ -210,6 +262,17 @@ fn messages_plan(s: &Script, req: &Value) -> Plan {
         return Plan::ToolSearch;
     }
     Plan::NoTool
+}
+
+/// The `Agent` call's input: a `general-purpose` subagent told to call the MCP tool with the
+/// scripted input (so the tool argument's canary travels through the subagent too).
+fn agent_input(s: &Script) -> Value {
+    json!({
+        "description": "Call the MCP tool",
+        "prompt": format!("Call the {} tool once with the input {}.", s.flat_name(), s.input),
+        "subagent_type": "general-purpose",
+        "run_in_background": s.subagent == Some(Subagent::Background),
+    })
 }
 
 fn sse(event: &Value) -> Bytes {
@@ -224,17 +287,18 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
         "type": "message_start",
         "message": {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 1}}
+            "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+                "cache_read_input_tokens": 2048, "output_tokens": 1}}
     }))];
     let (block, stop_reason) = match plan {
-        Plan::ToolSearch | Plan::McpCall => {
-            let (name, input) = if let Plan::ToolSearch = plan {
-                (
+        Plan::ToolSearch | Plan::McpCall | Plan::SpawnAgent => {
+            let (name, input) = match plan {
+                Plan::ToolSearch => (
                     "ToolSearch".to_string(),
                     json!({"query": format!("select:{}", s.flat_name())}),
-                )
-            } else {
-                (s.flat_name(), s.input.clone())
+                ),
+                Plan::SpawnAgent => (AGENT_TOOL.to_string(), agent_input(s)),
+                _ => (s.flat_name(), s.input.clone()),
             };
             let id = s.id("toolu");
             steps.push(Step::Event(
@@ -275,15 +339,40 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
     };
     steps.push(Step::Event(json!({"type": "message_delta",
         "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-        "usage": {"output_tokens": 5}})));
+        "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+            "cache_read_input_tokens": 2048, "output_tokens": 5}})));
     steps.push(Step::Event(json!({"type": "message_stop"})));
     let whole = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model,
         "content": [block], "stop_reason": stop_reason, "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 5}});
+        "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
+            "cache_read_input_tokens": 2048, "output_tokens": 5}});
     (steps, whole)
 }
 
-async fn messages(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Body> {
+/// Facts about a Messages request's headers that the log may carry: whether it came from a
+/// subagent, and the names (never the values) of Claude Code's own `x-claude-code-*` headers.
+struct FromHeaders {
+    agent: bool,
+    claude_headers: Vec<String>,
+}
+
+impl FromHeaders {
+    fn of(headers: &HeaderMap) -> Self {
+        let mut claude_headers: Vec<String> = headers
+            .keys()
+            .map(|k| k.as_str().to_string())
+            .filter(|k| k.starts_with("x-claude-code-"))
+            .collect();
+        claude_headers.sort();
+        claude_headers.dedup();
+        FromHeaders {
+            agent: headers.contains_key(AGENT_ID_HEADER),
+            claude_headers,
+        }
+    }
+}
+
+async fn messages(s: Arc<Script>, path: &str, from: FromHeaders, body: &[u8]) -> Response<Body> {
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
         s.log(json!({"method": "POST", "path": path, "answer": "bad_json"}));
         return json_response(
@@ -292,17 +381,21 @@ async fn messages(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Body> {
                 "message": "request body is not JSON"}}),
         );
     };
-    let plan = messages_plan(&s, &req);
+    let plan = messages_plan(&s, &req, from.agent);
     let model = req["model"]
         .as_str()
         .unwrap_or("claude-scripted")
         .to_string();
     let (steps, whole) = messages_steps(&s, plan, &model);
+    let facts = json!({"agent": from.agent, "headers": from.claude_headers});
     if req["stream"] != true {
-        s.log(json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false}));
+        s.log(
+            json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false,
+            "from": facts}),
+        );
         return json_response(StatusCode::OK, &whole);
     }
-    stream_sse(s, "POST", path, plan, steps)
+    stream_sse(s, "POST", path, plan, steps, Some(facts))
 }
 
 // ---------------------------------------------------------------- OpenAI Responses
@@ -384,7 +477,7 @@ fn response_object(id: &str, model: &str, status: &str, output: Vec<Value>) -> V
     let mut r = json!({"id": id, "object": "response", "created_at": 1_700_000_000u64,
         "status": status, "model": model, "output": output});
     if status == "completed" {
-        r["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+        r["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4},
             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 15});
     }
@@ -545,7 +638,7 @@ async fn responses_http(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Bod
     let plan = responses_plan(&s, &req);
     let mut steps = responses_steps(&s, plan, &req);
     number(&mut steps);
-    stream_sse(s, "POST", path, plan, steps)
+    stream_sse(s, "POST", path, plan, steps, None)
 }
 
 /// Streams the steps as SSE, flushing each event as it is produced.
@@ -555,9 +648,13 @@ fn stream_sse(
     path: &str,
     plan: Plan,
     steps: Vec<Step>,
+    from: Option<Value>,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let line = json!({"method": method, "path": path, "answer": plan.word()});
+    let mut line = json!({"method": method, "path": path, "answer": plan.word()});
+    if let Some(from) = from {
+        line["from"] = from;
+    }
     tokio::spawn(async move {
         let mut types = Vec::new();
         let mut held = 0u64;
@@ -576,7 +673,6 @@ fn stream_sse(
                 }
             }
         }
-        let mut line = line;
         line["events"] = json!(types);
         line["held_ms"] = json!(held);
         s.log(line);
@@ -920,6 +1016,7 @@ fn route(s: Arc<Script>, req: Request<Incoming>) -> RouteFuture {
         if method == Method::GET && path.ends_with("/responses") && is_upgrade(req.headers()) {
             return Ok(upgrade(s, req, path));
         }
+        let from = FromHeaders::of(req.headers());
         let content_encoding = req
             .headers()
             .get(header::CONTENT_ENCODING)
@@ -955,7 +1052,7 @@ fn route(s: Arc<Script>, req: Request<Incoming>) -> RouteFuture {
                 json_response(StatusCode::OK, &json!({"input_tokens": 10}))
             }
             (&Method::POST, p) if p.ends_with("/v1/messages") => {
-                messages(s.clone(), &path, &body).await
+                messages(s.clone(), &path, from, &body).await
             }
             (&Method::POST, p) if p.ends_with("/responses") => {
                 responses_http(s.clone(), &path, &body).await
@@ -1030,6 +1127,7 @@ async fn run(args: Args) -> Result<(), String> {
         started: Instant::now(),
         ids: AtomicU64::new(1),
         prefix: format!("{:012x}", (nanos as u64) & 0xffff_ffff_ffff),
+        subagent: args.subagent,
     });
     let listener = TcpListener::bind(args.listen)
         .await
@@ -1075,6 +1173,7 @@ mod tests {
             started: Instant::now(),
             ids: AtomicU64::new(1),
             prefix: "test".into(),
+            subagent: None,
         }
     }
 
@@ -1090,10 +1189,11 @@ mod tests {
 
     #[test]
     fn claude_with_the_mcp_tool_listed_calls_it_directly() {
+        // `Agent` offered too: without --subagent the script never spawns one.
         let s = script(0);
-        let req = json!({"tools": [{"name": "Bash"}, {"name": "mcp__probe__echo"}],
+        let req = json!({"tools": [{"name": "Bash"}, {"name": "Agent"}, {"name": "mcp__probe__echo"}],
             "messages": [{"role": "user", "content": "go"}]});
-        assert_eq!(messages_plan(&s, &req).word(), "mcp_call");
+        assert_eq!(messages_plan(&s, &req, false).word(), "mcp_call");
     }
 
     #[test]
@@ -1101,7 +1201,7 @@ mod tests {
         let s = script(0);
         let first = json!({"tools": [{"name": "ToolSearch"}],
             "messages": [{"role": "user", "content": "go"}]});
-        assert_eq!(messages_plan(&s, &first).word(), "tool_search");
+        assert_eq!(messages_plan(&s, &first, false).word(), "tool_search");
         let (steps, _) = messages_steps(&s, Plan::ToolSearch, "m");
         let ev = events(&steps);
         assert_eq!(ev[1]["content_block"]["name"], "ToolSearch");
@@ -1114,7 +1214,7 @@ mod tests {
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "ToolSearch"}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id}]}]});
-        assert_eq!(messages_plan(&s, &second).word(), "mcp_call");
+        assert_eq!(messages_plan(&s, &second, false).word(), "mcp_call");
     }
 
     #[test]
@@ -1124,7 +1224,7 @@ mod tests {
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "mcp__probe__echo"}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]});
-        assert_eq!(messages_plan(&s, &req).word(), "final_text");
+        assert_eq!(messages_plan(&s, &req, false).word(), "final_text");
         let (steps, whole) = messages_steps(&s, Plan::Final, "m");
         let ev = events(&steps);
         assert_eq!(ev[2]["delta"]["text"], FINAL_TEXT);
@@ -1136,7 +1236,96 @@ mod tests {
     fn claude_side_requests_without_tools_get_text() {
         let s = script(0);
         let req = json!({"messages": [{"role": "user", "content": "title?"}]});
-        assert_eq!(messages_plan(&s, &req).word(), "side_text");
+        assert_eq!(messages_plan(&s, &req, false).word(), "side_text");
+    }
+
+    fn subagent_script(mode: Subagent) -> Script {
+        Script {
+            subagent: Some(mode),
+            ..script(0)
+        }
+    }
+
+    #[test]
+    fn subagent_mode_main_thread_calls_the_tool_then_spawns_a_general_purpose_agent() {
+        for (mode, background) in [(Subagent::Blocking, false), (Subagent::Background, true)] {
+            let s = subagent_script(mode);
+            let first = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
+                "messages": [{"role": "user", "content": "go"}]});
+            assert_eq!(messages_plan(&s, &first, false).word(), "tool_search");
+            let after_mcp = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
+                "messages": [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "mcp__probe__echo"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]});
+            assert_eq!(messages_plan(&s, &after_mcp, false).word(), "spawn_agent");
+            let (steps, whole) = messages_steps(&s, Plan::SpawnAgent, "m");
+            let ev = events(&steps);
+            assert_eq!(ev[1]["content_block"]["name"], "Agent");
+            let input: Value =
+                serde_json::from_str(ev[2]["delta"]["partial_json"].as_str().unwrap()).unwrap();
+            assert_eq!(input["subagent_type"], "general-purpose");
+            assert_eq!(input["run_in_background"], background);
+            assert!(input["prompt"]
+                .as_str()
+                .unwrap()
+                .contains("mcp__probe__echo"));
+            assert!(input["description"].is_string());
+            assert_eq!(whole["stop_reason"], "tool_use");
+        }
+    }
+
+    #[test]
+    fn subagent_mode_subagent_requests_go_to_the_mcp_tool_and_end() {
+        let s = subagent_script(Subagent::Blocking);
+        // The subagent is offered Agent too; the header, not the tool list, tells them apart.
+        let req = json!({"tools": [{"name": "Agent"}, {"name": "ToolSearch"}],
+            "messages": [{"role": "user", "content": "Call the tool"}]});
+        assert_eq!(messages_plan(&s, &req, true).word(), "tool_search");
+        let req = json!({"tools": [{"name": "Agent"}, {"name": "mcp__probe__echo"}],
+            "messages": [{"role": "user", "content": "Call the tool"}]});
+        assert_eq!(messages_plan(&s, &req, true).word(), "mcp_call");
+        let done = json!({"tools": [{"name": "Agent"}, {"name": "mcp__probe__echo"}],
+            "messages": [{"role": "user", "content": "Call the tool"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "mcp__probe__echo"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2"}]}]});
+        assert_eq!(messages_plan(&s, &done, true).word(), "final_text");
+    }
+
+    #[test]
+    fn subagent_mode_main_thread_ends_once_it_has_spawned() {
+        let s = subagent_script(Subagent::Background);
+        let spawned = json!({"role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Agent"}]});
+        // The Agent tool_result, and a later turn without one (a background agent's
+        // completion notice): both get the final text, never a second spawn.
+        for last in [
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}),
+            json!({"role": "user", "content": [{"type": "text", "text": "agent finished"}]}),
+        ] {
+            let req = json!({"tools": [{"name": "Agent"}],
+                "messages": [{"role": "user", "content": "go"}, spawned.clone(), last]});
+            assert_eq!(messages_plan(&s, &req, false).word(), "final_text");
+        }
+    }
+
+    #[test]
+    fn header_facts_carry_names_never_values() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-claude-code-session-id",
+            "secret-session".parse().unwrap(),
+        );
+        h.insert("x-claude-code-agent-id", "secret-agent".parse().unwrap());
+        h.insert("x-api-key", "secret-key".parse().unwrap());
+        let f = FromHeaders::of(&h);
+        assert!(f.agent);
+        assert_eq!(
+            f.claude_headers,
+            ["x-claude-code-agent-id", "x-claude-code-session-id"]
+        );
+        let logged = json!({"agent": f.agent, "headers": f.claude_headers}).to_string();
+        assert!(!logged.contains("secret"));
+        assert!(!FromHeaders::of(&HeaderMap::new()).agent);
     }
 
     #[test]

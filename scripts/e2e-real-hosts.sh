@@ -14,10 +14,19 @@
 #     windowtap wrote (records, trace, its stderr);
 # and prints a summary table. Exit code 0 only when every row passes.
 #
+# claude-subagent-blocking / -background: the main thread spawns a subagent (`Agent`,
+# run_in_background false / true) and the subagent calls the MCP tool (scripted upstream's
+# --subagent). shared-relay: one `windowtap relay` started by hand serves five concurrent
+# sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
+# per session (see shared_relay below and docs/e2e.md).
+#
 # Environment:
 #   E2E_HOLDS       holds (ms) of the terminal event after the tool call item (default "0 1500")
 #   E2E_SCENARIOS   subset of scenario names (default: all, see `scenarios` below)
 #   E2E_DIRECT_ONLY=1  only the direct runs (checks the hosts and the scripted upstream)
+#   E2E_REQUIRE_HOST=1 the scenario rows also need the evidence word `host` (shared-relay
+#                   always does)
+#   E2E_SHARED_LONG_MS  shared-relay: how long session A's MCP call runs (default 8000)
 #   CLAUDE_CODE_VERSION, CODEX_VERSION  npm versions to install (default: the ones below)
 set -euo pipefail
 
@@ -50,12 +59,21 @@ if [ -z "${WINDOWTAP_E2E_INSIDE:-}" ]; then
     fi
     say "building windowtap and the scripted upstream (release)"
     (cd "$ROOT" && cargo build --release --bin windowtap --example scripted_upstream >&2)
-    say "entering a network namespace with loopback only"
-    exec unshare -n env WINDOWTAP_E2E_INSIDE=1 bash "${BASH_SOURCE[0]}" "$@"
+    say "entering a network namespace with loopback only (and a mount namespace of its own)"
+    exec unshare -n -m --propagation private env WINDOWTAP_E2E_INSIDE=1 bash "${BASH_SOURCE[0]}" "$@"
 fi
 
 # ------------------------------------------------------------------ inside the namespace
 ip link set lo up
+# Fresh /tmp and /run/user, seen only inside: the shared-relay scenario runs the relay and the
+# wrappers on their default ingest socket, $XDG_RUNTIME_DIR/windowtap/ingest.sock with
+# XDG_RUNTIME_DIR=/run/user/<uid> as a desktop login sets it, and neither may find a socket of
+# some other relay on this machine (a Unix socket path reaches across network namespaces).
+mkdir -p /run/user
+mount -t tmpfs -o mode=0755 tmpfs /run/user
+mkdir -m 0700 "/run/user/$(id -u)"
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+export XDG_RUNTIME_DIR=/run/user/$(id -u)
 BIN=$E2E/npm/node_modules/.bin
 WT=${WINDOWTAP_BIN:-$ROOT/target/release/windowtap}
 UPSTREAM=$ROOT/target/release/examples/scripted_upstream
@@ -75,14 +93,31 @@ TOOL_INPUT="{\"text\":\"canary-arg-$CANARY\"}"
 
 # A tiny stdio MCP server: one tool, `echo`. It answers `initialize` (both hosts fall back to it
 # when `server/discover` is refused, seed 003) and refuses everything else it does not know.
+# Two variables, set per session in the host's MCP server config, shape its calls:
+#   E2E_SLEEP_MS  each tools/call sleeps this long before answering (default 0);
+#   E2E_MARKER    a file it appends one line to when a tools/call starts and when it ends:
+#                 {"ev":"start"|"end","t":<unix seconds>,"pid":<its pid>,"ppid":<its parent>}
+#                 (never the arguments). The shared-relay scenario waits on it and kills by it.
 cat >"$E2E/echo_mcp.py" <<'PY'
 import json
+import os
 import sys
+import time
+
+SLEEP_S = int(os.environ.get("E2E_SLEEP_MS") or 0) / 1000.0
+MARKER = os.environ.get("E2E_MARKER")
 
 SUPPORTED = ["2025-11-25", "2025-06-18", "2025-03-26"]
 TOOL = {"name": "echo", "description": "Echoes its text argument back.",
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
                         "required": ["text"]}}
+
+
+def mark(ev):
+    if MARKER:
+        with open(MARKER, "a") as f:
+            f.write(json.dumps({"ev": ev, "t": time.time(), "pid": os.getpid(),
+                                "ppid": os.getppid()}) + "\n")
 
 
 def reply(msg_id, result=None, error=None):
@@ -112,6 +147,10 @@ for line in sys.stdin:
         reply(msg_id, {"tools": [TOOL]})
     elif method == "tools/call":
         text = str((params.get("arguments") or {}).get("text", ""))
+        mark("start")
+        if SLEEP_S > 0:
+            time.sleep(SLEEP_S)
+        mark("end")
         reply(msg_id, {"content": [{"type": "text", "text": "echo: " + text}], "isError": False})
     elif method == "ping":
         reply(msg_id, {})
@@ -122,6 +161,8 @@ PY
 # The checker: normalizes host output, reads records, looks for canaries.
 cat >"$E2E/check.py" <<'PY'
 import json
+import os
+import re
 import sys
 
 
@@ -141,14 +182,33 @@ def lines(path):
     return out
 
 
+# What differs on every run in texts Claude Code writes itself (a subagent's hand-back in the
+# Agent tool_result): the agent id, the session's uuid, the task output file's directory, the
+# subagent's duration.
+VOLATILE = [
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
+    (re.compile(r"\ba[0-9a-f]{16}\b"), "<agent-id>"),
+    (re.compile(r"/\S*/tasks/"), "<tasks>/"),
+    (re.compile(r"duration_ms: \d+"), "duration_ms: <ms>"),
+]
+
+
+def stable_text(text):
+    if not isinstance(text, str):
+        return text
+    for pattern, token in VOLATILE:
+        text = pattern.sub(token, text)
+    return text
+
+
 def claude_blocks(content):
     if isinstance(content, str):
-        return [["text", content]]
+        return [["text", stable_text(content)]]
     out = []
     for b in content or []:
         t = b.get("type")
         if t == "text":
-            out.append(["text", b.get("text")])
+            out.append(["text", stable_text(b.get("text"))])
         elif t == "tool_use":
             out.append(["tool_use", b.get("name"), b.get("input")])
         elif t == "tool_result":
@@ -161,11 +221,22 @@ def claude_blocks(content):
 
 
 def claude_norm(events):
-    """Claude Code stream-json without ids, timings, paths and usage."""
-    out = []
+    """Claude Code stream-json without ids, timings, paths and usage. Each thread (the main
+    one, and every subagent's, told apart by `parent_tool_use_id`) keeps its own order, but
+    how the threads interleave, and where the task progress events fall, is timing: a
+    background subagent runs beside the main thread."""
+    threads, order, tasks = {}, [], []
     for e in events:
         t, st = e.get("type"), e.get("subtype")
-        if t == "system" and st == "init":
+        if t == "system" and st != "init":
+            tasks.append([t, st])
+            continue
+        key = e.get("parent_tool_use_id")
+        if key not in threads:
+            threads[key] = []
+            order.append(key)
+        out = threads[key]
+        if t == "system":
             out.append([t, st, e.get("model"),
                         sorted([s.get("name"), s.get("status")] for s in e.get("mcp_servers", [])),
                         sorted(x for x in e.get("tools", []) if x.startswith("mcp__"))])
@@ -175,7 +246,9 @@ def claude_norm(events):
             out.append([t, st, e.get("is_error"), e.get("result"), e.get("num_turns")])
         else:
             out.append([t, st])
-    return out
+    return {"main": threads.get(None, []),
+            "subagents": [threads[k] for k in order if k is not None],
+            "system": sorted(tasks)}
 
 
 def codex_norm(events):
@@ -214,6 +287,8 @@ def main():
     calls = mcp_calls(host, v)
     recs = [r for r in lines(records) if r.get("type") == "attribution"]
     need = ["tool_use_id"] if host == "claude" else ["item_id", "thread"]
+    if os.environ.get("E2E_REQUIRE_HOST"):
+        need.append("host")
     attributed = [r for r in recs if r.get("decision") == "attributed"]
     with_identity = [r for r in attributed
                      if all(n in (r.get("evidence") or []) for n in need)]
@@ -264,10 +339,177 @@ if __name__ == "__main__":
     main()
 PY
 
+# The shared-relay checker: matches every record to the session whose MCP server ran the call
+# (by the call's start and end times: the records' clock is the trace's, whose header has the
+# wall-clock epoch; the echo server's marker lines carry wall-clock times), then checks each
+# session on its own. Reads a spec written by shared_relay (one line per session).
+cat >"$E2E/check_shared.py" <<'PY'
+import json
+import sys
+
+sys.path.insert(0, sys.argv[1])
+from check import claude_norm, codex_norm, lines, mcp_calls  # noqa: E402
+
+TOLERANCE_MS = 250
+
+
+def marker_calls(path):
+    """One entry per tools/call the echo server saw: start and end (unix ms, end None while it
+    ran), its pid and its parent's (the wrapper's) pid."""
+    calls, running = [], {}
+    for m in lines(path):
+        if m.get("ev") == "start":
+            c = {"start": m["t"] * 1000.0, "end": None, "pid": m.get("pid"), "ppid": m.get("ppid")}
+            calls.append(c)
+            running[m.get("pid")] = c
+        elif m.get("ev") == "end" and m.get("pid") in running:
+            running.pop(m.get("pid"))["end"] = m["t"] * 1000.0
+    return calls
+
+
+def main():
+    spec = json.load(open(sys.argv[2]))
+    live = spec["mode"] == "windowtap"
+    trace = lines(spec.get("trace", ""))
+    epoch = next((e.get("epoch_unix_ms") for e in trace if e.get("type") == "trace"), None)
+    outcome = {e.get("interval"): e.get("outcome") for e in trace if e.get("type") == "mcp_interval"}
+    # The host field of trace v2's mcp_interval (absent in v1: reported as unknown).
+    host_of = {e.get("interval"): e.get("host") for e in trace if e.get("type") == "mcp_interval"}
+    recs = [r for r in lines(spec.get("records", "")) if r.get("type") == "attribution"]
+    sessions = spec["sessions"]
+    calls = []  # (session index, marker call)
+    for i, s in enumerate(sessions):
+        s["calls"] = marker_calls(s["marker"])
+        calls += [(i, c) for c in s["calls"]]
+        s["recs"] = []
+
+    def match(offset):
+        """Records to calls with the trace's epoch at `offset` (unix ms): closest first, each
+        call and record at most once. Returns [(distance, record index, call index)]."""
+        pairs = []
+        for ri, r in enumerate(recs):
+            start, end = offset + r.get("start", 0), offset + r.get("end", 0)
+            for ci, (_, c) in enumerate(calls):
+                d = abs(start - c["start"])
+                if c["end"] is not None:
+                    d = max(d, abs(end - c["end"]))
+                if d <= TOLERANCE_MS:
+                    pairs.append((d, ri, ci))
+        pairs.sort()
+        used_r, used_c, out = set(), set(), []
+        for d, ri, ci in pairs:
+            if ri not in used_r and ci not in used_c:
+                used_r.add(ri)
+                used_c.add(ci)
+                out.append((d, ri, ci))
+        return out
+
+    # The epoch from the trace header; should a header not carry it, the offset that matches
+    # the most records (then the closest) among those that put some record on some call.
+    offsets = [epoch] if epoch is not None else [
+        c["start"] - r.get("start", 0) for r in recs for _, c in calls]
+    best = max((match(o) for o in offsets), default=[],
+               key=lambda m: (len(m), -sum(d for d, _, _ in m)))
+    used_r = {ri for _, ri, _ in best}
+    for _, ri, ci in sorted(best, key=lambda x: x[1]):
+        sessions[calls[ci][0]]["recs"].append(recs[ri])
+    by_name = {s["name"]: s for s in sessions}
+    rows, all_ok = [], True
+    for s in sessions:
+        made = mcp_calls(s["host"], lines(s["output"]))
+        started = len(s["calls"])
+        recs_s = s["recs"]
+        # Each record as decision-or-reason/candidates, e.g. `attributed/1`, `ambiguous/2`.
+        decisions = sorted("%s/%s" % (r.get("decision") if r.get("decision") == "attributed"
+                                      else r.get("reason"), r.get("candidates")) for r in recs_s)
+        need = "tool_use_id" if s["host"] == "claude" else "item_id"
+        attributed = [r for r in recs_s if r.get("decision") == "attributed"]
+        identity = [r for r in attributed if need in (r.get("evidence") or [])]
+        with_host = [r for r in attributed if "host" in (r.get("evidence") or [])]
+        outcomes = sorted({str(outcome.get(r.get("interval"))) for r in recs_s})
+        host_known = [r for r in recs_s if host_of.get(r.get("interval"))]
+        nested = "-"
+        if s.get("nest_in"):
+            outer = by_name[s["nest_in"]]["calls"]
+            inside = [c for c in s["calls"] if c["end"] is not None and any(
+                o["start"] <= c["start"] and o["end"] is not None and c["end"] <= o["end"]
+                for o in outer)]
+            nested = "yes" if s["calls"] and len(inside) == len(s["calls"]) else "NO"
+        same = "-"
+        if s.get("direct_output") and not s["killed"]:
+            norm = claude_norm if s["host"] == "claude" else codex_norm
+            d = lines(s["direct_output"])
+            same = "yes" if d and norm(d) == norm(lines(s["output"])) else "NO"
+        why = []
+        if same == "NO":
+            why.append("host output differs from the direct leg")
+        if s["killed"]:
+            # Killed mid-call: the host is gone; its call must still have a record.
+            if s["rc"] == 0:
+                why.append("host was not killed")
+            if started < 1:
+                why.append("no call started")
+            if live and len(recs_s) < started:
+                why.append(f"{len(recs_s)} records for {started} started calls")
+        else:
+            if s["rc"] != 0:
+                why.append(f"host exit {s['rc']}")
+            if made < 1:
+                why.append("no MCP call made")
+            if started != made:
+                why.append(f"{started} calls reached the server, host says {made}")
+            if live:
+                if len(recs_s) != made:
+                    why.append(f"{len(recs_s)} records for {made} calls")
+                if len(identity) != made:
+                    why.append(f"{len(identity)} attributed with {need}")
+                if len(with_host) != made:
+                    why.append(f"{len(with_host)} with host evidence")
+        if nested == "NO":
+            why.append(f"call not inside {s['nest_in']}'s call")
+        ok = not why
+        all_ok = all_ok and ok
+        rows.append({
+            "name": s["name"], "kind": s["kind"], "sleep_ms": s["sleep_ms"], "rc": s["rc"],
+            "mcp": started if s["killed"] else made, "recs": len(recs_s),
+            "decisions": ",".join(decisions) or "-",
+            # (For the killed session only shown when something was attributed: not required.)
+            "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO")
+            if live and recs_s and (attributed or not s["killed"]) else "-",
+            "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
+            if live and recs_s and (attributed or not s["killed"]) else "-",
+            "hostid": f"{len(host_known)}/{len(recs_s)}" if live else "-",
+            "outcome": ",".join(outcomes) if live and recs_s else "-",
+            "nested": nested, "same": same, "ok": ok, "why": "; ".join(why)})
+    # Whole-run checks.
+    leaks = []
+    for path in spec.get("scanned", []):
+        try:
+            with open(path, "rb") as f:
+                if spec["canary"].encode() in f.read():
+                    leaks.append(path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1])
+        except FileNotFoundError:
+            pass
+    replay_same = recs == [r for r in lines(spec.get("replayed", "")) if r.get("type") == "attribution"]
+    unmatched = len(recs) - len(used_r)
+    run = {"records": len(recs), "unmatched": unmatched, "leaks": leaks,
+           "replay_same": replay_same}
+    if live:
+        all_ok = all_ok and not leaks and replay_same and unmatched == 0
+    print(json.dumps({"ok": all_ok, "rows": rows, "run": run}))
+
+
+if __name__ == "__main__":
+    main()
+PY
+
 # ------------------------------------------------------------------ helpers
 PIDS=()
+ORPHAN_MARKERS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    # A killed host's MCP server outlives it (shared-relay); end_orphans checks what it ends.
+    for m in "${ORPHAN_MARKERS[@]}"; do end_orphans "$m"; done
 }
 trap cleanup EXIT
 
@@ -280,14 +522,17 @@ wait_line() {
     return 1
 }
 
-# start_upstream DIR HOLD: starts a fresh scripted upstream, sets UP_ADDR and UP_PID.
+# start_upstream DIR HOLD [FLAGS...]: starts a fresh scripted upstream, sets UP_ADDR and
+# UP_PID. FLAGS go to the upstream as they are (e.g. --subagent blocking).
 start_upstream() {
+    local dir=$1 hold=$2
+    shift 2
     "$UPSTREAM" --listen 127.0.0.1:0 --alias "$ALIAS" --tool "$TOOL" --input "$TOOL_INPUT" \
-        --hold-ms "$2" --log "$1/upstream.log" >"$1/upstream.out" 2>"$1/upstream.err" &
+        --hold-ms "$hold" --log "$dir/upstream.log" "$@" >"$dir/upstream.out" 2>"$dir/upstream.err" &
     UP_PID=$!
     PIDS+=("$UP_PID")
-    wait_line "$1/upstream.out" '^listening on ' || die "scripted upstream did not start ($1)"
-    UP_ADDR=$(sed -n 's/^listening on //p' "$1/upstream.out")
+    wait_line "$dir/upstream.out" '^listening on ' || die "scripted upstream did not start ($dir)"
+    UP_ADDR=$(sed -n 's/^listening on //p' "$dir/upstream.out")
 }
 
 stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
@@ -364,7 +609,12 @@ one_run() {
     local scenario=$1 hold=$2 leg=$3
     local host=${scenario%%-*} dir="$RUNS/$scenario-h$hold-$leg"
     mkdir -p "$dir/home" "$dir/codex-home" "$dir/work"
-    start_upstream "$dir" "$hold"
+    local upstream_flags=()
+    case $scenario in
+    claude-subagent-blocking) upstream_flags=(--subagent blocking) ;;
+    claude-subagent-background) upstream_flags=(--subagent background) ;;
+    esac
+    start_upstream "$dir" "$hold" "${upstream_flags[@]}"
     local base="http://$UP_ADDR" wrapped=plain launcher=()
     if [ "$leg" = windowtap ]; then
         if [ "$WT_MODE" = run ]; then
@@ -421,7 +671,216 @@ one_run() {
     return $rc
 }
 
-scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code)
+# ------------------------------------------------------------------ shared-relay
+# One `windowtap relay` started by hand as the README tells a user (default listen address,
+# default ingest socket, the overrides it prints), serving several sessions of both hosts at
+# once, their MCP servers declared as `windowtap wrap --alias probe -- python3 echo_mcp.py`
+# (no --ingest: the wrapper finds the default socket). The sessions (name kind sleep):
+#   A  claude-toolsearch   E2E_SHARED_LONG_MS (8000): its call holds A's window open (Codex
+#                          needs 2.1-4.1 s here to start and reach its call; 8 s leaves room);
+#   B  codex-ws-function   300 ms, started once A's call runs: nested inside A's call;
+#   C  codex-http-code     700 ms, likewise;
+#   K  codex-ws-function   600 s, started with B and C, SIGKILLed (the codex process itself)
+#                          once its call reached the MCP server (its marker says so);
+#   D  claude-direct       300 ms, started after K was killed (K's window is still open) and
+#                          A's call ended.
+# Then SIGINT stops the relay. The direct leg runs the same choreography without windowtap
+# (hosts on the upstream, servers unwrapped), for the hosts-unchanged comparison.
+SHARED_LONG_MS=${E2E_SHARED_LONG_MS:-8000}
+declare -A SESSION_PID SESSION_RC SESSION_KIND SESSION_SLEEP SESSION_NEST
+
+# wait_marker FILE SECONDS [EV]: waits until FILE has a call's start (or EV) line.
+wait_marker() {
+    local i
+    for i in $(seq $(($2 * 10))); do
+        grep -q "\"ev\": \"${3:-start}\"" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# descendant PID COMM: PID or its first descendant (breadth first) whose comm is COMM.
+descendant() {
+    local queue=("$1") p c
+    while [ ${#queue[@]} -gt 0 ]; do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ]; then
+            echo "$p"
+            return 0
+        fi
+        for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
+    done
+    return 1
+}
+
+# shared_session LEG DIR NAME KIND SLEEP_MS [NESTED_IN]: starts one host session in the
+# background; NESTED_IN names the session whose call this one's must lie inside.
+shared_session() {
+    local leg=$1 sdir="$2/$3" name=$3 kind=$4 sleep_ms=$5
+    SESSION_KIND[$name]=$kind
+    SESSION_SLEEP[$name]=$sleep_ms
+    SESSION_NEST[$name]=${6:--}
+    mkdir -p "$sdir/home" "$sdir/codex-home" "$sdir/work"
+    local marker="$sdir/marker.jsonl" cmd=python3 args
+    args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$E2E/echo_mcp.py")
+    if [ "$leg" = windowtap ]; then
+        cmd=$WT
+        args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \
+            wrap --alias "$ALIAS" -- python3 "$E2E/echo_mcp.py")
+    fi
+    case $kind in
+    claude-*)
+        python3 -c 'import json,sys
+a, cmd, args, sleep_ms, marker = sys.argv[1:6]
+print(json.dumps({"mcpServers": {a: {"command": cmd, "args": json.loads(args),
+      "env": {"E2E_SLEEP_MS": sleep_ms, "E2E_MARKER": marker}}}}))' \
+            "$ALIAS" "$cmd" "$args" "$sleep_ms" "$marker" >"$sdir/mcp.json"
+        local tools=deferred
+        [ "$kind" = claude-direct ] && tools=direct-tools
+        claude_env "$sdir" "$tools"
+        claude_args "$sdir"
+        (cd "$sdir/work" && exec env "${CENV[@]}" ANTHROPIC_BASE_URL="$SHARED_ANTHROPIC" \
+            timeout 180 "$BIN/claude" "${CARGS[@]}" </dev/null >"$sdir/host.jsonl" 2>"$sdir/host.err") &
+        ;;
+    codex-*)
+        local transport mode
+        transport=$(echo "$kind" | cut -d- -f2)
+        mode=$(echo "$kind" | cut -d- -f3)
+        codex_env "$sdir"
+        codex_args "$transport" "$mode" "$SHARED_OPENAI"
+        XARGS+=(-c "mcp_servers.$ALIAS.command=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$cmd")")
+        XARGS+=(-c "mcp_servers.$ALIAS.args=$args")
+        XARGS+=(-c "mcp_servers.$ALIAS.env={E2E_SLEEP_MS=\"$sleep_ms\",E2E_MARKER=\"$marker\"}")
+        (cd "$sdir/work" && exec env "${XENV[@]}" timeout 180 \
+            "$BIN/codex" "${XARGS[@]}" "$PROMPT" </dev/null >"$sdir/host.jsonl" 2>"$sdir/host.err") &
+        ;;
+    esac
+    SESSION_PID[$name]=$!
+    PIDS+=("$!")
+}
+
+# end_orphans MARKER: ends the MCP server (and its wrapper) a killed host left running, by
+# the pids its marker names, each checked to be ours (its command line) first.
+end_orphans() {
+    local pid ppid
+    read -r pid ppid < <(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    m = json.loads(l)
+    if m.get("ev") == "start":
+        print(m["pid"], m["ppid"]); break' "$1" 2>/dev/null) || return 0
+    if { tr '\0' ' ' <"/proc/$ppid/cmdline"; } 2>/dev/null | grep -q " wrap --alias $ALIAS "; then
+        kill -TERM "$ppid" 2>/dev/null || true
+    fi
+    if { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q 'echo_mcp.py'; then
+        kill -TERM "$pid" 2>/dev/null || true
+    fi
+}
+
+# shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py.
+shared_relay() {
+    local leg=$1 dir="$RUNS/shared-relay-$1"
+    mkdir -p "$dir"
+    start_upstream "$dir" 0
+    SHARED_RELAY_RC=-
+    SHARED_INGEST=
+    if [ "$leg" = windowtap ]; then
+        # As a user would: `windowtap relay` with the defaults, upstreams overridden (the
+        # defaults are the real APIs), records and capture to files.
+        "$WT" relay --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
+            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+            >"$dir/relay.out" 2>"$dir/relay.err" &
+        local relay=$!
+        PIDS+=("$relay")
+        wait_line "$dir/relay.err" 'listening on http://' || {
+            sed 's/^/    relay: /' "$dir/relay.err" >&2
+            stop "$UP_PID"
+            return 1
+        }
+        # The overrides the relay printed, as a user copies them.
+        SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
+        SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
+        SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
+        if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
+            say "could not read the relay's overrides ($dir/relay.err)"
+            stop "$relay"
+            stop "$UP_PID"
+            return 1
+        fi
+        say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
+    else
+        SHARED_ANTHROPIC="http://$UP_ADDR"
+        SHARED_OPENAI="http://$UP_ADDR/v1"
+    fi
+    local t0=$SECONDS
+    shared_session "$leg" "$dir" A claude-toolsearch "$SHARED_LONG_MS"
+    wait_marker "$dir/A/marker.jsonl" 90 || say "A's call never started"
+    shared_session "$leg" "$dir" B codex-ws-function 300 A
+    shared_session "$leg" "$dir" C codex-http-code 700 A
+    shared_session "$leg" "$dir" K codex-ws-function 600000
+    ORPHAN_MARKERS+=("$dir/K/marker.jsonl")
+    if wait_marker "$dir/K/marker.jsonl" 90; then
+        local victim
+        victim=$(descendant "${SESSION_PID[K]}" codex) || victim=
+        if [ -n "$victim" ]; then
+            kill -KILL "$victim"
+            say "K: SIGKILL to codex (pid $victim) during its MCP call"
+        else
+            say "K: no codex process found under ${SESSION_PID[K]}"
+        fi
+    else
+        say "K's call never started"
+    fi
+    # D only once A's call is over, so that what stands beside D's window is the dead one.
+    wait_marker "$dir/A/marker.jsonl" 90 end || say "A's call never ended"
+    shared_session "$leg" "$dir" D claude-direct 300
+    local n
+    for n in A B C K D; do
+        SESSION_RC[$n]=0
+        # (2>/dev/null: bash would announce the killed job with its whole command line)
+        wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
+    done
+    say "shared-relay $leg: sessions done in $((SECONDS - t0)) s"
+    if [ "$leg" = windowtap ]; then
+        kill -INT "$relay" 2>/dev/null || true
+        local i
+        for i in $(seq 300); do
+            kill -0 "$relay" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$relay" 2>/dev/null; then
+            say "relay still draining after 30 s: second SIGINT"
+            kill -INT "$relay" 2>/dev/null || true
+        fi
+        SHARED_RELAY_RC=0
+        wait "$relay" || SHARED_RELAY_RC=$?
+    fi
+    end_orphans "$dir/K/marker.jsonl"
+    stop "$UP_PID"
+    for n in A B C K D; do
+        echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_NEST[$n]} ${SESSION_RC[$n]}"
+    done >"$dir/sessions.txt"
+    python3 - "$dir" "$leg" "$CANARY" "$RUNS/shared-relay-direct" K <<'PY' >"$dir/spec.json"
+import json, sys
+d, leg, canary, direct, killed = sys.argv[1:6]
+sessions = []
+for line in open(f"{d}/sessions.txt"):
+    n, kind, sleep_ms, nest_in, rc = line.split()
+    sessions.append({"name": n, "kind": kind, "host": kind.split("-")[0], "sleep_ms": int(sleep_ms),
+                     "rc": int(rc), "killed": n == killed,
+                     "nest_in": None if nest_in == "-" else nest_in,
+                     "marker": f"{d}/{n}/marker.jsonl", "output": f"{d}/{n}/host.jsonl",
+                     "direct_output": f"{direct}/{n}/host.jsonl" if leg == "windowtap" else None})
+scanned = [f"{d}/{f}" for f in ("records.jsonl", "trace.jsonl", "replayed.jsonl", "relay.err", "relay.out")]
+scanned += [f"{d}/{s['name']}/host.err" for s in sessions]
+print(json.dumps({"mode": leg, "canary": canary, "records": f"{d}/records.jsonl",
+                  "trace": f"{d}/trace.jsonl", "replayed": f"{d}/replayed.jsonl",
+                  "scanned": scanned, "sessions": sessions}))
+PY
+}
+
+scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
+    claude-subagent-blocking claude-subagent-background shared-relay)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -429,7 +888,53 @@ say "$CLAUDE_VER; $CODEX_VER; windowtap driven by: $WT_MODE"
 started=$SECONDS
 ROWS=()
 fail=0
+SHARED_ROWS=()
+SHARED_RUN=
+# run_shared: the shared-relay scenario (holds do not apply): the direct leg, then (unless
+# E2E_DIRECT_ONLY) the windowtap leg, each checked per session.
+run_shared() {
+    local legs=(direct) leg dir result checked
+    [ -z "${E2E_DIRECT_ONLY:-}" ] && legs+=(windowtap)
+    for leg in "${legs[@]}"; do
+        say "shared-relay ($leg)"
+        dir="$RUNS/shared-relay-$leg"
+        shared_relay "$leg" || { fail=1; SHARED_RUN+="$leg: did not run; "; continue; }
+        checked=-
+        if [ "$leg" = windowtap ]; then
+            checked=yes
+            "$WT" check "$dir/trace.jsonl" "$dir/records.jsonl" >"$dir/check.out" 2>&1 || checked=NO
+            "$WT" replay "$dir/trace.jsonl" -o "$dir/replayed.jsonl" >/dev/null 2>"$dir/replay.err" || true
+        fi
+        result=$(python3 "$E2E/check_shared.py" "$E2E" "$dir/spec.json")
+        echo "$result" >"$dir/result.json"
+        while IFS= read -r row; do SHARED_ROWS+=("$row"); done < <(python3 -c 'import json,sys
+r = json.loads(sys.argv[1])
+for x in r["rows"]:
+    print("%-9s %-3s %-18s %6s %4s %3s %3s  %-22s %-8s %-4s %-6s %-8s %-6s %-4s %s %s" % (
+        sys.argv[2], x["name"], x["kind"], x["sleep_ms"], x["rc"], x["mcp"], x["recs"], x["decisions"],
+        x["identity"], x["host"], x["hostid"], x["outcome"], x["nested"], x["same"],
+        "PASS" if x["ok"] else "FAIL", x["why"] or "-"))' "$result" "$leg")
+        SHARED_RUN+=$(python3 -c 'import json,sys
+r = json.loads(sys.argv[1]); run = r["run"]
+leg, rc, checked = sys.argv[2:5]
+if leg == "direct":
+    print("direct: %s; " % ("PASS" if r["ok"] else "FAIL"), end="")
+else:
+    print("windowtap: relay exit %s (SIGINT), %d records (%d not matched to a call), check %s, replay %s, canary %s; " % (
+        rc, run["records"], run["unmatched"], checked, "yes" if run["replay_same"] else "NO",
+        ("in " + ",".join(run["leaks"])) if run["leaks"] else "nowhere"), end="")' "$result" "$leg" "$SHARED_RELAY_RC" "$checked")
+        if [ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ok"])' "$result")" != True ] ||
+            { [ "$leg" = windowtap ] && { [ "$checked" != yes ] || [ "$SHARED_RELAY_RC" != 0 ]; }; }; then
+            fail=1
+        fi
+    done
+}
+
 for scenario in "${scenarios[@]}"; do
+    if [ "$scenario" = shared-relay ]; then
+        run_shared
+        continue
+    fi
     for hold in "${holds[@]}"; do
         say "$scenario hold=${hold}ms"
         drc=0
@@ -442,7 +947,7 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
             status=PASS
             [ "$drc" = 0 ] && [ "$direct_calls" -ge 1 ] || { status=FAIL; fail=1; }
-            ROWS+=("$(printf '%-20s %5s  %-5s %3s  %-42s %s' "$scenario" "$hold" "$drc" "$direct_calls" "$answers" "$status")")
+            ROWS+=("$(printf '%-26s %5s  %-5s %3s  %-84s %s' "$scenario" "$hold" "$drc" "$direct_calls" "$answers" "$status")")
             continue
         fi
         vrc=0
@@ -466,19 +971,28 @@ print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r
             status=FAIL
             fail=1
         fi
-        ROWS+=("$(printf '%-20s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-5s %-6s %-42s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$checked" "$replay" "$evidence" "$status" "$why")")
+        ROWS+=("$(printf '%-26s %5s  %-5s %3s  %3s/%-3s %5s  %-4s %-5s %-6s %-48s %s %s' "$scenario" "$hold" "$drc/$vrc" "$calls" "$recs" "$attributed" "$early" "$same" "$checked" "$replay" "$evidence" "$status" "$why")")
     done
 done
 
 {
     echo
     echo "windowtap end-to-end with real hosts ($CLAUDE_VER; $CODEX_VER; windowtap: $WT_MODE)"
-    if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
-        printf '%-20s %5s  %-5s %3s  %-42s %s\n' scenario hold rc mcp "upstream answers" status
-    else
-        printf '%-20s %5s  %-5s %3s  %-7s %5s  %-4s %-5s %-6s %-42s %s\n' scenario hold rc mcp rec/att early same check replay evidence status
+    if [ ${#ROWS[@]} -gt 0 ]; then
+        if [ -n "${E2E_DIRECT_ONLY:-}" ]; then
+            printf '%-26s %5s  %-5s %3s  %-84s %s\n' scenario hold rc mcp "upstream answers" status
+        else
+            printf '%-26s %5s  %-5s %3s  %-7s %5s  %-4s %-5s %-6s %-48s %s\n' scenario hold rc mcp rec/att early same check replay evidence status
+        fi
+        printf '%s\n' "${ROWS[@]}"
     fi
-    printf '%s\n' "${ROWS[@]}"
+    if [ ${#SHARED_ROWS[@]} -gt 0 ]; then
+        echo
+        echo "shared-relay: one windowtap relay (ingest socket: ${SHARED_INGEST:-none, direct only}), five sessions at once"
+        printf '%-9s %-3s %-18s %6s %4s %3s %3s  %-22s %-8s %-4s %-6s %-8s %-6s %-4s %s\n' leg ses kind sleep rc mcp rec decisions identity host hostid outcome nested same status
+        printf '%s\n' "${SHARED_ROWS[@]}"
+        echo "${SHARED_RUN%; }"
+    fi
     echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"
 exit $fail

@@ -1,4 +1,4 @@
-//! `windowtap check`: validates trace v1 and records v1 files with the same strict readers that
+//! `windowtap check`: validates trace (v2, and v1) and records v1 files with the same strict readers that
 //! replay and report use (one implementation of the rules), and says where each file is wrong.
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-A file whose first line is a trace header ({\"type\":\"trace\",…}) is read as trace v1, any \
+A file whose first line is a trace header ({\"type\":\"trace\",…}) is read as a trace (version 2 or 1), any \
 other as records v1. A directory means every *.jsonl file directly in it. Prints \
 `FILE: ok (N events)` or `FILE: ok (N records)` for each valid file, and \
 `FILE:LINE: field `x`: message` for the first error of each invalid one; exits 1 if any file \
@@ -22,7 +22,7 @@ Examples:
   windowtap check traces/ traces/expected/
   windowtap check capture.jsonl records.jsonl")]
 pub struct CheckArgs {
-    /// Trace v1 or records v1 files, or directories of them.
+    /// Trace (v2 or v1) or records v1 files, or directories of them.
     #[arg(required = true, value_name = "FILE|DIR")]
     inputs: Vec<PathBuf>,
 }
@@ -113,10 +113,12 @@ fn files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
 }
 
 pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut out = crate::stdout::stdout();
     let mut all_ok = true;
     for file in files(&args.inputs) {
         match file.and_then(|f| check_file(&f)) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => writeln!(out, "{line}")?,
             Err(e) => {
                 all_ok = false;
                 eprintln!("{e}");

@@ -2,7 +2,7 @@
 //!
 //! The wrapper runs in another process, so it cannot share an `Instant` with the relay; both
 //! read the same kernel monotonic clock instead, and the relay turns readings into milliseconds
-//! since its own epoch (the `t` of trace v1).
+//! since its own epoch (the `t` of trace v2).
 
 use correlator::Millis;
 

@@ -1,5 +1,7 @@
-//! `windowtap env claude|codex`: the one override that points a host at a running relay.
+//! `windowtap env claude|codex`: the one override that points a host at a running relay, as
+//! lines a shell evaluates: `eval "$(windowtap env claude)"`.
 
+use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +15,15 @@ pub enum Host {
 }
 
 #[derive(clap::Args)]
+#[command(after_help = "\
+Prints shell lines (sh, bash, zsh) to evaluate: for Claude Code an `export \
+ANTHROPIC_BASE_URL=…`; for Codex, which ignores OPENAI_BASE_URL, a shell function `codex` \
+that passes `-c openai_base_url=…` on every run. Both also export WINDOWTAP_INGEST when the \
+relay's ingest socket is known, for MCP servers run under `windowtap wrap`.
+
+Examples:
+  eval \"$(windowtap env claude)\" && claude
+  eval \"$(windowtap env codex --relay http://127.0.0.1:9000)\" && codex")]
 pub struct EnvArgs {
     /// Which host to point at the relay.
     pub host: Host,
@@ -23,6 +34,9 @@ pub struct EnvArgs {
     /// when a socket is there].
     #[arg(long, env = ingest::ENV, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
+    /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
+    #[arg(long, default_value = "auto", value_name = "auto|api|chatgpt", value_parser = ["auto", "api", "chatgpt"])]
+    pub codex_auth: String,
 }
 
 pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
@@ -34,10 +48,17 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
             .filter(|m| m.file_type().is_socket())
             .map(|_| p)
     });
-    print!(
-        "{}",
-        lines(args.host, relay, ingest.as_ref().and_then(|p| p.to_str()))
-    );
+    let chatgpt = match args.codex_auth.as_str() {
+        "api" => false,
+        "chatgpt" => true,
+        _ => crate::run::codex::uses_chatgpt_login(&crate::run::codex::default_home()),
+    };
+    let host = match args.host {
+        Host::Claude => Lines::Claude,
+        Host::Codex => Lines::Codex { chatgpt },
+    };
+    let text = lines(host, relay, ingest.as_ref().and_then(|p| p.to_str()));
+    crate::stdout::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -56,19 +77,35 @@ fn relay_base(url: &str) -> anyhow::Result<&str> {
     Ok(url.trim_end_matches('/'))
 }
 
-fn lines(host: Host, relay: &str, ingest: Option<&str>) -> String {
+/// Which lines to print.
+#[derive(Clone, Copy)]
+enum Lines {
+    Claude,
+    /// Codex, logged in with ChatGPT (the `/chatgpt` mount) or not (`/openai/v1`).
+    Codex {
+        chatgpt: bool,
+    },
+}
+
+/// Shell lines: every one is a comment, an `export` or a function definition.
+fn lines(host: Lines, relay: &str, ingest: Option<&str>) -> String {
     let mut s = String::new();
     match host {
-        Host::Claude => {
+        Lines::Claude => {
             s.push_str(&format!("export ANTHROPIC_BASE_URL={relay}/anthropic\n"));
         }
-        Host::Codex => {
-            s.push_str("# Codex ignores OPENAI_BASE_URL; pass one of these to `codex` (or `codex exec`):\n");
+        Lines::Codex { chatgpt } => {
+            let (mount, login, other, other_flag) = if chatgpt {
+                ("chatgpt", "ChatGPT login", "openai/v1", "api")
+            } else {
+                ("openai/v1", "API key login", "chatgpt", "chatgpt")
+            };
             s.push_str(&format!(
-                "#   API key login:\n-c 'openai_base_url=\"{relay}/openai/v1\"'\n"
+                "# Codex ignores OPENAI_BASE_URL: this shell function passes the relay's URL to every \
+                 codex run ({login}; for the other login, /{other}: --codex-auth {other_flag}).\n"
             ));
             s.push_str(&format!(
-                "#   ChatGPT login:\n-c 'openai_base_url=\"{relay}/chatgpt\"'\n"
+                "codex() {{ command codex -c 'openai_base_url=\"{relay}/{mount}\"' \"$@\"; }}\n"
             ));
         }
     }
@@ -92,7 +129,7 @@ mod tests {
     #[test]
     fn claude_gets_its_base_url_under_the_anthropic_mount() {
         let out = lines(
-            Host::Claude,
+            Lines::Claude,
             relay_base("http://127.0.0.1:9000/").unwrap(),
             Some("/run/x/ingest.sock"),
         );
@@ -103,18 +140,16 @@ mod tests {
     }
 
     #[test]
-    fn codex_gets_both_login_variants() {
-        let out = lines(
-            Host::Codex,
-            relay_base("http://127.0.0.1:8787").unwrap(),
-            None,
-        );
+    fn codex_gets_a_shell_function_for_its_login() {
+        let relay = relay_base("http://127.0.0.1:8787").unwrap();
+        let out = lines(Lines::Codex { chatgpt: false }, relay, None);
         assert!(
-            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/openai/v1\"'\n"),
+            out.contains("codex() { command codex -c 'openai_base_url=\"http://127.0.0.1:8787/openai/v1\"' \"$@\"; }\n"),
             "{out}"
         );
+        let out = lines(Lines::Codex { chatgpt: true }, relay, None);
         assert!(
-            out.contains("-c 'openai_base_url=\"http://127.0.0.1:8787/chatgpt\"'\n"),
+            out.contains("codex() { command codex -c 'openai_base_url=\"http://127.0.0.1:8787/chatgpt\"' \"$@\"; }\n"),
             "{out}"
         );
         assert!(

@@ -23,7 +23,9 @@
 //! The relay turns `start` into `mcp_start` and `end` into `mcp_interval`, with times converted
 //! by [`Clock::ms_at`] and the event's `t` the relay's clock when the line arrived. When a
 //! wrapper's connection drops, each of its calls that started and did not end becomes an
-//! `mcp_interval` with outcome `lost`, ending then. A bad line is counted and logged by its fault
+//! `mcp_interval` with outcome `lost`, ending then; so does each call still running when the
+//! relay closes the socket at its stop (after the drain: reports are taken until then). A bad
+//! line is counted and logged by its fault
 //! (never its content) and the connection goes on.
 
 use std::collections::HashMap;
@@ -38,10 +40,11 @@ use correlator::event::{Hints, Outcome};
 use correlator::{EventKind, Millis};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
+use crate::host::{Hosts, ProcId};
 use crate::ratelimit::Repeated;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
@@ -51,6 +54,9 @@ pub use correlator::ingest::{Fault, Report, MAX_LINE};
 pub const ENV: &str = "WINDOWTAP_INGEST";
 /// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
 const MAX_RUNNING: usize = 65_536;
+/// On [`IngestHandle::close`], how long each connection may still take to hand over lines
+/// its wrapper had already written.
+const CLOSE_READ: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Where the relay listens and wrappers look when not told: `$XDG_RUNTIME_DIR/windowtap/
 /// ingest.sock`, else `<tmp>/windowtap-<uid>/ingest.sock`. The directory is private (0700).
@@ -241,10 +247,13 @@ pub struct Counters {
     pub lost: AtomicU64,
 }
 
-/// A running listener. Dropping it stops listening and removes the socket file.
+/// A running listener. [`IngestHandle::close`] stops it the orderly way; dropping it stops
+/// listening at once (connections cut, nothing more sent) and removes the socket file.
 pub struct IngestHandle {
     path: PathBuf,
     counters: Arc<Counters>,
+    /// Turned `true` by [`IngestHandle::close`].
+    closing: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -255,6 +264,24 @@ impl IngestHandle {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Stops listening and ends every connection: lines already sent are still taken (for
+    /// up to [`CLOSE_READ`]), then each call still running ends `lost`, now (design.md §4:
+    /// no call that started is ever missing). Returns once every connection has sent its
+    /// last event, so the caller may stop the receiver then.
+    pub async fn close(mut self) {
+        let lost = self.counters.lost.load(Ordering::Relaxed);
+        self.closing.send_replace(true);
+        let _ = (&mut self.task).await;
+        let ended = self.counters.lost.load(Ordering::Relaxed) - lost;
+        if ended > 0 {
+            tracing::info!(
+                calls = ended,
+                "ingest closed: calls still running ended lost"
+            );
+        }
+        // Dropping `self` removes the socket file.
     }
 }
 
@@ -272,6 +299,7 @@ struct Shared {
     tx: mpsc::Sender<(Millis, EventKind)>,
     counters: Arc<Counters>,
     order: Mutex<()>,
+    hosts: Hosts,
 }
 
 impl Shared {
@@ -291,17 +319,26 @@ impl Shared {
 ///
 /// Events leave in the order of their `t`, but `t` is read when a line arrives: a caller that
 /// merges them with other events should merge by arrival, not re-sort.
+///
+/// Each call's host is found through `hosts` from the wrapper's pid as the kernel gives it
+/// (the socket's peer credentials), never from what the wrapper says.
 pub async fn serve(
     path: PathBuf,
     clock: Clock,
     tx: mpsc::Sender<(Millis, EventKind)>,
+    hosts: Hosts,
 ) -> anyhow::Result<IngestHandle> {
     if let Ok(meta) = std::fs::symlink_metadata(&path) {
         if !meta.file_type().is_socket() {
             bail!("{} exists and is not a socket", path.display());
         }
         if UnixStream::connect(&path).await.is_ok() {
-            bail!("another listener is already serving {}", path.display());
+            bail!(
+                "another listener is already serving {} (another windowtap relay?); to run \
+                 this relay beside it, give it a socket of its own with --ingest PATH (or \
+                 {ENV}=PATH) and start its wrappers with the same --ingest or {ENV}",
+                path.display()
+            );
         }
         std::fs::remove_file(&path)
             .with_context(|| format!("removing stale {}", path.display()))?;
@@ -316,7 +353,9 @@ pub async fn serve(
         tx,
         counters: counters.clone(),
         order: Mutex::new(()),
+        hosts,
     });
+    let (closing, mut closed) = watch::channel(false);
     let task = tokio::spawn(async move {
         // Connection tasks live in the set, so aborting this task ends them too.
         let mut conns = JoinSet::new();
@@ -326,7 +365,7 @@ pub async fn serve(
                     Ok((stream, _)) => {
                         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
                         shared.counters.open.fetch_add(1, Ordering::SeqCst);
-                        conns.spawn(connection(stream, shared.clone()));
+                        conns.spawn(connection(stream, shared.clone(), closed.clone()));
                     }
                     Err(e) => {
                         if let Some(left_out) = ACCEPT_FAILED_LOG.allow() {
@@ -336,12 +375,17 @@ pub async fn serve(
                     }
                 },
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                // Closing (or the handle gone): every connection winds up, see below.
+                _ = async { drop(closed.wait_for(|c| *c).await) } => break,
             }
         }
+        drop(listener);
+        while conns.join_next().await.is_some() {}
     });
     Ok(IngestHandle {
         path,
         counters,
+        closing,
         task,
     })
 }
@@ -354,16 +398,73 @@ struct Running {
     tool: String,
     start_ns: u64,
     hints: Hints,
+    /// Its host's raw id, found when it started.
+    host: Option<String>,
 }
 
-async fn connection(stream: UnixStream, shared: Arc<Shared>) {
-    let mut reader = BufReader::new(stream);
+/// The wrapper at the other end of one connection, as far as its host goes.
+struct Wrapper {
+    hosts: Hosts,
+    /// Its ancestors, being read (from the connection's start, off this task).
+    reading: Option<tokio::task::JoinHandle<Vec<ProcId>>>,
+    ancestors: Vec<ProcId>,
+}
+
+impl Wrapper {
+    fn new(stream: &UnixStream, hosts: &Hosts) -> Wrapper {
+        // SO_PEERCRED: the kernel's word for who connected.
+        let pid = stream
+            .peer_cred()
+            .ok()
+            .and_then(|c| c.pid())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0);
+        let reading = pid.map(|pid| {
+            let hosts = hosts.clone();
+            tokio::spawn(async move { hosts.ancestors(pid).await })
+        });
+        Wrapper {
+            hosts: hosts.clone(),
+            reading,
+            ancestors: Vec::new(),
+        }
+    }
+
+    /// The raw id of the host a call of this wrapper belongs to now (design.md §3 "Host").
+    async fn host(&mut self) -> Option<String> {
+        if let Some(reading) = self.reading.take() {
+            self.ancestors = reading.await.unwrap_or_default();
+        }
+        let host = self.hosts.host_among(&self.ancestors).await;
+        host.map(|h| h.raw())
+    }
+}
+
+async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::Receiver<bool>) {
+    let mut wrapper = Wrapper::new(&stream, &shared.hosts);
+    let mut lines = LineReader::new(stream);
     let mut running: HashMap<String, Running> = HashMap::new();
-    let mut line = Vec::new();
+    // Until the listener closes, lines are taken as they come; once it closes, only for
+    // `CLOSE_READ` more (what the wrapper had already written), then the connection ends.
+    let mut close_by = None;
     loop {
-        match read_line(&mut reader, &mut line).await {
+        let read = match close_by {
+            None => tokio::select! {
+                biased;
+                r = lines.next() => r,
+                _ = async { drop(closed.wait_for(|c| *c).await) } => {
+                    close_by = Some(tokio::time::Instant::now() + CLOSE_READ);
+                    continue;
+                }
+            },
+            Some(at) => match tokio::time::timeout_at(at, lines.next()).await {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+        };
+        match read {
             Ok(None) => break,
-            Ok(Some(Ok(()))) => match accept(&line, &mut running, &shared).await {
+            Ok(Some(Ok(line))) => match accept(line, &mut running, &mut wrapper, &shared).await {
                 Ok(()) => {
                     shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
                 }
@@ -376,7 +477,8 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
             }
         }
     }
-    // The wrapper went away: whatever it had running ends here, lost.
+    // The wrapper went away, or the relay is stopping: whatever it had running ends here,
+    // lost.
     let now_ns = mono_ns();
     let mut left: Vec<(String, Running)> = running.into_iter().collect();
     left.sort_by_key(|(_, r)| r.start_ns);
@@ -392,6 +494,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
             end,
             outcome: Outcome::Lost,
             hints: r.hints,
+            host: r.host,
         };
         shared.emit(end, kind).await;
     }
@@ -412,6 +515,7 @@ fn bad_line(shared: &Shared, fault: &Fault) {
 async fn accept(
     line: &[u8],
     running: &mut HashMap<String, Running>,
+    wrapper: &mut Wrapper,
     shared: &Shared,
 ) -> Result<(), Fault> {
     let report = Report::parse(line)?;
@@ -440,6 +544,7 @@ async fn accept(
             if running.len() >= MAX_RUNNING {
                 return Err(Fault::TooManyRunning);
             }
+            let host = wrapper.host().await;
             running.insert(
                 id.clone(),
                 Running {
@@ -447,6 +552,7 @@ async fn accept(
                     tool: tool.clone(),
                     start_ns,
                     hints,
+                    host: host.clone(),
                 },
             );
             let start = ms(start_ns);
@@ -458,6 +564,7 @@ async fn accept(
                         alias,
                         tool,
                         start,
+                        host,
                     },
                 )
                 .await;
@@ -471,7 +578,12 @@ async fn accept(
             outcome,
             hints,
         } => {
-            running.remove(&id);
+            // The host its start had; if that was not known, the host now (a nearer
+            // ancestor may have made its first connection meanwhile).
+            let host = match running.remove(&id).and_then(|r| r.host) {
+                Some(h) => Some(h),
+                None => wrapper.host().await,
+            };
             let (start, end) = (ms(start_ns), ms(end_ns));
             let kind = EventKind::McpInterval {
                 interval: id,
@@ -481,6 +593,7 @@ async fn accept(
                 end,
                 outcome,
                 hints,
+                host,
             };
             shared.emit(end, kind).await;
         }
@@ -488,40 +601,65 @@ async fn accept(
     Ok(())
 }
 
-/// Reads one line into `line` (without `\n`): `None` at a clean end of the connection, a fault
-/// for an over-long or cut-off line. Never holds more than [`MAX_LINE`] bytes.
-async fn read_line(
-    reader: &mut BufReader<UnixStream>,
-    line: &mut Vec<u8>,
-) -> std::io::Result<Option<Result<(), Fault>>> {
-    line.clear();
-    let mut too_long = false;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(if line.is_empty() && !too_long {
-                None
-            } else {
-                Some(Err(Fault::Truncated))
-            });
+/// Reads a connection line by line. Cancel-safe: a read cut short (the stop's `select!`)
+/// loses nothing, the next call goes on where it left off.
+struct LineReader {
+    reader: BufReader<UnixStream>,
+    line: Vec<u8>,
+    /// The line being read has passed [`MAX_LINE`]; its bytes are skipped to its end.
+    too_long: bool,
+    /// The last line returned, still in `line`: cleared on the next call.
+    returned: bool,
+}
+
+impl LineReader {
+    fn new(stream: UnixStream) -> Self {
+        LineReader {
+            reader: BufReader::new(stream),
+            line: Vec::new(),
+            too_long: false,
+            returned: false,
         }
-        let (take, done) = match memchr_nl(buf) {
-            Some(i) => (i, true),
-            None => (buf.len(), false),
-        };
-        if !too_long && line.len() + take <= MAX_LINE {
-            line.extend_from_slice(&buf[..take]);
-        } else {
-            too_long = true;
-            line.clear();
+    }
+
+    /// The next line (without `\n`): `None` at a clean end of the connection, a fault for an
+    /// over-long or cut-off line. Never holds more than [`MAX_LINE`] bytes.
+    async fn next(&mut self) -> std::io::Result<Option<Result<&[u8], Fault>>> {
+        if self.returned {
+            self.line.clear();
+            self.too_long = false;
+            self.returned = false;
         }
-        reader.consume(take + usize::from(done));
-        if done {
-            return Ok(Some(if too_long {
-                Err(Fault::TooLong)
+        loop {
+            // The only await; everything after it runs to the next return or loop turn.
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                self.returned = true;
+                return Ok(if self.line.is_empty() && !self.too_long {
+                    None
+                } else {
+                    Some(Err(Fault::Truncated))
+                });
+            }
+            let (take, done) = match memchr_nl(buf) {
+                Some(i) => (i, true),
+                None => (buf.len(), false),
+            };
+            if !self.too_long && self.line.len() + take <= MAX_LINE {
+                self.line.extend_from_slice(&buf[..take]);
             } else {
-                Ok(())
-            }));
+                self.too_long = true;
+                self.line.clear();
+            }
+            self.reader.consume(take + usize::from(done));
+            if done {
+                self.returned = true;
+                return Ok(Some(if self.too_long {
+                    Err(Fault::TooLong)
+                } else {
+                    Ok(&self.line)
+                }));
+            }
         }
     }
 }
@@ -567,8 +705,8 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut int = signal(SignalKind::interrupt())?;
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
-    let handle = serve(path, clock, tx).await?;
-    let mut out = std::io::stdout().lock();
+    let handle = serve(path, clock, tx, crate::host::Hosts::start()).await?;
+    let mut out = crate::stdout::stdout();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
@@ -644,7 +782,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::start();
         let (tx, rx) = mpsc::channel(64);
-        let handle = serve(dir.path().join("ingest.sock"), clock, tx)
+        let handle = serve(dir.path().join("ingest.sock"), clock, tx, Hosts::start())
             .await
             .unwrap();
         (handle, rx, dir, clock)
@@ -695,7 +833,8 @@ mod tests {
                 interval: "i1".into(),
                 alias: "a".into(),
                 tool: "t".into(),
-                start: clock.ms_at(s)
+                start: clock.ms_at(s),
+                host: None,
             }
         );
         assert!(t1 >= clock.ms_at(s));
@@ -710,6 +849,7 @@ mod tests {
                 end: clock.ms_at(e),
                 outcome: Outcome::Error,
                 hints: hints(Some("toolu_9")),
+                host: None,
             }
         );
         assert!(t2 >= t1 && t2 >= clock.ms_at(e));
@@ -953,20 +1093,94 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn closing_takes_lines_already_sent_then_ends_running_calls_lost() {
+        let (handle, mut rx, _dir, clock) = listener().await;
+        let path = handle.path().to_path_buf();
+        let mut conn = UnixStream::connect(&path).await.unwrap();
+        let s = mono_ns();
+        let start = |id: &str| Report::Start {
+            id: id.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            hints: hints(Some("toolu_3")),
+        };
+        conn.write_all(start("i1").to_line().as_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(next(&mut rx).await.1, EventKind::McpStart { .. }));
+        // Written before the close and not yet read: still taken.
+        let end = Report::End {
+            id: "i1".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: s,
+            end_ns: s + 1,
+            outcome: Outcome::Result,
+            hints: hints(Some("toolu_3")),
+        };
+        conn.write_all(format!("{}{}", end.to_line(), start("i2").to_line()).as_bytes())
+            .await
+            .unwrap();
+        let before = clock.now_ms();
+        handle.close().await;
+        let mut got = Vec::new();
+        while let Ok((t, k)) = rx.try_recv() {
+            got.push((t, k));
+        }
+        let outcomes: Vec<(String, Outcome)> = got
+            .iter()
+            .filter_map(|(_, k)| match k {
+                EventKind::McpInterval {
+                    interval, outcome, ..
+                } => Some((interval.clone(), *outcome)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                ("i1".to_string(), Outcome::Result),
+                ("i2".to_string(), Outcome::Lost)
+            ],
+            "{got:?}"
+        );
+        assert!(got.last().unwrap().0 >= before, "lost at the close");
+        assert!(!path.exists(), "the socket file is gone");
+        // The wrapper's side sees the connection closed.
+        let mut buf = [0u8; 1];
+        let n = tokio::io::AsyncReadExt::read(&mut conn, &mut buf).await;
+        assert!(matches!(n, Ok(0) | Err(_)));
+    }
+
+    #[tokio::test]
     async fn a_live_listener_is_not_displaced_and_a_stale_socket_is() {
         let (handle, _rx, dir, clock) = listener().await;
         let (tx, _rx2) = mpsc::channel(1);
-        let err = serve(handle.path().to_path_buf(), clock, tx.clone())
-            .await
-            .err()
-            .expect("refused");
+        let err = serve(
+            handle.path().to_path_buf(),
+            clock,
+            tx.clone(),
+            Hosts::start(),
+        )
+        .await
+        .err()
+        .expect("refused");
         assert!(err.to_string().contains("already serving"), "{err}");
+        // It says what to do about it.
+        assert!(err.to_string().contains("--ingest PATH"), "{err}");
+        assert!(err.to_string().contains("WINDOWTAP_INGEST=PATH"), "{err}");
         // A socket file nobody listens on any more.
         let stale = std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).unwrap();
         drop(stale);
-        let again = serve(dir.path().join("stale.sock"), clock, tx.clone())
-            .await
-            .unwrap();
+        let again = serve(
+            dir.path().join("stale.sock"),
+            clock,
+            tx.clone(),
+            Hosts::start(),
+        )
+        .await
+        .unwrap();
         assert!(again.path().exists());
         drop(again);
         assert!(
@@ -975,7 +1189,7 @@ mod tests {
         );
         let file = dir.path().join("plain");
         std::fs::write(&file, b"").unwrap();
-        assert!(serve(file, clock, tx).await.is_err());
+        assert!(serve(file, clock, tx, Hosts::start()).await.is_err());
         drop(handle);
     }
 }

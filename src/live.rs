@@ -1,5 +1,5 @@
 //! Live correlation: relay events and MCP reports go to ONE correlator (the same code as
-//! replay), in `t` order, behind a watermark (design.md §4).
+//! replay), in `t` order, behind a watermark (docs/design.md §4).
 //!
 //! Sources of events:
 //! - each observed stream: its observer task stamps events with the time the bytes passed
@@ -248,7 +248,7 @@ pub struct Sinks {
     /// a thread of its own ([`records_out`]), so an output nobody reads never stalls the
     /// correlator.
     pub records: Box<dyn Write + Send>,
-    /// The sanitized trace v1, in the order events were fed to the correlator.
+    /// The sanitized trace v2, in the order events were fed to the correlator.
     pub capture: Option<Box<dyn Capture>>,
 }
 
@@ -272,13 +272,13 @@ pub struct LiveHandle {
 /// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
 const END_ROOM: usize = 32;
 
-/// The capture's first line: trace v1 with the options this run used, so that
+/// The capture's first line: trace v2 with the options this run used, so that
 /// `windowtap replay FILE` decides with the same ones, and `"end"`: the time the correlator's
 /// clock had reached when the run stopped (null until then). A decision taken live while
 /// idle, after the last event, happened at a time no event of the trace shows; a replay that
 /// advances to `end` before finishing takes it at the same time.
 pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
-    let mut s = String::from(r#"{"type":"trace","version":1,"#);
+    let mut s = String::from(r#"{"type":"trace","version":2,"#);
     // The wall-clock time of t = 0, so a replay exports spans at the times the run had.
     if let Some(ms) = epoch_unix_ms {
         s.push_str(&format!(r#""epoch_unix_ms":{ms},"#));
@@ -289,6 +289,9 @@ pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
     s.push_str(c.window_open.as_str());
     s.push_str(r#"","max_window":"#);
     correlator::json::push_ms(&mut s, c.max_window);
+    s.push_str(r#","candidates":""#);
+    s.push_str(c.candidates.as_str());
+    s.push('"');
     s.push_str(r#","end":"#);
     s.push_str(end_value(None).as_str());
     s.push('}');
@@ -321,7 +324,7 @@ struct Task {
     refused: u64,
     capture: Option<Box<dyn Capture>>,
     records_out: RecordsOut,
-    otlp: Option<(crate::otlp::ExporterHandle, u64)>,
+    otlp: Option<crate::otlp::LiveTree>,
     records: Vec<Record>,
     summary: Summary,
     pushed: bool,
@@ -345,6 +348,9 @@ impl Task {
             }
         }
         self.corr.push(&ev, &mut self.records);
+        if let Some(otlp) = &mut self.otlp {
+            otlp.event(&ev);
+        }
         self.pushed = true;
         Ok(())
     }
@@ -369,8 +375,8 @@ impl Task {
             // Never waits: the writer thread takes it (or, past its bound, counts it lost).
             self.records_out.send(cleared.line().clone());
             // Never waits: a full export queue drops the span and counts it.
-            if let Some((otlp, epoch)) = &self.otlp {
-                otlp.record(&cleared, *epoch);
+            if let Some(otlp) = &mut self.otlp {
+                otlp.record(&cleared);
             }
         }
         Ok(())
@@ -410,6 +416,11 @@ impl Task {
             self.feed(ev)?;
         }
         self.corr.finish(&mut self.records);
+        let written = self.write_records();
+        // Every record has its span now; what is still open in the tree ends here.
+        if let Some(otlp) = &mut self.otlp {
+            otlp.finish(self.advanced.unwrap_or(0.0));
+        }
         if let Some(cap) = &mut self.capture {
             cap.flush()?;
             if let Some(end) = self.advanced {
@@ -420,7 +431,7 @@ impl Task {
                 cap.flush()?;
             }
         }
-        self.write_records()
+        written
     }
 }
 
@@ -502,6 +513,9 @@ pub fn spawn(
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
     let sources = Arc::new(Sources::default());
     let records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
+    let otlp = cfg
+        .otlp
+        .map(|(handle, epoch)| crate::otlp::LiveTree::new(handle, epoch, &cfg.correlator));
     let mut task = Task {
         clock,
         sources: sources.clone(),
@@ -510,7 +524,7 @@ pub fn spawn(
         scrub: Scrub::new(cfg.pseudo),
         door: Door::live(),
         refused: 0,
-        otlp: cfg.otlp,
+        otlp,
         capture: sinks.capture,
         records_out,
         records: Vec::new(),
@@ -528,12 +542,16 @@ pub fn spawn(
         // Events are taken in as they come (so the queue never fills) but fed and decided
         // on the timer only: a round reads every source's mark, which is too much work to do
         // per event with a thousand streams open, and a record is due within one tick anyway.
+        // The relay's events end when its last stream has (the drain), but MCP reports may
+        // still come until `shutdown`: calls that end during the drain, and those the ingest
+        // socket ends `lost` as it closes (design.md §4).
+        let mut relay_open = true;
         let wait = loop {
             tokio::select! {
                 w = &mut shutdown => break w.unwrap_or(RECORDS_WAIT),
-                ev = rx.recv() => match ev {
+                ev = rx.recv(), if relay_open => match ev {
                     Some(ev) => task.offer(ev),
-                    None => break RECORDS_WAIT,
+                    None => relay_open = false,
                 },
                 ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
                 _ = timer.tick() => task.round(&mut rx, &mut ingest)?,
@@ -656,7 +674,7 @@ mod tests {
         let header: serde_json::Value =
             serde_json::from_str(trace.lines().next().unwrap()).unwrap();
         let events =
-            correlator::trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v1");
+            correlator::trace::read_all(trace.as_bytes(), "capture").expect("a valid trace v2");
         let mut c = Correlator::new(config.clone());
         let mut out = Vec::new();
         for ev in &events {
@@ -700,6 +718,7 @@ mod tests {
                 client: Client::Claude,
                 transport: Transport::Http,
                 thread: Some("sess".into()),
+                host: None,
             },
             EventKind::Request {
                 stream: stream.into(),
@@ -711,6 +730,7 @@ mod tests {
                 stream: stream.into(),
                 response: response.clone(),
                 request: Some(request.into()),
+                model: None,
             },
         ];
         if let Some(call) = call {
@@ -728,6 +748,8 @@ mod tests {
             stream: stream.into(),
             response,
             status: ResponseStatus::Completed,
+            usage: None,
+            stop_reason: None,
         });
         v.push(EventKind::StreamClose {
             stream: stream.into(),
@@ -787,6 +809,7 @@ mod tests {
                         tool_use_id: Some("toolu_1".into()),
                         ..Hints::default()
                     },
+                    host: None,
                 },
             ))
             .await
@@ -833,13 +856,20 @@ mod tests {
     #[test]
     fn the_capture_header_carries_the_options() {
         let h = capture_header(&Config::default(), Some(1_764_000_000_000));
-        assert!(h.starts_with(r#"{"type":"trace","version":1,"#));
+        assert!(h.starts_with(r#"{"type":"trace","version":2,"#));
         let v: serde_json::Value = serde_json::from_str(&h).unwrap();
         assert_eq!(v["epoch_unix_ms"], 1_764_000_000_000u64);
         assert_eq!(v["close_wait"], 1000);
         assert_eq!(v["window_open"], "call");
         assert_eq!(v["max_window"], 1800000);
+        assert_eq!(v["candidates"], "eligible");
         assert!(v["end"].is_null());
+        let all = Config {
+            candidates: correlator::Candidates::All,
+            ..Config::default()
+        };
+        let v: serde_json::Value = serde_json::from_str(&capture_header(&all, None)).unwrap();
+        assert_eq!(v["candidates"], "all");
         let at = end_offset(&h) as usize;
         let filled = format!(
             "{}{}{}",

@@ -20,11 +20,23 @@ const WITHHELD: &str = "<withheld>";
 
 /// Installs the logger on stderr: `RUST_LOG` if set, else `level`.
 pub fn init(level: &str) {
+    init_to(level, None);
+}
+
+/// Installs the logger on `file`, or on stderr when there is none: `RUST_LOG` if set, else
+/// `level`. (`run` logs to a file, so that the host keeps its terminal.)
+pub fn init_to(level: &str, file: Option<std::fs::File>) {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let writer = match file {
+        // Each line is one write of its own (`&File` writes unbuffered).
+        Some(f) => BoxMakeWriter::new(std::sync::Arc::new(f)),
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .event_format(Sanitized)
         .try_init();
 }
@@ -79,9 +91,25 @@ impl Fields<'_> {
     }
 }
 
+/// A fraction as people read it: two decimals (`9.23`), or three significant digits below
+/// 0.1 (`0.0123`); whole numbers as they are. Durations are logged in milliseconds, where
+/// nanoseconds (`9.233896999999999`) are noise.
+pub fn for_people(v: f64) -> f64 {
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    let decimals = if v.abs() >= 0.1 {
+        2
+    } else {
+        (2 - v.abs().log10().floor() as i32).min(15)
+    };
+    let scale = 10f64.powi(decimals);
+    (v * scale).round() / scale
+}
+
 impl Visit for Fields<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.push(field, format_args!("{value}"));
+        self.push(field, format_args!("{}", for_people(value)));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -176,6 +204,16 @@ mod tests {
         assert!(text.contains("header=<withheld>"), "{text}");
         assert!(text.contains(" exchange"), "{text}");
         assert!(!text.contains("CANARY"), "{text}");
+    }
+
+    #[test]
+    fn fractions_are_rounded_for_people() {
+        assert_eq!(for_people(9.233896999999999), 9.23);
+        assert_eq!(for_people(1162.01602), 1162.02);
+        assert_eq!(for_people(0.012345), 0.0123);
+        assert_eq!(for_people(7.0), 7.0);
+        let text = capture(|| tracing::info!(ms = 9.233896999999999f64, "exchange"));
+        assert!(text.contains(" ms=9.23"), "{text}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod check;
 mod clock;
 mod env_cmd;
+mod host;
 mod ingest;
 mod live;
 mod logging;
@@ -13,6 +14,7 @@ mod relay;
 mod replay_cmd;
 mod report;
 mod run;
+mod stdout;
 mod tls;
 mod wrap;
 
@@ -27,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay trace v1 files offline and write attribution records.
+    /// Replay trace v2 files offline and write attribution records.
     Replay(replay_cmd::ReplayArgs),
     /// Run the transparent relay that Claude Code and Codex are pointed at.
     Relay(relay::RelayArgs),
@@ -37,11 +39,11 @@ enum Command {
     Wrap(wrap::WrapArgs),
     /// Draw attribution records (and optionally their trace) as an HTML timeline.
     Report(report::ReportArgs),
-    /// Validate trace v1 and records v1 files, naming the line and field of each error.
+    /// Validate trace v2 and records v1 files, naming the line and field of each error.
     Check(check::CheckArgs),
     /// Print the override that points Claude Code or Codex at a running relay.
     Env(env_cmd::EnvArgs),
-    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v1
+    /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v2
     /// (for trying a wrapper without the relay).
     #[command(hide = true)]
     Ingest(ingest::IngestArgs),
@@ -61,6 +63,8 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `| head -1` and the like: the reader has what it wanted.
+        Err(e) if stdout::is_closed(&e) => std::process::ExitCode::from(stdout::CLOSED_EXIT),
         Err(e) => {
             eprintln!("windowtap: error: {e:#}");
             std::process::ExitCode::FAILURE

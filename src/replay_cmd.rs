@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use correlator::records::Summary;
 use correlator::sanitize::Door;
 use correlator::trace::TraceReader;
-use correlator::{Config, Correlator, WindowOpen};
+use correlator::{Candidates, Config, Correlator, WindowOpen};
 use serde_json::Value;
 
 use crate::otlp;
@@ -17,14 +17,14 @@ use crate::otlp;
 #[derive(clap::Args)]
 #[command(after_help = "\
 Options not given on the command line are read from the trace header when it has them \
-(`close_wait`, `window_open`, `max_window`), else the defaults apply.
+(`close_wait`, `window_open`, `max_window`, `candidates`), else the defaults apply.
 
 Examples:
   windowtap replay traces/
   windowtap replay capture.jsonl --close-wait 50 -o records.jsonl
   windowtap replay traces/ --otlp-endpoint http://127.0.0.1:6006")]
 pub struct ReplayArgs {
-    /// Trace v1 files, or directories: every `*.jsonl` directly in a directory, each replayed
+    /// Trace files (v2, or v1), or directories: every `*.jsonl` directly in a directory, each replayed
     /// on its own, in name order.
     #[arg(required = true, value_name = "TRACE|DIR")]
     inputs: Vec<PathBuf>,
@@ -40,7 +40,11 @@ pub struct ReplayArgs {
     /// [default: 1800000].
     #[arg(long, value_name = "MS")]
     max_window: Option<f64>,
-    /// Write records here instead of stdout.
+    /// Which windows may be candidates: only eligible ones (same host, a call that could have
+    /// issued the MCP call), or all, as the literal rule [default: eligible].
+    #[arg(long, value_name = "eligible|all", value_parser = parse_candidates)]
+    candidates: Option<Candidates>,
+    /// Write records here instead of stdout (`-`: stdout).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -49,6 +53,10 @@ pub struct ReplayArgs {
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
     WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
+}
+
+fn parse_candidates(s: &str) -> Result<Candidates, String> {
+    Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`"))
 }
 
 /// Every trace file named by the inputs, directories expanded.
@@ -75,6 +83,28 @@ fn trace_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         }
     }
     Ok(files)
+}
+
+/// What each record says it came from when several traces are replayed at once (records v1
+/// `trace`): the file's name, without its directory; a name given twice gets `#2`, `#3`, …
+/// One trace alone names none, so its records are byte for byte those of a live run.
+fn trace_names(files: &[PathBuf]) -> Vec<Option<String>> {
+    if files.len() < 2 {
+        return vec![None; files.len()];
+    }
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    files
+        .iter()
+        .map(|f| {
+            let base = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| f.display().to_string());
+            let n = seen.entry(base.clone()).or_default();
+            *n += 1;
+            Some(if *n == 1 { base } else { format!("{base}#{n}") })
+        })
+        .collect()
 }
 
 fn number_option(
@@ -115,12 +145,29 @@ fn config_for(
         match h.get("window_open") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
-                c.window_open = parse_window_open(s).map_err(|e| {
-                    anyhow::anyhow!("{}:1: header field `window_open`: {e}", file.display())
+                // The header is input: its value is shown only as `quote` lets it out.
+                c.window_open = WindowOpen::parse(s).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}:1: header field `window_open`: `{}` is not `call` or `response`",
+                        file.display(),
+                        correlator::sanitize::quote(s)
+                    )
                 })?
             }
             Some(_) => bail!(
                 "{}:1: header field `window_open` must be a string",
+                file.display()
+            ),
+        }
+        match h.get("candidates") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                c.candidates = parse_candidates(s).map_err(|e| {
+                    anyhow::anyhow!("{}:1: header field `candidates`: {e}", file.display())
+                })?
+            }
+            Some(_) => bail!(
+                "{}:1: header field `candidates` must be a string",
                 file.display()
             ),
         }
@@ -133,6 +180,9 @@ fn config_for(
     }
     if let Some(v) = args.window_open {
         c.window_open = v;
+    }
+    if let Some(v) = args.candidates {
+        c.candidates = v;
     }
     Ok(c)
 }
@@ -204,22 +254,23 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .config
         .map(otlp::BlockingExporter::start)
         .transpose()?;
-    let mut sink: Box<dyn Write> = match &args.output {
+    let mut sink: Box<dyn Write> = match args.output.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+        None => Box::new(BufWriter::new(crate::stdout::stdout())),
     };
     let mut summary = Summary::default();
     let door = Door::replay();
-    for file in &files {
+    let names = trace_names(&files);
+    for (file, name) in files.iter().zip(&names) {
         let replayed = replay_file(file, &args)?;
         let records = &replayed.records;
         let mut cleared = Vec::with_capacity(records.len());
         for r in records {
             summary.add(r);
             let c = door
-                .record(r)
+                .record_from(r, name.as_deref())
                 .with_context(|| format!("{}: a record", file.display()))?;
             sink.write_all(c.line().as_bytes())
                 .context("writing records")?;
@@ -228,9 +279,10 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         // Records first: export may wait for queue room (bounded), the records never do.
         if let Some(e) = &exporter {
             let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
-            for c in &cleared {
-                e.record(c, epoch);
-            }
+            otlp::offline::trace_spans(file, &cleared, epoch, |s| {
+                e.span(s);
+            })
+            .with_context(|| format!("{}: reading it again for OTLP", file.display()))?;
         }
     }
     sink.flush().context("writing records")?;

@@ -23,7 +23,6 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -132,10 +131,10 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         child.wait().context("waiting for the MCP server")?
     };
     session.lose_running(gone);
-    let dropped = session.reporter.finish();
-    if dropped > 0 {
+    let unreported = session.reporter.finish();
+    if unreported > 0 {
         eprintln!(
-            "windowtap wrap: {dropped} interval report(s) dropped: the relay's ingest socket was not reachable"
+            "windowtap wrap: {unreported} call(s) not reported (or only in part): the relay's ingest socket was not reachable"
         );
     }
     let code = match (status.code(), status.signal()) {
@@ -253,14 +252,15 @@ fn write(dst: &mut dyn Write, bytes: &[u8]) -> bool {
 
 /// Sends reports to the ingest socket from its own thread.
 struct Reporter {
-    tx: SyncSender<Option<String>>,
+    /// A report's line with its call's id, or the end marker.
+    tx: SyncSender<Option<(String, String)>>,
     counts: Arc<Counts>,
     done: Mutex<mpsc::Receiver<()>>,
 }
 
 impl Reporter {
     fn start(paths: Vec<PathBuf>, check_dirs: bool) -> Reporter {
-        let (tx, rx) = mpsc::sync_channel::<Option<String>>(QUEUE);
+        let (tx, rx) = mpsc::sync_channel::<Option<(String, String)>>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
@@ -274,11 +274,10 @@ impl Reporter {
                     last_try: None,
                     warned: false,
                 };
-                while let Ok(Some(line)) = rx.recv() {
-                    if !link.send(line.as_bytes()) {
-                        c.dropped.fetch_add(1, Ordering::SeqCst);
+                while let Ok(Some((call, line))) = rx.recv() {
+                    if link.send(line.as_bytes()) {
+                        c.sent(&call);
                     }
-                    c.handled.fetch_add(1, Ordering::SeqCst);
                 }
                 let _ = done_tx.send(());
             });
@@ -294,16 +293,18 @@ impl Reporter {
 
     /// Queues a report; never blocks.
     fn send(&self, report: Report) {
-        // Counted before it is queued, so `handled` can never overtake `queued`.
-        self.counts.queued.fetch_add(1, Ordering::SeqCst);
-        if self.tx.try_send(Some(report.to_line())).is_err() {
-            self.counts.queued.fetch_sub(1, Ordering::SeqCst);
-            self.counts.dropped.fetch_add(1, Ordering::SeqCst);
-        }
+        let call = match &report {
+            Report::Start { id, .. } | Report::End { id, .. } => id.clone(),
+        };
+        // Counted before it is queued, so that its sending can never come first.
+        self.counts.queued(&call);
+        // A report that finds the queue full is dropped, and its call stays unsent.
+        let _ = self.tx.try_send(Some((call, report.to_line())));
     }
 
-    /// Lets the queued reports leave (bounded wait) and returns how many never did.
-    fn finish(&self) -> u64 {
+    /// Lets the queued reports leave (bounded wait) and returns how many calls have a report
+    /// that never did: dropped, or still waiting at the deadline.
+    fn finish(&self) -> usize {
         let deadline = Instant::now() + FLUSH_AT_EXIT;
         // Queue the end marker behind the reports, waiting for room until the deadline.
         let queued = loop {
@@ -319,18 +320,36 @@ impl Reporter {
             let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
             let _ = done.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         }
-        let c = &self.counts;
-        let waiting = c.queued.load(Ordering::SeqCst) - c.handled.load(Ordering::SeqCst);
-        c.dropped.load(Ordering::SeqCst) + waiting
+        self.counts.unsent_calls()
     }
 }
 
-/// What became of reports: queued for the thread, handled by it, dropped anywhere.
+/// Per call (by its interval id), how many of its reports have not reached the socket: the
+/// user is told about calls, not about the two reports (start, end) each call makes.
 #[derive(Default)]
 struct Counts {
-    queued: AtomicU64,
-    handled: AtomicU64,
-    dropped: AtomicU64,
+    unsent: Mutex<std::collections::HashMap<String, u32>>,
+}
+
+impl Counts {
+    fn queued(&self, call: &str) {
+        let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
+        *unsent.entry(call.to_string()).or_default() += 1;
+    }
+
+    fn sent(&self, call: &str) {
+        let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = unsent.get_mut(call) {
+            *n -= 1;
+            if *n == 0 {
+                unsent.remove(call);
+            }
+        }
+    }
+
+    fn unsent_calls(&self) -> usize {
+        self.unsent.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 /// The connection to the relay, made and remade lazily.

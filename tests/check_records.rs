@@ -79,7 +79,7 @@ fn malformed_records_are_rejected_precisely() {
         let err = read(&text).expect_err(input);
         assert_eq!(err.line, line, "{input}\n{err}");
         assert_eq!(err.field, *field, "{input}\n{err}");
-        assert!(err.message.contains(needle), "{input}\n{err}");
+        assert!(err.problem.to_string().contains(needle), "{input}\n{err}");
         let shown = err.to_string();
         match field {
             Some(f) => assert!(
@@ -99,5 +99,5 @@ fn invalid_utf8_is_an_error_not_a_panic() {
     bytes.extend_from_slice(b"{\"type\":\"\xff\"}\n");
     let err = read_all(&bytes[..], "bin.jsonl").unwrap_err();
     assert_eq!(err.line, 2);
-    assert!(err.message.contains("UTF-8"), "{err}");
+    assert!(err.problem.to_string().contains("UTF-8"), "{err}");
 }

@@ -16,38 +16,50 @@ fn valid(v: &jsonschema::Validator, line: &str) -> bool {
 
 #[test]
 fn trace_lines_of_every_type_are_valid_and_broken_ones_are_not() {
-    let v = schema("trace-v1.schema.json");
+    let v = schema("trace-v2.schema.json");
     let good = [
-        r#"{"type":"trace","version":1,"close_wait":50}"#,
-        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"websocket","thread":"th1"}"#,
-        r#"{"type":"stream_open","t":0,"stream":"s2","client":"claude","transport":"http","thread":null}"#,
+        r#"{"type":"trace","version":2,"close_wait":50}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"websocket","thread":"th1","host":"h1"}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s2","client":"claude","transport":"http","thread":null,"host":null}"#,
         r#"{"type":"request","t":6000,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
         r#"{"type":"response_start","t":6100,"stream":"s1","response":"r1","request":"q1"}"#,
         r#"{"type":"tool_call","t":6905.5,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+        r#"{"type":"response_start","t":6100,"stream":"s1","response":"r1","request":"q1","model":"claude-opus-4-5"}"#,
         r#"{"type":"response_end","t":6957,"stream":"s1","response":"r1","status":"completed"}"#,
+        r#"{"type":"response_end","t":6957,"stream":"s1","response":"r1","status":"completed","usage":{"input":3,"output":0,"cache_read":100,"cache_creation":null},"stop_reason":"tool_use"}"#,
+        r#"{"type":"response_end","t":6957,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":"other"}"#,
         r#"{"type":"observation_lost","t":7000,"stream":"s1","reason":"decode"}"#,
         r#"{"type":"stream_close","t":7001,"stream":"s1"}"#,
-        r#"{"type":"mcp_start","t":7188,"interval":"i1","alias":"probe","tool":"echo","start":7187}"#,
-        r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1"}"#,
-        r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost"}"#,
+        r#"{"type":"mcp_start","t":7188,"interval":"i1","alias":"probe","tool":"echo","start":7187,"host":"h1"}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":"h1"}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost","host":null}"#,
         r#"{"type":"stream_close","t":7001,"stream":"s1","extra":"optional fields are allowed"}"#,
     ];
     for line in good {
         assert!(valid(&v, line), "should be valid: {line}");
     }
     let bad = [
-        r#"{"type":"trace","version":2}"#,
+        r#"{"type":"trace","version":3}"#,
         r#"{"type":"nope","t":1}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"http","thread":null}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"http","thread":null,"host":7}"#,
+        r#"{"type":"mcp_start","t":7188,"interval":"i1","alias":"probe","tool":"echo","start":7187}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost"}"#,
+        r#"{"type":"response_start","t":6100,"stream":"s1","response":"r1","request":"q1","model":5}"#,
+        r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":{"input":-1}}"#,
+        r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":{"input":1.5}}"#,
+        r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":[]}"#,
+        r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","stop_reason":"because"}"#,
         r#"{"type":"stream_close","stream":"s1"}"#,
         r#"{"type":"stream_close","t":-1,"stream":"s1"}"#,
         r#"{"type":"stream_close","t":"1","stream":"s1"}"#,
-        r#"{"type":"stream_open","t":0,"stream":"s1","client":"vim","transport":"http","thread":null}"#,
-        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"http"}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"vim","transport":"http","thread":null,"host":null}"#,
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"http","host":null}"#,
         r#"{"type":"request","t":1,"stream":"s1","request":"q","previous_response":null,"outputs":[1]}"#,
         r#"{"type":"tool_call","t":1,"stream":"s1","response":"r","call":"c","item":null,"name":"n","namespace":null,"kind":"builtin"}"#,
         r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"done"}"#,
-        r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"done"}"#,
-        r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"result","item_id":7}"#,
+        r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"done","host":null}"#,
+        r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"result","item_id":7,"host":null}"#,
     ];
     for line in bad {
         assert!(!valid(&v, line), "should be invalid: {line}");
@@ -156,4 +168,13 @@ fn records_written_by_the_correlator_validate() {
         assert!(valid(&v, r.to_line().trim_end()), "{reason}");
     }
     assert!(valid(&v, attributed.to_line().trim_end()));
+    // With the optional `trace` of a replay of several traces.
+    let mut line = String::new();
+    attributed.write_json_from(Some("claude_tool_use_loop.jsonl"), &mut line);
+    assert!(valid(&v, &line), "{line}");
+    let mut bad: Value = serde_json::from_str(&line).unwrap();
+    bad["trace"] = json!("a\u{1}b");
+    assert!(!v.is_valid(&bad), "a control character in a trace name");
+    bad["trace"] = json!("");
+    assert!(!v.is_valid(&bad), "an empty trace name");
 }

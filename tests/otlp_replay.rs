@@ -4,12 +4,13 @@
 #[path = "support/otlp.rs"]
 mod otlp_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use otlp_support::{attr, receiver, spans, string};
 
 /// Runs the binary with a clean OTel environment plus `env`.
@@ -67,8 +68,35 @@ fn many_calls(n: usize) -> String {
 const EPOCH_HEADER: &str = r#"{"type":"trace","version":1,"epoch_unix_ms":1767225600000}"#;
 const EPOCH_NS: u64 = 1_767_225_600_000_000_000;
 
+fn by_name<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    let v: Vec<&Span> = spans.iter().filter(|s| s.name == name).collect();
+    assert_eq!(v.len(), 1, "one {name}");
+    v[0]
+}
+
+/// Every parent was exported, in the same trace, and no span id repeats.
+fn assert_whole_tree(spans: &[Span]) {
+    let ids: HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+    assert_eq!(ids.len(), spans.len(), "span ids are unique");
+    let by_id: HashMap<&[u8], &Span> = spans.iter().map(|s| (s.span_id.as_slice(), s)).collect();
+    for s in spans {
+        assert_eq!((s.trace_id.len(), s.span_id.len()), (16, 8));
+        if s.parent_span_id.is_empty() {
+            continue;
+        }
+        let p = by_id
+            .get(s.parent_span_id.as_slice())
+            .unwrap_or_else(|| panic!("{}: parent not exported", s.name));
+        assert_eq!(
+            p.trace_id, s.trace_id,
+            "{}: parent in another trace",
+            s.name
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_exports_one_execute_tool_span_per_record() {
+async fn replay_exports_the_turn_as_a_tree() {
     let (addr, log) = receiver(false).await;
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "codex.jsonl", &two_calls(EPOCH_HEADER));
@@ -81,9 +109,10 @@ async fn replay_exports_one_execute_tool_span_per_record() {
     assert!(out.status.success(), "{stderr}");
     // Records are the same with or without export.
     assert_eq!(out.stdout, plain.stdout);
+    // The turn, its one response, the call under it, and the call that ran in no window.
     assert!(
         stderr.contains(&format!(
-            "otlp: 2 spans exported to http://{addr}/v1/traces"
+            "otlp: 4 spans exported to http://{addr}/v1/traces"
         )),
         "{stderr}"
     );
@@ -91,25 +120,35 @@ async fn replay_exports_one_execute_tool_span_per_record() {
     let paths: Vec<String> = log.lock().unwrap().iter().map(|(p, _)| p.clone()).collect();
     assert_eq!(paths, ["/v1/traces"], "one batch, to the traces path");
     let got = spans(&log);
-    assert_eq!(got.len(), 2);
+    assert_eq!(got.len(), 4);
+    assert_whole_tree(&got);
 
-    let a = &got[0];
-    assert_eq!(a.name, "execute_tool echo");
+    let turn = by_name(&got, "invoke_agent Codex");
+    let chat = by_name(&got, "chat");
+    let a = by_name(&got, "execute_tool echo");
+    let b = by_name(&got, "execute_tool slow");
+    assert!(turn.parent_span_id.is_empty());
+    assert_eq!(chat.parent_span_id, turn.span_id);
+    assert_eq!(a.parent_span_id, chat.span_id);
+    assert_eq!(chat.kind, SpanKind::Client as i32);
+    assert_eq!(chat.start_time_unix_nano, EPOCH_NS + 6_000_000_000);
+    assert_eq!(chat.end_time_unix_nano, EPOCH_NS + 6_957_000_000);
+    assert_eq!(string(turn, "session.id"), Some("th1"));
+    assert_eq!(string(chat, "gen_ai.response.id"), Some("r1"));
     assert_eq!(a.kind, SpanKind::Internal as i32);
     assert_eq!(a.start_time_unix_nano, EPOCH_NS + 7_187_000_000);
     assert_eq!(a.end_time_unix_nano, EPOCH_NS + 7_264_000_000);
-    assert_eq!(a.trace_id.len(), 16);
-    assert_eq!(a.span_id.len(), 8);
-    assert!(a.parent_span_id.is_empty());
     for (k, v) in [
         ("gen_ai.operation.name", "execute_tool"),
         ("gen_ai.tool.name", "echo"),
         ("gen_ai.tool.call.id", "i1"),
         ("gen_ai.response.id", "r1"),
         ("gen_ai.conversation.id", "th1"),
+        ("session.id", "th1"),
         ("mcp.method.name", "tools/call"),
         ("mcp.server.name", "probe"),
         ("windowtap.decision", "attributed"),
+        ("windowtap.outcome", "result"),
         ("windowtap.interval", "i1"),
         ("windowtap.window.stream", "s1"),
         ("windowtap.window.request", "q2"),
@@ -131,28 +170,94 @@ async fn replay_exports_one_execute_tool_span_per_record() {
         .collect();
     assert_eq!(ev, ["containment", "item_id", "call_id", "thread", "route"]);
 
-    let b = &got[1];
-    assert_eq!(b.name, "execute_tool slow");
+    // The call that ran in no window: a root of its own, an error (its outcome).
     assert_eq!(b.start_time_unix_nano, EPOCH_NS + 20_000_000_000);
+    assert!(b.parent_span_id.is_empty());
     assert_eq!(string(b, "windowtap.decision"), Some("abstained"));
     assert_eq!(string(b, "windowtap.reason"), Some("no_window"));
     assert_eq!(string(b, "gen_ai.response.id"), None);
+    assert_eq!(string(b, "error.type"), Some("error"));
+    assert_eq!(
+        b.status.as_ref().map(|s| s.code),
+        Some(2),
+        "STATUS_CODE_ERROR"
+    );
     assert_ne!(a.trace_id, b.trace_id);
 
     // A second replay exports the very same ids.
     let again = windowtap(&["replay", trace, "--otlp-endpoint", &url], &[]).await;
     assert!(again.status.success());
     let all = spans(&log);
-    assert_eq!(all.len(), 4);
-    for (first, second) in all[..2].iter().zip(&all[2..]) {
-        assert_eq!(first.trace_id, second.trace_id);
-        assert_eq!(first.span_id, second.span_id);
-        assert_eq!(first.start_time_unix_nano, second.start_time_unix_nano);
+    assert_eq!(all.len(), 8);
+    let key = |s: &Span| {
+        (
+            s.name.clone(),
+            s.trace_id.clone(),
+            s.span_id.clone(),
+            s.start_time_unix_nano,
+        )
+    };
+    let mut first: Vec<_> = all[..4].iter().map(key).collect();
+    let mut second: Vec<_> = all[4..].iter().map(key).collect();
+    first.sort();
+    second.sort();
+    assert_eq!(first, second);
+}
+
+/// Replaying the bundled traces: every span of every file stored (no id shared between
+/// files, although they reuse `i1`, `r1`, `th1`…), every tree whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_replay_gives_every_span_its_own_id() {
+    let (addr, log) = receiver(false).await;
+    let traces = concat!(env!("CARGO_MANIFEST_DIR"), "/traces");
+    let out = windowtap(
+        &[
+            "replay",
+            traces,
+            "--otlp-endpoint",
+            &format!("http://{addr}"),
+        ],
+        &[],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let got = spans(&log);
+    assert!(
+        stderr.contains(&format!("otlp: {} spans exported to", got.len())),
+        "{stderr}"
+    );
+    assert_whole_tree(&got);
+    let records = String::from_utf8_lossy(&out.stdout).lines().count();
+    let tools = got
+        .iter()
+        .filter(|s| string(s, "windowtap.interval").is_some())
+        .count();
+    assert_eq!(tools, records, "one execute_tool span per record");
+    let roots = got.iter().filter(|s| s.parent_span_id.is_empty()).count();
+    let traces: HashSet<&[u8]> = got.iter().map(|s| s.trace_id.as_slice()).collect();
+    assert_eq!(roots, traces.len(), "one root per trace");
+    for s in &got {
+        match string(s, "gen_ai.operation.name") {
+            Some("invoke_agent") => assert!(s.name.starts_with("invoke_agent")),
+            Some("chat") => {
+                assert!(s.name.starts_with("chat"));
+                assert_eq!(s.kind, SpanKind::Client as i32);
+                assert!(string(s, "gen_ai.provider.name").is_some());
+                let parent = got.iter().find(|p| p.span_id == s.parent_span_id).unwrap();
+                assert_eq!(
+                    string(parent, "gen_ai.operation.name"),
+                    Some("invoke_agent")
+                );
+            }
+            Some("execute_tool") => assert!(s.name.starts_with("execute_tool ")),
+            other => panic!("{}: operation {other:?}", s.name),
+        }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spans_carry_nothing_that_is_not_in_the_records() {
+async fn spans_carry_nothing_that_is_not_in_the_records_or_events() {
     let (addr, log) = receiver(false).await;
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "codex.jsonl", &two_calls(EPOCH_HEADER));
@@ -168,10 +273,23 @@ async fn spans_carry_nothing_that_is_not_in_the_records() {
     .await;
     assert!(out.status.success());
     let records = String::from_utf8(out.stdout).unwrap();
-    // Fixed words of the span format; every other string must be a value in the records.
-    let fixed: BTreeSet<&str> = ["execute_tool", "tools/call", "attributed", "abstained"]
-        .into_iter()
-        .collect();
+    let events = std::fs::read_to_string(&trace).unwrap();
+    // Fixed words of the span format; every other string must be a value in the records or
+    // in the trace's events.
+    let fixed: BTreeSet<&str> = [
+        "execute_tool",
+        "tools/call",
+        "attributed",
+        "abstained",
+        "chat",
+        "invoke_agent",
+        "openai",
+        "Codex",
+        "pipe",
+        "unfinished",
+    ]
+    .into_iter()
+    .collect();
     let mut strings = Vec::new();
     for span in spans(&log) {
         for kv in &span.attributes {
@@ -191,8 +309,10 @@ async fn spans_carry_nothing_that_is_not_in_the_records() {
     assert!(!strings.is_empty());
     for s in strings {
         assert!(
-            fixed.contains(s.as_str()) || records.contains(&format!("\"{s}\"")),
-            "span value {s:?} is in no record"
+            fixed.contains(s.as_str())
+                || records.contains(&format!("\"{s}\""))
+                || events.contains(&format!("\"{s}\"")),
+            "span value {s:?} is in no record and no event"
         );
     }
 }
@@ -325,7 +445,7 @@ async fn an_unreachable_collector_is_a_warning_and_records_are_still_written() {
     );
     assert!(
         stderr.contains(&format!(
-            "windowtap: warning: otlp: 0 spans exported to http://127.0.0.1:{port}/v1/traces; 2 not delivered"
+            "windowtap: warning: otlp: 0 spans exported to http://127.0.0.1:{port}/v1/traces; 4 not delivered"
         )),
         "{stderr}"
     );

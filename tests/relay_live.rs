@@ -635,20 +635,48 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         "live records equal the replay of the capture"
     );
 
-    // The record was also exported, flushed when the relay stopped.
+    // The run was also exported as a trace tree, flushed when the relay stopped: the turn,
+    // its two responses, and the call under the response that asked for it.
     let spans = otlp_support::spans(&spans_got);
-    assert_eq!(spans.len(), 1, "{}", relay.log());
-    assert_eq!(spans[0].name, "execute_tool echo");
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 4, "{names:?} {}", relay.log());
+    let call = spans
+        .iter()
+        .find(|s| s.name == "execute_tool echo")
+        .unwrap_or_else(|| panic!("{names:?}"));
     assert_eq!(
-        otlp_support::string(&spans[0], "windowtap.decision"),
+        otlp_support::string(call, "windowtap.decision"),
         Some("attributed")
     );
     assert_eq!(
-        otlp_support::string(&spans[0], "gen_ai.tool.call.id"),
+        otlp_support::string(call, "gen_ai.tool.call.id"),
         recs[0]["interval"].as_str()
     );
+    let parent = spans
+        .iter()
+        .find(|s| s.span_id == call.parent_span_id)
+        .expect("the call's parent was exported");
+    assert_eq!(parent.trace_id, call.trace_id);
+    assert_eq!(
+        otlp_support::string(parent, "gen_ai.operation.name"),
+        Some("chat")
+    );
+    assert_eq!(
+        otlp_support::string(parent, "gen_ai.response.id"),
+        recs[0]["window"]["response"].as_str()
+    );
+    let root = spans
+        .iter()
+        .find(|s| s.span_id == parent.parent_span_id)
+        .expect("the response's turn was exported");
+    assert!(root.parent_span_id.is_empty());
+    assert_eq!(
+        otlp_support::string(root, "gen_ai.operation.name"),
+        Some("invoke_agent")
+    );
+    assert!(spans.iter().all(|s| s.trace_id == root.trace_id));
     assert!(
-        relay.log().contains("otlp: 1 spans exported"),
+        relay.log().contains("otlp: 4 spans exported"),
         "{}",
         relay.log()
     );

@@ -9,41 +9,11 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use support::*;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
-
-type Feed = mpsc::Sender<Result<Bytes, std::io::Error>>;
-
-/// An Anthropic upstream whose every SSE body is handed to the test to feed.
-async fn scripted_upstream() -> (Upstream, mpsc::UnboundedReceiver<Feed>) {
-    let (feeds, fed) = mpsc::unbounded_channel::<Feed>();
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let feeds = feeds.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                let _ = feeds.send(tx);
-                sse_response(body)
-            }
-        }),
-    )
-    .await;
-    (up, fed)
-}
-
-async fn next_feed(fed: &mut mpsc::UnboundedReceiver<Feed>) -> Feed {
-    tokio::time::timeout(WAIT, fed.recv())
-        .await
-        .expect("the upstream got the request within the wait bound")
-        .expect("upstream running")
-}
 
 /// A Claude turn as its SSE events: a tool call `toolu_1` to `mcp__probe__echo`, or text.
 fn turn(id: &str, tool: bool) -> Vec<String> {
@@ -99,27 +69,6 @@ fn continuation() -> Value {
         {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{"text":"hi"}}]},
         {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"hi"}]}
     ]})
-}
-
-/// Sends a Claude request through the relay and returns the response body once its head is in.
-async fn open_stream(relay: &Relay, body: Value) -> Incoming {
-    let req = request("POST", relay.addr, "/anthropic/v1/messages")
-        .header("content-type", "application/json")
-        .header("x-claude-code-session-id", "sess-1")
-        .body(full(body.to_string()))
-        .unwrap();
-    let res = tokio::time::timeout(WAIT, send(relay.addr, req))
-        .await
-        .expect("response head within the wait bound")
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    res.into_body()
-}
-
-async fn feed(tx: &Feed, events: &[String]) {
-    for ev in events {
-        tx.send(Ok(Bytes::from(ev.clone()))).await.unwrap();
-    }
 }
 
 /// Reads from `body` until `n` bytes have arrived (bounded).

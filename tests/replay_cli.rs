@@ -211,3 +211,53 @@ fn bad_arguments_are_named() {
     let out = windowtap(&["replay", "x.jsonl", "--close-wait", "-5"]);
     assert!(!out.status.success());
 }
+
+/// `--candidates` on the command line wins over the header's `candidates`, which wins over the
+/// default (`eligible`); a bad word is refused with the field named.
+#[test]
+fn candidates_come_from_the_command_line_then_the_header() {
+    let trace = repo().join("traces/dead_host_open_window.jsonl");
+    let trace_all = repo().join("traces/dead_host_open_window_all.jsonl");
+    let expected = |name: &str| {
+        std::fs::read_to_string(repo().join(format!("traces/expected/{name}.records.jsonl")))
+            .unwrap()
+    };
+    let run = |args: &[&str]| {
+        let out = windowtap(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let t = trace.to_str().unwrap();
+    let t_all = trace_all.to_str().unwrap();
+    assert_eq!(run(&["replay", t]), expected("dead_host_open_window"));
+    assert_eq!(
+        run(&["replay", t_all]),
+        expected("dead_host_open_window_all")
+    );
+    assert_eq!(
+        run(&["replay", t, "--candidates", "all"]),
+        expected("dead_host_open_window_all")
+    );
+    assert_eq!(
+        run(&["replay", t_all, "--candidates", "eligible"]),
+        expected("dead_host_open_window")
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = std::fs::read_to_string(&trace).unwrap().replacen(
+        r#"{"type":"trace","version":2}"#,
+        r#"{"type":"trace","version":2,"candidates":"some"}"#,
+        1,
+    );
+    let bad = write(dir.path(), "bad.jsonl", &bad);
+    let out = windowtap(&["replay", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("header field `candidates`"), "{err}");
+    let out = windowtap(&["replay", t, "--candidates", "some"]);
+    assert!(!out.status.success());
+}

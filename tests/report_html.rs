@@ -116,16 +116,21 @@ fn trace(alias: &str) -> String {
     .join("\n")
 }
 
-/// Replays a trace with the binary and returns (trace path, records path).
-fn replayed(dir: &Path, alias: &str) -> (PathBuf, PathBuf) {
-    let t = write(dir, "run.jsonl", &trace(alias));
-    let r = dir.join("records.jsonl");
-    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
+/// Replays `trace` (a file or directory) with the binary into `records`.
+fn replay_into(trace: &Path, records: &Path) {
+    let out = windowtap(&["replay", s(trace), "-o", s(records)]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Replays a trace with the binary and returns (trace path, records path).
+fn replayed(dir: &Path, alias: &str) -> (PathBuf, PathBuf) {
+    let t = write(dir, "run.jsonl", &trace(alias));
+    let r = dir.join("records.jsonl");
+    replay_into(&t, &r);
     (t, r)
 }
 
@@ -196,12 +201,7 @@ fn hostile_ids_and_names_are_escaped() {
         .replace("\"sess\"", "\"</svg><img src=x onerror=alert(1)>\"")
         .replace("\"i2\"", "\"\\\"><b>i2&amp;\"");
     let t = write(dir.path(), "run.jsonl", &text);
-    let out = windowtap(&["replay", s(&t), "-o", s(&r)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    replay_into(&t, &r);
 
     let html = report(&r, Some(&t));
     assert_balanced(&html);
@@ -311,5 +311,173 @@ fn ten_thousand_intervals_collapse_to_density_strips_of_bounded_size() {
         html.len() < 1_000_000,
         "{} bytes for {n} intervals",
         html.len()
+    );
+}
+
+/// A live-looking run (trace v2): pseudonymous 32-hex ids, times with fractions, the model,
+/// tokens and stop reason of each response, and two turns on one thread.
+fn live_trace() -> String {
+    let th = "3f2a91bc4d5e6f708192a3b4c5d6e7f8";
+    [
+        r#"{"type":"trace","version":2}"#.to_string(),
+        format!(r#"{{"type":"stream_open","t":0,"stream":"s1","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":12.5,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"response_start","t":300.25,"stream":"s1","response":"r1","request":"q1","model":"claude-sonnet-4-5"}"#.into(),
+        r#"{"type":"tool_call","t":540.281971,"stream":"s1","response":"r1","call":"toolu_1","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#.into(),
+        r#"{"type":"response_end","t":560.5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":5,"cache_read":3},"stop_reason":"tool_use"}"#.into(),
+        r#"{"type":"stream_close","t":561,"stream":"s1"}"#.into(),
+        r#"{"type":"mcp_interval","t":1100.5,"interval":"i1","alias":"probe","tool":"echo","start":600.75,"end":1100.25,"outcome":"result","tool_use_id":"toolu_1","host":null}"#.into(),
+        format!(r#"{{"type":"stream_open","t":1162,"stream":"s2","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":1162.01602,"stream":"s2","request":"q2","previous_response":null,"outputs":["toolu_1"]}"#.into(),
+        r#"{"type":"response_start","t":1300,"stream":"s2","response":"r2","request":"q2","model":"claude-sonnet-4-5"}"#.into(),
+        r#"{"type":"response_end","t":1400,"stream":"s2","response":"r2","status":"completed","usage":{"input":20,"output":7},"stop_reason":"end_turn"}"#.into(),
+        r#"{"type":"stream_close","t":1401,"stream":"s2"}"#.into(),
+        // The user's next prompt: a new turn.
+        format!(r#"{{"type":"stream_open","t":2000,"stream":"s3","client":"claude","transport":"http","thread":"{th}","host":null}}"#),
+        r#"{"type":"request","t":2000.5,"stream":"s3","request":"q3","previous_response":null,"outputs":[]}"#.into(),
+        r#"{"type":"stream_close","t":2100,"stream":"s3"}"#.into(),
+        String::new(),
+    ]
+    .join("\n")
+}
+
+/// What a person reads: labels that end before the plot, rounded times, no `-0s`, the tool's
+/// name on its mark, the model and tokens of a window's response, and where turns start.
+#[test]
+fn the_page_reads_well_on_live_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(dir.path(), "live.jsonl", &live_trace());
+    let r = dir.path().join("records.jsonl");
+    replay_into(&t, &r);
+    let html = report(&r, Some(&t));
+    assert_balanced(&html);
+
+    // The lane label, shortened so that it ends before the first bar (the plot starts at
+    // 200 px; 24 characters of 12 px text end well before it).
+    let label = html
+        .split("<title>thread 3f2a91bc4d5e6f708192a3b4c5d6e7f8</title>")
+        .nth(1)
+        .expect("the lane label's title")
+        .split("</text>")
+        .next()
+        .unwrap();
+    assert!(label.chars().count() <= 24, "`{label}` runs into the plot");
+    assert!(label.starts_with("thread 3f2a"), "{label}");
+
+    // Times for people.
+    assert!(
+        !html.contains("540.281971") && !html.contains("1162.01602"),
+        "unrounded times"
+    );
+    assert!(html.contains("1162.02 ms"), "the window's close, rounded");
+    assert!(
+        !html.contains(">-0s<") && !html.contains(">-0"),
+        "a negative zero on the axis"
+    );
+
+    // The tool's name on its mark.
+    let mark = html
+        .split("data-interval=\"i1\"")
+        .nth(1)
+        .unwrap()
+        .split("</g>")
+        .next()
+        .unwrap();
+    assert!(mark.contains("class=\"tool\""), "{mark}");
+    assert!(mark.contains(">echo</text>"), "{mark}");
+
+    // Model, tokens and stop reason in the window's hover text.
+    assert!(html.contains("model claude-sonnet-4-5"), "the model");
+    assert!(
+        html.contains("tokens: input 12 · output 5 · cache read 3"),
+        "the tokens"
+    );
+    assert!(html.contains("stop reason tool_use"), "the stop reason");
+
+    // Two turns start (q1, q3); q2 continues r1's tool call.
+    assert_eq!(
+        html.matches("<g class=\"turn\">").count(),
+        2,
+        "two turn starts"
+    );
+    assert!(html.contains("turn starts: request q1 at 12.5 ms"));
+    assert!(html.contains("turn starts: request q3 at 2000.5 ms"));
+    assert!(!html.contains("turn starts: request q2"));
+}
+
+/// Records of several traces (`replay DIR`) name their trace, and the report draws each trace
+/// on its own with its own lanes; records mixed without names are refused, not drawn as one
+/// plausible but wrong run.
+#[test]
+fn records_of_several_traces_are_drawn_apart_and_an_unnamed_mix_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    // Two traces whose intervals share their ids (i1, i2, i3), as the bundled ones do.
+    let a = write(&traces, "a.jsonl", &trace("probe"));
+    let b = write(&traces, "b.jsonl", &trace("other"));
+    let r = dir.path().join("records.jsonl");
+    replay_into(&traces, &r);
+    let text = std::fs::read_to_string(&r).unwrap();
+    assert_eq!(text.matches(r#","trace":"a.jsonl"}"#).count(), 3, "{text}");
+    assert_eq!(text.matches(r#","trace":"b.jsonl"}"#).count(), 3, "{text}");
+    let checked = windowtap(&["check", s(&r)]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    let out_path = dir.path().join("both.html");
+    let out = windowtap(&[
+        "report",
+        s(&r),
+        "--trace",
+        s(&a),
+        "--trace",
+        s(&b),
+        "-o",
+        s(&out_path),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&out_path).unwrap();
+    assert_balanced(&html);
+    for name in ["a.jsonl", "b.jsonl"] {
+        assert_eq!(
+            html.matches(&format!("<h2 class=\"trace\" data-trace=\"{name}\">"))
+                .count(),
+            1,
+            "{name}"
+        );
+    }
+    // Each trace's intervals and windows on its own timeline: every id twice, once per trace.
+    assert_eq!(html.matches("data-interval=\"i1\"").count(), 2);
+    let (first, second) = html.split_at(html.find("data-trace=\"b.jsonl\"").unwrap());
+    assert!(first.contains("probe/echo") && !first.contains("other/echo"));
+    // (Only i1 carries the alias; i2 and i3 are `probe` in both traces.)
+    assert!(second.contains("other/echo"));
+
+    // The same records without their names (two replays concatenated): refused.
+    let ra = windowtap(&["replay", s(&a)]);
+    let rb = windowtap(&["replay", s(&b)]);
+    let mut mixed = ra.stdout.clone();
+    mixed.extend_from_slice(&rb.stdout);
+    assert!(
+        !String::from_utf8_lossy(&mixed).contains("\"trace\""),
+        "one trace names none"
+    );
+    let m = dir.path().join("mixed.jsonl");
+    std::fs::write(&m, mixed).unwrap();
+    let out = windowtap(&["report", s(&m), "-o", s(&dir.path().join("m.html"))]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interval `i1` has two records"), "{err}");
+    assert!(
+        err.contains("windowtap replay"),
+        "it says what to do: {err}"
     );
 }

@@ -2,7 +2,7 @@
 //! (python3, tests/fixtures/hosts/) are launched by the built binary against a scripted
 //! upstream, start their MCP servers from the configuration `run` rewrote (so through
 //! `windowtap wrap`), and go through whole tool loops. The records must attribute each MCP
-//! call to its window with the evidence design.md §4 names, the host's exit code must be
+//! call to its window with the evidence docs/design.md §4 names, the host's exit code must be
 //! `run`'s, and the capture must replay to the live records.
 //!
 //! Everything is on loopback; every wait is bounded (support::WAIT, the hosts' own 20 s).
@@ -74,6 +74,8 @@ struct Run {
     /// The attribution records (a `run` header record, if any, left out).
     records: Vec<Value>,
     capture: PathBuf,
+    /// The relay's log, which run writes beside the records.
+    log: String,
 }
 
 /// Runs `windowtap run --records … --capture … RUN_ARGS -- HOST_ARGS` in `dir` (its HOME,
@@ -126,24 +128,16 @@ fn windowtap_run_with(
     let out_reader =
         std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
     during(child.id());
-    let deadline = Instant::now() + WAIT * 2;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "windowtap run did not finish in time; stderr:\n{}",
-                err_reader.join().unwrap()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let Some(status) = wait_bounded(&mut child) else {
+        panic!(
+            "windowtap run did not finish in time; stderr:\n{}",
+            err_reader.join().unwrap()
+        );
     };
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
     let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    let log = std::fs::read_to_string(records_path.with_extension("log")).unwrap_or_default();
     let records = records_text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("records lines are JSON"))
@@ -157,6 +151,23 @@ fn windowtap_run_with(
         records_text,
         records,
         capture,
+        log,
+    }
+}
+
+/// Waits for `child` at most twice the wait bound; past that kills it and returns `None`.
+fn wait_bounded(child: &mut std::process::Child) -> Option<ExitStatus> {
+    let deadline = Instant::now() + WAIT * 2;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -418,7 +429,8 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
     for (what, text) in [
         ("records", &run.records_text),
         ("capture", &capture),
-        ("log", &run.stderr),
+        ("stderr", &run.stderr),
+        ("log", &run.log),
     ] {
         for secret in [CANARY, "toolu_main", "sess-e2e-1", "dummy-key"] {
             assert!(
@@ -427,6 +439,10 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
             );
         }
     }
+    assert!(
+        run.log.contains(" exchange"),
+        "the log is beside the records"
+    );
     assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
 }
 
@@ -860,4 +876,203 @@ fn a_host_that_cannot_be_started_is_named() {
         "{}",
         run.stderr
     );
+}
+
+/// `windowtap run -- claude` in a terminal: the terminal is the host's while it runs. Driven
+/// under a pseudo-terminal (tests/fixtures/pty_run.py) with a host that writes HOST-START
+/// first and HOST-END last: everything up to HOST-END is the host's own output, and after it
+/// come only run's summary lines, which name the log file beside the records (where the
+/// relay's exchange lines went instead of the terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_terminal_only_the_host_writes_while_it_runs_and_the_log_goes_beside_the_records() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    args.push("--markers".into());
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let (status, stderr) = tokio::task::spawn_blocking(move || {
+        let pty_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pty_run.py");
+        let mut child = Command::new("python3")
+            .arg(pty_run)
+            .arg(path.join("terminal.txt"))
+            .arg(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("run")
+            .arg("--records")
+            .arg(path.join("records.jsonl"))
+            .arg("--")
+            .args(&args)
+            .current_dir(&path)
+            .env("HOME", &path)
+            .env("XDG_STATE_HOME", &path)
+            .env("CODEX_HOME", path.join("codex-home"))
+            .env("ANTHROPIC_BASE_URL", base)
+            .env_remove("WINDOWTAP_INGEST")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 pty_run.py");
+        let stderr = child.stderr.take().unwrap();
+        let err_reader =
+            std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let status = wait_bounded(&mut child).expect("run under a terminal finishes in time");
+        (status, err_reader.join().unwrap())
+    })
+    .await
+    .unwrap();
+    drop(up);
+    let terminal = std::fs::read_to_string(dir.path().join("terminal.txt"))
+        .unwrap_or_default()
+        .replace("\r\n", "\n");
+    eprintln!("--- terminal:\n{terminal}--- pty_run stderr:\n{stderr}");
+    assert_eq!(status.code(), Some(0), "{terminal}");
+    let end = terminal
+        .find("HOST-END\n")
+        .expect("the host ran to its end")
+        + "HOST-END\n".len();
+    let (host, after) = terminal.split_at(end);
+    assert_eq!(
+        host, "HOST-START\ndone main\nHOST-END\n",
+        "nothing but the host wrote to its terminal while it ran"
+    );
+    assert!(
+        after.lines().all(|l| l.starts_with("windowtap run: ")),
+        "after the host, only run's summary: {after}"
+    );
+    let log = dir.path().join("records.log");
+    assert!(
+        after.contains(&format!("log in {}", log.display())),
+        "the summary says where the log is: {after}"
+    );
+    let log = std::fs::read_to_string(&log).expect("the log beside the records");
+    assert!(
+        log.contains(" exchange"),
+        "the relay's exchange lines: {log}"
+    );
+    assert!(after.contains("1 intervals: 1 attributed"), "{after}");
+}
+
+/// `run --help` says where records go and which socket wrappers report on, and nothing that
+/// holds for `relay` only.
+#[test]
+fn run_help_says_where_records_and_the_log_go() {
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(!help.contains("instead of stdout"), "{help}");
+    assert!(!help.contains("--ingest <PATH>"), "{help}");
+    assert!(help.contains("--log-file"), "{help}");
+    assert!(help.contains("$XDG_STATE_HOME/windowtap"), "{help}");
+}
+
+/// The MCP configurations in examples/mcp/ (for `windowtap relay` on its own): each server is
+/// `windowtap wrap --alias <its own name> -- <the server>`. The Claude Code one, with its
+/// server swapped for the gate server, runs a whole tool loop of the scripted claude against a
+/// standalone relay, the wrapper finding the relay through WINDOWTAP_INGEST: the call is
+/// attributed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_mcp_configs_wrap_their_server_for_a_standalone_relay() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp");
+    let claude: Value =
+        serde_json::from_str(&std::fs::read_to_string(examples.join("claude.mcp.json")).unwrap())
+            .expect("claude.mcp.json is JSON");
+    let codex: toml::Table = std::fs::read_to_string(examples.join("codex.config.toml"))
+        .unwrap()
+        .parse()
+        .expect("codex.config.toml is TOML");
+    let codex = serde_json::to_value(codex).unwrap();
+    let servers = claude["mcpServers"].as_object().unwrap().iter();
+    for (name, server) in servers.chain(codex["mcp_servers"].as_object().unwrap()) {
+        let args: Vec<&str> = server["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(server["command"], "windowtap", "{name}");
+        assert_eq!(args[..4], ["wrap", "--alias", name, "--"], "{name}");
+        assert!(args.len() > 4, "{name}: a server after --");
+    }
+    if !python() {
+        return;
+    }
+
+    // The Claude Code config as a user adapts it: the gate server under its own name.
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let (_, template) = claude["mcpServers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    let mut server = template.clone();
+    server["command"] = json!(env!("CARGO_BIN_EXE_windowtap"));
+    server["args"] = json!([
+        "wrap",
+        "--alias",
+        "gate",
+        "--",
+        "python3",
+        gate_server(),
+        "--dir",
+        gates.display().to_string()
+    ]);
+    let config = write_file(
+        dir.path(),
+        "mcp.json",
+        &json!({"mcpServers": {"gate": server}}).to_string(),
+    );
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("anthropic", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let base = format!("http://{}/anthropic", relay.addr);
+    let ingest = relay.ingest.clone();
+    let gate_dir = gates.display().to_string();
+    let host = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(host("claude"))
+            .args(["-p", "use the tool", "--mcp-config"])
+            .arg(&config)
+            .args(["--strict-mcp-config", "--gate-dir", &gate_dir])
+            .env("ANTHROPIC_BASE_URL", base)
+            .env("WINDOWTAP_INGEST", ingest)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the scripted claude")
+    })
+    .await
+    .unwrap();
+    assert!(
+        host.status.success(),
+        "{}",
+        String::from_utf8_lossy(&host.stderr)
+    );
+    let status = relay.stop();
+    assert!(status.success(), "{}", relay.log());
+    let text = std::fs::read_to_string(&records).unwrap();
+    let rs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "attribution")
+        .collect();
+    assert_eq!(rs.len(), 1, "{text}");
+    assert_eq!(rs[0]["decision"], "attributed", "{text}");
+    assert_eq!(rs[0]["alias"], "gate");
 }

@@ -1,4 +1,4 @@
-//! A tripwire for the sanitizing door (`correlator::sanitize`, design.md §7).
+//! A tripwire for the sanitizing door (`correlator::sanitize`, docs/design.md §7).
 //!
 //! The door is enforced by types where the data is the traffic's (capture and records lines
 //! are `Line`s, OTLP spans come from `Cleared` records, logs go through one formatter). What
@@ -20,7 +20,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("logging.rs", 4, "the one log formatter, by the door's log policy"),
     ("main.rs", 1, "the error at the edge: our messages; readers quote input via sanitize::quote"),
     ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
-    ("otlp/export.rs", 1, "gzip of the protobuf of spans made from `Cleared` records"),
+    ("otlp/export.rs", 1, "gzip of the protobuf of spans the tree built from door-cleared events and records"),
     ("relay/args.rs", 1, "the OTLP set-up's warnings: fixed text and an endpoint as scheme://host:port"),
     ("relay/mod.rs", 3, "the banner, the ingest socket's path, the run summary"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
@@ -28,7 +28,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination"),
     ("replay_cmd.rs", 5, "records as `Cleared` lines, the summary and the export report"),
     ("report/mod.rs", 3, "the HTML of cleared records, and counts"),
-    ("report/render.rs", 39, "HTML of cleared records and checked trace events, escaped"),
+    ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
     ("run/mod.rs", 7, "the run summary (counts, the records path), signal notices naming the host program"),
     ("wrap.rs", 7, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid"),
@@ -56,8 +56,28 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The shipped part of a source file: its unit tests cut off.
+/// Whether `path` is a module's unit tests in a file of their own: `x_tests.rs`, included
+/// by a sibling as `#[cfg(test)] #[path = "x_tests.rs"] mod tests;`.
+fn test_only(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    if !name.ends_with("_tests.rs") {
+        return false;
+    }
+    let include = format!("#[cfg(test)]\n#[path = \"{name}\"]\nmod tests;");
+    std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .any(|text| text.contains(&include))
+}
+
+/// The shipped part of a source file: its unit tests cut off (all of it for a file that
+/// holds only a module's tests).
 fn shipped(path: &Path) -> String {
+    if test_only(path) {
+        return String::new();
+    }
     let text = std::fs::read_to_string(path).unwrap();
     match text.find("#[cfg(test)]\nmod tests") {
         Some(i) => text[..i].to_string(),

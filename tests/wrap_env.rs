@@ -30,27 +30,36 @@ fn claude_is_pointed_at_the_anthropic_mount_of_the_default_relay() {
 }
 
 #[test]
-fn codex_gets_the_api_key_and_chatgpt_variants_and_the_ingest_path_when_given() {
-    let (ok, out, _) = env(&[
-        "codex",
-        "--relay",
-        "http://127.0.0.1:9999",
-        "--ingest",
-        "/run/x/ingest.sock",
-    ]);
-    assert!(ok);
-    assert!(
-        out.contains("-c 'openai_base_url=\"http://127.0.0.1:9999/openai/v1\"'"),
-        "{out}"
-    );
-    assert!(
-        out.contains("-c 'openai_base_url=\"http://127.0.0.1:9999/chatgpt\"'"),
-        "{out}"
-    );
-    assert!(
-        out.contains("export WINDOWTAP_INGEST='/run/x/ingest.sock'"),
-        "{out}"
-    );
+fn codex_gets_a_function_for_its_login_and_the_ingest_path_when_given() {
+    for (auth, mount) in [("api", "openai/v1"), ("chatgpt", "chatgpt")] {
+        let (ok, out, _) = env(&[
+            "codex",
+            "--relay",
+            "http://127.0.0.1:9999",
+            "--ingest",
+            "/run/x/ingest.sock",
+            "--codex-auth",
+            auth,
+        ]);
+        assert!(ok);
+        assert!(
+            out.contains(&format!(
+                "codex() {{ command codex -c 'openai_base_url=\"http://127.0.0.1:9999/{mount}\"' \"$@\"; }}"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("export WINDOWTAP_INGEST='/run/x/ingest.sock'"),
+            "{out}"
+        );
+        // Every line is shell: a comment, an export or the function.
+        assert!(
+            out.lines().all(|l| l.starts_with('#')
+                || l.starts_with("export ")
+                || l.starts_with("codex() {")),
+            "{out}"
+        );
+    }
 }
 
 #[test]

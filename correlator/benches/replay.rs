@@ -39,6 +39,14 @@
 //! - peak heap: 28.1 MiB busy, 9.6 MiB quiet, at 1M and 10M alike.
 //! - `windowtap replay` of 10M busy events (1.37 GB): 33.3 → 13.9 s user CPU, max RSS
 //!   613 → 616 MB (it keeps a file's records until the file has read cleanly: 1.67M here).
+//!
+//! Eligibility (issue 10, 2026-12-01, same machine, load average 5–9; main at 72338ca → the
+//! rule branch): every interval now checks each gathered window's host and route (~27 per
+//! interval here; all hosts null and one tool, so every window stays eligible and the records
+//! are the same, 166,661 of 166,666 `ambiguous`). Correlator alone, callgrind, 200k busy
+//! events: 3,197 → 3,588 instructions per event (3,981 before the per-window route memo and
+//! the early drop of given-up candidates). Streamed busy 1M, M events/s of CPU, three
+//! interleaved runs each: before 1.73 / 1.92 / 1.90, after 1.67 / 1.88 / 1.80.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cmp::Reverse;
@@ -254,6 +262,7 @@ impl Workload {
                     stream: stream.clone(),
                     response: response.clone(),
                     request: Some(request),
+                    model: None,
                 },
             ));
             let last_turn = turn + 1 == turns;
@@ -294,6 +303,7 @@ impl Workload {
                         alias: "probe".into(),
                         tool: "echo".into(),
                         start: s,
+                        host: None,
                     },
                 ));
                 let hints = if codex {
@@ -319,6 +329,7 @@ impl Workload {
                         end: e,
                         outcome: Outcome::Result,
                         hints,
+                        host: None,
                     },
                 ));
                 all_done = all_done.max(e);
@@ -331,6 +342,8 @@ impl Workload {
                     stream: stream.clone(),
                     response: response.clone(),
                     status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
                 },
             ));
             if !codex {
@@ -364,6 +377,7 @@ fn open(stream: &str, client: Client, transport: Transport, thread: &Option<Stri
         client,
         transport,
         thread: thread.clone(),
+        host: None,
     }
 }
 
@@ -461,7 +475,7 @@ fn run_slice(events: &[Event]) -> usize {
     n + out.len()
 }
 
-/// Reads trace v1 text and replays it, as `windowtap replay` does (less file I/O and record
+/// Reads trace v2 text and replays it, as `windowtap replay` does (less file I/O and record
 /// writing). Never inlined, for callgrind's `--toggle-collect='*read_and_run*'`.
 #[inline(never)]
 fn read_and_run(text: &[u8]) -> usize {
@@ -478,7 +492,7 @@ fn read_and_run(text: &[u8]) -> usize {
     n + out.len()
 }
 
-/// The busy workload's first `n` events as trace v1 text.
+/// The busy workload's first `n` events as trace v2 text.
 fn trace_text(n: usize) -> String {
     let mut text = format!("{}\n", correlator::trace::HEADER);
     for e in Workload::new(1, BUSY).take(n) {

@@ -1,8 +1,16 @@
-//! The decision rule (design.md §4), driven incrementally by [`Correlator`].
+//! The decision rule (docs/design.md §4), driven incrementally by [`Correlator`].
+//!
+//! Only *eligible* windows take part: of a host not known to differ from the interval's, with
+//! a call complete by its start that could have issued it (its visible name routes to the
+//! interval's alias and tool, or it is an opaque program call, kind `custom`). With
+//! `--candidates all` every window is eligible and every host counts.
 //!
 //! Every reported interval waits, pending, until the first moment its answer cannot change:
-//! every candidate window (one whose first call completed at or before the interval's start)
-//! has closed, broken or been given up, or `incomplete` holds. That moment is computed, not
+//! every candidate window (an eligible one whose first call completed at or before the
+//! interval's start) has closed, broken or been given up, or `incomplete` holds. A candidate
+//! is given up at the first moment the conditions hold, and stays so: the tracker keeps each
+//! window's past spans in which it could be given up, so a call that starts inside it later
+//! cannot take that back. That moment is computed, not
 //! polled, and lazily: each pending interval is either queued at a *lower bound* of its due
 //! time, or parked on one candidate that blocks it (its response still streams, or an MCP call
 //! that started inside it still runs). Time advances from one queued time or `max_window`
@@ -18,13 +26,17 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::event::{Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
-use crate::route;
-use crate::windows::{Call, Changes, Time, Tracker, WinId, Window, WindowState};
+use crate::route::Names;
+use crate::windows::{Call, Changes, LostSpan, Time, Tracker, WinId, Window, WindowState};
+
+/// How many alias/tool pairs keep their route names cached.
+const MAX_ROUTES: usize = 4096;
 
 /// When a window opens for containment purposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,6 +65,34 @@ impl WindowOpen {
     }
 }
 
+/// Which windows may be candidates for an interval (docs/design.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Candidates {
+    /// Only eligible windows: same host (or one unknown), and a call that could have issued
+    /// the MCP call. Losses and running calls count only within a host. The default.
+    #[default]
+    Eligible,
+    /// The literal rule, as before hosts existed: every window, every loss, every call.
+    All,
+}
+
+impl Candidates {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Candidates::Eligible => "eligible",
+            Candidates::All => "all",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "eligible" => Some(Candidates::Eligible),
+            "all" => Some(Candidates::All),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `--close-wait`, milliseconds (default 1000).
@@ -66,6 +106,8 @@ pub struct Config {
     /// intervals reported promptly: a window that contains an interval closes at or after its
     /// end, and every window open at its start is final within `max_window` of it.
     pub retain: Millis,
+    /// `--candidates` (default `eligible`).
+    pub candidates: Candidates,
 }
 
 impl Default for Config {
@@ -75,6 +117,7 @@ impl Default for Config {
             window_open: WindowOpen::Call,
             max_window: 30.0 * 60.0 * 1000.0,
             retain: 30.0 * 60.0 * 1000.0,
+            candidates: Candidates::Eligible,
         }
     }
 }
@@ -86,9 +129,12 @@ struct Pending {
     start: Millis,
     end: Millis,
     hints: Hints,
-    /// Candidate windows: `windows[..open]` not yet seen final (open at gathering or at the
-    /// last evaluation), the rest closed at or after its end (containment is judged at the
-    /// decision). Candidates that broke or closed before its end cannot change its record
+    host: Option<Arc<str>>,
+    /// The visible names its alias and tool can have.
+    names: Arc<Names>,
+    /// Candidate windows: `windows[..open]` not yet settled (open, and not given up, at
+    /// gathering or at the last evaluation), the rest given up (for good) or closed at or
+    /// after its end (containment is judged at the decision). Candidates that broke or closed before its end cannot change its record
     /// and are let go.
     windows: Vec<WinId>,
     open: usize,
@@ -129,14 +175,17 @@ pub struct Correlator {
     changes: Changes,
     next_seq: u64,
     last_gc: Millis,
+    /// Route names by alias, then tool (bounded: see [`MAX_ROUTES`]).
+    routes: FxHashMap<Box<str>, FxHashMap<Box<str>, Arc<Names>>>,
+    routes_len: usize,
 }
 
 impl Correlator {
     pub fn new(mut config: Config) -> Self {
         config.retain = config.retain.max(config.max_window);
         Correlator {
+            tracker: Tracker::new(config.close_wait, config.candidates == Candidates::All),
             config,
-            tracker: Tracker::new(),
             now: 0.0,
             started: false,
             pending: FxHashMap::default(),
@@ -146,7 +195,25 @@ impl Correlator {
             changes: Changes::default(),
             next_seq: 0,
             last_gc: 0.0,
+            routes: FxHashMap::default(),
+            routes_len: 0,
         }
+    }
+
+    /// The names an alias and tool can have, computed once per pair (hosts use a handful).
+    fn route_names(&mut self, alias: &str, tool: &str) -> Arc<Names> {
+        if let Some(n) = self.routes.get(alias).and_then(|tools| tools.get(tool)) {
+            return n.clone();
+        }
+        let names = Arc::new(Names::new(alias, tool));
+        if self.routes_len < MAX_ROUTES {
+            self.routes_len += 1;
+            self.routes
+                .entry(alias.into())
+                .or_default()
+                .insert(tool.into(), names.clone());
+        }
+        names
     }
 
     pub fn config(&self) -> &Config {
@@ -220,8 +287,14 @@ impl Correlator {
         let mut ch = self.take_changes();
         let tr = &mut self.tracker;
         match kind {
-            EventKind::StreamOpen { stream, thread, .. } => {
-                tr.stream_open(t, stream, thread.as_deref())
+            EventKind::StreamOpen {
+                stream,
+                thread,
+                host,
+                ..
+            } => {
+                let host = host.as_deref().map(|h| tr.intern(h));
+                tr.stream_open(t, stream, thread.as_deref(), host)
             }
             EventKind::Request {
                 stream,
@@ -249,6 +322,7 @@ impl Correlator {
                 ..
             } => {
                 let call = Call {
+                    at: t,
                     call: call.as_str().into(),
                     item: item.clone(),
                     name: tr.intern(name),
@@ -261,12 +335,19 @@ impl Correlator {
                 stream,
                 response,
                 status,
+                ..
             } => tr.response_end(t, stream, response, *status, &mut ch),
             EventKind::StreamClose { stream } => tr.stream_close(t, stream, &mut ch),
             EventKind::ObservationLost { stream, .. } => tr.observation_lost(t, stream, &mut ch),
             EventKind::McpStart {
-                interval, start, ..
-            } => tr.mcp_start(interval, *start),
+                interval,
+                start,
+                host,
+                ..
+            } => {
+                let host = host.as_deref().map(|h| tr.intern(h));
+                tr.mcp_start(interval, *start, host)
+            }
             EventKind::McpInterval {
                 interval,
                 alias,
@@ -274,9 +355,12 @@ impl Correlator {
                 start,
                 end,
                 hints,
+                host,
                 ..
             } => {
-                tr.mcp_interval(interval, *start, *end, &mut ch);
+                let host = host.as_deref().map(|h| tr.intern(h));
+                tr.mcp_interval(interval, *start, *end, host.clone(), &mut ch);
+                let names = self.route_names(alias, tool);
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.pending.insert(
@@ -288,6 +372,8 @@ impl Correlator {
                         start: *start,
                         end: *end,
                         hints: hints.clone(),
+                        host,
+                        names,
                         windows: Vec::new(),
                         open: 0,
                         generation: 0,
@@ -353,15 +439,30 @@ impl Correlator {
         }
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
+        let all = self.config.candidates == Candidates::All;
         for &seq in &ungathered {
             let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
             };
             let (s, e) = (p.start, p.end);
             let mut found = std::mem::take(&mut self.scratch);
-            found.extend(self.tracker.open_candidates(s));
-            p.open = found.len();
-            found.extend(self.tracker.closed_containing(s, e));
+            let tr = &mut self.tracker;
+            found.extend(tr.open_candidates(s));
+            let open = found.len();
+            found.extend(tr.closed_containing(s, e));
+            // Only eligible windows stay, in order (the open ones first).
+            let mut kept = 0;
+            p.open = 0;
+            for i in 0..found.len() {
+                let id = found[i];
+                let keep = all || tr.eligible(id, p.host.as_ref(), &p.names, s);
+                if keep {
+                    found[kept] = id;
+                    kept += 1;
+                    p.open += usize::from(i < open);
+                }
+            }
+            found.truncate(kept);
             // One exact-size allocation per interval; the scratch buffer keeps its capacity.
             p.windows = found.as_slice().to_vec();
             found.clear();
@@ -434,7 +535,8 @@ impl Correlator {
         // The entry just popped was its live one.
         p.generation = p.generation.wrapping_add(1);
         p.attached = None;
-        let next = if incomplete(&self.tracker, p, at) {
+        let all = self.config.candidates == Candidates::All;
+        let next = if incomplete(&self.tracker, p, at, all) {
             Next::Decide
         } else {
             next_step(p, &mut self.tracker, cw, at)
@@ -493,7 +595,8 @@ impl Correlator {
         let candidates = contained + given_up;
         // Exactly one candidate, and it contains the interval.
         let only = first.filter(|_| candidates == 1);
-        let reason = if incomplete(&self.tracker, &p, at) {
+        let all = self.config.candidates == Candidates::All;
+        let reason = if incomplete(&self.tracker, &p, at, all) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
@@ -545,29 +648,51 @@ impl Correlator {
     }
 }
 
-/// design.md §4 rule 1, at time `at`.
-fn incomplete(tracker: &Tracker, p: &Pending, at: Millis) -> bool {
+/// Both hosts known and different: the one thing that rules a window, a loss or a running call
+/// out for an interval (a null host never does).
+fn hosts_differ(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a != b)
+}
+
+/// docs/design.md §4 "eligible": could window `w` hold interval `p`? Same host (or one unknown),
+/// and a call complete by `p`'s start that routes to its alias and tool, or an opaque program
+/// call (kind `custom`), which may call any tool. Under `--candidates all`, every window.
+fn eligible(all: bool, p: &Pending, w: &Window) -> bool {
+    if all {
+        return true;
+    }
+    !hosts_differ(p.host.as_ref(), w.host.as_ref()) && w.first_call_for(&p.names) <= p.start
+}
+
+/// docs/design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose host
+/// is not known to differ from its own, or an eligible window that opened by its start and
+/// broke with no request of its thread in between.
+#[inline]
+fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool) -> bool {
     if p.start < tracker.forgotten_before() {
         return true;
     }
-    let lost = tracker
-        .lost_spans()
-        .iter()
-        .any(|l| l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start));
+    let counts = |l: &LostSpan| all || !hosts_differ(p.host.as_ref(), l.host.as_ref());
+    let lost = tracker.lost_spans().iter().any(|l| {
+        l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start) && counts(l)
+    });
     if lost {
         return true;
     }
     tracker.broken_windows().any(|w| {
         let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
-        broken_by && w.open <= p.start && !w.next_request.is_some_and(|q| q <= p.start)
+        broken_by
+            && w.open <= p.start
+            && !w.next_request.is_some_and(|q| q <= p.start)
+            && eligible(all, p, w)
     })
 }
 
 /// For an interval not `incomplete` at `at`: decide now, or the exact due time and the
 /// candidate that sets it, or a candidate that cannot be given up yet (its response still
-/// streams or an MCP call that started inside it still runs). Of several blocking candidates
-/// the latest opened is chosen: it is likely to block longest, so the interval is woken fewer
-/// times.
+/// streams or an MCP call that started inside it still runs, and it could not be given up
+/// before). Of several blocking candidates the latest opened is chosen: it is likely to block
+/// longest, so the interval is woken fewer times.
 ///
 /// On the way, candidates that became final leave the open part of `p.windows`: those that
 /// closed at or after its end stay for the judgement, the others (broken, or closed before its
@@ -601,21 +726,27 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
                 continue;
             }
         }
-        i += 1;
-        match w.response_end {
-            Some(response_end) if w.running == 0 => {
-                let give_up = close_wait + p.end.max(response_end).max(w.max_inside_end);
+        match tracker.give_up_at(w, p.end + close_wait) {
+            Some(give_up) if give_up <= at => {
+                // Given up, and so for good (docs/design.md §4): it no longer delays this interval
+                // and is not looked at again until the judgement.
+                p.open -= 1;
+                p.windows.swap(i, p.open);
+                continue;
+            }
+            Some(give_up) => {
                 if give_up > due {
                     due = give_up;
                     setter = Some(id);
                 }
             }
-            _ => {
+            None => {
                 if blocker.is_none_or(|(open, _)| w.open > open) {
                     blocker = Some((w.open, id));
                 }
             }
         }
+        i += 1;
     }
     match (blocker, setter) {
         (Some((_, id)), _) => Next::Park(id),
@@ -665,9 +796,12 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a == **b) {
         ev.push(Evidence::Thread);
     }
+    if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {
+        ev.push(Evidence::Host);
+    }
     if w.calls
         .iter()
-        .any(|c| route::resolves(&c.name, c.namespace.as_deref(), &p.alias, &p.tool))
+        .any(|c| p.names.matches(&c.name, c.namespace.as_deref()))
     {
         ev.push(Evidence::Route);
     }

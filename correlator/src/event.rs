@@ -1,7 +1,9 @@
-//! The event model: one type per line of trace v1 (design.md §5).
+//! The event model: one type per line of trace v2 (docs/design.md §5).
 //!
 //! Times are milliseconds since the trace's epoch, as `f64` so that fractions survive a
 //! round trip. Ids are opaque strings (already pseudonymized when they come from a capture).
+//! A trace v1 is read into the same model with every `host` null and no model, usage or stop
+//! reason.
 
 use std::fmt;
 
@@ -71,6 +73,9 @@ pub enum EventKind {
         client: Client,
         transport: Transport,
         thread: Option<String>,
+        /// The host process that owns the client end of the connection (a pseudonym), or
+        /// `None` when it is not known.
+        host: Option<String>,
     },
     Request {
         stream: String,
@@ -82,6 +87,8 @@ pub enum EventKind {
         stream: String,
         response: String,
         request: Option<String>,
+        /// The model name as the API reports it (trace v2, optional).
+        model: Option<String>,
     },
     ToolCall {
         stream: String,
@@ -96,6 +103,10 @@ pub enum EventKind {
         stream: String,
         response: String,
         status: ResponseStatus,
+        /// Token counts as the API reported them (trace v2, optional).
+        usage: Option<Usage>,
+        /// The stop or finish reason, as a fixed word (trace v2, optional).
+        stop_reason: Option<StopReason>,
     },
     StreamClose {
         stream: String,
@@ -109,6 +120,8 @@ pub enum EventKind {
         alias: String,
         tool: String,
         start: Millis,
+        /// The host process the call belongs to (a pseudonym), or `None` when not known.
+        host: Option<String>,
     },
     McpInterval {
         interval: String,
@@ -118,11 +131,41 @@ pub enum EventKind {
         end: Millis,
         outcome: Outcome,
         hints: Hints,
+        /// The host process the call belongs to (a pseudonym), or `None` when not known.
+        host: Option<String>,
     },
 }
 
+/// Token counts of one response (`response_end.usage`, trace v2): each `None` when the API did
+/// not report it. Counts only: they may be written anywhere (docs/design.md §7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Input tokens not read from or written to a prompt cache (Anthropic `input_tokens`;
+    /// Responses / Chat `input_tokens` / `prompt_tokens`, as reported).
+    pub input: Option<u64>,
+    /// Output tokens (`output_tokens` / `completion_tokens`).
+    pub output: Option<u64>,
+    /// Input tokens read from a prompt cache (`cache_read_input_tokens` /
+    /// `input_tokens_details.cached_tokens`).
+    pub cache_read: Option<u64>,
+    /// Input tokens written to a prompt cache (`cache_creation_input_tokens`).
+    pub cache_creation: Option<u64>,
+}
+
+impl Usage {
+    /// The fields in trace order with their keys.
+    pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            ("input", self.input),
+            ("output", self.output),
+            ("cache_read", self.cache_read),
+            ("cache_creation", self.cache_creation),
+        ]
+    }
+}
+
 impl EventKind {
-    /// The `type` word of this event in trace v1.
+    /// The `type` word of this event in trace v2.
     pub fn type_name(&self) -> &'static str {
         match self {
             EventKind::StreamOpen { .. } => "stream_open",
@@ -155,11 +198,11 @@ impl EventKind {
 macro_rules! words {
     ($ty:ident { $($variant:ident => $word:literal),* $(,)? }) => {
         impl $ty {
-            /// The word used for this value in trace v1 and records v1.
+            /// The word used for this value in trace v2 and records v1.
             pub fn as_str(self) -> &'static str {
                 match self { $($ty::$variant => $word),* }
             }
-            /// Parses the trace v1 word; `None` for anything else.
+            /// Parses the trace v2 word; `None` for anything else.
             pub fn parse(s: &str) -> Option<Self> {
                 match s { $($word => Some($ty::$variant),)* _ => None }
             }
@@ -184,3 +227,49 @@ words!(ResponseStatus {
     Error => "error",
 });
 words!(Outcome { Result => "result", Error => "error", Cancelled => "cancelled", Lost => "lost" });
+
+/// Why a response stopped (`response_end.stop_reason`, trace v2): Anthropic's `stop_reason`,
+/// the Responses API's `incomplete_details.reason`, Chat Completions' `finish_reason`. A fixed
+/// list: anything else the API says is [`StopReason::Other`] (docs/design.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    StopSequence,
+    PauseTurn,
+    Refusal,
+    ModelContextWindowExceeded,
+    MaxOutputTokens,
+    Stop,
+    Length,
+    ContentFilter,
+    ToolCalls,
+    FunctionCall,
+    Other,
+}
+
+words!(StopReason {
+    EndTurn => "end_turn",
+    ToolUse => "tool_use",
+    MaxTokens => "max_tokens",
+    StopSequence => "stop_sequence",
+    PauseTurn => "pause_turn",
+    Refusal => "refusal",
+    ModelContextWindowExceeded => "model_context_window_exceeded",
+    MaxOutputTokens => "max_output_tokens",
+    Stop => "stop",
+    Length => "length",
+    ContentFilter => "content_filter",
+    ToolCalls => "tool_calls",
+    FunctionCall => "function_call",
+    Other => "other",
+});
+
+impl StopReason {
+    /// What an API said, as one of the fixed words: anything not on the list is `other`, so
+    /// no text of the API's ever gets through.
+    pub fn from_api(s: &str) -> StopReason {
+        StopReason::parse(s).unwrap_or(StopReason::Other)
+    }
+}

@@ -1,5 +1,5 @@
 //! The ingest protocol (version 1): the lines a wrapper writes to the relay's ingest socket,
-//! one report per line (design.md §1, §4; `docs/ingest.md`).
+//! one report per line (docs/design.md §1, §4; `docs/ingest.md`).
 //!
 //! Sans-IO: [`Report::parse`] reads one line, [`Report::to_line`] writes one. The socket, the
 //! clock conversion and the per-connection bookkeeping stay in the binary (`src/ingest.rs`),

@@ -1,5 +1,10 @@
-//! What the strict JSON Lines readers (trace v1, records v1) share: the error that names a
+//! What the strict JSON Lines readers (traces, records v1) share: the error that names a
 //! source, line and field, and typed access to one line's fields.
+//!
+//! An error never echoes input (a trace's `version` could be a pasted secret): what was wrong
+//! is a [`Problem`], a matchable value built only from our own words, kinds (`a string`),
+//! numbers the reader parsed, and [`Token`]s, which hold a piece of input only as
+//! [`crate::sanitize::quote`] lets it out (a short plain token, else its length).
 
 use std::fmt;
 use std::io::BufRead;
@@ -19,7 +24,7 @@ pub struct LineError {
     pub line: usize,
     /// The field at fault, when one is (`window.close` for a field inside a record's window).
     pub field: Option<&'static str>,
-    pub message: String,
+    pub problem: Problem,
 }
 
 impl fmt::Display for LineError {
@@ -28,48 +33,182 @@ impl fmt::Display for LineError {
         if let Some(field) = self.field {
             write!(f, "field `{field}`: ")?;
         }
-        f.write_str(&self.message)
+        write!(f, "{}", self.problem)
     }
+}
+
+/// A piece of input as an error may show it: [`quote`]d when it is made, so a short plain
+/// token as it is and anything else only by its length. There is no other way to make one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    pub fn of(s: &str) -> Token {
+        Token(quote(s).into_owned())
+    }
+
+    /// A JSON value from input: a string, number or word as [`Token::of`] shows its text;
+    /// arrays and objects by their kind only.
+    pub fn of_value(v: &Value) -> Token {
+        match v {
+            Value::String(s) => Token::of(s),
+            Value::Number(n) => Token::of(&n.to_string()),
+            Value::Null | Value::Bool(_) => Token(v.to_string()),
+            Value::Array(_) | Value::Object(_) => Token(kind_of(v).to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What is wrong with a line or a field. Every part is our own text, a kind, a number the
+/// reader parsed, or a [`Token`]: no variant can carry raw input.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    #[error("missing")]
+    Missing,
+    #[error("expected {want}, got {got}")]
+    WrongType {
+        want: &'static str,
+        got: &'static str,
+    },
+    #[error("expected strings, found {got}")]
+    NotStrings { got: &'static str },
+    #[error("must be a finite number >= 0, got {got}")]
+    NotATime { got: Token },
+    #[error("must be a whole number >= 0, got {got}")]
+    NotACount { got: Token },
+    #[error("`{key}` must be a non-negative integer, got {got}")]
+    NotACountIn { key: &'static str, got: Token },
+    #[error("{got} is too large")]
+    TooLarge { got: u64 },
+    #[error("`{got}` is not one of {}{}", .words.join(", "), if *.or_null { " (or null)" } else { "" })]
+    NotOneOf {
+        got: Token,
+        words: &'static [&'static str],
+        or_null: bool,
+    },
+    #[error("`{got}` is listed twice")]
+    Twice { got: Token },
+    #[error("unsupported {what} version {got} ({readable})")]
+    Version {
+        what: &'static str,
+        got: Token,
+        readable: &'static str,
+    },
+    #[error("unknown {what} type `{got}`{hint}")]
+    UnknownType {
+        what: &'static str,
+        got: Token,
+        hint: &'static str,
+    },
+    #[error("empty trace: the first line must be {header}")]
+    EmptyTrace { header: &'static str },
+    #[error("the first line must be the trace header {header}, got type `{got}`")]
+    NotAHeader { header: &'static str, got: Token },
+    /// An id in a state it cannot be in: `stream `s1` is not open`.
+    #[error("{what} `{id}` {state}")]
+    Id {
+        what: &'static str,
+        id: Token,
+        state: &'static str,
+    },
+    #[error("response `{response}` is not open on stream `{stream}`")]
+    NotOpenOn { response: Token, stream: Token },
+    /// Two times in the wrong order: `{value} {relation}{other}{tail}`.
+    #[error("{value} {relation}{other}{tail}")]
+    Order {
+        value: f64,
+        relation: &'static str,
+        other: f64,
+        tail: &'static str,
+    },
+    #[error("`{reason}` means {want} candidates, got {got}")]
+    Candidates {
+        reason: &'static str,
+        want: &'static str,
+        got: usize,
+    },
+    #[error("must be null when the decision is attributed, got `{got}`")]
+    NotNullWhenAttributed { got: &'static str },
+    /// A rule the line breaks, in our words.
+    #[error("{0}")]
+    Rule(&'static str),
+    #[error("expected a JSON object, got {got}")]
+    NotAnObject { got: &'static str },
+    #[error("bad JSON ({class} error at column {column})")]
+    BadJson { class: &'static str, column: usize },
+    #[error("not valid UTF-8")]
+    NotUtf8,
+    #[error("read error ({kind})")]
+    Read { kind: std::io::ErrorKind },
 }
 
 /// A fault found on one line, before it is tied to a source and line number.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Fault {
     pub field: Option<&'static str>,
-    pub message: String,
+    pub problem: Problem,
 }
 
 impl Fault {
-    pub fn at(self, source_name: &str, line: usize) -> LineError {
+    pub(crate) fn at(self, source_name: &str, line: usize) -> LineError {
         LineError {
             source_name: source_name.to_string(),
             line,
             field: self.field,
-            message: self.message,
+            problem: self.problem,
         }
     }
 }
 
-pub(crate) fn fault(field: &'static str, message: impl Into<String>) -> Fault {
+pub(crate) fn fault(field: &'static str, problem: Problem) -> Fault {
     Fault {
         field: Some(field),
-        message: message.into(),
+        problem,
     }
 }
 
-pub(crate) fn line_fault(message: impl Into<String>) -> Fault {
+pub(crate) fn line_fault(problem: Problem) -> Fault {
     Fault {
         field: None,
-        message: message.into(),
+        problem,
     }
+}
+
+/// Two times of a line in the wrong order, at `field`.
+pub(crate) fn order(
+    field: &'static str,
+    value: f64,
+    relation: &'static str,
+    other: f64,
+    tail: &'static str,
+) -> Fault {
+    fault(
+        field,
+        Problem::Order {
+            value,
+            relation,
+            other,
+            tail,
+        },
+    )
 }
 
 /// A line that could not be read: not UTF-8, or an I/O error.
 pub(crate) fn read_fault(e: &std::io::Error) -> Fault {
     if e.kind() == std::io::ErrorKind::InvalidData {
-        line_fault("not valid UTF-8")
+        line_fault(Problem::NotUtf8)
     } else {
-        line_fault(format!("read error: {e}"))
+        line_fault(Problem::Read { kind: e.kind() })
     }
 }
 
@@ -95,31 +234,34 @@ pub(crate) struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    pub fn new(obj: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>) -> Self {
         Fields { obj, name: bare }
     }
 
-    pub fn get(&self, k: &'static str) -> Result<&Value, Fault> {
+    pub(crate) fn get(&self, k: &'static str) -> Result<&Value, Fault> {
         self.obj
             .get(k)
-            .ok_or_else(|| fault((self.name)(k), "missing"))
+            .ok_or_else(|| fault((self.name)(k), Problem::Missing))
     }
 
-    pub fn wrong(&self, k: &'static str, want: &str, got: &Value) -> Fault {
+    pub(crate) fn wrong(&self, k: &'static str, want: &'static str, got: &Value) -> Fault {
         fault(
             (self.name)(k),
-            format!("expected {want}, got {}", kind_of(got)),
+            Problem::WrongType {
+                want,
+                got: kind_of(got),
+            },
         )
     }
 
-    pub fn string(&self, k: &'static str) -> Result<String, Fault> {
+    pub(crate) fn string(&self, k: &'static str) -> Result<String, Fault> {
         match self.get(k)? {
             Value::String(s) => Ok(s.clone()),
             other => Err(self.wrong(k, "a string", other)),
         }
     }
 
-    pub fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
         match self.get(k)? {
             Value::String(s) => Ok(Some(s.clone())),
             Value::Null => Ok(None),
@@ -128,7 +270,7 @@ impl<'a> Fields<'a> {
     }
 
     /// An optional field: absent and null both mean "none".
-    pub fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
         if self.obj.contains_key(k) {
             self.opt_string(k)
         } else {
@@ -136,42 +278,48 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn time(&self, k: &'static str) -> Result<Millis, Fault> {
+    pub(crate) fn time(&self, k: &'static str) -> Result<Millis, Fault> {
         match self.get(k)? {
             Value::Number(n) => match n.as_f64() {
                 Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
                 _ => Err(fault(
                     (self.name)(k),
-                    format!("must be a finite number >= 0, got {n}"),
+                    Problem::NotATime {
+                        got: Token::of(&n.to_string()),
+                    },
                 )),
             },
             other => Err(self.wrong(k, "a number", other)),
         }
     }
 
-    pub fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
+    pub(crate) fn opt_time(&self, k: &'static str) -> Result<Option<Millis>, Fault> {
         match self.get(k)? {
             Value::Null => Ok(None),
             _ => self.time(k).map(Some),
         }
     }
 
-    pub fn word<T>(
+    pub(crate) fn word<T>(
         &self,
         k: &'static str,
         parse: fn(&str) -> Option<T>,
-        words: &[&str],
+        words: &'static [&'static str],
     ) -> Result<T, Fault> {
         let s = self.string(k)?;
         parse(&s).ok_or_else(|| {
             fault(
                 (self.name)(k),
-                format!("`{}` is not one of {}", quote(&s), words.join(", ")),
+                Problem::NotOneOf {
+                    got: Token::of(&s),
+                    words,
+                    or_null: false,
+                },
             )
         })
     }
 
-    pub fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
+    pub(crate) fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
         match self.get(k)? {
             Value::Array(items) => items
                 .iter()
@@ -179,7 +327,9 @@ impl<'a> Fields<'a> {
                     Value::String(s) => Ok(s.clone()),
                     other => Err(fault(
                         (self.name)(k),
-                        format!("expected strings, found {}", kind_of(other)),
+                        Problem::NotStrings {
+                            got: kind_of(other),
+                        },
                     )),
                 })
                 .collect(),
@@ -192,11 +342,20 @@ impl<'a> Fields<'a> {
 pub(crate) fn object(line: &str) -> Result<Map<String, Value>, Fault> {
     match serde_json::from_str::<Value>(line) {
         Ok(Value::Object(obj)) => Ok(obj),
-        Ok(other) => Err(line_fault(format!(
-            "expected a JSON object, got {}",
-            kind_of(&other)
-        ))),
-        Err(e) => Err(line_fault(format!("bad JSON: {e}"))),
+        Ok(other) => Err(line_fault(Problem::NotAnObject {
+            got: kind_of(&other),
+        })),
+        // serde_json's message can quote the input ("invalid type: string \"…\""): only
+        // its class and column are shown.
+        Err(e) => Err(line_fault(Problem::BadJson {
+            class: match e.classify() {
+                serde_json::error::Category::Io => "read",
+                serde_json::error::Category::Syntax => "syntax",
+                serde_json::error::Category::Data => "data",
+                serde_json::error::Category::Eof => "unexpected end",
+            },
+            column: e.column(),
+        })),
     }
 }
 
@@ -211,7 +370,7 @@ pub(crate) struct LineSource<R> {
 }
 
 impl<R: BufRead> LineSource<R> {
-    pub fn new(input: R, source_name: String) -> Self {
+    pub(crate) fn new(input: R, source_name: String) -> Self {
         LineSource {
             input,
             source_name,
@@ -222,7 +381,7 @@ impl<R: BufRead> LineSource<R> {
     }
 
     /// The next non-blank line as an object; `None` at the end or after an error.
-    pub fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
+    pub(crate) fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
         if let Err(e) = self.next_line()? {
             return Some(Err(e));
         }
@@ -231,7 +390,7 @@ impl<R: BufRead> LineSource<R> {
 
     /// Moves to the next non-blank line, whose text [`LineSource::line`] then gives; `None` at
     /// the end or after an error. (Lets a reader try a faster typed parse before [`object`].)
-    pub fn next_line(&mut self) -> Option<Result<(), LineError>> {
+    pub(crate) fn next_line(&mut self) -> Option<Result<(), LineError>> {
         if self.failed {
             return None;
         }
@@ -251,17 +410,46 @@ impl<R: BufRead> LineSource<R> {
     }
 
     /// The current line, without its line break.
-    pub fn line(&self) -> &str {
+    pub(crate) fn line(&self) -> &str {
         self.buf.trim_end_matches(['\n', '\r'])
     }
 
     /// Ends the input with `f` at the current line.
-    pub fn fail(&mut self, f: Fault) -> LineError {
+    pub(crate) fn fail(&mut self, f: Fault) -> LineError {
         self.failed = true;
         f.at(&self.source_name, self.line_no)
     }
 
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_shows_short_tokens_and_only_the_length_of_anything_else() {
+        let secret = "sk-ant-api03-0123456789abcdefghijklmnop";
+        let f = fault(
+            "version",
+            Problem::Version {
+                what: "trace",
+                got: Token::of_value(&Value::String(secret.into())),
+                readable: "1 and 2 are read",
+            },
+        )
+        .at("t.jsonl", 1);
+        let shown = f.to_string();
+        assert!(!shown.contains("sk-ant"), "{shown}");
+        assert!(shown.contains("bytes withheld"), "{shown}");
+        // Matchable: callers and tests tell faults apart by variant, not by text.
+        assert!(matches!(f.problem, Problem::Version { what: "trace", .. }));
+        assert_eq!(Token::of("s1").as_str(), "s1");
+        assert_eq!(
+            Token::of_value(&serde_json::json!({"k": secret})).as_str(),
+            "an object"
+        );
     }
 }

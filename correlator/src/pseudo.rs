@@ -1,4 +1,4 @@
-//! Keyed pseudonymization of raw ids (design.md §7).
+//! Keyed pseudonymization of raw ids (docs/design.md §7).
 //!
 //! Every id that leaves the process (stream, request, response, call, item, thread, interval
 //! and the hints) is replaced by HMAC-SHA256(key, raw id), truncated to 16 bytes and written

@@ -1,5 +1,5 @@
 //! Records v1: one attribution record per MCP interval, written in decision order
-//! (design.md §6). Field order and number format are fixed so that replay output is
+//! (docs/design.md §6). Field order and number format are fixed so that replay output is
 //! byte-identical from run to run.
 
 use std::fmt;
@@ -7,11 +7,9 @@ use std::io::BufRead;
 
 use serde_json::{Map, Value};
 
-use crate::sanitize::quote;
-
 use crate::event::Millis;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, kind_of, Fault, Fields, LineError, LineSource};
+use crate::lines::{fault, kind_of, order, Fault, Fields, LineError, LineSource, Problem, Token};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -29,6 +27,15 @@ impl Reason {
         Reason::Unclosed,
         Reason::IdentityConflict,
         Reason::NoWindow,
+    ];
+
+    /// Every reason's word, in [`Reason::ALL`] order.
+    pub const WORDS: &'static [&'static str] = &[
+        "incomplete",
+        "ambiguous",
+        "unclosed",
+        "identity_conflict",
+        "no_window",
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +67,8 @@ pub enum Evidence {
     ItemId,
     CallId,
     Thread,
+    /// The interval's host and the window's stream's host are both known and equal.
+    Host,
     Route,
 }
 
@@ -71,16 +80,29 @@ impl Evidence {
             Evidence::ItemId => "item_id",
             Evidence::CallId => "call_id",
             Evidence::Thread => "thread",
+            Evidence::Host => "host",
             Evidence::Route => "route",
         }
     }
 
-    pub const ALL: [Evidence; 6] = [
+    /// Every evidence word, in [`Evidence::ALL`] order.
+    pub const WORDS: &'static [&'static str] = &[
+        "containment",
+        "tool_use_id",
+        "item_id",
+        "call_id",
+        "thread",
+        "host",
+        "route",
+    ];
+
+    pub const ALL: [Evidence; 7] = [
         Evidence::Containment,
         Evidence::ToolUseId,
         Evidence::ItemId,
         Evidence::CallId,
         Evidence::Thread,
+        Evidence::Host,
         Evidence::Route,
     ];
 
@@ -132,6 +154,12 @@ impl Record {
 
     /// Appends the record as one JSON line (without the newline).
     pub fn write_json(&self, out: &mut String) {
+        self.write_json_from(None, out);
+    }
+
+    /// Appends the record as one JSON line (without the newline), with the optional `trace`
+    /// field last when the record comes from one of several traces replayed together.
+    pub fn write_json_from(&self, trace: Option<&str>, out: &mut String) {
         out.push_str("{\"type\":\"attribution\",\"version\":1,");
         push_key(out, "interval");
         push_str(out, &self.interval);
@@ -186,6 +214,11 @@ impl Record {
         }
         out.push_str(",\"decided_at\":");
         push_ms(out, self.decided_at);
+        if let Some(t) = trace {
+            out.push(',');
+            push_key(out, "trace");
+            push_str(out, t);
+        }
         out.push('}');
     }
 
@@ -247,7 +280,7 @@ impl fmt::Display for Summary {
 //
 // Mirrors `trace::TraceReader`: every malformed line is an error naming the source, the line,
 // the field when there is one, and what was wrong; it never guesses. Beyond fields and types it
-// checks what the decision rule guarantees of every record (design.md §4, §6), so that a
+// checks what the decision rule guarantees of every record (docs/design.md §4, §6), so that a
 // checker run over a records file catches a correlator that breaks its own rule.
 
 /// A malformed records line: source, line number, field and what was wrong.
@@ -273,7 +306,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         other => {
             return Err(fault(
                 "version",
-                format!("unsupported records version {other}"),
+                Problem::Version {
+                    what: "records",
+                    got: Token::of_value(other),
+                    readable: "1 is read",
+                },
             ))
         }
     }
@@ -283,7 +320,7 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     let start = f.time("start")?;
     let end = f.time("end")?;
     if end < start {
-        return Err(fault("end", format!("{end} is before start {start}")));
+        return Err(order("end", end, "is before start ", start, ""));
     }
     let decision = f.string("decision")?;
     let attributed = match decision.as_str() {
@@ -292,21 +329,24 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         other => {
             return Err(fault(
                 "decision",
-                format!("`{}` is not one of attributed, abstained", quote(other)),
+                Problem::NotOneOf {
+                    got: Token::of(other),
+                    words: &["attributed", "abstained"],
+                    or_null: false,
+                },
             ))
         }
     };
     let reason = match f.opt_string("reason")? {
         None => None,
         Some(s) => Some(Reason::parse(&s).ok_or_else(|| {
-            let words: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
             fault(
                 "reason",
-                format!(
-                    "`{}` is not one of {} (or null)",
-                    quote(&s),
-                    words.join(", ")
-                ),
+                Problem::NotOneOf {
+                    got: Token::of(&s),
+                    words: Reason::WORDS,
+                    or_null: true,
+                },
             )
         })?),
     };
@@ -315,20 +355,20 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             let mut out: Vec<Evidence> = Vec::with_capacity(items.len());
             for v in items {
                 let Value::String(s) = v else {
-                    return Err(fault(
-                        "evidence",
-                        format!("expected strings, found {}", kind_of(v)),
-                    ));
+                    return Err(fault("evidence", Problem::NotStrings { got: kind_of(v) }));
                 };
                 let e = Evidence::parse(s).ok_or_else(|| {
-                    let words: Vec<&str> = Evidence::ALL.iter().map(|e| e.as_str()).collect();
                     fault(
                         "evidence",
-                        format!("`{}` is not one of {}", quote(s), words.join(", ")),
+                        Problem::NotOneOf {
+                            got: Token::of(s),
+                            words: Evidence::WORDS,
+                            or_null: false,
+                        },
                     )
                 })?;
                 if out.contains(&e) {
-                    return Err(fault("evidence", format!("`{}` is listed twice", quote(s))));
+                    return Err(fault("evidence", Problem::Twice { got: Token::of(s) }));
                 }
                 out.push(e);
             }
@@ -339,12 +379,14 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     let candidates = match f.get("candidates")? {
         Value::Number(n) => match n.as_u64() {
             Some(c) => {
-                usize::try_from(c).map_err(|_| fault("candidates", format!("{c} is too large")))?
+                usize::try_from(c).map_err(|_| fault("candidates", Problem::TooLarge { got: c }))?
             }
             None => {
                 return Err(fault(
                     "candidates",
-                    format!("must be a whole number >= 0, got {n}"),
+                    Problem::NotACount {
+                        got: Token::of(&n.to_string()),
+                    },
                 ))
             }
         },
@@ -372,11 +414,12 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     };
     let decided_at = f.time("decided_at")?;
     if decided_at < end {
-        return Err(fault(
+        return Err(order(
             "decided_at",
-            format!(
-                "{decided_at} is before the interval's end {end}: no decision precedes its report"
-            ),
+            decided_at,
+            "is before the interval's end ",
+            end,
+            ": no decision precedes its report",
         ));
     }
 
@@ -384,70 +427,83 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         if let Some(r) = reason {
             return Err(fault(
                 "reason",
-                format!("must be null when the decision is attributed, got `{r}`"),
+                Problem::NotNullWhenAttributed { got: r.as_str() },
             ));
         }
         let Some(w) = &window else {
-            return Err(fault("window", "an attributed record must name its window"));
+            return Err(fault(
+                "window",
+                Problem::Rule("an attributed record must name its window"),
+            ));
         };
         if evidence.first() != Some(&Evidence::Containment) {
             return Err(fault(
                 "evidence",
-                "an attributed record's evidence starts with `containment`",
+                Problem::Rule("an attributed record's evidence starts with `containment`"),
             ));
         }
         if candidates != 1 {
             return Err(fault(
                 "candidates",
-                format!("an attributed record has exactly 1 candidate, got {candidates}"),
+                Problem::Candidates {
+                    reason: "attributed",
+                    want: "exactly 1",
+                    got: candidates,
+                },
             ));
         }
         let Some(close) = w.close else {
             return Err(fault(
                 "window.close",
-                "an attributed record's window has closed (null is not allowed)",
+                Problem::Rule("an attributed record's window has closed (null is not allowed)"),
             ));
         };
         if w.open > start {
-            return Err(fault(
+            return Err(order(
                 "window.open",
-                format!(
-                    "{} is after the interval's start {start}: the window does not contain it",
-                    w.open
-                ),
+                w.open,
+                "is after the interval's start ",
+                start,
+                ": the window does not contain it",
             ));
         }
         if close < end {
-            return Err(fault(
+            return Err(order(
                 "window.close",
-                format!(
-                    "{close} is before the interval's end {end}: the window does not contain it"
-                ),
+                close,
+                "is before the interval's end ",
+                end,
+                ": the window does not contain it",
             ));
         }
         if close > decided_at {
-            return Err(fault(
+            return Err(order(
                 "window.close",
-                format!("{close} is after decided_at {decided_at}: the window closed before the decision"),
+                close,
+                "is after decided_at ",
+                decided_at,
+                ": the window closed before the decision",
             ));
         }
         if w.request.is_none() {
             return Err(fault(
                 "window.request",
-                "a closed window names the request that closed it (null is not allowed)",
+                Problem::Rule(
+                    "a closed window names the request that closed it (null is not allowed)",
+                ),
             ));
         }
     } else {
         let Some(r) = reason else {
             return Err(fault(
                 "reason",
-                "an abstained record names its reason (null is not allowed)",
+                Problem::Rule("an abstained record names its reason (null is not allowed)"),
             ));
         };
         if window.is_some() {
             return Err(fault(
                 "window",
-                "must be null when the decision is abstained",
+                Problem::Rule("must be null when the decision is abstained"),
             ));
         }
         let ok = match r {
@@ -464,7 +520,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             };
             return Err(fault(
                 "candidates",
-                format!("`{r}` means {want} candidates, got {candidates}"),
+                Problem::Candidates {
+                    reason: r.as_str(),
+                    want,
+                    got: candidates,
+                },
             ));
         }
     }
@@ -488,6 +548,8 @@ pub struct RecordReader<R> {
     lines: LineSource<R>,
     seen_line: bool,
     run_header: Option<Map<String, Value>>,
+    /// The `trace` field of the record last returned.
+    trace: Option<String>,
 }
 
 impl<R: BufRead> RecordReader<R> {
@@ -497,7 +559,14 @@ impl<R: BufRead> RecordReader<R> {
             lines: LineSource::new(input, source_name.into()),
             seen_line: false,
             run_header: None,
+            trace: None,
         }
+    }
+
+    /// The trace the record last returned came from (its optional `trace` field: replay of
+    /// several traces names each record's), or `None`.
+    pub fn trace(&self) -> Option<&str> {
+        self.trace.as_deref()
     }
 
     /// The live run's header record, if the file starts with one (once it has been read).
@@ -511,22 +580,38 @@ impl<R: BufRead> RecordReader<R> {
         self.seen_line = true;
         let ty = Fields::new(&obj).string("type")?;
         match ty.as_str() {
-            "attribution" => parse_record(&obj).map(Some),
+            "attribution" => {
+                let r = parse_record(&obj)?;
+                self.trace = match Fields::new(&obj).hint("trace")? {
+                    Some(t) if !crate::sanitize::is_name(&t) => {
+                        return Err(fault(
+                            "trace",
+                            Problem::Rule("a trace's name: 1 to 1024 bytes, no control character"),
+                        ))
+                    }
+                    t => t,
+                };
+                Ok(Some(r))
+            }
             "run" if first => {
                 self.run_header = Some(obj);
                 Ok(None)
             }
-            "run" => Err(fault("type", "a run header may only be the first line")),
+            "run" => Err(fault(
+                "type",
+                Problem::Rule("a run header may only be the first line"),
+            )),
             "trace" => Err(fault(
                 "type",
-                "this is a trace v1 header, not a record (is this a trace file?)",
+                Problem::Rule("this is a trace header, not a record (is this a trace file?)"),
             )),
             other => Err(fault(
                 "type",
-                format!(
-                    "unknown record type `{}` (expected `attribution`)",
-                    quote(other)
-                ),
+                Problem::UnknownType {
+                    what: "record",
+                    got: Token::of(other),
+                    hint: " (expected `attribution`)",
+                },
             )),
         }
     }
@@ -548,6 +633,19 @@ impl<R: BufRead> Iterator for RecordReader<R> {
             }
         }
     }
+}
+
+/// Reads a whole records file into memory, each record with the trace it names (if any).
+pub fn read_all_from(
+    input: impl BufRead,
+    source_name: &str,
+) -> Result<Vec<(Record, Option<String>)>, RecordError> {
+    let mut reader = RecordReader::new(input, source_name);
+    let mut out = Vec::new();
+    while let Some(r) = reader.next() {
+        out.push((r?, reader.trace().map(str::to_string)));
+    }
+    Ok(out)
 }
 
 /// Reads a whole records file into memory.

@@ -1,4 +1,4 @@
-//! Does a model-visible tool call name a given MCP alias and tool? (design.md §4, `route`)
+//! Does a model-visible tool call name a given MCP alias and tool? (docs/design.md §4, `route`)
 //!
 //! The model never sees the MCP alias and tool as the wrapper reports them: each host
 //! translates them into a name its model API accepts. A call *resolves* to `(alias, tool)` when
@@ -31,11 +31,16 @@
 //!   identity); if even that does not fit, the namespace is cut to `cap - 15` chars and the
 //!   name is only the suffix.
 //!
-//! The cap was 64 bytes in the commits read and is 128 in later ones (the boundary test
+//! The cap is 128 bytes (docs/design.md §4; the boundary test
 //! `test_normalize_tools_respects_responses_api_name_length_boundaries` asserts 128, and seed
-//! 004 cites commit 4f39251a01), so both are accepted. A further retry (`attempt` ≥ 1, hashing
+//! 004 cites commit 4f39251a01). Older builds cut at 64; their cut names are not accepted (the
+//! design names one translation). A further retry (`attempt` ≥ 1, hashing
 //! `identity\0attempt`) happens only when two different hashed names collide in 48 bits; it is
 //! not accepted.
+//!
+//! Since the rule asks this for every candidate window of every interval (a window is
+//! *eligible* only if one of its calls resolves), [`Names`] computes the names a pair can have
+//! once, and matching a call is then a few string comparisons.
 
 use sha1::{Digest, Sha1};
 
@@ -43,23 +48,47 @@ const PREFIX: &str = "mcp__";
 const DELIMITER: &str = "__";
 /// `CALLABLE_NAME_HASH_LEN`: hex digits of the SHA-1 digest Codex keeps.
 const HASH_LEN: usize = 12;
-/// Codex's `MAX_TOOL_NAME_LENGTH` over the versions read (see the module comment).
-const CODEX_CAPS: [usize; 2] = [64, 128];
+/// Codex's `MAX_TOOL_NAME_LENGTH` (see the module comment).
+const CODEX_CAP: usize = 128;
+
+/// Every model-visible name either host could give one MCP `alias`/`tool` pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// Claude Code's flat name.
+    claude: String,
+    /// Codex's `(namespace, function)` pairs.
+    codex: Vec<(String, String)>,
+    /// Codex's flat forms, `namespace__function`.
+    codex_flat: Vec<String>,
+}
+
+impl Names {
+    pub fn new(alias: &str, tool: &str) -> Names {
+        let codex = codex_names(alias, tool);
+        let codex_flat = codex
+            .iter()
+            .map(|(ns, f)| format!("{ns}{DELIMITER}{f}"))
+            .collect();
+        Names {
+            claude: claude_flat_name(alias, tool),
+            codex,
+            codex_flat,
+        }
+    }
+
+    /// Does the model-visible call `name` (in `namespace`, if any) name this pair?
+    pub fn matches(&self, name: &str, namespace: Option<&str>) -> bool {
+        match namespace {
+            None => name == self.claude || self.codex_flat.iter().any(|f| f == name),
+            Some(ns) => self.codex.iter().any(|(n, f)| n == ns && f == name),
+        }
+    }
+}
 
 /// Does the model-visible call `name` (in `namespace`, if any) name the MCP `alias`'s `tool`,
 /// under either host's translation?
 pub fn resolves(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
-    match namespace {
-        None => {
-            name == claude_flat_name(alias, tool)
-                || codex_names(alias, tool)
-                    .iter()
-                    .any(|(ns, f)| name == format!("{ns}{DELIMITER}{f}"))
-        }
-        Some(ns) => codex_names(alias, tool)
-            .iter()
-            .any(|(n, f)| n == ns && f == name),
-    }
+    Names::new(alias, tool).matches(name, namespace)
 }
 
 /// Claude Code's flat name for an MCP tool: `mcp__<alias>__<tool>`, both normalized.
@@ -148,17 +177,25 @@ fn codex_names(alias: &str, tool: &str) -> Vec<(String, String)> {
     let tool_suffix = hash_suffix(&tool_identity);
 
     let plain_ns = codex_namespace(alias);
-    let hashed_ns = format!("{plain_ns}{}", hash_suffix(&namespace_identity));
+    // `append_namespace_hash_suffix`: a namespace ending in `__` keeps that ending after the
+    // suffix.
+    let ns_suffix = hash_suffix(&namespace_identity);
+    let hashed_ns = match plain_ns.strip_suffix(DELIMITER) {
+        Some(stem) => format!("{stem}{ns_suffix}{DELIMITER}"),
+        None => format!("{plain_ns}{ns_suffix}"),
+    };
     let plain_name = codex_sanitize(tool);
     let hashed_name = format!("{plain_name}{tool_suffix}");
 
     let mut out = Vec::new();
     for ns in [&plain_ns, &hashed_ns] {
         for name in [&plain_name, &hashed_name] {
-            out.push((ns.clone(), name.clone()));
-            for cap in CODEX_CAPS {
-                out.push(fit_with_hash(ns, name, &tool_suffix, cap));
+            // `unique_callable_parts`: shown as is when it fits the cap (and is not taken);
+            // otherwise cut and hashed.
+            if ns.len() + DELIMITER.len() + name.len() <= CODEX_CAP {
+                out.push((ns.clone(), name.clone()));
             }
+            out.push(fit_with_hash(ns, name, &tool_suffix, CODEX_CAP));
         }
     }
     out.sort();
@@ -305,25 +342,53 @@ mod tests {
         }
     }
 
-    /// A name too long for the cap is cut and hashed; both caps Codex has used are accepted.
+    /// A name too long for the 128-byte cap is cut and hashed; a cut at the older 64-byte cap
+    /// is not a name the translation gives.
     #[test]
     fn long_names_are_truncated_then_hashed() {
         let tool = "a".repeat(200);
         let h = sha12(&format!("srv\0srv\0\0{tool}\0{tool}"));
         let ns = "mcp__srv";
-        for cap in [64usize, 128] {
+        for (cap, want) in [(128usize, true), (64, false)] {
             let keep = cap - ns.len() - 2 - 13;
             let name = format!("{}_{h}", "a".repeat(keep));
             assert_eq!(ns.len() + 2 + name.len(), cap);
-            assert!(resolves(&name, Some(ns), "srv", &tool), "cap {cap}");
+            assert_eq!(resolves(&name, Some(ns), "srv", &tool), want, "cap {cap}");
             let flat = format!("{ns}__{name}");
-            assert!(resolves(&flat, None, "srv", &tool), "flat cap {cap}");
+            assert_eq!(resolves(&flat, None, "srv", &tool), want, "flat cap {cap}");
         }
         // Cut at a length no cap produces: rejected.
         let name = format!("{}_{h}", "a".repeat(10));
         assert!(!resolves(&name, Some(ns), "srv", &tool));
-        // Untruncated, even though too long for Codex: the sanitized form itself is accepted.
-        assert!(resolves(&tool, Some(ns), "srv", &tool));
+        // Untruncated, too long for the cap: Codex never shows it.
+        assert!(!resolves(&tool, Some(ns), "srv", &tool));
+        // Exactly at the cap it is shown as is.
+        let fits = "b".repeat(128 - ns.len() - 2);
+        assert!(resolves(&fits, Some(ns), "srv", &fits));
+        assert!(!resolves(
+            &format!("{fits}b"),
+            Some(ns),
+            "srv",
+            &format!("{fits}b")
+        ));
+    }
+
+    /// A namespace that ends in `__` keeps the ending after its collision suffix.
+    #[test]
+    fn a_namespace_ending_in_the_delimiter_keeps_it_after_the_suffix() {
+        let h = sha12("probe__\0probe__\0");
+        assert!(resolves(
+            "echo",
+            Some(&format!("mcp__probe_{h}__")),
+            "probe__",
+            "echo"
+        ));
+        assert!(!resolves(
+            "echo",
+            Some(&format!("mcp__probe__{h}")),
+            "probe__",
+            "echo"
+        ));
     }
 
     /// When the namespace leaves no room for even the suffix, the namespace is cut instead.
@@ -333,7 +398,7 @@ mod tests {
         let h = sha12(&format!("{alias}\0{alias}\0\0t\0t"));
         let ns = format!("mcp__{alias}");
         let cut = &ns[..64 - 13 - 2];
-        assert!(resolves(&format!("_{h}"), Some(cut), &alias, "t"));
+        assert!(!resolves(&format!("_{h}"), Some(cut), &alias, "t"));
         let cut128 = &ns[..128 - 13 - 2];
         assert!(resolves(&format!("_{h}"), Some(cut128), &alias, "t"));
         assert!(!resolves(&format!("_{h}"), Some(&ns[..40]), &alias, "t"));

@@ -1,4 +1,4 @@
-//! The one door out (design.md §7).
+//! The one door out (docs/design.md §7).
 //!
 //! Everything windowtap writes about the traffic (records, captures, the `ingest` debug
 //! command's trace, OTLP spans, log fields and error messages that mention input) leaves
@@ -6,10 +6,10 @@
 //!
 //! | kind | what | checked as |
 //! |---|---|---|
-//! | id | stream, request, response, call, item, thread, interval, hints | live: an HMAC pseudonym (32 lowercase hex); replay: an opaque token of a trace file |
-//! | name | model-visible tool names, namespaces, MCP aliases and tools | at most [`MAX_NAME`] bytes, no control character |
-//! | word | event types, statuses, outcomes, reasons, evidence | a fixed word: `[a-z0-9_]`, at most 64 bytes |
-//! | number | times, counts | a number |
+//! | id | stream, request, response, call, item, thread, host, interval, hints | live: an HMAC pseudonym (32 lowercase hex); replay: an opaque token of a trace file |
+//! | name | model-visible tool names, namespaces, MCP aliases and tools, model names | at most [`MAX_NAME`] bytes, no control character |
+//! | word | event types, statuses, outcomes, reasons, stop reasons, evidence | a fixed word: `[a-z0-9_]`, at most 64 bytes |
+//! | number | times, counts (token usage included) | a number |
 //!
 //! Nothing else has a way out: no header value, credential, body, prompt, argument, result or
 //! model text, and no raw id where pseudonyms are due. Two halves:
@@ -111,7 +111,15 @@ pub fn quote(s: &str) -> Cow<'_, str> {
 /// Log fields whose text (not just numbers) may be written, and only from windowtap's own
 /// code: each carries a path template, a method, a mount name, a fault or error class our
 /// code chose, never a header value or anything from a body.
-pub const LOG_TEXT_FIELDS: &[&str] = &["mount", "method", "path", "fault", "error", "error_kind"];
+pub const LOG_TEXT_FIELDS: &[&str] = &[
+    "mount",
+    "method",
+    "path",
+    "fault",
+    "error",
+    "error_kind",
+    "failure",
+];
 
 /// The log targets (crates) whose messages are written: their log calls take literal
 /// messages only (a test in the binary holds the source to that). Other crates' messages
@@ -191,11 +199,13 @@ impl Scrub {
                 client,
                 transport,
                 thread,
+                host,
             } => EventKind::StreamOpen {
                 stream: self.id(&stream),
                 client,
                 transport,
                 thread: self.opt(thread),
+                host: self.opt(host),
             },
             EventKind::Request {
                 stream,
@@ -212,10 +222,12 @@ impl Scrub {
                 stream,
                 response,
                 request,
+                model,
             } => EventKind::ResponseStart {
                 stream: self.id(&stream),
                 response: self.id(&response),
                 request: self.opt(request),
+                model: model.map(|m| self.name(m)),
             },
             EventKind::ToolCall {
                 stream,
@@ -238,10 +250,14 @@ impl Scrub {
                 stream,
                 response,
                 status,
+                usage,
+                stop_reason,
             } => EventKind::ResponseEnd {
                 stream: self.id(&stream),
                 response: self.id(&response),
                 status,
+                usage,
+                stop_reason,
             },
             EventKind::StreamClose { stream } => EventKind::StreamClose {
                 stream: self.id(&stream),
@@ -255,11 +271,13 @@ impl Scrub {
                 alias,
                 tool,
                 start,
+                host,
             } => EventKind::McpStart {
                 interval: self.id(&interval),
                 alias: self.name(alias),
                 tool: self.name(tool),
                 start,
+                host: self.opt(host),
             },
             EventKind::McpInterval {
                 interval,
@@ -269,6 +287,7 @@ impl Scrub {
                 end,
                 outcome,
                 hints,
+                host,
             } => EventKind::McpInterval {
                 interval: self.id(&interval),
                 alias: self.name(alias),
@@ -282,6 +301,7 @@ impl Scrub {
                     call_id: self.opt(hints.call_id),
                     thread: self.opt(hints.thread),
                 },
+                host: self.opt(host),
             },
         }
     }
@@ -398,12 +418,19 @@ impl Door {
         self.opt_id("thread", h.thread.as_deref())
     }
 
-    /// Checks every string of the event against its kind, then writes its trace v1 line.
+    /// Checks every string of the event against its kind, then writes its trace v2 line.
+    /// (Usage counts and the stop reason are typed numbers and words already.)
     pub fn event(&self, ev: &Event) -> Result<Line, Refused> {
         match &ev.kind {
-            EventKind::StreamOpen { stream, thread, .. } => {
+            EventKind::StreamOpen {
+                stream,
+                thread,
+                host,
+                ..
+            } => {
                 self.id("stream", stream)?;
                 self.opt_id("thread", thread.as_deref())?;
+                self.opt_id("host", host.as_deref())?;
             }
             EventKind::Request {
                 stream,
@@ -422,10 +449,14 @@ impl Door {
                 stream,
                 response,
                 request,
+                model,
             } => {
                 self.id("stream", stream)?;
                 self.id("response", response)?;
                 self.opt_id("request", request.as_deref())?;
+                model
+                    .as_deref()
+                    .map_or(Ok(()), |m| Self::name("model", m))?;
             }
             EventKind::ToolCall {
                 stream,
@@ -460,12 +491,14 @@ impl Door {
                 interval,
                 alias,
                 tool,
+                host,
                 ..
             }
             | EventKind::McpInterval {
                 interval,
                 alias,
                 tool,
+                host,
                 ..
             } => {
                 self.id("interval", interval)?;
@@ -474,6 +507,7 @@ impl Door {
                 if let EventKind::McpInterval { hints, .. } = &ev.kind {
                     self.hints(hints)?;
                 }
+                self.opt_id("host", host.as_deref())?;
             }
         }
         let mut s = String::with_capacity(160);
@@ -485,6 +519,19 @@ impl Door {
     /// Checks every string of the record against its kind, then writes its records v1 line.
     /// (Decision, reason and evidence are typed words already.)
     pub fn record<'r>(&self, r: &'r Record) -> Result<Cleared<'r>, Refused> {
+        self.record_from(r, None)
+    }
+
+    /// [`Door::record`] with the name of the trace the record came from, when several are
+    /// replayed together: a name (a file name, as the user gave it).
+    pub fn record_from<'r>(
+        &self,
+        r: &'r Record,
+        trace: Option<&str>,
+    ) -> Result<Cleared<'r>, Refused> {
+        if let Some(t) = trace {
+            Self::name("trace", t)?;
+        }
         self.id("interval", &r.interval)?;
         Self::name("alias", &r.alias)?;
         Self::name("tool", &r.tool)?;
@@ -495,7 +542,7 @@ impl Door {
             self.opt_id("window.request", w.request.as_deref())?;
         }
         let mut s = String::with_capacity(320);
-        r.write_json(&mut s);
+        r.write_json_from(trace, &mut s);
         s.push('\n');
         Ok(Cleared {
             record: r,
@@ -573,6 +620,7 @@ mod tests {
                 tool_use_id: hint.map(Into::into),
                 ..Hints::default()
             },
+            host: None,
         }
     }
 
@@ -613,6 +661,7 @@ mod tests {
                 client: Client::Claude,
                 transport: Transport::Http,
                 thread: None,
+                host: None,
             }))
             .unwrap_err();
         assert!(!err.to_string().contains("CANARY"), "{err}");
@@ -642,6 +691,62 @@ mod tests {
             panic!()
         };
         assert_eq!(outputs, vec![p.id("call_1")]);
+    }
+
+    #[test]
+    fn hosts_are_ids_and_model_names_are_names() {
+        let s = scrub();
+        let EventKind::McpInterval { host, .. } = s.event(EventKind::McpInterval {
+            interval: "i".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start: 1.0,
+            end: 2.0,
+            outcome: Outcome::Result,
+            hints: Hints::default(),
+            host: Some("pid 4242 start 99".into()),
+        }) else {
+            panic!()
+        };
+        let host = host.unwrap();
+        assert!(is_pseudonym(&host), "{host}");
+        // The same raw host maps to the same pseudonym on a stream.
+        let EventKind::StreamOpen { host: h2, .. } = s.event(EventKind::StreamOpen {
+            stream: "s".into(),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: None,
+            host: Some("pid 4242 start 99".into()),
+        }) else {
+            panic!()
+        };
+        assert_eq!(h2.as_deref(), Some(host.as_str()));
+        // A raw host id never passes the live door.
+        let raw = EventKind::StreamOpen {
+            stream: s.pseudo.id("s"),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: None,
+            host: Some("4242".into()),
+        };
+        assert_eq!(Door::live().event(&ev(raw)).unwrap_err().field, "host");
+        // A model "name" that is not a name becomes a pseudonym; a real one stays.
+        let start = |model: &str| EventKind::ResponseStart {
+            stream: "s".into(),
+            response: "r".into(),
+            request: None,
+            model: Some(model.into()),
+        };
+        let EventKind::ResponseStart { model, .. } = s.event(start("claude-sonnet-4-5")) else {
+            panic!()
+        };
+        assert_eq!(model.as_deref(), Some("claude-sonnet-4-5"));
+        let EventKind::ResponseStart { model, .. } = s.event(start("CANARY\nsecret")) else {
+            panic!()
+        };
+        assert!(model.unwrap().starts_with('~'));
+        let err = Door::replay().event(&ev(start("two\nlines"))).unwrap_err();
+        assert_eq!((err.field, err.kind), ("model", Kind::Name));
     }
 
     #[test]
@@ -694,7 +799,7 @@ mod tests {
     #[test]
     fn meta_lines_hold_numbers_and_words_only() {
         let door = Door::live();
-        let ok = r#"{"type":"trace","version":1,"close_wait":2000,"end":null   }"#;
+        let ok = r#"{"type":"trace","version":2,"close_wait":2000,"end":null   }"#;
         assert_eq!(door.meta(ok).unwrap().as_str(), format!("{ok}\n"));
         assert!(door.meta(r#"{"type":"trace","note":"free text"}"#).is_err());
         assert!(door.meta(r#"{"type":"trace","x":{"y":1}}"#).is_err());

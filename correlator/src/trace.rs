@@ -1,32 +1,112 @@
-//! Trace v1: a strict reader and a writer whose lines the reader accepts (design.md §5).
+//! Trace v2: a strict reader (of versions 1 and 2) and a writer whose lines the reader
+//! accepts (docs/design.md §5).
+//!
+//! Version 2 adds `host` (string or null, required) to `stream_open`, `mcp_start` and
+//! `mcp_interval`, and optional `model` on `response_start`, `usage` and `stop_reason` on
+//! `response_end` (absent or null when unknown; the writer omits them then). A version 1 trace
+//! is read as version 2 with every host null and none of the optional fields: in a v1 line
+//! those keys are not fields, and are ignored like any other unknown key.
 //!
 //! The reader never guesses: every malformed line is an error naming the source, the line
 //! number, the field when there is one, and what was wrong. Its bookkeeping is bounded by what
 //! is open (streams, responses, running MCP calls), not by the length of the trace.
 
+use std::fmt::Write as _;
 use std::io::BufRead;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
-use crate::sanitize::quote;
-
 use crate::event::*;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
-use crate::lines::{fault, line_fault, object, Fault, Fields, LineError, LineSource};
+use crate::lines::{
+    fault, kind_of, line_fault, object, order, Fault, Fields, LineError, LineSource, Problem, Token,
+};
 
-/// The first line of every trace v1 file.
-pub const HEADER: &str = r#"{"type":"trace","version":1}"#;
+/// The first line of every trace this crate writes (version 2).
+pub const HEADER: &str = r#"{"type":"trace","version":2}"#;
+
+/// The first line of a trace v1 file, still read (as v2 with every host null).
+pub const HEADER_V1: &str = r#"{"type":"trace","version":1}"#;
+
+/// An id of the trace in a state it cannot be in (`stream `s1` is not open`).
+fn id_fault(what: &'static str, id: &str, state: &'static str) -> Fault {
+    fault(
+        what,
+        Problem::Id {
+            what,
+            id: Token::of(id),
+            state,
+        },
+    )
+}
+
+/// The version a trace's header declared: what its lines may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
 
 /// A malformed trace line: source, line number, field and what was wrong.
 pub type TraceError = LineError;
 
+/// `usage` of a `response_end`: absent or null is none; else an object whose four counts are
+/// each absent, null or a non-negative integer (other keys are ignored, as at the top level).
+fn usage(f: &Fields<'_>) -> Result<Option<Usage>, Fault> {
+    let obj = match f.obj.get("usage") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(obj)) => obj,
+        Some(other) => return Err(f.wrong("usage", "an object or null", other)),
+    };
+    let count = |k: &'static str| -> Result<Option<u64>, Fault> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
+                fault(
+                    "usage",
+                    Problem::NotACountIn {
+                        key: k,
+                        got: Token::of(&n.to_string()),
+                    },
+                )
+            }),
+            Some(other) => Err(fault(
+                "usage",
+                Problem::NotACountIn {
+                    key: k,
+                    got: Token::of(kind_of(other)),
+                },
+            )),
+        }
+    };
+    Ok(Some(Usage {
+        input: count("input")?,
+        output: count("output")?,
+        cache_read: count("cache_read")?,
+        cache_creation: count("cache_creation")?,
+    }))
+}
+
+/// `stop_reason` of a `response_end`: absent or null is none, else one of the fixed words.
+fn stop_reason(f: &Fields<'_>) -> Result<Option<StopReason>, Fault> {
+    match f.obj.get("stop_reason") {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => f
+            .word("stop_reason", StopReason::parse, StopReason::WORDS)
+            .map(Some),
+    }
+}
+
 /// Parses one event line's JSON into an [`Event`], checking fields and types only.
-fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
+fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Fault> {
     let f = Fields::new(obj);
+    let v2 = version == Version::V2;
+    // Required in v2 (a string or null); not a field of v1, where every host is null.
+    let host = |f: &Fields<'_>| if v2 { f.opt_string("host") } else { Ok(None) };
     let ty = f.string("type")?;
     if ty == "trace" {
-        return Err(fault("type", "a second trace header"));
+        return Err(fault("type", Problem::Rule("a second trace header")));
     }
     let t = f.time("t")?;
     let kind = match ty.as_str() {
@@ -35,6 +115,7 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
             client: f.word("client", Client::parse, Client::WORDS)?,
             transport: f.word("transport", Transport::parse, Transport::WORDS)?,
             thread: f.opt_string("thread")?,
+            host: host(&f)?,
         },
         "request" => EventKind::Request {
             stream: f.string("stream")?,
@@ -46,6 +127,7 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
             stream: f.string("stream")?,
             response: f.string("response")?,
             request: f.opt_string("request")?,
+            model: if v2 { f.hint("model")? } else { None },
         },
         "tool_call" => EventKind::ToolCall {
             stream: f.string("stream")?,
@@ -60,6 +142,8 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
             stream: f.string("stream")?,
             response: f.string("response")?,
             status: f.word("status", ResponseStatus::parse, ResponseStatus::WORDS)?,
+            usage: if v2 { usage(&f)? } else { None },
+            stop_reason: if v2 { stop_reason(&f)? } else { None },
         },
         "stream_close" => EventKind::StreamClose {
             stream: f.string("stream")?,
@@ -71,29 +155,24 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
         "mcp_start" => {
             let start = f.time("start")?;
             if start > t {
-                return Err(fault(
-                    "start",
-                    format!("{start} is after the report time t={t}"),
-                ));
+                return Err(order("start", start, "is after the report time t=", t, ""));
             }
             EventKind::McpStart {
                 interval: f.string("interval")?,
                 alias: f.string("alias")?,
                 tool: f.string("tool")?,
                 start,
+                host: host(&f)?,
             }
         }
         "mcp_interval" => {
             let start = f.time("start")?;
             let end = f.time("end")?;
             if end < start {
-                return Err(fault("end", format!("{end} is before start {start}")));
+                return Err(order("end", end, "is before start ", start, ""));
             }
             if end > t {
-                return Err(fault(
-                    "end",
-                    format!("{end} is after the report time t={t}"),
-                ));
+                return Err(order("end", end, "is after the report time t=", t, ""));
             }
             EventKind::McpInterval {
                 interval: f.string("interval")?,
@@ -108,12 +187,17 @@ fn parse_event(obj: &Map<String, Value>) -> Result<Event, Fault> {
                     call_id: f.hint("call_id")?,
                     thread: f.hint("thread")?,
                 },
+                host: host(&f)?,
             }
         }
         other => {
             return Err(fault(
                 "type",
-                format!("unknown event type `{}`", quote(other)),
+                Problem::UnknownType {
+                    what: "event",
+                    got: Token::of(other),
+                    hint: "",
+                },
             ))
         }
     };
@@ -194,6 +278,14 @@ mod fast {
         tool_use_id: Slot<'a>,
         item_id: Slot<'a>,
         call_id: Slot<'a>,
+        host: Slot<'a>,
+        model: Slot<'a>,
+        /// Absent, `null`, or an object of plain counts.
+        usage: Option<Option<Usage>>,
+        stop_reason: Slot<'a>,
+        /// Whether any key of trace v2 only was seen (a v1 line with one is left to the
+        /// strict path, which ignores it).
+        v2_keys: bool,
     }
 
     /// A cursor over one line.
@@ -282,6 +374,66 @@ mod fast {
             }
         }
 
+        /// A non-negative integer of at most 18 digits, not followed by a fraction or an
+        /// exponent (those are left to the strict path).
+        fn integer(&mut self) -> Option<u64> {
+            self.peek()?;
+            let b = self.s.as_bytes();
+            let start = self.i;
+            let mut m = 0u64;
+            while let Some(&c @ b'0'..=b'9') = b.get(self.i) {
+                if self.i > start && m == 0 {
+                    return None;
+                }
+                m = m * 10 + u64::from(c - b'0');
+                self.i += 1;
+                if self.i - start > 18 {
+                    return None;
+                }
+            }
+            let done = self.i > start && !matches!(b.get(self.i), Some(b'.' | b'e' | b'E'));
+            done.then_some(m)
+        }
+
+        /// A `usage` value: `null`, or an object of the four counts, each at most once.
+        fn usage(&mut self) -> Option<Option<Usage>> {
+            if self.peek()? == b'n' {
+                return self.s[self.i..].starts_with("null").then(|| {
+                    self.i += 4;
+                    None
+                });
+            }
+            self.eat(b'{')?;
+            let mut u = Usage::default();
+            if self.peek()? == b'}' {
+                self.i += 1;
+                return Some(Some(u));
+            }
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                let slot = match key {
+                    "input" => &mut u.input,
+                    "output" => &mut u.output,
+                    "cache_read" => &mut u.cache_read,
+                    "cache_creation" => &mut u.cache_creation,
+                    _ => return None,
+                };
+                if slot.is_some() {
+                    return None;
+                }
+                *slot = Some(self.integer()?);
+                match self.peek()? {
+                    b',' => self.i += 1,
+                    b'}' => {
+                        self.i += 1;
+                        return Some(Some(u));
+                    }
+                    _ => return None,
+                }
+            }
+        }
+
         /// An array of strings.
         fn strings(&mut self) -> Option<Vec<String>> {
             self.eat(b'[')?;
@@ -342,8 +494,13 @@ mod fast {
                     "tool_use_id" => (23, sc.slot().map(|v| l.tool_use_id = v)),
                     "item_id" => (24, sc.slot().map(|v| l.item_id = v)),
                     "call_id" => (25, sc.slot().map(|v| l.call_id = v)),
+                    "host" => (26, sc.slot().map(|v| l.host = v)),
+                    "model" => (27, sc.slot().map(|v| l.model = v)),
+                    "usage" => (28, sc.usage().map(|v| l.usage = Some(v))),
+                    "stop_reason" => (29, sc.slot().map(|v| l.stop_reason = v)),
                     _ => return None,
                 };
+                l.v2_keys |= bit >= 26;
                 ok?;
                 // A repeated key: the strict reader decides which value counts.
                 if seen & (1 << bit) != 0 {
@@ -373,15 +530,24 @@ mod fast {
 
     /// The event on this line if it is plainly a good one; `None` to let the strict path
     /// decide. Mirrors `parse_event` field for field.
-    pub(super) fn event(line: &str) -> Option<Event> {
+    pub(super) fn event(line: &str, version: super::Version) -> Option<Event> {
         let l = scan(line)?;
+        if version == super::Version::V1 && l.v2_keys {
+            return None;
+        }
         let t = time(l.t)?;
+        // Required (string or null) in v2; not a field of v1, where every host is null.
+        let host = |h: Slot<'_>| match version {
+            super::Version::V2 => h.nullable(),
+            super::Version::V1 => Some(None),
+        };
         let kind = match l.ty? {
             "stream_open" => EventKind::StreamOpen {
                 stream: l.stream.value()?,
                 client: word(l.client, Client::parse)?,
                 transport: word(l.transport, Transport::parse)?,
                 thread: l.thread.nullable()?,
+                host: host(l.host)?,
             },
             "request" => EventKind::Request {
                 stream: l.stream.value()?,
@@ -393,6 +559,7 @@ mod fast {
                 stream: l.stream.value()?,
                 response: l.response.value()?,
                 request: l.request.nullable()?,
+                model: l.model.hint(),
             },
             "tool_call" => EventKind::ToolCall {
                 stream: l.stream.value()?,
@@ -407,6 +574,11 @@ mod fast {
                 stream: l.stream.value()?,
                 response: l.response.value()?,
                 status: word(l.status, ResponseStatus::parse)?,
+                usage: l.usage.flatten(),
+                stop_reason: match l.stop_reason {
+                    Slot::Is(w) => Some(StopReason::parse(w)?),
+                    _ => None,
+                },
             },
             "stream_close" => EventKind::StreamClose {
                 stream: l.stream.value()?,
@@ -422,6 +594,7 @@ mod fast {
                     alias: l.alias.value()?,
                     tool: l.tool.value()?,
                     start,
+                    host: host(l.host)?,
                 }
             }
             "mcp_interval" => {
@@ -440,6 +613,7 @@ mod fast {
                         call_id: l.call_id.hint(),
                         thread: l.thread.hint(),
                     },
+                    host: host(l.host)?,
                 }
             }
             // The header again, or an unknown type: the strict path says which.
@@ -456,7 +630,7 @@ struct StreamState {
     open_responses: FxHashSet<String>,
 }
 
-/// Checks the order rules of trace v1 across lines: time never goes backwards, and every
+/// Checks the order rules of a trace across lines: time never goes backwards, and every
 /// event names a stream or response that is open. Bounded by what is open.
 #[derive(Default)]
 pub struct Validator {
@@ -474,9 +648,12 @@ impl Validator {
     fn check(&mut self, ev: &Event) -> Result<(), Fault> {
         if let Some(last) = self.last_t {
             if ev.t < last {
-                return Err(fault(
+                return Err(order(
                     "t",
-                    format!("{} goes backwards (previous event at {last})", ev.t),
+                    ev.t,
+                    "goes backwards (previous event at ",
+                    last,
+                    ")",
                 ));
             }
         }
@@ -484,17 +661,14 @@ impl Validator {
         match &ev.kind {
             EventKind::StreamOpen { stream, .. } => {
                 if self.streams.contains_key(stream) {
-                    return Err(fault(
-                        "stream",
-                        format!("stream `{}` is already open", quote(stream)),
-                    ));
+                    return Err(id_fault("stream", stream, "is already open"));
                 }
                 self.streams.insert(stream.clone(), StreamState::default());
             }
             EventKind::StreamClose { stream } => {
-                self.streams.remove(stream).ok_or_else(|| {
-                    fault("stream", format!("stream `{}` is not open", quote(stream)))
-                })?;
+                self.streams
+                    .remove(stream)
+                    .ok_or_else(|| id_fault("stream", stream, "is not open"))?;
             }
             EventKind::ObservationLost { stream, .. } => {
                 let st = self.live_stream(stream)?;
@@ -508,10 +682,7 @@ impl Validator {
             } => {
                 let st = self.live_stream(stream)?;
                 if !st.open_responses.insert(response.clone()) {
-                    return Err(fault(
-                        "response",
-                        format!("response `{}` is already open", quote(response)),
-                    ));
+                    return Err(id_fault("response", response, "is already open"));
                 }
             }
             EventKind::ToolCall {
@@ -521,11 +692,10 @@ impl Validator {
                 if !st.open_responses.contains(response) {
                     return Err(fault(
                         "response",
-                        format!(
-                            "response `{}` is not open on stream `{}`",
-                            quote(response),
-                            quote(stream)
-                        ),
+                        Problem::NotOpenOn {
+                            response: Token::of(response),
+                            stream: Token::of(stream),
+                        },
                     ));
                 }
             }
@@ -536,11 +706,10 @@ impl Validator {
                 if !st.open_responses.remove(response) {
                     return Err(fault(
                         "response",
-                        format!(
-                            "response `{}` is not open on stream `{}`",
-                            quote(response),
-                            quote(stream)
-                        ),
+                        Problem::NotOpenOn {
+                            response: Token::of(response),
+                            stream: Token::of(stream),
+                        },
                     ));
                 }
             }
@@ -549,12 +718,10 @@ impl Validator {
                 alias,
                 tool,
                 start,
+                ..
             } => {
                 if self.running.contains_key(interval) {
-                    return Err(fault(
-                        "interval",
-                        format!("interval `{}` already started", quote(interval)),
-                    ));
+                    return Err(id_fault("interval", interval, "already started"));
                 }
                 self.running
                     .insert(interval.clone(), (alias.clone(), tool.clone(), *start));
@@ -568,11 +735,10 @@ impl Validator {
             } => {
                 if let Some((a, tl, s)) = self.running.remove(interval) {
                     if &a != alias || &tl != tool || s != *start {
-                        return Err(fault(
+                        return Err(id_fault(
                             "interval",
-                            format!(
-                                "`{interval}` disagrees with its mcp_start (alias, tool or start)"
-                            ),
+                            interval,
+                            "disagrees with its mcp_start (alias, tool or start)",
                         ));
                     }
                 }
@@ -584,27 +750,23 @@ impl Validator {
     /// A stream that is open and whose observation has not been lost.
     fn live_stream(&mut self, stream: &str) -> Result<&mut StreamState, Fault> {
         match self.streams.get_mut(stream) {
-            None => Err(fault(
+            None => Err(id_fault("stream", stream, "is not open")),
+            Some(st) if st.lost => Err(id_fault(
                 "stream",
-                format!("stream `{}` is not open", quote(stream)),
-            )),
-            Some(st) if st.lost => Err(fault(
-                "stream",
-                format!(
-                    "stream `{}` lost observation; only stream_close may follow",
-                    quote(stream)
-                ),
+                stream,
+                "lost observation; only stream_close may follow",
             )),
             Some(st) => Ok(st),
         }
     }
 }
 
-/// Reads a trace v1 from any buffered reader, one event at a time.
+/// Reads a trace (v2, or v1) from any buffered reader, one event at a time.
 pub struct TraceReader<R> {
     lines: LineSource<R>,
     header_seen: bool,
     header: Option<Map<String, Value>>,
+    version: Version,
     validator: Validator,
 }
 
@@ -615,6 +777,7 @@ impl<R: BufRead> TraceReader<R> {
             lines: LineSource::new(input, source_name.into()),
             header_seen: false,
             header: None,
+            version: Version::V2,
             validator: Validator::new(),
         }
     }
@@ -625,6 +788,11 @@ impl<R: BufRead> TraceReader<R> {
         self.header.as_ref()
     }
 
+    /// The version the header declared (meaningful once the header has been read).
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
     /// One line's object: the header (`None`) or an event.
     fn parse_object(&mut self, obj: Map<String, Value>) -> Result<Option<Event>, Fault> {
         if !self.header_seen {
@@ -633,26 +801,31 @@ impl<R: BufRead> TraceReader<R> {
             if ty != "trace" {
                 return Err(fault(
                     "type",
-                    format!(
-                        "the first line must be the trace header {HEADER}, got type `{}`",
-                        quote(&ty)
-                    ),
+                    Problem::NotAHeader {
+                        header: HEADER,
+                        got: Token::of(&ty),
+                    },
                 ));
             }
-            match f.get("version")? {
-                Value::Number(n) if n.as_u64() == Some(1) => {}
+            self.version = match f.get("version")? {
+                Value::Number(n) if n.as_u64() == Some(1) => Version::V1,
+                Value::Number(n) if n.as_u64() == Some(2) => Version::V2,
                 other => {
                     return Err(fault(
                         "version",
-                        format!("unsupported trace version {other}"),
+                        Problem::Version {
+                            what: "trace",
+                            got: Token::of_value(other),
+                            readable: "1 and 2 are read",
+                        },
                     ));
                 }
-            }
+            };
             self.header_seen = true;
             self.header = Some(obj);
             return Ok(None);
         }
-        let ev = parse_event(&obj)?;
+        let ev = parse_event(&obj, self.version)?;
         self.validator.check(&ev)?;
         Ok(Some(ev))
     }
@@ -667,14 +840,19 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 Some(Ok(())) => {}
                 Some(Err(e)) => return Some(Err(e)),
                 None if !self.header_seen && !self.lines.failed() => {
-                    return Some(Err(self.lines.fail(line_fault(format!(
-                        "empty trace: the first line must be {HEADER}"
-                    )))));
+                    return Some(Err(self
+                        .lines
+                        .fail(line_fault(Problem::EmptyTrace { header: HEADER }))));
                 }
                 None => return None,
             }
             let line = self.lines.line();
-            let parsed = match self.header_seen.then(|| fast::event(line)).flatten() {
+            let version = self.version;
+            let parsed = match self
+                .header_seen
+                .then(|| fast::event(line, version))
+                .flatten()
+            {
                 Some(ev) => self.validator.check(&ev).map(|()| Some(ev)),
                 None => match object(line) {
                     Ok(obj) => self.parse_object(obj),
@@ -695,7 +873,8 @@ pub fn read_all(input: impl BufRead, source_name: &str) -> Result<Vec<Event>, Tr
     TraceReader::new(input, source_name).collect()
 }
 
-/// Appends one event as a trace v1 line (without the newline), fields in table order.
+/// Appends one event as a trace v2 line (without the newline), fields in table order; the
+/// optional fields of v2 (`model`, `usage` and its counts, `stop_reason`) only when known.
 pub fn write_event(out: &mut String, ev: &Event) {
     out.push_str("{\"type\":\"");
     out.push_str(ev.kind.type_name());
@@ -717,11 +896,13 @@ pub fn write_event(out: &mut String, ev: &Event) {
             client,
             transport,
             thread,
+            host,
         } => {
             s(out, "stream", stream);
             s(out, "client", client.as_str());
             s(out, "transport", transport.as_str());
             o(out, "thread", thread.as_deref());
+            o(out, "host", host.as_deref());
         }
         EventKind::Request {
             stream,
@@ -745,10 +926,14 @@ pub fn write_event(out: &mut String, ev: &Event) {
             stream,
             response,
             request,
+            model,
         } => {
             s(out, "stream", stream);
             s(out, "response", response);
             o(out, "request", request.as_deref());
+            if let Some(model) = model {
+                s(out, "model", model);
+            }
         }
         EventKind::ToolCall {
             stream,
@@ -771,10 +956,18 @@ pub fn write_event(out: &mut String, ev: &Event) {
             stream,
             response,
             status,
+            usage,
+            stop_reason,
         } => {
             s(out, "stream", stream);
             s(out, "response", response);
             s(out, "status", status.as_str());
+            if let Some(usage) = usage {
+                write_usage(out, usage);
+            }
+            if let Some(reason) = stop_reason {
+                s(out, "stop_reason", reason.as_str());
+            }
         }
         EventKind::StreamClose { stream } => s(out, "stream", stream),
         EventKind::ObservationLost { stream, reason } => {
@@ -786,12 +979,14 @@ pub fn write_event(out: &mut String, ev: &Event) {
             alias,
             tool,
             start,
+            host,
         } => {
             s(out, "interval", interval);
             s(out, "alias", alias);
             s(out, "tool", tool);
             out.push_str(",\"start\":");
             push_ms(out, *start);
+            o(out, "host", host.as_deref());
         }
         EventKind::McpInterval {
             interval,
@@ -801,6 +996,7 @@ pub fn write_event(out: &mut String, ev: &Event) {
             end,
             outcome,
             hints,
+            host,
         } => {
             s(out, "interval", interval);
             s(out, "alias", alias);
@@ -814,12 +1010,30 @@ pub fn write_event(out: &mut String, ev: &Event) {
             o(out, "item_id", hints.item_id.as_deref());
             o(out, "call_id", hints.call_id.as_deref());
             o(out, "thread", hints.thread.as_deref());
+            o(out, "host", host.as_deref());
         }
     }
     out.push('}');
 }
 
-/// One event as a trace v1 line, newline included.
+/// `,"usage":{…}` with the counts that are known, in trace order.
+fn write_usage(out: &mut String, usage: &Usage) {
+    out.push_str(",\"usage\":{");
+    let mut first = true;
+    for (k, v) in usage.fields() {
+        if let Some(v) = v {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_key(out, k);
+            let _ = write!(out, "{v}");
+        }
+    }
+    out.push('}');
+}
+
+/// One event as a trace v2 line, newline included.
 pub fn event_line(ev: &Event) -> String {
     let mut s = String::with_capacity(160);
     write_event(&mut s, ev);
@@ -835,7 +1049,7 @@ mod tests {
         read_all(text.as_bytes(), "t.jsonl")
     }
 
-    const OPEN: &str = r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"websocket","thread":"th1"}"#;
+    const OPEN: &str = r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"websocket","thread":"th1","host":"h1"}"#;
 
     #[test]
     fn a_written_trace_reads_back_identically() {
@@ -845,8 +1059,8 @@ mod tests {
             r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
             r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
             r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed"}"#,
-            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":5.5}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":7,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1"}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"host":null}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":7,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":"h1"}"#,
             r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
             r#"{"type":"stream_close","t":9,"stream":"s1"}"#,
         );
@@ -880,6 +1094,7 @@ mod tests {
                     client: Client::Codex,
                     transport: Transport::Http,
                     thread: None,
+                    host: None,
                 },
             };
             let text = format!("{HEADER}\n{}", event_line(&ev));
@@ -897,7 +1112,7 @@ mod tests {
     fn hints_may_be_absent() {
         let text = format!(
             "{HEADER}\n{}\n",
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":2,"outcome":"error"}"#
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":2,"outcome":"error","host":null}"#
         );
         let events = read(&text).unwrap();
         let EventKind::McpInterval { hints, .. } = &events[0].kind else {
@@ -908,24 +1123,34 @@ mod tests {
 
     /// The strict path's answer for one event line.
     fn strict(line: &str) -> Result<Event, Fault> {
-        parse_event(&object(line)?)
+        parse_event(&object(line)?, Version::V2)
+    }
+
+    fn strict_v1(line: &str) -> Result<Event, Fault> {
+        parse_event(&object(line)?, Version::V1)
     }
 
     #[test]
     fn the_fast_path_reads_every_written_line_as_the_strict_path_does() {
         let lines = [
             OPEN,
-            r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null}"#,
+            r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
             r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
             r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c2"]}"#,
             r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
             r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt-5.1-codex"}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":null}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":0,"cache_read":1000000,"cache_creation":7},"stop_reason":"tool_use"}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":null}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{ "output" : 3 },"stop_reason":"other"}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":null}"#,
             r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
             r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
             r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
-            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1"}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost"}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
             r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
             r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
             r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
@@ -936,7 +1161,7 @@ mod tests {
             r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
         ];
         for line in lines {
-            let fast = fast::event(line);
+            let fast = fast::event(line, Version::V2);
             assert!(fast.is_some(), "the fast path should take {line}");
             assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
         }
@@ -962,7 +1187,7 @@ mod tests {
             };
             let line = event_line(&ev);
             let line = line.trim_end();
-            if let Some(fast) = fast::event(line) {
+            if let Some(fast) = fast::event(line, Version::V2) {
                 assert_eq!(Ok(fast.clone()), strict(line), "{line}");
                 assert_eq!(fast, ev, "{line}");
                 taken += 1;
@@ -971,7 +1196,7 @@ mod tests {
         assert!(taken > 10_000, "the fast path took only {taken} lines");
     }
 
-    const ESCAPED: &str = r#"{"type":"stream_open","t":0,"stream":"s\"2\u00e9","client":"claude","transport":"http","thread":null}"#;
+    const ESCAPED: &str = r#"{"type":"stream_open","t":0,"stream":"s\"2\u00e9","client":"claude","transport":"http","thread":null,"host":null}"#;
 
     #[test]
     fn the_fast_path_leaves_every_doubtful_line_to_the_strict_path() {
@@ -986,6 +1211,21 @@ mod tests {
             r#"{"type":"stream_close","t":9,"stream":"s1","reason":"why","start":1}"#,
             // Missing versus null.
             r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"http"}"#,
+            r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"http","thread":null}"#,
+            r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"http","thread":null,"host":7}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"a","tool":"t","start":6}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":1.0}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":1e3}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":-1}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":01}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":1,"input":2}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":null}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"reasoning":5}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":123456789012345678901}}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":[1]}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","stop_reason":"Because"}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt\n5"}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":5}"#,
             r#"{"type":"stream_open","t":1,"stream":null,"client":"codex","transport":"http","thread":null}"#,
             r#"{"type":"request","t":2,"stream":"s1","request":"q","outputs":[]}"#,
             r#"{"type":"request","t":2,"stream":"s1","request":"q","previous_response":null,"outputs":null}"#,
@@ -1023,12 +1263,12 @@ mod tests {
             "not json",
         ];
         for line in lines {
-            if let Some(ev) = fast::event(line) {
+            if let Some(ev) = fast::event(line, Version::V2) {
                 assert_eq!(Ok(ev), strict(line), "{line}");
             }
         }
-        assert!(fast::event(lines[0]).is_none() && strict(lines[0]).is_ok());
-        assert!(fast::event(lines[1]).is_none() && strict(lines[1]).is_ok());
+        assert!(fast::event(lines[0], Version::V2).is_none() && strict(lines[0]).is_ok());
+        assert!(fast::event(lines[1], Version::V2).is_none() && strict(lines[1]).is_ok());
         // Refused lines that the strict path takes still read, through it.
         let escaped = format!("{HEADER}\n{ESCAPED}\n");
         let events = read(&escaped).unwrap();
@@ -1040,7 +1280,7 @@ mod tests {
     fn malformed_lines_are_rejected_precisely() {
         let cases: &[(&str, usize, Option<&str>, &str)] = &[
             ("", 1, None, "empty trace"),
-            ("{\"type\":\"trace\",\"version\":2}\n", 1, Some("version"), "unsupported"),
+            ("{\"type\":\"trace\",\"version\":3}\n", 1, Some("version"), "unsupported"),
             (OPEN, 1, Some("type"), "first line must be the trace header"),
             ("{HEADER}\nnot json\n", 2, None, "bad JSON"),
             ("{HEADER}\n[1,2]\n", 2, None, "expected a JSON object"),
@@ -1149,7 +1389,7 @@ mod tests {
                 "expected a string or null",
             ),
             (
-                "{HEADER}\n{\"type\":\"mcp_start\",\"t\":1,\"interval\":\"i\",\"alias\":\"a\",\"tool\":\"t\",\"start\":1}\n{\"type\":\"mcp_interval\",\"t\":9,\"interval\":\"i\",\"alias\":\"a\",\"tool\":\"other\",\"start\":1,\"end\":4,\"outcome\":\"result\"}\n",
+                "{HEADER}\n{\"type\":\"mcp_start\",\"t\":1,\"interval\":\"i\",\"alias\":\"a\",\"tool\":\"t\",\"start\":1,\"host\":null}\n{\"type\":\"mcp_interval\",\"t\":9,\"interval\":\"i\",\"alias\":\"a\",\"tool\":\"other\",\"start\":1,\"end\":4,\"outcome\":\"result\",\"host\":null}\n",
                 3,
                 Some("interval"),
                 "disagrees with its mcp_start",
@@ -1161,7 +1401,7 @@ mod tests {
             let err = read(&input).expect_err(&input);
             assert_eq!(err.line, *line, "{input}\n{err}");
             assert_eq!(err.field, *field, "{input}\n{err}");
-            assert!(err.message.contains(needle), "{input}\n{err}");
+            assert!(err.problem.to_string().contains(needle), "{input}\n{err}");
             assert!(
                 err.to_string().starts_with(&format!("t.jsonl:{line}: ")),
                 "{err}"
@@ -1170,11 +1410,87 @@ mod tests {
     }
 
     #[test]
+    fn a_v1_trace_reads_as_v2_with_every_host_null() {
+        let v1 = [
+            r#"{"type":"stream_open","t":1,"stream":"s1","client":"codex","transport":"http","thread":"th1"}"#,
+            // v2 keys in a v1 line are not fields: ignored like any unknown key.
+            r#"{"type":"stream_open","t":1,"stream":"s2","client":"codex","transport":"http","thread":null,"host":"h1"}"#,
+            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"m"}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":1},"stop_reason":"end_turn"}"#,
+            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"a","tool":"t","start":6}"#,
+            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":6,"end":7,"outcome":"result","host":"h9"}"#,
+        ];
+        for line in v1 {
+            let ev = strict_v1(line).unwrap();
+            if let Some(fast) = fast::event(line, Version::V1) {
+                assert_eq!(fast, ev, "{line}");
+            }
+            let text = event_line(&ev);
+            for absent in ["\"host\":\"", "model", "usage", "stop_reason"] {
+                assert!(!text.contains(absent), "{line} -> {text}");
+            }
+        }
+        // The plain v1 lines still take the fast path.
+        assert!(fast::event(v1[0], Version::V1).is_some());
+        assert!(fast::event(v1[4], Version::V1).is_some());
+        // A whole v1 file reads, and written again it is v2 with null hosts.
+        let text = format!("{HEADER_V1}\n{}\n{}\n", v1[0], v1[4]);
+        let mut reader = TraceReader::new(text.as_bytes(), "v1.jsonl");
+        let events: Vec<Event> = reader.by_ref().collect::<Result<_, _>>().unwrap();
+        assert_eq!(reader.version(), Version::V1);
+        assert!(event_line(&events[0]).ends_with(
+            r#""thread":"th1","host":null}
+"#
+        ));
+        // In v2 the host is required.
+        let err = read(&format!("{HEADER}\n{}\n", v1[0])).unwrap_err();
+        assert_eq!((err.line, err.field), (2, Some("host")));
+    }
+
+    #[test]
+    fn optional_v2_fields_are_omitted_when_unknown_and_kept_when_known() {
+        let mut ev = Event {
+            t: 5.0,
+            kind: EventKind::ResponseEnd {
+                stream: "s1".into(),
+                response: "r1".into(),
+                status: ResponseStatus::Completed,
+                usage: None,
+                stop_reason: None,
+            },
+        };
+        assert_eq!(
+            event_line(&ev),
+            "{\"type\":\"response_end\",\"t\":5,\"stream\":\"s1\",\"response\":\"r1\",\"status\":\"completed\"}\n"
+        );
+        if let EventKind::ResponseEnd {
+            usage, stop_reason, ..
+        } = &mut ev.kind
+        {
+            *usage = Some(Usage {
+                input: Some(3),
+                output: None,
+                cache_read: Some(0),
+                cache_creation: Some(u64::MAX),
+            });
+            *stop_reason = Some(StopReason::MaxTokens);
+        }
+        let line = event_line(&ev);
+        assert!(line.contains(r#""usage":{"input":3,"cache_read":0,"cache_creation":18446744073709551615},"stop_reason":"max_tokens"}"#), "{line}");
+        assert_eq!(strict(line.trim_end()), Ok(ev.clone()));
+        assert_eq!(
+            StopReason::from_api("finish_for_some_new_reason"),
+            StopReason::Other
+        );
+        assert_eq!(StopReason::from_api("end_turn"), StopReason::EndTurn);
+    }
+
+    #[test]
     fn invalid_utf8_is_an_error_not_a_panic() {
         let mut bytes = format!("{HEADER}\n").into_bytes();
         bytes.extend_from_slice(b"{\"type\":\"\xff\"}\n");
         let err = read_all(&bytes[..], "bin.jsonl").unwrap_err();
         assert_eq!(err.line, 2);
-        assert!(err.message.contains("UTF-8"));
+        assert!(err.problem.to_string().contains("UTF-8"));
     }
 }

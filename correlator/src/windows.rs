@@ -1,8 +1,10 @@
-//! Threads, response chains and windows (design.md §3).
+//! Threads, response chains and windows (docs/design.md §3).
 //!
 //! [`Tracker`] applies relay and MCP events to the state the decision rule reads: which
 //! windows are open, closed or broken and when, which streams lost observation, which requests
-//! each thread sent, and, per open window, the MCP calls that started inside it. It keeps only
+//! each thread sent, and, per open window, the MCP calls that started inside it (of a host not
+//! known to differ from the window's, unless every host counts) and the spans of time in which
+//! it could be given up. It keeps only
 //! what a pending or future decision can still need: state older than the retention horizon is
 //! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
 
@@ -12,10 +14,11 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
+use crate::route::Names;
 
 /// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
 /// to a dropped window never reaches a later one (handles are never reused within one run).
-pub type WinId = u64;
+pub(crate) type WinId = u64;
 
 /// The tracker's windows: a table indexed by slot, slots reused through a free list. Cheaper
 /// than a hash map on the hot paths (MCP bookkeeping touches every open window per event).
@@ -94,7 +97,7 @@ const MAX_NAMES: usize = 4096;
 
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Time(pub Millis);
+pub(crate) struct Time(pub Millis);
 
 impl Eq for Time {}
 impl PartialOrd for Time {
@@ -114,7 +117,7 @@ impl Ord for Time {
 /// Ids are shared (`Arc<str>`, so the correlator stays `Send`) between the tables and windows that name them: a window's
 /// thread, stream, response and call ids are each allocated once, not once per table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ThreadKey {
+pub(crate) enum ThreadKey {
     Known(Arc<str>),
     Anon(Arc<str>),
 }
@@ -130,7 +133,9 @@ impl ThreadKey {
 
 /// One client tool call of a window's response.
 #[derive(Debug, Clone)]
-pub struct Call {
+pub(crate) struct Call {
+    /// When the call item was complete.
+    pub at: Millis,
     pub call: Arc<str>,
     pub item: Option<String>,
     /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
@@ -140,7 +145,7 @@ pub struct Call {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WindowState {
+pub(crate) enum WindowState {
     Open,
     /// Closed at this time by a continuing request.
     Closed(Millis),
@@ -149,8 +154,10 @@ pub enum WindowState {
 }
 
 #[derive(Debug, Clone)]
-pub struct Window {
+pub(crate) struct Window {
     pub thread: Option<Arc<str>>,
+    /// The host of the window's stream, when known.
+    pub host: Option<Arc<str>>,
     pub stream: Arc<str>,
     pub response: Arc<str>,
     /// When the first client tool call of the response was complete.
@@ -166,6 +173,18 @@ pub struct Window {
     pub running: u32,
     /// The latest end among reported MCP calls that started inside the window.
     pub max_inside_end: Millis,
+    /// While the response has ended and no call inside runs: from when on the window can be
+    /// given up (`close_wait` after the response's end and after every reported inside call's
+    /// end; docs/design.md §4), as long as nothing changes.
+    pub settle: Millis,
+    /// Past spans `[from, until)` in which the window could be given up, ended by a call
+    /// starting inside it or a late report. A candidate is given up at the *first* moment the
+    /// conditions hold, so these stay valid whatever happens later.
+    pub quiet: Vec<(Millis, Millis)>,
+    /// The last route asked about, and when the first call that could issue it was complete
+    /// (infinity if none): intervals of one tool ask the same question of every window they
+    /// gather, so it is answered once per window. Forgotten when a call is added.
+    route_memo: Option<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
@@ -182,8 +201,21 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.state == WindowState::Open
+    }
+
+    /// When the first call of the response that could have issued a call of `names`'s tool
+    /// was complete: one whose visible name routes to it, or an opaque program call (kind
+    /// `custom`), which may call any tool. Infinity if none.
+    pub(crate) fn first_call_for(&self, names: &Names) -> Millis {
+        self.calls
+            .iter()
+            .filter(|c| {
+                c.kind == CallKind::Custom || names.matches(&c.name, c.namespace.as_deref())
+            })
+            .map(|c| c.at)
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// The time the window became final, if it has.
@@ -198,6 +230,7 @@ impl Window {
 struct StreamState {
     name: Arc<str>,
     thread: Option<Arc<str>>,
+    host: Option<Arc<str>>,
     key: ThreadKey,
     open: Millis,
     lost: bool,
@@ -212,8 +245,10 @@ struct ResponseState {
 
 /// The open span of a stream whose observation was lost.
 #[derive(Debug, Clone)]
-pub struct LostSpan {
+pub(crate) struct LostSpan {
     pub stream: String,
+    /// The stream's host, when known.
+    pub host: Option<Arc<str>>,
     pub open: Millis,
     pub close: Option<Millis>,
     pub lost_at: Millis,
@@ -223,7 +258,7 @@ pub struct LostSpan {
 /// only delay one, an MCP call starting or ending inside a window while others still run, are
 /// not reported: a pending interval's queued time stays a valid lower bound.)
 #[derive(Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Windows that closed or broke, or stopped blocking decisions: their response has ended
     /// and no MCP call that started inside them still runs (whichever happened last).
     pub windows: Vec<WinId>,
@@ -232,7 +267,7 @@ pub struct Changes {
 }
 
 #[derive(Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     streams: FxHashMap<Arc<str>, StreamState>,
     responses: FxHashMap<Arc<str>, ResponseState>,
     windows: Slab,
@@ -254,10 +289,15 @@ pub struct Tracker {
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
-    /// Running MCP calls: interval id -> start.
-    running: FxHashMap<String, Millis>,
-    /// MCP calls reported at the current time (a window opening at the same time must see them).
-    reported_now: Vec<(Millis, Millis)>,
+    /// Running MCP calls: interval id -> start and host.
+    running: FxHashMap<String, (Millis, Option<Arc<str>>)>,
+    /// MCP calls reported at the current time (a window opening at the same time must see
+    /// them): start, end, host.
+    reported_now: Vec<(Millis, Millis, Option<Arc<str>>)>,
+    /// `close_wait`, for the spans in which windows can be given up.
+    close_wait: Millis,
+    /// `--candidates all`: every MCP call counts for every window, whatever the hosts.
+    all_hosts: bool,
     now: Millis,
     /// Scratch for the windows a request continues.
     continued: Vec<WinId>,
@@ -268,10 +308,23 @@ pub struct Tracker {
     forgotten_before: Millis,
 }
 
+/// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
+/// and differ (docs/design.md §4), unless every host counts.
+fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>) -> bool {
+    all_hosts
+        || match (call, window) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
 impl Tracker {
-    pub fn new() -> Self {
+    /// `close_wait` as configured; `all_hosts` for `--candidates all`.
+    pub(crate) fn new(close_wait: Millis, all_hosts: bool) -> Self {
         Tracker {
             forgotten_before: f64::NEG_INFINITY,
+            close_wait,
+            all_hosts,
             ..Default::default()
         }
     }
@@ -279,7 +332,7 @@ impl Tracker {
     /// A shared copy of a tool name or namespace. Hosts use a handful of names, so each is
     /// stored once; past [`MAX_NAMES`] distinct ones (a host that makes names up) new ones are
     /// simply allocated, so the table cannot grow without bound.
-    pub fn intern(&mut self, name: &str) -> Arc<str> {
+    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
         if let Some(n) = self.names.get(name) {
             return n.clone();
         }
@@ -290,20 +343,20 @@ impl Tracker {
         n
     }
 
-    pub fn window(&self, id: WinId) -> Option<&Window> {
+    pub(crate) fn window(&self, id: WinId) -> Option<&Window> {
         self.windows.get(id)
     }
 
-    pub fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
+    pub(crate) fn window_mut(&mut self, id: WinId) -> Option<&mut Window> {
         self.windows.get_mut(id)
     }
 
-    pub fn forgotten_before(&self) -> Millis {
+    pub(crate) fn forgotten_before(&self) -> Millis {
         self.forgotten_before
     }
 
     /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
-    pub fn set_now(&mut self, t: Millis) {
+    pub(crate) fn set_now(&mut self, t: Millis) {
         if t > self.now {
             self.reported_now.clear();
         }
@@ -317,12 +370,16 @@ impl Tracker {
     }
 
     /// Open windows that opened at or before `s`.
-    pub fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
+    pub(crate) fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
         self.open_by(s).iter().map(|(_, id)| *id)
     }
 
     /// Closed windows with open ≤ s and close ≥ e.
-    pub fn closed_containing(&self, s: Millis, e: Millis) -> impl Iterator<Item = WinId> + '_ {
+    pub(crate) fn closed_containing(
+        &self,
+        s: Millis,
+        e: Millis,
+    ) -> impl Iterator<Item = WinId> + '_ {
         // From the newest: an interval is reported soon after its end, so the windows that
         // closed since are few, while the deque holds every window of the retention span.
         let since_end = self.closed.iter().rev().take_while(move |(c, _)| *c >= e);
@@ -332,20 +389,26 @@ impl Tracker {
         })
     }
 
-    pub fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
+    pub(crate) fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
         self.broken.iter().filter_map(|id| self.windows.get(*id))
     }
 
-    pub fn lost_spans(&self) -> &[LostSpan] {
+    pub(crate) fn lost_spans(&self) -> &[LostSpan] {
         &self.lost
     }
 
     /// The earliest `max_window` deadline of an open window.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub(crate) fn next_deadline(&self) -> Option<Millis> {
         self.deadlines.first().map(|(t, _)| t.0)
     }
 
-    pub fn stream_open(&mut self, t: Millis, stream: &str, thread: Option<&str>) {
+    pub(crate) fn stream_open(
+        &mut self,
+        t: Millis,
+        stream: &str,
+        thread: Option<&str>,
+        host: Option<Arc<str>>,
+    ) {
         let name: Arc<str> = stream.into();
         let thread: Option<Arc<str>> = thread.map(Arc::from);
         let key = ThreadKey::of(&thread, &name);
@@ -354,6 +417,7 @@ impl Tracker {
             StreamState {
                 name,
                 thread,
+                host,
                 key,
                 open: t,
                 lost: false,
@@ -362,7 +426,7 @@ impl Tracker {
         );
     }
 
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         t: Millis,
         stream: &str,
@@ -422,7 +486,7 @@ impl Tracker {
         self.continued = continued;
     }
 
-    pub fn response_start(&mut self, stream: &str, response: &str) {
+    pub(crate) fn response_start(&mut self, stream: &str, response: &str) {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
@@ -437,7 +501,7 @@ impl Tracker {
         );
     }
 
-    pub fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
+    pub(crate) fn tool_call(&mut self, t: Millis, response: &str, call: Call, max_window: Millis) {
         let Some(rs) = self.responses.get_mut(response) else {
             return;
         };
@@ -447,23 +511,29 @@ impl Tracker {
                     self.open_by_call.insert(call.call.clone(), id);
                 }
                 w.calls.push(call);
+                w.route_memo = None;
             }
             return;
         }
         let stream = rs.stream.clone();
-        let (thread, thread_key) = match self.streams.get(&stream) {
-            Some(s) => (s.thread.clone(), s.key.clone()),
-            None => (None, ThreadKey::Anon(stream.clone())),
+        let (thread, host, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.thread.clone(), s.host.clone(), s.key.clone()),
+            None => (None, None, ThreadKey::Anon(stream.clone())),
         };
 
         // MCP calls already running (or reported at this same instant) that started at or
         // after this open are inside the window.
-        let running = self.running.values().filter(|s| **s >= t).count() as u32;
+        let all = self.all_hosts;
+        let running = self
+            .running
+            .values()
+            .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+            .count() as u32;
         let max_inside_end = self
             .reported_now
             .iter()
-            .filter(|(s, _)| *s >= t)
-            .map(|(_, e)| *e)
+            .filter(|(s, _, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+            .map(|(_, e, _)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
         let call_id = call.call.clone();
@@ -473,6 +543,7 @@ impl Tracker {
             .map_or_else(|| Arc::from(response), |(k, _)| k.clone());
         let id = self.windows.insert(Window {
             thread,
+            host,
             stream,
             response: response.clone(),
             open: t,
@@ -483,6 +554,9 @@ impl Tracker {
             completed_at: None,
             running,
             max_inside_end,
+            settle: f64::INFINITY,
+            quiet: Vec::new(),
+            route_memo: None,
             next_request: None,
             refs: 0,
             attached: Vec::new(),
@@ -503,7 +577,7 @@ impl Tracker {
             .push(id);
     }
 
-    pub fn response_end(
+    pub(crate) fn response_end(
         &mut self,
         t: Millis,
         stream: &str,
@@ -518,12 +592,14 @@ impl Tracker {
             return;
         };
         let Some(id) = rs.window else { return };
+        let cw = self.close_wait;
         if let Some(w) = self.windows.get_mut(id) {
             w.response_end = Some(t);
             if status == ResponseStatus::Completed {
                 w.completed_at = Some(t);
             }
             if w.running == 0 {
+                w.settle = cw + t.max(w.max_inside_end);
                 ch.windows.push(id);
             }
             // No calls come after the response; final windows may be kept a while.
@@ -534,7 +610,7 @@ impl Tracker {
         }
     }
 
-    pub fn stream_close(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+    pub(crate) fn stream_close(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
         let Some(st) = self.streams.remove(stream) else {
             return;
         };
@@ -553,7 +629,7 @@ impl Tracker {
         }
     }
 
-    pub fn observation_lost(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
+    pub(crate) fn observation_lost(&mut self, t: Millis, stream: &str, ch: &mut Changes) {
         let Some(st) = self.streams.get_mut(stream) else {
             return;
         };
@@ -563,6 +639,7 @@ impl Tracker {
         st.lost = true;
         self.lost.push(LostSpan {
             stream: stream.to_string(),
+            host: st.host.clone(),
             open: st.open,
             close: None,
             lost_at: t,
@@ -570,36 +647,116 @@ impl Tracker {
         ch.global = true;
     }
 
-    /// A call starting can only delay decisions, so it reports no change.
-    pub fn mcp_start(&mut self, interval: &str, start: Millis) {
-        self.running.insert(interval.to_string(), start);
+    /// A call starting can only delay decisions, so it reports no change. A window that could
+    /// be given up until now keeps that span (it was given up then, for any interval whose own
+    /// wait had passed).
+    pub(crate) fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
+        let (now, all) = (self.now, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
             if let Some(w) = self.windows.get_mut(*id) {
+                if !same_host(all, host.as_ref(), w.host.as_ref()) {
+                    continue;
+                }
+                if w.running == 0 && w.response_end.is_some() && w.settle < now {
+                    w.quiet.push((w.settle, now));
+                }
                 w.running += 1;
             }
         }
+        self.running.insert(interval.to_string(), (start, host));
     }
 
-    pub fn mcp_interval(&mut self, interval: &str, start: Millis, end: Millis, ch: &mut Changes) {
-        let was_running = self.running.remove(interval).is_some();
-        self.reported_now.push((start, end));
+    pub(crate) fn mcp_interval(
+        &mut self,
+        interval: &str,
+        start: Millis,
+        end: Millis,
+        host: Option<Arc<str>>,
+        ch: &mut Changes,
+    ) {
+        let started = self.running.remove(interval);
+        let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
         let k = self.open_by(start).len();
         for (_, id) in &self.open[..k] {
-            if let Some(w) = self.windows.get_mut(*id) {
-                if was_running && w.running > 0 {
-                    w.running -= 1;
-                    if w.running == 0 && w.response_end.is_some() {
+            let Some(w) = self.windows.get_mut(*id) else {
+                continue;
+            };
+            // It ran inside this window (counted at its start, with the host it had then).
+            let ran = started
+                .as_ref()
+                .is_some_and(|(_, h)| same_host(all, h.as_ref(), w.host.as_ref()));
+            if ran && w.running > 0 {
+                w.running -= 1;
+                w.max_inside_end = w.max_inside_end.max(end);
+                if w.running == 0 {
+                    if let Some(re) = w.response_end {
+                        w.settle = now.max(cw + re.max(w.max_inside_end));
                         ch.windows.push(*id);
                     }
                 }
+            } else if same_host(all, host.as_ref(), w.host.as_ref()) {
                 w.max_inside_end = w.max_inside_end.max(end);
+                // A call reported only now that ended less than `close_wait` ago: from now
+                // on the window waits again, until `close_wait` after its end.
+                let wait_until = cw + end;
+                if w.running == 0 && w.response_end.is_some() && wait_until > now {
+                    if w.settle < now {
+                        w.quiet.push((w.settle, now));
+                    }
+                    w.settle = w.settle.max(wait_until);
+                }
             }
         }
+        self.reported_now.push((start, end, host));
+    }
+
+    /// Is window `id` eligible for an interval of host `host` starting at `start` whose tool
+    /// has the visible `names` (docs/design.md §4)? Hosts not known to differ, and a call complete
+    /// by `start` that could have issued it ([`Window::first_call_for`], remembered for the
+    /// window until it gets another call).
+    #[inline]
+    pub(crate) fn eligible(
+        &mut self,
+        id: WinId,
+        host: Option<&Arc<str>>,
+        names: &Arc<Names>,
+        start: Millis,
+    ) -> bool {
+        let Some(w) = self.windows.get_mut(id) else {
+            return false;
+        };
+        if let (Some(a), Some(b)) = (host, &w.host) {
+            if a != b {
+                return false;
+            }
+        }
+        let first = match &w.route_memo {
+            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
+            _ => {
+                let at = w.first_call_for(names);
+                w.route_memo = Some((names.clone(), at));
+                at
+            }
+        };
+        first <= start
+    }
+
+    /// The first moment at or after `from` at which window `id` could be given up, if it can
+    /// be told now: from a past quiet span, or the current one. `None` while it cannot (its
+    /// response still streams, or a call that started inside it still runs).
+    pub(crate) fn give_up_at(&self, w: &Window, from: Millis) -> Option<Millis> {
+        for &(a, b) in &w.quiet {
+            let t = a.max(from);
+            if t < b {
+                return Some(t);
+            }
+        }
+        (w.response_end.is_some() && w.running == 0).then(|| w.settle.max(from))
     }
 
     /// Breaks every open window whose `max_window` deadline is at or before `t`.
-    pub fn expire(&mut self, t: Millis, ch: &mut Changes) {
+    pub(crate) fn expire(&mut self, t: Millis, ch: &mut Changes) {
         while let Some(&(Time(d), id)) = self.deadlines.first() {
             if d > t {
                 break;
@@ -654,7 +811,7 @@ impl Tracker {
     /// Drops what no decision about an interval starting at or after `horizon` can need:
     /// windows final before it (unless broken with no later request of their thread), lost
     /// spans closed before it, and windows no longer waited on.
-    pub fn forget_before(&mut self, horizon: Millis) {
+    pub(crate) fn forget_before(&mut self, horizon: Millis) {
         if horizon <= self.forgotten_before {
             return;
         }
@@ -706,7 +863,7 @@ impl Tracker {
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
     /// indexed anywhere and was only kept for the intervals that held it.
-    pub fn unref(&mut self, id: WinId) {
+    pub(crate) fn unref(&mut self, id: WinId) {
         let Some(w) = self.windows.get_mut(id) else {
             return;
         };
@@ -726,7 +883,7 @@ impl Tracker {
     }
 
     /// How many windows the tracker holds (for tests and memory reports).
-    pub fn window_count(&self) -> usize {
+    pub(crate) fn window_count(&self) -> usize {
         self.windows.len()
     }
 }
@@ -739,6 +896,7 @@ mod tests {
         let stream: Arc<str> = "s1".into();
         Window {
             thread: None,
+            host: None,
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
@@ -749,6 +907,9 @@ mod tests {
             completed_at: None,
             running: 0,
             max_inside_end: f64::NEG_INFINITY,
+            settle: f64::INFINITY,
+            quiet: Vec::new(),
+            route_memo: None,
             next_request: None,
             refs: 0,
             attached: Vec::new(),
@@ -774,7 +935,7 @@ mod tests {
 
     #[test]
     fn interned_names_are_shared_until_the_table_is_full() {
-        let mut tracker = Tracker::new();
+        let mut tracker = Tracker::new(1000.0, false);
         let a = tracker.intern("exec");
         let b = tracker.intern("exec");
         assert!(Arc::ptr_eq(&a, &b));

@@ -1,4 +1,4 @@
-//! The incremental correlator against a brute-force reference of design.md §3–§4, on random
+//! The incremental correlator against a brute-force reference of docs/design.md §3–§4, on random
 //! valid traces; plus hand-made scenarios that pin the reference itself down.
 
 mod support;
@@ -8,8 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use correlator::event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
 };
-use correlator::records::{Reason, Record};
-use correlator::{replay, Config, Correlator, WindowOpen};
+use correlator::records::{Evidence, Reason, Record};
+use correlator::{replay, Candidates, Config, Correlator, WindowOpen};
 use proptest::prelude::*;
 
 use support::gen::{generate, round_trip, trace_text, Generated, Shape};
@@ -67,9 +67,17 @@ fn minimise(events: &[Event], config: &Config) -> Vec<Event> {
 
 fn describe_config(c: &Config) -> String {
     format!(
-        "close_wait={} max_window={} window_open={:?}",
-        c.close_wait, c.max_window, c.window_open
+        "close_wait={} max_window={} window_open={:?} candidates={:?}",
+        c.close_wait, c.max_window, c.window_open, c.candidates
     )
+}
+
+/// The configuration in each `--candidates` mode: every generated trace is checked in both.
+fn both_modes(c: &Config) -> [Config; 2] {
+    [Candidates::Eligible, Candidates::All].map(|candidates| Config {
+        candidates,
+        ..c.clone()
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -93,6 +101,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    /// Each case is one random multi-host trace, checked in both `--candidates` modes.
     #[test]
     fn replay_agrees_with_the_reference(shape in shapes()) {
         let Generated { events, config, .. } = generate(shape);
@@ -100,6 +109,7 @@ proptest! {
             Ok(back) => prop_assert_eq!(&back, &events, "the trace did not read back unchanged"),
             Err(e) => prop_assert!(false, "generator wrote an invalid trace: {e}"),
         }
+        for config in both_modes(&config) {
         if disagreement(&events, &config).is_some() {
             let small = minimise(&events, &config);
             let diff = disagreement(&small, &config).unwrap_or_default();
@@ -109,6 +119,7 @@ proptest! {
                 describe_config(&config),
                 trace_text(&small)
             );
+        }
         }
     }
 }
@@ -129,6 +140,7 @@ proptest! {
         let shape = Shape { seed, hosts, max_turns };
         let Generated { events, config, .. } = generate(shape);
         prop_assert!(round_trip(&events).is_ok());
+        for config in both_modes(&config) {
         if disagreement(&events, &config).is_some() {
             let small = minimise(&events, &config);
             let diff = disagreement(&small, &config).unwrap_or_default();
@@ -139,6 +151,7 @@ proptest! {
                 trace_text(&small)
             );
         }
+        }
     }
 }
 
@@ -146,8 +159,14 @@ proptest! {
 /// above means something.
 #[test]
 fn the_generator_reaches_every_outcome() {
+    for mode in [Candidates::Eligible, Candidates::All] {
+        reaches_every_outcome(mode);
+    }
+}
+
+fn reaches_every_outcome(mode: Candidates) {
     let mut seen = [0usize; 6];
-    let mut evidence = [0usize; 6];
+    let mut evidence = [0usize; Evidence::ALL.len()];
     let mut intervals = 0;
     for seed in 0..300 {
         let g = generate(Shape {
@@ -155,7 +174,11 @@ fn the_generator_reaches_every_outcome() {
             hosts: 4,
             max_turns: 4,
         });
-        for r in reference(&g.events, &g.config) {
+        let config = Config {
+            candidates: mode,
+            ..g.config
+        };
+        for r in reference(&g.events, &config) {
             intervals += 1;
             let i = match r.reason {
                 None => 0,
@@ -167,8 +190,10 @@ fn the_generator_reaches_every_outcome() {
             }
         }
     }
-    eprintln!("outcomes over {intervals} intervals (attributed, then per reason): {seen:?}");
-    eprintln!("evidence (containment, tool_use_id, item_id, call_id, thread, route): {evidence:?}");
+    eprintln!(
+        "{mode:?}: outcomes over {intervals} intervals (attributed, then per reason): {seen:?}"
+    );
+    eprintln!("{mode:?}: evidence (containment, tool_use_id, item_id, call_id, thread, host, route): {evidence:?}");
     assert!(intervals > 1000, "only {intervals} intervals");
     assert!(
         seen.iter().all(|&n| n * 100 >= intervals),
@@ -289,6 +314,7 @@ impl Script {
                 client,
                 transport,
                 thread: thread.map(Into::into),
+                host: None,
             },
         )
     }
@@ -317,6 +343,7 @@ impl Script {
                 stream: stream.into(),
                 response: response.into(),
                 request: Some(request.into()),
+                model: None,
             },
         )
     }
@@ -354,6 +381,8 @@ impl Script {
                 stream: stream.into(),
                 response: response.into(),
                 status,
+                usage: None,
+                stop_reason: None,
             },
         )
     }
@@ -385,6 +414,7 @@ impl Script {
                 end: e,
                 outcome: Outcome::Result,
                 hints,
+                host: None,
             },
         )
     }
@@ -422,7 +452,7 @@ fn replay_agrees(events: &[Event], config: &Config) {
 }
 
 /// The seed-000 Codex probe: call item done at 6905, response completed 6957, MCP call
-/// 7187–7264, continuation at 7278, report at 7280: the design.md §6 example, exactly.
+/// 7187–7264, continuation at 7278, report at 7280: the docs/design.md §6 example, exactly.
 #[test]
 fn the_codex_probe_is_attributed_as_in_the_design_example() {
     let events = Script::new()
@@ -438,6 +468,7 @@ fn the_codex_probe_is_attributed_as_in_the_design_example() {
                 alias: "probe".into(),
                 tool: "echo".into(),
                 start: 7187.0,
+                host: None,
             },
         )
         .request(7278.0, "s1", "q2", Some("r1"), &[])
@@ -615,7 +646,7 @@ fn a_broken_candidate_makes_the_answer_incomplete() {
     replay_agrees(&events, &Config::default());
 }
 
-/// design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
+/// docs/design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
 /// another request, makes every later interval `incomplete`, on any thread, even one whose
 /// own window contains it and closed normally.
 #[test]
@@ -676,4 +707,43 @@ fn wrong_hints_conflict_and_late_calls_fit_nothing() {
         ]
     );
     replay_agrees(&events, &Config::default());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every hand trace, read by the reference too
+
+/// The bundled traces (`traces/`), whose expected records were worked out by hand, also agree
+/// with the reference: three readings of the text (hand, reference, correlator) meet there.
+#[test]
+fn every_hand_trace_agrees_with_the_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("traces/ exists")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(files.len() > 30, "only {} traces", files.len());
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable trace");
+        let mut reader = correlator::trace::TraceReader::new(text.as_bytes(), "trace");
+        let events: Vec<Event> = reader.by_ref().map(|e| e.expect("valid")).collect();
+        let header = reader.header().expect("a header").clone();
+        let mut config = Config::default();
+        if let Some(v) = header.get("close_wait").and_then(|v| v.as_f64()) {
+            config.close_wait = v;
+        }
+        if let Some(v) = header.get("max_window").and_then(|v| v.as_f64()) {
+            config.max_window = v;
+        }
+        if let Some(v) = header.get("window_open").and_then(|v| v.as_str()) {
+            config.window_open = WindowOpen::parse(v).expect("a window_open word");
+        }
+        if let Some(v) = header.get("candidates").and_then(|v| v.as_str()) {
+            config.candidates = Candidates::parse(v).expect("a candidates word");
+        }
+        if let Some(diff) = disagreement(&events, &config) {
+            panic!("{}:\n{diff}", path.display());
+        }
+    }
 }

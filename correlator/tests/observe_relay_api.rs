@@ -1,6 +1,6 @@
 //! The observers through the public API only, the way the relay drives them: route and client
 //! classification from the request head, then one observer per exchange, its events stamped
-//! and written as trace v1, then read back by the strict reader.
+//! and written as trace v2, then read back by the strict reader.
 
 use correlator::event::{CallKind, Client, Event, EventKind};
 use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver};
@@ -96,7 +96,7 @@ fn an_observed_claude_tool_loop_over_two_exchanges_is_a_valid_trace() {
         trace.push('\n');
     }
     assert!(!trace.contains("SECRET"), "{trace}");
-    let events = read_all(trace.as_bytes(), "relay").expect("a valid trace v1");
+    let events = read_all(trace.as_bytes(), "relay").expect("a valid trace v2");
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.type_name()).collect();
     assert_eq!(
         kinds,
@@ -119,6 +119,7 @@ fn an_observed_claude_tool_loop_over_two_exchanges_is_a_valid_trace() {
         client: Client::Claude,
         transport: correlator::event::Transport::Http,
         thread: Some("0b6c3c1e-session".into()),
+        host: None,
     }));
     assert!(out.contains(&EventKind::ToolCall {
         stream: "s1".into(),

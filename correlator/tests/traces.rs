@@ -1,7 +1,7 @@
 //! Every hand-written trace in `traces/` replays to exactly the records in
 //! `traces/expected/NAME.records.jsonl`, byte for byte.
 //!
-//! The expected records were worked out by hand from design.md §3–§4 (one line of reasoning
+//! The expected records were worked out by hand from docs/design.md §3–§4 (one line of reasoning
 //! per trace in `traces/README.md`), so a failure here means the code and the hand reading
 //! disagree: read the diff, then the text, before touching either.
 
@@ -11,7 +11,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use correlator::trace::TraceReader;
-use correlator::{replay, Config, WindowOpen};
+use correlator::{replay, Candidates, Config, WindowOpen};
 use serde_json::{Map, Value};
 
 fn traces_dir() -> PathBuf {
@@ -60,6 +60,11 @@ fn config_from_header(header: &Map<String, Value>) -> Result<Config, String> {
                 }
             }
         }
+    }
+    if let Some(v) = header.get("candidates") {
+        c.candidates = v.as_str().and_then(Candidates::parse).ok_or_else(|| {
+            format!("header `candidates` must be \"eligible\" or \"all\", got {v}")
+        })?;
     }
     if let Some(v) = header.get("window_open") {
         c.window_open = v.as_str().and_then(WindowOpen::parse).ok_or_else(|| {

@@ -1,4 +1,4 @@
-//! The trace v1 and records v1 readers and writers; see `windowtap_fuzz::trace_reader`.
+//! The trace v2 and records v1 readers and writers; see `windowtap_fuzz::trace_reader`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

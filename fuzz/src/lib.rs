@@ -95,7 +95,7 @@ fn chunks(bytes: &[u8], seed: u64) -> Vec<&[u8]> {
     out
 }
 
-/// Asserts that observer output (stamped 0, 1, 2, …) is a valid trace v1 that reads back equal,
+/// Asserts that observer output (stamped 0, 1, 2, …) is a valid trace v2 that reads back equal,
 /// with exactly one `stream_open` first and one `stream_close` last.
 fn assert_valid_trace(events: &[EventKind]) {
     assert!(
@@ -660,7 +660,7 @@ fn trickled(data: &[u8], seed: u8) -> impl BufRead + '_ {
     )
 }
 
-/// `trace_reader`: the strict trace v1 reader and the records v1 reader over arbitrary bytes.
+/// `trace_reader`: the strict trace reader (v1 and v2) and the records v1 reader over arbitrary bytes.
 /// Reading in pieces gives the same result as reading at once; every event and record read
 /// is written back by the writer and reads back equal.
 pub fn trace_reader(data: &[u8]) {

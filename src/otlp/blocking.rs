@@ -8,8 +8,8 @@
 //! and the rest is queued without waiting (and dropped when full), so a dead collector costs
 //! a replay about one export timeout, not one per record.
 
-use correlator::sanitize::Cleared;
 use correlator::Record;
+use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::config::{Endpoint, ExportConfig};
 use super::export::{ExportReport, Exporter, ExporterHandle, StartError};
@@ -43,15 +43,13 @@ impl BlockingExporter {
         })
     }
 
-    /// Queues one record's span, waiting for room at most once per export timeout.
-    pub fn record(&self, record: &Cleared<'_>, epoch_unix_nanos: u64) -> bool {
+    /// Queues one span, waiting for room at most once per export timeout.
+    pub fn span(&self, span: Span) -> bool {
         if self.stuck.get() || self.handle.has_failed() {
-            return self.handle.record(record, epoch_unix_nanos);
+            return self.handle.span(span);
         }
         let wait = self.exporter.timeout();
-        let queued = self
-            .rt
-            .block_on(self.handle.record_waiting(record, epoch_unix_nanos, wait));
+        let queued = self.rt.block_on(self.handle.span_waiting(span, wait));
         if !queued {
             self.stuck.set(true);
         }
@@ -85,13 +83,15 @@ pub fn replay_epoch(header_epoch_unix_ms: Option<f64>, records: &[Record], now: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use correlator::sanitize::Door;
     use correlator::Record;
 
-    fn clear(r: &Record) -> Cleared<'_> {
-        Door::replay()
-            .record(r)
-            .expect("test records hold trace ids")
+    fn span(i: u64) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: (i + 1).to_be_bytes().to_vec(),
+            name: "execute_tool t".into(),
+            ..Default::default()
+        }
     }
     use crate::otlp::config::Endpoint;
     use crate::otlp::testing::{Answer, Receiver};
@@ -134,7 +134,7 @@ mod tests {
         let (_rt, rx) = receiver(vec![Answer::Ok]);
         let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
         for i in 0..40 {
-            assert!(e.record(&clear(&record(i as f64, i as f64)), 0));
+            assert!(e.span(span(i)));
         }
         let (_, report) = e.finish();
         assert_eq!((report.exported, report.lost()), (40, 0));
@@ -145,9 +145,7 @@ mod tests {
     fn a_stuck_collector_costs_one_wait_then_drops() {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
         let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
-        let queued = (0..40)
-            .filter(|i| e.record(&clear(&record(*i as f64, 0.0)), 0))
-            .count();
+        let queued = (0..40).filter(|i| e.span(span(*i))).count();
         // One in flight, one queued, and perhaps one more that got in as the first request
         // failed; after that nothing waits.
         assert!(queued <= 3, "{queued}");

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use correlator::sanitize::Cleared;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full, Limited};
@@ -119,7 +118,7 @@ impl Counters {
     }
 }
 
-/// The cheap, cloneable side that turns records into spans and queues them.
+/// The cheap, cloneable side that queues finished spans.
 #[derive(Clone)]
 pub struct ExporterHandle {
     tx: mpsc::Sender<Span>,
@@ -127,27 +126,18 @@ pub struct ExporterHandle {
 }
 
 impl ExporterHandle {
-    /// Queues the record's span; never waits. `epoch_unix_nanos` is the wall-clock time of
-    /// the trace clock's 0. Returns false when the span was dropped (queue full or shut down).
-    /// Only a record the sanitizing door let out can become a span.
-    pub fn record(&self, record: &Cleared<'_>, epoch_unix_nanos: u64) -> bool {
-        let accepted = self
-            .tx
-            .try_send(span::span(record.record(), epoch_unix_nanos))
-            .is_ok();
+    /// Queues a span; never waits. Returns false when it was dropped (queue full or shut
+    /// down). Spans come from [`super::tree::Tree`], which takes only what the sanitizing
+    /// door let out.
+    pub fn span(&self, span: Span) -> bool {
+        let accepted = self.tx.try_send(span).is_ok();
         self.count(accepted)
     }
 
-    /// Like [`record`](Self::record), but waits up to `wait` for room in the queue. For
-    /// offline replay only, where the records are already decided and completeness matters
-    /// more than pace; a live command must use `record`.
-    pub async fn record_waiting(
-        &self,
-        record: &Cleared<'_>,
-        epoch_unix_nanos: u64,
-        wait: Duration,
-    ) -> bool {
-        let span = span::span(record.record(), epoch_unix_nanos);
+    /// Like [`span`](Self::span), but waits up to `wait` for room in the queue. For offline
+    /// replay only, where the records are already decided and completeness matters more than
+    /// pace; a live command must use `span`.
+    pub async fn span_waiting(&self, span: Span, wait: Duration) -> bool {
         let accepted = matches!(
             tokio::time::timeout(wait, self.tx.send(span)).await,
             Ok(Ok(()))
@@ -413,38 +403,20 @@ fn http_client(config: &ExportConfig) -> Result<HttpClient, StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use correlator::sanitize::Door;
-    use correlator::Record;
 
-    fn clear(r: &Record) -> Cleared<'_> {
-        Door::replay()
-            .record(r)
-            .expect("test records hold trace ids")
-    }
     use crate::otlp::config::Endpoint;
     use crate::otlp::testing::{Answer, Receiver};
-    use correlator::records::{Evidence, WindowRef};
     use opentelemetry_proto::tonic::common::v1::any_value;
 
-    fn record(i: usize) -> Record {
-        Record {
-            interval: format!("i{i}"),
-            alias: "probe".into(),
-            tool: "echo".into(),
-            start: 100.0 * i as f64,
-            end: 100.0 * i as f64 + 50.0,
-            reason: None,
-            evidence: vec![Evidence::Containment],
-            candidates: 1,
-            window: Some(WindowRef {
-                thread: Some("th1".into()),
-                stream: "s1".into(),
-                response: "r1".into(),
-                request: Some("q2".into()),
-                open: 10.0,
-                close: Some(9_000.0),
-            }),
-            decided_at: 9_001.0,
+    /// A span starting `i` × 100 ms after the epoch.
+    fn test_span(i: usize, epoch: u64) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: vec![i as u8 + 1; 8],
+            name: "execute_tool echo".into(),
+            start_time_unix_nano: span::unix_nanos(epoch, 100.0 * i as f64),
+            end_time_unix_nano: span::unix_nanos(epoch, 100.0 * i as f64 + 50.0),
+            ..Default::default()
         }
     }
 
@@ -469,7 +441,7 @@ mod tests {
         let exporter = Exporter::start(c).unwrap();
         let h = exporter.handle();
         for i in 0..5 {
-            assert!(h.record(&clear(&record(i)), 1_000_000_000));
+            assert!(h.span(test_span(i, 1_000_000_000)));
         }
         let report = exporter.shutdown().await;
         assert_eq!(
@@ -522,7 +494,7 @@ mod tests {
         let exporter = Exporter::start(c).unwrap();
         let h = exporter.handle();
         for i in 0..3 {
-            h.record(&clear(&record(i)), 0);
+            h.span(test_span(i, 0));
         }
         // No shutdown: only the timer can send them. Bounded wait.
         for _ in 0..500 {
@@ -541,7 +513,7 @@ mod tests {
         let mut c = config(&rx.url());
         c.gzip = true;
         let exporter = Exporter::start(c).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.exported, 1);
         let got = rx.received.lock().unwrap();
         assert_eq!(got[0].headers["content-encoding"], "gzip");
@@ -553,7 +525,7 @@ mod tests {
         let rx = Receiver::start(vec![Answer::Reject(1)]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
         for i in 0..3 {
-            exporter.handle().record(&clear(&record(i)), 0);
+            exporter.handle().span(test_span(i, 0));
         }
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.rejected, r.lost()), (2, 1, 1));
@@ -563,14 +535,14 @@ mod tests {
     async fn try_again_statuses_are_retried_and_others_are_not() {
         let rx = Receiver::start(vec![Answer::Status(503), Answer::Ok]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (1, 0));
         assert_eq!(rx.batch_sizes(), [1, 1]);
 
         let rx = Receiver::start(vec![Answer::Status(400), Answer::Ok]).await;
         let exporter = Exporter::start(config(&rx.url())).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (0, 1));
         assert_eq!(r.first_error, Some(ExportError::Status(400)));
@@ -588,13 +560,13 @@ mod tests {
         let h = exporter.handle();
         // The task cannot run in between (one-thread runtime): one span queues, the rest
         // find the queue full, and none of these calls waits.
-        let accepted = (0..20).filter(|i| h.record(&clear(&record(*i)), 0)).count();
+        let accepted = (0..20).filter(|i| h.span(test_span(*i, 0))).count();
         assert_eq!(accepted, 1);
         let r = exporter.shutdown().await;
         assert_eq!((r.queued, r.dropped, r.exported), (1, 19, 0));
         assert_eq!(r.lost(), 20);
         // After shutdown every record is dropped, still without waiting.
-        assert!(!h.record(&clear(&record(99)), 0));
+        assert!(!h.span(test_span(99, 0)));
     }
 
     #[tokio::test]
@@ -605,7 +577,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let exporter = Exporter::start(config(&format!("http://127.0.0.1:{port}"))).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         let r = exporter.shutdown().await;
         assert_eq!((r.exported, r.failed), (0, 1));
         assert!(matches!(r.first_error, Some(ExportError::Connect(_))));
@@ -639,7 +611,7 @@ mod tests {
 
         // Without the root the certificate is not trusted: a counted failure.
         let exporter = Exporter::start(config(&url)).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.failed, 1);
 
         let dir = tempfile::tempdir().unwrap();
@@ -648,7 +620,7 @@ mod tests {
         let mut c = config(&url);
         c.ca_file = Some(ca_file);
         let exporter = Exporter::start(c).unwrap();
-        exporter.handle().record(&clear(&record(1)), 0);
+        exporter.handle().span(test_span(1, 0));
         assert_eq!(exporter.shutdown().await.exported, 1);
         assert_eq!(rx.batch_sizes(), [1]);
     }

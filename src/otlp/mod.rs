@@ -1,22 +1,28 @@
-//! OTLP export of attribution records: each record becomes one `execute_tool {tool}` span
-//! (OTLP/HTTP protobuf, `POST …/v1/traces`), so a tracing backend shows which MCP calls ran in
-//! which model response window, and where windowtap abstained and why.
+//! OTLP export of a run as a trace tree (OTLP/HTTP protobuf, `POST …/v1/traces`): one trace per
+//! agent turn, a `chat {model}` span per model response, and each MCP call's
+//! `execute_tool {tool}` span under the response it ran in, or, abstained, linked to every
+//! candidate with windowtap's reason.
 //!
 //! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
-//! - [`span`]: record → span, with the GenAI/MCP attribute names and deterministic ids.
+//! - [`tree`]: the sans-IO span builder: events and records in, finished spans out, ids derived
+//!   from a source key.
+//! - [`span`]: attribute names and values, times, the export request.
+//! - [`offline`]: the tree of a replayed trace file; [`LiveTree`]: of a live run.
 //! - [`export`]: the never-blocking queue, batching and the HTTP client.
 //! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
 //!
 //! Live commands (relay, run) flatten [`OtlpArgs`], start an [`Exporter`] inside their
-//! runtime and call [`ExporterHandle::record`] for each record; `docs/otlp.md` shows the code.
-//! `docs/otlp.md` documents the span format and the decisions behind it.
+//! runtime and feed a [`LiveTree`] on the correlator task; `docs/otlp.md` shows the code and
+//! documents the tree and the decisions behind it.
 
 pub mod blocking;
 pub mod config;
 pub mod export;
+pub mod offline;
 pub mod span;
 #[cfg(test)]
 pub mod testing;
+pub mod tree;
 
 pub use blocking::{replay_epoch, BlockingExporter};
 // The live commands (relay, run) take these; replay uses the blocking wrapper.
@@ -40,6 +46,58 @@ impl OtlpArgs {
     /// The flag and this process's `OTEL_*` environment.
     pub fn resolve(&self) -> Result<Resolved, ConfigError> {
         resolve(self.otlp_endpoint.as_deref(), &|k| std::env::var(k).ok())
+    }
+}
+
+/// The trace tree of a live run (relay, run): fed on the correlator task with every event
+/// and record, it queues each span as it is finished, never waiting.
+pub struct LiveTree {
+    handle: ExporterHandle,
+    tree: tree::Tree,
+    buf: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
+}
+
+impl LiveTree {
+    /// `epoch_unix_nanos`: the wall-clock time of the run clock's 0. Ids come from a fresh
+    /// random key, so no two runs share one.
+    pub fn new(handle: ExporterHandle, epoch_unix_nanos: u64, config: &correlator::Config) -> Self {
+        // A record is decided at most `max_window` plus the give-up wait after its window
+        // opened; twice that keeps every response a record can name.
+        let horizon = 2.0 * (config.max_window + config.close_wait) + 60_000.0;
+        let key = tree::SourceKey::for_run(rand::random());
+        LiveTree {
+            handle,
+            tree: tree::Tree::new(
+                key,
+                epoch_unix_nanos,
+                correlator::sanitize::Door::live(),
+                horizon,
+            ),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn event(&mut self, ev: &correlator::Event) {
+        self.tree.event(ev, &mut self.buf);
+        self.send();
+    }
+
+    pub fn record(&mut self, record: &correlator::sanitize::Cleared<'_>) {
+        self.tree.record(record, &mut self.buf);
+        self.send();
+    }
+
+    /// The run is over at `now` (trace clock): every open span ends.
+    pub fn finish(&mut self, now: correlator::Millis) {
+        self.tree.finish(now, &mut self.buf);
+        self.send();
+    }
+
+    fn send(&mut self) {
+        for s in self.buf.drain(..) {
+            // Never waits: a full queue drops the span and counts it.
+            self.handle.span(s);
+        }
     }
 }
 

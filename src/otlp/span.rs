@@ -1,17 +1,18 @@
-//! One attribution record → one OTLP span (`execute_tool {tool}`, kind INTERNAL), with the
-//! OpenTelemetry GenAI and MCP attribute names and windowtap's own `windowtap.*` attributes.
-//!
-//! Everything a span carries comes from the record, which only ever holds pseudonymous ids,
-//! fixed words, counts, times and tool names (design.md §7): nothing is added here.
+//! The pieces of an OTLP span: the GenAI, MCP and `windowtap.*` attribute names, typed
+//! attribute values, the attributes of a record and of a response's usage, error status,
+//! trace-clock times in Unix nanoseconds, and the export request. The tree of spans itself is
+//! built in [`super::tree`].
 
+use correlator::event::{Client, Usage};
 use correlator::records::{Record, WindowRef};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
-use sha2::{Digest, Sha256};
+use opentelemetry_proto::tonic::trace::v1::{
+    status::StatusCode, ResourceSpans, ScopeSpans, Span, Status,
+};
 
 /// Attribute names. GenAI and MCP names are the semantic-convention ones (design: protocols.md
 /// §5); the `opentelemetry-semantic-conventions` constants are deprecated, so they live here.
@@ -21,6 +22,19 @@ pub mod attr {
     pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
     pub const RESPONSE_ID: &str = "gen_ai.response.id";
     pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
+    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+    pub const AGENT_NAME: &str = "gen_ai.agent.name";
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    pub const USAGE_INPUT: &str = "gen_ai.usage.input_tokens";
+    pub const USAGE_OUTPUT: &str = "gen_ai.usage.output_tokens";
+    pub const USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const USAGE_CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+    /// Langfuse and Phoenix group traces into sessions by this one.
+    pub const SESSION_ID: &str = "session.id";
+    pub const ERROR_TYPE: &str = "error.type";
+    pub const NETWORK_TRANSPORT: &str = "network.transport";
     pub const MCP_METHOD_NAME: &str = "mcp.method.name";
     pub const MCP_SERVER_NAME: &str = "mcp.server.name";
     pub const DECISION: &str = "windowtap.decision";
@@ -33,46 +47,19 @@ pub mod attr {
     pub const WINDOW_REQUEST: &str = "windowtap.window.request";
     pub const WINDOW_OPEN_MS: &str = "windowtap.window.open_ms";
     pub const WINDOW_CLOSE_MS: &str = "windowtap.window.close_ms";
+    pub const OUTCOME: &str = "windowtap.outcome";
+    pub const HOST: &str = "windowtap.host";
+    pub const STREAM: &str = "windowtap.stream";
+    pub const REQUEST: &str = "windowtap.request";
+    pub const TOOL_CALLS: &str = "windowtap.tool_calls";
+    pub const TOOL_CALL_NAMES: &str = "windowtap.tool_call.names";
+    pub const TURN_RESPONSES: &str = "windowtap.turn.responses";
+    pub const TURN_KIND: &str = "windowtap.turn.kind";
+    pub const LINK_ROLE: &str = "windowtap.link";
 }
 
 /// The instrumentation scope every span is reported under.
 pub const SCOPE_NAME: &str = "windowtap";
-
-/// The span's trace id: the first 16 bytes of SHA-256 over a domain label and the interval's
-/// (already pseudonymous) id, so a replay of the same trace exports the same ids.
-pub fn trace_id(interval: &str) -> [u8; 16] {
-    let d = digest(b"windowtap.otlp.trace\0", interval);
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&d[..16]);
-    nonzero(&mut id);
-    id
-}
-
-/// The span's id: the first 8 bytes of SHA-256 over another domain label and the interval id.
-pub fn span_id(interval: &str) -> [u8; 8] {
-    let d = digest(b"windowtap.otlp.span\0", interval);
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&d[..8]);
-    nonzero(&mut id);
-    id
-}
-
-fn digest(label: &[u8], interval: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(label);
-    h.update(interval.as_bytes());
-    h.finalize().into()
-}
-
-/// An all-zero id is invalid in OTLP; a hash yields one with probability 2^-64 at most, but
-/// a receiver would drop the span, so make it impossible.
-fn nonzero(id: &mut [u8]) {
-    if id.iter().all(|b| *b == 0) {
-        if let Some(last) = id.last_mut() {
-            *last = 1;
-        }
-    }
-}
 
 /// Unix nanoseconds of a trace-clock time: the run's epoch plus `ms`. Times before the
 /// epoch, non-finite or past the u64 range saturate rather than wrap.
@@ -101,7 +88,7 @@ pub fn kv_str(key: &str, value: &str) -> KeyValue {
     kv(key, any_value::Value::StringValue(value.to_owned()))
 }
 
-fn kv(key: &str, value: any_value::Value) -> KeyValue {
+pub fn kv(key: &str, value: any_value::Value) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
         value: Some(AnyValue { value: Some(value) }),
@@ -109,15 +96,15 @@ fn kv(key: &str, value: any_value::Value) -> KeyValue {
     }
 }
 
-fn kv_int(key: &str, value: i64) -> KeyValue {
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
     kv(key, any_value::Value::IntValue(value))
 }
 
-fn kv_ms(key: &str, value: f64) -> KeyValue {
+pub fn kv_ms(key: &str, value: f64) -> KeyValue {
     kv(key, any_value::Value::DoubleValue(value))
 }
 
-fn kv_strings<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> KeyValue {
+pub fn kv_strings<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> KeyValue {
     let values = values
         .map(|v| AnyValue {
             value: Some(any_value::Value::StringValue(v.to_owned())),
@@ -126,9 +113,42 @@ fn kv_strings<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> KeyValue 
     kv(key, any_value::Value::ArrayValue(ArrayValue { values }))
 }
 
-/// The span for one record. `epoch_unix_nanos` is the wall-clock time of the trace clock's 0.
-pub fn span(record: &Record, epoch_unix_nanos: u64) -> Span {
-    let mut a = Vec::with_capacity(17);
+pub fn error_status(word: &str) -> Status {
+    Status {
+        message: word.to_owned(),
+        code: StatusCode::Error as i32,
+    }
+}
+
+/// Usage on a chat span. `gen_ai.usage.input_tokens` counts every input token, cached ones
+/// included (the convention); Anthropic reports cache reads and writes apart from
+/// `input_tokens`, so they are added for it; OpenAI's `input_tokens` already holds them.
+pub fn usage_attributes(client: Client, u: &Usage, a: &mut Vec<KeyValue>) {
+    let cached = match client {
+        Client::Claude => u.cache_read.unwrap_or(0) + u.cache_creation.unwrap_or(0),
+        _ => 0,
+    };
+    if let Some(i) = u.input {
+        a.push(kv_int(attr::USAGE_INPUT, clamp(i.saturating_add(cached))));
+    }
+    if let Some(o) = u.output {
+        a.push(kv_int(attr::USAGE_OUTPUT, clamp(o)));
+    }
+    if let Some(c) = u.cache_read {
+        a.push(kv_int(attr::USAGE_CACHE_READ, clamp(c)));
+    }
+    if let Some(c) = u.cache_creation {
+        a.push(kv_int(attr::USAGE_CACHE_CREATION, clamp(c)));
+    }
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The attributes every `execute_tool` span of a record carries (all from the record).
+pub fn tool_attributes(record: &Record) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(20);
     a.push(kv_str(attr::OPERATION_NAME, "execute_tool"));
     a.push(kv_str(attr::TOOL_NAME, &record.tool));
     // The record names no call of the window (hints are not kept in records), so the call id
@@ -138,6 +158,8 @@ pub fn span(record: &Record, epoch_unix_nanos: u64) -> Span {
     // The alias is the name the host's MCP configuration gives the server, which is what
     // Codex's own `mcp.tools.call` spans put in `mcp.server.name`.
     a.push(kv_str(attr::MCP_SERVER_NAME, &record.alias));
+    // The wrapper speaks MCP over the server's stdio.
+    a.push(kv_str(attr::NETWORK_TRANSPORT, "pipe"));
     a.push(kv_str(attr::DECISION, record.decision()));
     if let Some(reason) = record.reason {
         a.push(kv_str(attr::REASON, reason.as_str()));
@@ -155,26 +177,7 @@ pub fn span(record: &Record, epoch_unix_nanos: u64) -> Span {
     if let Some(w) = &record.window {
         window_attributes(w, &mut a);
     }
-    Span {
-        trace_id: trace_id(&record.interval).to_vec(),
-        span_id: span_id(&record.interval).to_vec(),
-        trace_state: String::new(),
-        parent_span_id: Vec::new(),
-        // W3C trace flags: sampled.
-        flags: 1,
-        name: format!("execute_tool {}", record.tool),
-        kind: SpanKind::Internal as i32,
-        start_time_unix_nano: unix_nanos(epoch_unix_nanos, record.start),
-        end_time_unix_nano: unix_nanos(epoch_unix_nanos, record.end),
-        attributes: a,
-        dropped_attributes_count: 0,
-        events: Vec::new(),
-        dropped_events_count: 0,
-        links: Vec::new(),
-        dropped_links_count: 0,
-        // An abstention is an answer, not an error: the status stays unset.
-        status: None,
-    }
+    a
 }
 
 fn window_attributes(w: &WindowRef, a: &mut Vec<KeyValue>) {
@@ -219,128 +222,6 @@ pub fn request(resource: &[KeyValue], spans: Vec<Span>) -> ExportTraceServiceReq
 #[cfg(test)]
 mod tests {
     use super::*;
-    use correlator::records::{Evidence, Reason};
-
-    fn attributed() -> Record {
-        Record {
-            interval: "i1".into(),
-            alias: "probe".into(),
-            tool: "echo".into(),
-            start: 7187.0,
-            end: 7264.0,
-            reason: None,
-            evidence: vec![Evidence::Containment, Evidence::ItemId, Evidence::Thread],
-            candidates: 1,
-            window: Some(WindowRef {
-                thread: Some("th1".into()),
-                stream: "s1".into(),
-                response: "r1".into(),
-                request: Some("q2".into()),
-                open: 6905.0,
-                close: Some(7278.0),
-            }),
-            decided_at: 7280.0,
-        }
-    }
-
-    fn value<'a>(span: &'a Span, key: &str) -> Option<&'a any_value::Value> {
-        span.attributes
-            .iter()
-            .find(|kv| kv.key == key)
-            .and_then(|kv| kv.value.as_ref())
-            .and_then(|v| v.value.as_ref())
-    }
-
-    fn string<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
-        match value(span, key) {
-            Some(any_value::Value::StringValue(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn an_attributed_record_is_an_execute_tool_span_naming_its_window() {
-        let s = span(&attributed(), 1_000_000_000_000);
-        assert_eq!(s.name, "execute_tool echo");
-        assert_eq!(s.kind, SpanKind::Internal as i32);
-        assert_eq!(s.start_time_unix_nano, 1_000_000_000_000 + 7_187_000_000);
-        assert_eq!(s.end_time_unix_nano, 1_000_000_000_000 + 7_264_000_000);
-        assert_eq!(string(&s, "gen_ai.operation.name"), Some("execute_tool"));
-        assert_eq!(string(&s, "gen_ai.tool.name"), Some("echo"));
-        assert_eq!(string(&s, "gen_ai.tool.call.id"), Some("i1"));
-        assert_eq!(string(&s, "gen_ai.response.id"), Some("r1"));
-        assert_eq!(string(&s, "gen_ai.conversation.id"), Some("th1"));
-        assert_eq!(string(&s, "mcp.method.name"), Some("tools/call"));
-        assert_eq!(string(&s, "mcp.server.name"), Some("probe"));
-        assert_eq!(string(&s, "windowtap.decision"), Some("attributed"));
-        assert_eq!(string(&s, "windowtap.reason"), None);
-        assert_eq!(string(&s, "windowtap.interval"), Some("i1"));
-        assert_eq!(string(&s, "windowtap.window.request"), Some("q2"));
-        assert_eq!(
-            value(&s, "windowtap.candidates"),
-            Some(&any_value::Value::IntValue(1))
-        );
-        assert_eq!(
-            value(&s, "windowtap.window.close_ms"),
-            Some(&any_value::Value::DoubleValue(7278.0))
-        );
-        let Some(any_value::Value::ArrayValue(ev)) = value(&s, "windowtap.evidence") else {
-            panic!("evidence is not an array");
-        };
-        let ev: Vec<_> = ev
-            .values
-            .iter()
-            .filter_map(|v| match &v.value {
-                Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(ev, ["containment", "item_id", "thread"]);
-    }
-
-    #[test]
-    fn an_abstention_carries_its_reason_and_no_window() {
-        let mut r = attributed();
-        r.reason = Some(Reason::Ambiguous);
-        r.evidence.clear();
-        r.candidates = 2;
-        r.window = None;
-        let s = span(&r, 0);
-        assert_eq!(string(&s, "windowtap.decision"), Some("abstained"));
-        assert_eq!(string(&s, "windowtap.reason"), Some("ambiguous"));
-        assert_eq!(string(&s, "gen_ai.response.id"), None);
-        assert_eq!(string(&s, "gen_ai.conversation.id"), None);
-        assert_eq!(string(&s, "windowtap.window.stream"), None);
-        assert_eq!(s.status, None);
-    }
-
-    #[test]
-    fn an_unknown_thread_gives_no_conversation_id() {
-        let mut r = attributed();
-        if let Some(w) = &mut r.window {
-            w.thread = None;
-        }
-        assert_eq!(string(&span(&r, 0), "gen_ai.conversation.id"), None);
-    }
-
-    #[test]
-    fn ids_depend_only_on_the_interval() {
-        let a = span(&attributed(), 5);
-        let mut other = attributed();
-        other.tool = "other".into();
-        let b = span(&other, 99);
-        assert_eq!((a.trace_id.len(), a.span_id.len()), (16, 8));
-        assert_eq!((&a.trace_id, &a.span_id), (&b.trace_id, &b.span_id));
-        other.interval = "i2".into();
-        let c = span(&other, 5);
-        assert_ne!(a.trace_id, c.trace_id);
-        assert_ne!(a.span_id, c.span_id);
-        assert_ne!(
-            a.trace_id[..8],
-            a.span_id[..],
-            "trace and span ids are separate hashes"
-        );
-    }
 
     #[test]
     fn times_saturate_instead_of_wrapping() {

@@ -52,6 +52,11 @@ pub struct RelayArgs {
     /// A window not closed this long after it opened becomes broken, in milliseconds.
     #[arg(long, default_value_t = 1_800_000.0, value_name = "MS")]
     max_window: f64,
+    /// Which windows may be candidates: only eligible ones (same host, a call that could have
+    /// issued the MCP call), or all, as the literal rule (for comparison).
+    #[arg(long, default_value = "eligible", value_name = "eligible|all",
+        value_parser = |s: &str| correlator::Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`")))]
+    candidates: correlator::Candidates,
     /// The Unix socket wrapped MCP servers report their calls on [default:
     /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
     #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
@@ -162,6 +167,7 @@ pub fn relay_config(
             close_wait: args.close_wait,
             window_open: args.window_open,
             max_window: args.max_window,
+            candidates: args.candidates,
             ..Config::default()
         },
         key,

@@ -53,10 +53,11 @@ impl ExchangeLog {
 
 impl Drop for ExchangeLog {
     fn drop(&mut self) {
+        // A fixed word of ours when something failed, and no field at all when nothing did.
         let failure = match self.failure.lock().ok().and_then(|g| *g) {
-            Some(f) => f.as_str(),
-            None if self.failed.load(Ordering::Relaxed) => "broken",
-            None => "",
+            Some(f) => Some(f.as_str()),
+            None if self.failed.load(Ordering::Relaxed) => Some("broken"),
+            None => None,
         };
         tracing::info!(
             mount = %self.mount,

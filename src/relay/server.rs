@@ -49,6 +49,8 @@ pub struct Running {
     pub ingest: mpsc::Sender<Timed>,
     /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
     pub ingest_socket: Option<crate::ingest::IngestHandle>,
+    /// Who the hosts are (`windowtap run` adopts the host it spawns).
+    pub hosts: crate::host::Hosts,
     pub(super) stop_accepting: oneshot::Sender<()>,
     pub(super) server: tokio::task::JoinHandle<()>,
     /// Set to `true` to have every connection finish its request in flight and close;
@@ -109,6 +111,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
     let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
+    let hosts = crate::host::Hosts::start();
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,
@@ -131,10 +134,11 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
                 .unwrap_or_else(limits::default_max_connections),
         ),
         budget: config.observer_budget.clone(),
+        hosts: hosts.clone(),
         next_stream: AtomicU64::new(0),
     });
     let ingest_socket = match config.ingest {
-        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone()).await?),
+        Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone(), hosts.clone()).await?),
         None => None,
     };
     let (stop_accepting, stopped) = oneshot::channel::<()>();
@@ -154,6 +158,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         mounts: config.mounts,
         ingest,
         ingest_socket,
+        hosts,
         stop_accepting,
         server,
         draining,
@@ -187,7 +192,7 @@ pub async fn serve(
             _ = &mut shutdown => break,
             a = listener.accept() => a,
         };
-        let (io, _) = match accepted {
+        let (io, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
@@ -207,11 +212,17 @@ pub async fn serve(
             Admission::Drop => continue,
         };
         let _ = io.set_nodelay(true);
+        // Only queued here; the process table is read on the resolver's thread.
+        let host = match io.local_addr() {
+            Ok(local) => state.hosts.connection(peer, local),
+            Err(_) => crate::host::ConnHost::known(None),
+        };
         // Off this runtime's reactor: the core registers it with its own.
         let Ok(io) = io.into_std() else { continue };
         let state = state.clone();
         let mut drain = drain.clone();
-        cores.spawn(move || async move {
+        // The connection's task knows its host: its streams find it there (`start_tap`).
+        cores.spawn(move || crate::host::with_connection(host, async move {
             let _admitted = admitted;
             let Ok(io) = tokio::net::TcpStream::from_std(io) else {
                 return;
@@ -241,7 +252,7 @@ pub async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
             }
-        });
+        }));
     }
 }
 

@@ -26,8 +26,9 @@ pub struct Stopped {
 }
 
 impl Running {
-    /// Stops accepting, lets what is in flight end (up to the drain bound), finishes the
-    /// correlator (every pending interval decided), flushes and fsyncs the records and the
+    /// Stops accepting, lets what is in flight end (up to the drain bound) while the ingest
+    /// socket still takes MCP reports, then ends every MCP call still running `lost`,
+    /// finishes the correlator (every pending interval decided), flushes and fsyncs the records and the
     /// capture, and returns the run's summary and how the drain went. When `at_once`
     /// completes (a second signal, yielding its number) the wait for in-flight streams ends
     /// there and then. The correlator is still finished and both files end on a complete
@@ -38,8 +39,8 @@ impl Running {
         at_once: impl std::future::Future<Output = i32>,
     ) -> anyhow::Result<Stopped> {
         tokio::pin!(at_once);
-        // No new reports: what the wrappers sent so far is all the correlator will get.
-        drop(self.ingest_socket);
+        // The ingest socket stays open through the drain: calls that end meanwhile are
+        // reported (design.md §4), it is closed below.
         let _ = self.stop_accepting.send(());
         // The listener is closed once the accept loop has returned: new connections are
         // refused from here on.
@@ -93,6 +94,11 @@ impl Running {
         // HTTP streams still open end with the runtime; tunnels are ended here, so that an
         // in-process caller (`run`) does not keep them either.
         self.tunnels.cut();
+        // No new reports from here on: calls still running end `lost` now, and those events
+        // reach the correlator before it finishes.
+        if let Some(ingest) = self.ingest_socket {
+            ingest.close().await;
+        }
         // The records writer gets the drain bound to get the last records out: all of that
         // only when its output is not being read (a file or a live reader takes them at once).
         let _ = self.stop_live.send(self.drain);

@@ -30,6 +30,8 @@ pub struct State {
     pub clients: Clients,
     /// The memory budget every observer of the run shares.
     pub budget: Budget,
+    /// Who the hosts are: each accepted connection is resolved here (off the data path).
+    pub hosts: crate::host::Hosts,
     pub(super) tap_settings: tap::Settings,
     pub(super) next_stream: AtomicU64,
 }
@@ -60,6 +62,7 @@ impl State {
             t_open,
             observer,
             opening,
+            crate::host::connection_host(),
             &self.tap_settings,
         ))
     }

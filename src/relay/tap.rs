@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::cores::Spawner;
 use crate::clock::Clock;
+use crate::host::ConnHost;
 use crate::live::{SourceGuard, Timed};
 
 /// What a copy is.
@@ -212,13 +213,15 @@ pub struct Settings {
 }
 
 /// Starts the observer task for one stream and returns its tap. The observer's `opening`
-/// events go out stamped `t_open`; the source in `guard` must have been registered before
-/// `t_open` was read.
+/// events go out stamped `t_open`, once the stream's `host` is known (the opening unit stays
+/// pending meanwhile, so the watermark waits for them); the source in `guard` must have been
+/// registered before `t_open` was read.
 pub fn start(
     guard: SourceGuard,
     t_open: Millis,
     observer: Box<dyn StreamObserver>,
     opening: Vec<EventKind>,
+    host: Option<ConnHost>,
     settings: &Settings,
 ) -> Tap {
     let Settings {
@@ -237,23 +240,41 @@ pub fn start(
         wake: Notify::new(),
     });
     let task_shared = shared.clone();
-    observers.spawn(move || run(task_shared, rx, observer, opening, t_open, events, stall));
+    let opening = Opening {
+        events: opening,
+        host,
+        t: t_open,
+    };
+    observers.spawn(move || run(task_shared, rx, observer, opening, events, stall));
     Tap { tx, shared, clock }
+}
+
+/// A stream's opening events, stamped `t`, to go out once its host is known.
+struct Opening {
+    events: Vec<EventKind>,
+    host: Option<ConnHost>,
+    t: Millis,
 }
 
 async fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<(Millis, TapMsg)>,
     mut observer: Box<dyn StreamObserver>,
-    opening: Vec<EventKind>,
-    t_open: Millis,
+    opening: Opening,
     events: mpsc::Sender<Timed>,
     stall: Stall,
 ) {
     let source = shared.guard.source().clone();
-    let mut last_t = t_open;
+    let mut last_t = opening.t;
     source.took_up(last_t);
-    let mut out = opening;
+    let mut out = opening.events;
+    let host = opening.host;
+    // Copies queue meanwhile (bounded as ever); the wait is bounded by `host::WAIT`.
+    let host = match host {
+        Some(h) => h.wait().await,
+        None => None,
+    };
+    crate::host::stamp_stream_open(&mut out, host);
     emit(&events, last_t, &mut out).await;
     source.done();
 
@@ -419,6 +440,7 @@ mod tests {
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
+            None,
             &settings,
         );
         drop(settings);
@@ -506,7 +528,14 @@ mod tests {
             stall: Stall(true),
             observers: observers.spawner(),
         };
-        let tap = start(guard, clock.now_ms(), Box::new(Recorder), vec![], &settings);
+        let tap = start(
+            guard,
+            clock.now_ms(),
+            Box::new(Recorder),
+            vec![],
+            None,
+            &settings,
+        );
         drop(settings);
         let chunk = Bytes::from(vec![0u8; 1 << 20]);
         for _ in 0..10 {
@@ -565,6 +594,7 @@ mod tests {
                 clock.now_ms(),
                 Box::new(Where(record)),
                 vec![],
+                None,
                 &settings,
             );
             drop(settings);
@@ -588,6 +618,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_opening_waits_for_the_host_and_holds_the_watermark_meanwhile() {
+        use correlator::event::{Client, Transport};
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let t_open = clock.now_ms();
+        let observers = Cores::start_observers(1).unwrap();
+        let settings = Settings {
+            clock,
+            queue: 8,
+            events: tx,
+            stall: Stall(false),
+            observers: observers.spawner(),
+        };
+        let open = EventKind::StreamOpen {
+            stream: "s".into(),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: None,
+            host: None,
+        };
+        let (resolve, host) = ConnHost::pending();
+        let tap = start(
+            guard,
+            t_open,
+            Box::new(Recorder),
+            vec![open],
+            Some(host),
+            &settings,
+        );
+        drop(settings);
+        tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(rx.try_recv().is_err(), "nothing before the host is known");
+        let w = sources.watermark(clock.now_ms() + 1e6);
+        assert!(
+            w <= t_open,
+            "watermark {w} passed the pending opening at {t_open}"
+        );
+        let id = crate::host::ProcId { pid: 42, start: 7 };
+        resolve.send_replace(Some(Some(id)));
+        drop(tap);
+        let (t, first) = rx.recv().await.unwrap();
+        assert_eq!(
+            t, t_open,
+            "stamped when the stream opened, not when its host was known"
+        );
+        assert!(
+            matches!(&first, EventKind::StreamOpen { host: Some(h), .. } if h == "42:7"),
+            "{first:?}"
+        );
+        let mut words = Vec::new();
+        while let Some((_, k)) = rx.recv().await {
+            words.push(word(&k));
+        }
+        assert_eq!(words, ["resp", "close"]);
+    }
+
+    #[tokio::test]
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
@@ -607,6 +697,7 @@ mod tests {
             t_open,
             Box::new(Recorder),
             vec![mark("open")],
+            None,
             &settings,
         );
         drop(settings);

@@ -8,10 +8,15 @@
 //! in any other status than completed, when its stream closes first, or `max_window` after it
 //! opened. The pass keeps everything (it is for drawing, not for deciding), so it stays apart
 //! from `correlator::windows`, whose tracker forgets what no decision needs.
+//!
+//! The same pass finds where each **turn** starts: at a request that continues no response
+//! with a client tool call (design.md §3: by `previous_response` or a tool output for one of
+//! its calls, the threads equal when both are known), as docs/otlp.md defines an agent turn.
+//! A user prompt starts one; the continuations of a tool loop do not.
 
 use std::collections::HashMap;
 
-use correlator::event::{EventKind, ResponseStatus};
+use correlator::event::{EventKind, ResponseStatus, StopReason, Usage};
 use correlator::records::Reason;
 use correlator::{Event, Millis, Record};
 
@@ -56,6 +61,10 @@ pub struct Window {
     /// When the response completed, if it did (and the trace says so).
     pub completed_at: Option<Millis>,
     pub lane: usize,
+    /// The response's model, token counts and stop reason, when the trace has them (v2).
+    pub model: Option<String>,
+    pub usage: Option<Usage>,
+    pub stop: Option<StopReason>,
 }
 
 impl Window {
@@ -117,6 +126,14 @@ pub struct Mark {
     pub near: Vec<usize>,
 }
 
+/// Where a turn starts: a request that continues no response with a client tool call.
+#[derive(Debug, Clone)]
+pub struct TurnStart {
+    pub lane: usize,
+    pub t: Millis,
+    pub request: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct Lost {
     pub lane: usize,
@@ -167,6 +184,8 @@ pub struct Timeline {
     pub lanes: Vec<Lane>,
     pub marks: Vec<Mark>,
     pub lost: Vec<Lost>,
+    /// Turn starts on the lanes that have something else drawn (from the trace).
+    pub turns: Vec<TurnStart>,
     /// Whether windows come from a trace (all windows) or from records (attributed ones only).
     pub from_trace: bool,
     pub t0: Millis,
@@ -196,12 +215,16 @@ impl Lanes {
     }
 }
 
-/// Every window of a trace, and every loss of observation, per design.md §3.
-fn trace_windows(
-    events: &[Event],
-    max_window: Millis,
-    lanes: &mut Lanes,
-) -> (Vec<Window>, Vec<Lost>) {
+/// What one pass over a trace finds.
+struct FromTrace {
+    windows: Vec<Window>,
+    lost: Vec<Lost>,
+    /// Turn starts by lane key: only lanes that get something else are drawn.
+    turns: Vec<(LaneKey, Millis, String)>,
+}
+
+/// Every window of a trace, every loss of observation and every turn start, per design.md §3.
+fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> FromTrace {
     struct Stream {
         thread: Option<String>,
         active: Vec<String>,
@@ -214,6 +237,9 @@ fn trace_windows(
     let mut windows: Vec<Window> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut lost = Vec::new();
+    let mut turns = Vec::new();
+    // Response -> its model, until it has a window to carry it.
+    let mut models: HashMap<&str, &str> = HashMap::new();
     // Host and transport per lane, in order of first appearance.
     let mut details: HashMap<LaneKey, Vec<String>> = HashMap::new();
 
@@ -236,6 +262,7 @@ fn trace_windows(
                 thread,
                 client,
                 transport,
+                ..
             } => {
                 let d = details.entry(LaneKey::of(thread, stream)).or_default();
                 let word = format!("{client} · {transport}");
@@ -251,10 +278,16 @@ fn trace_windows(
                 );
             }
             EventKind::ResponseStart {
-                stream, response, ..
+                stream,
+                response,
+                model,
+                ..
             } => {
                 if let Some(st) = streams.get_mut(stream.as_str()) {
                     st.active.push(response.clone());
+                }
+                if let Some(m) = model {
+                    models.insert(response, m);
                 }
             }
             EventKind::ToolCall {
@@ -281,6 +314,9 @@ fn trace_windows(
                             calls: 1,
                             completed_at: None,
                             lane,
+                            model: models.get(response.as_str()).map(|m| m.to_string()),
+                            usage: None,
+                            stop: None,
                         });
                         let i = windows.len() - 1;
                         by_response.insert(response, i);
@@ -307,29 +343,39 @@ fn trace_windows(
                 for c in outputs {
                     continued.extend(by_call.get(c.as_str()).into_iter().flatten().copied());
                 }
+                let mut continues_a_window = false;
                 for i in continued {
                     let w = &mut windows[i];
                     let same_thread = match (&thread, &w.thread) {
                         (Some(a), Some(b)) => a == b,
                         _ => true,
                     };
+                    continues_a_window |= same_thread;
                     if w.end == WindowEnd::Open && same_thread {
                         w.end = WindowEnd::Closed(ev.t);
                         w.request = Some(request.clone());
                         open.retain(|&o| o != i);
                     }
                 }
+                if !continues_a_window {
+                    turns.push((LaneKey::of(&thread, stream), ev.t, request.clone()));
+                }
             }
             EventKind::ResponseEnd {
                 stream,
                 response,
                 status,
+                usage,
+                stop_reason,
             } => {
                 if let Some(st) = streams.get_mut(stream.as_str()) {
                     st.active.retain(|r| r != response);
                 }
+                models.remove(response.as_str());
                 if let Some(&i) = by_response.get(response.as_str()) {
                     let w = &mut windows[i];
+                    w.usage = *usage;
+                    w.stop = *stop_reason;
                     if *status == ResponseStatus::Completed {
                         w.completed_at = Some(ev.t);
                     } else if w.end == WindowEnd::Open {
@@ -369,16 +415,28 @@ fn trace_windows(
             lane.detail = Some(d.join(", "));
         }
     }
-    (windows, lost)
+    FromTrace {
+        windows,
+        lost,
+        turns,
+    }
 }
 
 impl Timeline {
     /// Lays out records, with the trace they came from when there is one.
     pub fn build(records: Vec<Record>, trace: Option<(&[Event], Millis)>) -> Timeline {
         let mut lanes = Lanes::default();
-        let (mut windows, lost) = match trace {
+        let FromTrace {
+            mut windows,
+            lost,
+            turns,
+        } = match trace {
             Some((events, max_window)) => trace_windows(events, max_window, &mut lanes),
-            None => (Vec::new(), Vec::new()),
+            None => FromTrace {
+                windows: Vec::new(),
+                lost: Vec::new(),
+                turns: Vec::new(),
+            },
         };
         let n_trace = windows.len();
         let mut by_response: HashMap<String, usize> = windows
@@ -406,6 +464,9 @@ impl Timeline {
                             calls: 0,
                             completed_at: None,
                             lane,
+                            model: None,
+                            usage: None,
+                            stop: None,
                         });
                         by_response.insert(wr.response.clone(), windows.len() - 1);
                         windows.len() - 1
@@ -488,6 +549,13 @@ impl Timeline {
         for l in &mut lost {
             l.lane = new_index[l.lane];
         }
+        let turns: Vec<TurnStart> = turns
+            .into_iter()
+            .filter_map(|(key, t, request)| {
+                let lane = new_index[*lanes.index.get(&key)?];
+                Some(TurnStart { lane, t, request })
+            })
+            .collect();
 
         let times = records
             .iter()
@@ -497,7 +565,8 @@ impl Timeline {
                     .iter()
                     .flat_map(|w| [Some(w.open), w.final_at()].into_iter().flatten()),
             )
-            .chain(lost.iter().map(|l| l.t));
+            .chain(lost.iter().map(|l| l.t))
+            .chain(turns.iter().map(|s| s.t));
         let (mut t0, mut t1) = (f64::INFINITY, f64::NEG_INFINITY);
         for t in times {
             t0 = t0.min(t);
@@ -515,6 +584,7 @@ impl Timeline {
             lanes: sorted,
             marks,
             lost,
+            turns,
             from_trace: trace.is_some(),
             t0,
             t1,
@@ -529,7 +599,7 @@ mod tests {
     use correlator::trace::read_all;
 
     fn events(lines: &[&str]) -> Vec<Event> {
-        let text = format!("{}\n{}\n", correlator::trace::HEADER, lines.join("\n"));
+        let text = format!("{}\n{}\n", correlator::trace::HEADER_V1, lines.join("\n"));
         read_all(text.as_bytes(), "t.jsonl").unwrap()
     }
 

@@ -77,10 +77,15 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-/// A time as written in records (`7187`, `7187.5`), in milliseconds.
+/// A time in milliseconds for people: whole as in records (`7187`), else to two decimals
+/// (`540.28`, never `540.281971`).
 fn ms(t: Millis) -> String {
+    let mut rounded = (t * 100.0).round() / 100.0;
+    if rounded == 0.0 {
+        rounded = 0.0; // not `-0`
+    }
     let mut s = String::new();
-    push_ms(&mut s, t);
+    push_ms(&mut s, rounded);
     s
 }
 
@@ -93,7 +98,11 @@ fn clock(t: Millis, step: Millis) -> String {
             (v - v.round()).abs() < 1e-6
         })
         .unwrap_or(3);
-    let secs = t / 1000.0;
+    let scale = 10f64.powi(decimals as i32);
+    let mut secs = (t / 1000.0 * scale).round() / scale;
+    if secs == 0.0 {
+        secs = 0.0; // a tick a hair before the start reads `0s`, not `-0s`
+    }
     if secs.abs() >= 60.0 {
         let m = (secs / 60.0).floor();
         let s = secs - m * 60.0;
@@ -184,20 +193,74 @@ svg text{font-family:inherit}
 .w1{fill:#4a7fa7;fill-opacity:.25}.w2{fill:#4a7fa7;fill-opacity:.5}.w3{fill:#4a7fa7;fill-opacity:.8}
 ";
 
-/// Writes the whole page.
-pub fn render(tl: &Timeline, sources: &[String]) -> String {
-    let mut out = String::with_capacity(64 * 1024);
+/// One trace's records (and the trace, when given), drawn on their own.
+pub struct Section {
+    /// The trace the records name (records v1 `trace`), or `None` when they name none.
+    pub name: Option<String>,
+    pub timeline: Timeline,
+    /// Where its records and trace were read from, for the page to say.
+    pub sources: Vec<String>,
+}
+
+fn is_aggregated(tl: &Timeline) -> bool {
+    tl.records.len() > DETAIL_MAX || tl.windows.len() > DETAIL_MAX_WINDOWS
+}
+
+fn summary_of<'a>(records: impl Iterator<Item = &'a correlator::Record>) -> Summary {
     let mut summary = Summary::default();
-    for r in &tl.records {
+    for r in records {
         summary.add(r);
     }
-    let aggregated = tl.records.len() > DETAIL_MAX || tl.windows.len() > DETAIL_MAX_WINDOWS;
+    summary
+}
 
+/// Writes the whole page: one timeline per section, each with its own lanes, time axis and
+/// counts, so that records of different traces are never drawn as one run.
+pub fn render(sections: &[Section]) -> String {
+    let mut out = String::with_capacity(64 * 1024);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n");
     out.push_str("<title>windowtap timeline</title>\n<style>");
     out.push_str(CSS);
     out.push_str("</style>\n</head>\n<body>\n<h1>windowtap timeline</h1>\n");
+    if let [only] = sections {
+        let tl = &only.timeline;
+        meta_line(&mut out, tl, &only.sources);
+        summary_table(&mut out, &summary_of(tl.records.iter()));
+        legend(&mut out, is_aggregated(tl));
+        view(&mut out, tl);
+    } else {
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\">{} traces, each drawn on its own below</p>",
+            sections.len()
+        );
+        summary_table(
+            &mut out,
+            &summary_of(sections.iter().flat_map(|s| s.timeline.records.iter())),
+        );
+        legend(
+            &mut out,
+            sections.iter().all(|s| is_aggregated(&s.timeline)),
+        );
+        for s in sections {
+            let name = s.name.as_deref().unwrap_or("(records that name no trace)");
+            let _ = writeln!(
+                out,
+                "<h2 class=\"trace\" data-trace=\"{}\">trace {}</h2>",
+                esc(name),
+                esc(name)
+            );
+            meta_line(&mut out, &s.timeline, &s.sources);
+            summary_table(&mut out, &summary_of(s.timeline.records.iter()));
+            view(&mut out, &s.timeline);
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn meta_line(out: &mut String, tl: &Timeline, sources: &[String]) {
     let _ = writeln!(
         out,
         "<p class=\"meta\">{} · {} lanes · {} windows{} · {} to {}</p>",
@@ -216,15 +279,14 @@ pub fn render(tl: &Timeline, sources: &[String]) -> String {
         ms(tl.t0) + " ms",
         ms(tl.t1) + " ms",
     );
-    summary_table(&mut out, &summary);
-    legend(&mut out, aggregated);
-    if aggregated {
-        aggregated_view(&mut out, tl);
+}
+
+fn view(out: &mut String, tl: &Timeline) {
+    if is_aggregated(tl) {
+        aggregated_view(out, tl);
     } else {
-        detailed_view(&mut out, tl);
+        detailed_view(out, tl);
     }
-    out.push_str("</body>\n</html>\n");
-    out
 }
 
 fn summary_table(out: &mut String, s: &Summary) {
@@ -294,6 +356,13 @@ fn legend(out: &mut String, aggregated: bool) {
         "<path d=\"M15 1 L15 13\" stroke=\"#d00\" stroke-width=\"2\"/><path d=\"M11 1 L19 1 L15 6 Z\" fill=\"#d00\"/>",
         "observation lost",
     );
+    if !aggregated {
+        item(
+            out,
+            "<path d=\"M15 1 L15 13\" stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/><path d=\"M15 1 L21 4 L15 7 Z\" fill=\"#33475b\"/>",
+            "turn starts (a request that continues no response with a tool call)",
+        );
+    }
     if aggregated {
         out.push_str("<span>columns: intervals per time bin, stacked by decision; shade: windows open</span>");
     } else {
@@ -320,6 +389,26 @@ fn window_title(tl: &Timeline, w: &Window) -> String {
     }
     if let Some(c) = w.completed_at {
         let _ = write!(t, "\nresponse completed {} ms", ms(c));
+    }
+    if let Some(m) = &w.model {
+        let _ = write!(t, "\nmodel {m}");
+    }
+    if let Some(u) = &w.usage {
+        let counts: Vec<String> = [
+            ("input", u.input),
+            ("output", u.output),
+            ("cache read", u.cache_read),
+            ("cache creation", u.cache_creation),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
+        if !counts.is_empty() {
+            let _ = write!(t, "\ntokens: {}", counts.join(" · "));
+        }
+    }
+    if let Some(s) = w.stop {
+        let _ = write!(t, "\nstop reason {s}");
     }
     match w.end {
         WindowEnd::Closed(c) => {
@@ -415,10 +504,15 @@ fn axis(out: &mut String, sc: &Scale, height: f64) {
     }
 }
 
+/// The most characters of a lane label drawn: at 12 px, wider characters than average
+/// included, they end before the plot starts at [`LABEL_W`].
+pub const LABEL_CHARS: usize = 24;
+
 fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
-    // Long ids are shortened on screen; the full label is in the hover title.
-    let shown: String = if label.chars().count() > 30 {
-        label.chars().take(29).collect::<String>() + "…"
+    // Long ids (a pseudonym is 32 hex digits) are shortened on screen; the full label is in
+    // the hover title.
+    let shown: String = if label.chars().count() > LABEL_CHARS {
+        label.chars().take(LABEL_CHARS - 1).collect::<String>() + "…"
     } else {
         label.to_string()
     };
@@ -429,6 +523,34 @@ fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
         esc(label),
         esc(&shown)
     );
+}
+
+/// A mark across a lane (`y`, height `h`) at `x`: a vertical line drawn with `line` (its SVG
+/// stroke attributes) and a triangular flag at its top, filled with `colour`, under a hover
+/// `title` that is already escaped.
+#[allow(clippy::too_many_arguments)]
+fn lane_marker(
+    out: &mut String,
+    class: &str,
+    title: &str,
+    x: f64,
+    (y, h): (f64, f64),
+    line: &str,
+    flag: [(f64, f64); 3],
+    colour: &str,
+) {
+    let [(ax, ay), (bx, by), (cx, cy)] = flag;
+    let _ = write!(
+        out,
+        "<g class=\"{class}\"><title>{title}</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        y + 1.0,
+        y + h - 1.0,
+    );
+}
+
+/// About how wide `s` is drawn, at `per_char` pixels a character.
+fn text_width(s: &str, per_char: f64) -> f64 {
+    per_char * s.chars().count() as f64
 }
 
 /// Lanes as drawn: the first `max` thread lanes each on their own, the rest of the
@@ -553,6 +675,11 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         if wins.is_empty() && ms_here.is_empty() && lost.is_empty() {
             continue;
         }
+        let turns: Vec<_> = tl
+            .turns
+            .iter()
+            .filter(|s| in_lane(s.lane) && s.t >= sc.t0 && s.t <= sc.t1)
+            .collect();
         let wext: Vec<(f64, f64)> = wins
             .iter()
             .map(|w| {
@@ -595,6 +722,18 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             }
             None => lane_label(&mut body, &slots.labels[lane], y, h),
         }
+        // Turn starts first, under the windows and marks.
+        for s in &turns {
+            let x = sc.x(s.t);
+            let title = format!(
+                "turn starts: request {} at {} ms (it continues no response with a tool call)",
+                esc(&s.request),
+                ms(s.t)
+            );
+            let flag = [(x, y + 1.0), (x + 6.0, y + 4.0), (x, y + 7.0)];
+            let line = "stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"";
+            lane_marker(&mut body, "turn", &title, x, (y, h), line, flag, "#33475b");
+        }
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
             let wy = y + LANE_PAD + wrow[i] as f64 * WIN_ROW;
@@ -621,8 +760,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                     );
                 }
             }
-            let label_w = 6.4 * w.response.chars().count() as f64 + 8.0;
-            if b - a > label_w {
+            if b - a > text_width(&w.response, 6.4) + 8.0 {
                 let _ = write!(
                     body,
                     "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\" stroke=\"{fill}\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
@@ -648,6 +786,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 MARK_ROW - 4.0,
                 colour(c)
             );
+            // The tool's name on the mark itself, when it fits (else it is in the title).
+            if b - a > text_width(&r.tool, 5.8) + 6.0 {
+                let _ = write!(
+                    body,
+                    "<text class=\"tool\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#fff\">{}</text>",
+                    a + 3.0,
+                    my + MARK_ROW - 7.0,
+                    esc(&r.tool)
+                );
+            }
             if let Some(reason) = r.reason {
                 let _ = write!(
                     body,
@@ -662,20 +810,15 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         }
         for l in lost {
             let x = sc.x(l.t);
-            let _ = write!(
-                body,
-                "<g class=\"lost\"><title>observation lost on stream {} at {} ms ({})</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#d00\" stroke-width=\"2\"/><path d=\"M{:.1} {:.1} L{:.1} {:.1} L{x:.1} {:.1} Z\" fill=\"#d00\"/></g>",
+            let title = format!(
+                "observation lost on stream {} at {} ms ({})",
                 esc(&l.stream),
                 ms(l.t),
-                esc(&l.reason),
-                y + 1.0,
-                y + h - 1.0,
-                x - 5.0,
-                y + 1.0,
-                x + 5.0,
-                y + 1.0,
-                y + 7.0
+                esc(&l.reason)
             );
+            let flag = [(x - 5.0, y + 1.0), (x + 5.0, y + 1.0), (x, y + 7.0)];
+            let line = "stroke=\"#d00\" stroke-width=\"2\"";
+            lane_marker(&mut body, "lost", &title, x, (y, h), line, flag, "#d00");
         }
         body.push_str("</g>\n");
         y += h;

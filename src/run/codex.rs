@@ -6,7 +6,7 @@
 //! server `mcp_servers.NAME.command` / `.args` running the original command under the wrapper.
 //! A custom `model_provider` with its own `base_url` is sent through a mount of its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use toml::{Table, Value};
@@ -255,8 +255,16 @@ pub fn plan(
     })
 }
 
+/// Codex's home: $CODEX_HOME, else ~/.codex.
+pub fn default_home() -> PathBuf {
+    std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
+        .unwrap_or_else(|| PathBuf::from(".codex"))
+}
+
 /// `auth.json` says ChatGPT login: `auth_mode` "chatgpt", or tokens without an API key.
-fn uses_chatgpt_login(codex_home: &Path) -> bool {
+pub fn uses_chatgpt_login(codex_home: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(codex_home.join("auth.json")) else {
         return false;
     };

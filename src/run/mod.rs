@@ -12,9 +12,7 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::relay::mounts::Mount;
-use crate::relay::{
-    init_logging, raise_open_files_limit, relay_config, start, Drain, RelayArgs, Signals,
-};
+use crate::relay::{raise_open_files_limit, relay_config, start, Drain, RelayArgs, Signals};
 
 /// An MCP server the host would start, and whether windowtap observes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,16 +73,29 @@ impl Host {
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-The relay listens on an ephemeral loopback port (unless --listen is given) and MCP reports come
-in on a private socket. Records go to --records (default: a new file under
-$XDG_STATE_HOME/windowtap, named in the summary).
+The relay listens on an ephemeral loopback port (unless --listen is given). MCP reports come in
+on a socket private to this run, which every wrapped server is given (--ingest and
+WINDOWTAP_INGEST are not used). Records go to --records (default: a new file under
+$XDG_STATE_HOME/windowtap, else ~/.local/state/windowtap), the relay's log to a file beside
+them (--log-file), so that the host keeps its terminal: run prints nothing while the host runs,
+and a summary naming both files once it has exited.
 
 Examples:
   windowtap run -- claude -p \"list the files\" --mcp-config mcp.json
   windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"")]
+// The relay's options, as run uses them: where records go by default, and no shared socket.
+#[command(mut_arg("records", |a| a.help(
+    "Write attribution records here [default: a new file under $XDG_STATE_HOME/windowtap, \
+     named in the summary]"
+)))]
+#[command(mut_arg("ingest", |a| a.hide(true)))]
 pub struct RunArgs {
     #[command(flatten)]
     relay: RelayArgs,
+    /// Write the relay's log here; `-` for stderr (it then shares the host's terminal)
+    /// [default: beside the records, with the extension .log].
+    #[arg(long, value_name = "FILE|-")]
+    log_file: Option<PathBuf>,
     /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
     #[arg(long, default_value = "auto", value_name = "auto|api|chatgpt", value_parser = ["auto", "api", "chatgpt"])]
     codex_auth: String,
@@ -105,6 +116,30 @@ fn default_records_path() -> anyhow::Result<PathBuf> {
         .map(|d| d.as_millis())
         .unwrap_or(0);
     Ok(base.join(format!("records-{stamp}.jsonl")))
+}
+
+/// The log beside the records: the same name with the extension `.log`.
+fn log_path_beside(records: &Path) -> PathBuf {
+    let log = records.with_extension("log");
+    if log == records {
+        let mut name = records.as_os_str().to_owned();
+        name.push(".log");
+        PathBuf::from(name)
+    } else {
+        log
+    }
+}
+
+/// Opens the log file (0600: the log holds no secret, but it is nobody else's business).
+fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating the log file {}", path.display()))
 }
 
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -141,10 +176,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let codex_home = std::env::var_os("CODEX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
-        .unwrap_or_else(|| PathBuf::from(".codex"));
+    let codex_home = codex::default_home();
     let auth = match args.codex_auth.as_str() {
         "api" => codex::Auth::ApiKey,
         "chatgpt" => codex::Auth::ChatGpt,
@@ -166,7 +198,16 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let (config, sinks) = relay_config(&args.relay, listen, ingest.clone(), &mounts)?;
-    init_logging(&args.relay.log);
+    // The host's terminal is the host's: the log goes to a file unless asked otherwise.
+    let log_path = match args.log_file.take() {
+        Some(p) if p.as_os_str() == "-" => None,
+        Some(p) => Some(p),
+        None => records_path.as_deref().map(log_path_beside),
+    };
+    match &log_path {
+        Some(p) => crate::logging::init_to(&args.relay.log, Some(open_log(p)?)),
+        None => crate::logging::init_to(&args.relay.log, None),
+    }
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -198,10 +239,15 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 (plan.args, Vec::new(), plan.servers, plan.base_url)
             }
         };
-        eprintln!("windowtap run: relay on {base}; {program} → {target}");
+        tracing::info!(port = running.addr.port(), "relay listening; starting the host");
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&argv).envs(env).env(crate::ingest::ENV, &ingest);
         let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+        // run knows its host: no need to find it (its own connections are still resolved,
+        // as a host may make them from a child process of its own).
+        if let Some(pid) = child.id() {
+            running.hosts.adopt(pid).await;
+        }
         // Ctrl-C reaches the host through the terminal's process group, and while the host
         // runs it is the host's business (Codex interrupts a turn with it). SIGTERM is passed
         // on, and makes run a stopping one: from then on, and once the host has exited (the
@@ -222,9 +268,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                     }
                     if signo == libc::SIGTERM {
                         stopping = true;
-                        eprintln!(
-                            "windowtap run: SIGTERM passed on to {program}; another signal stops at once"
-                        );
+                        tracing::warn!("SIGTERM passed on to the host; another signal stops at once");
                     }
                 }
             }
@@ -238,10 +282,15 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 running.stop_with(std::future::ready(signo)).await?
             }
         };
+        // The host has exited: from here on the terminal is run's again.
         let summary = stopped.summary;
+        eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
         if let Some(p) = &records_path {
             eprintln!("windowtap run: records in {}", p.display());
+        }
+        if let Some(p) = &log_path {
+            eprintln!("windowtap run: log in {}", p.display());
         }
         for s in servers.iter().filter(|s| !s.observed) {
             eprintln!(

@@ -361,6 +361,62 @@ impl Drop for Upstream {
 }
 
 // ---------------------------------------------------------------------------------------
+// A scripted Anthropic upstream: the test feeds each SSE body
+// ---------------------------------------------------------------------------------------
+
+/// Where the test feeds one SSE body.
+pub type Feed = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// An Anthropic upstream whose every SSE body is handed to the test to feed.
+pub async fn scripted_upstream() -> (Upstream, mpsc::UnboundedReceiver<Feed>) {
+    let (feeds, fed) = mpsc::unbounded_channel::<Feed>();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let feeds = feeds.clone();
+            async move {
+                let _ = read_body(req.into_body()).await;
+                let (tx, body) = channel_body();
+                let _ = feeds.send(tx);
+                sse_response(body)
+            }
+        }),
+    )
+    .await;
+    (up, fed)
+}
+
+/// The next body to feed (bounded wait).
+pub async fn next_feed(fed: &mut mpsc::UnboundedReceiver<Feed>) -> Feed {
+    tokio::time::timeout(WAIT, fed.recv())
+        .await
+        .expect("the upstream got the request within the wait bound")
+        .expect("upstream running")
+}
+
+/// Sends a Claude request through the relay and returns the response body once its head is in.
+pub async fn open_stream(relay: &Relay, body: serde_json::Value) -> Incoming {
+    let req = request("POST", relay.addr, "/anthropic/v1/messages")
+        .header("content-type", "application/json")
+        .header("x-claude-code-session-id", "sess-1")
+        .body(full(body.to_string()))
+        .unwrap();
+    let res = tokio::time::timeout(WAIT, send(relay.addr, req))
+        .await
+        .expect("response head within the wait bound")
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.into_body()
+}
+
+/// Feeds SSE events, each as one chunk.
+pub async fn feed(tx: &Feed, events: &[String]) {
+    for ev in events {
+        tx.send(Ok(Bytes::from(ev.clone()))).await.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // A plain HTTP/1.1 client
 // ---------------------------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ impl Ingest {
     }
 
     /// Waits for `n` intervals, stops the listener and returns every event it printed, read
-    /// back as trace v1.
+    /// back as trace v2.
     pub fn stop_after(mut self, n: usize) -> Vec<Event> {
         self.wait_intervals(n);
         signal(self.child.id(), libc::SIGTERM);
@@ -173,6 +173,7 @@ pub fn intervals(events: &[Event]) -> Vec<Interval> {
             end,
             outcome,
             hints,
+            ..
         } = &e.kind
         {
             assert!(start <= end && *end <= e.t, "times in order for {interval}");

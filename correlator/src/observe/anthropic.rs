@@ -3,9 +3,13 @@
 //!
 //! - `message_start` → `response_start` (the message id; the request is the exchange's).
 //! - A `tool_use` block is a client-executed call; it is complete at its `content_block_stop`,
-//!   which is when `tool_call` is emitted (design.md §3: the window opens there).
+//!   which is when `tool_call` is emitted (docs/design.md §3: the window opens there).
 //!   `server_tool_use` blocks run on Anthropic's side and are not client calls.
 //! - `message_stop` → `response_end{completed}`; a mid-stream `error` → `response_end{error}`.
+//! - The model (`message_start.message.model`) goes on `response_start`; token usage
+//!   (`message_start.message.usage`, then each `message_delta.usage`, which is cumulative: a
+//!   count it reports replaces the earlier one) and the stop reason (`message_delta.delta.
+//!   stop_reason`, as a fixed word) go on `response_end`.
 //!   A stream that ends without either leaves the response open: the stream's close then
 //!   breaks its window, which is the truth (nobody knows how it ended).
 //! - `ping`, `content_block_delta` (the bulk of the stream) and unknown events are ignored,
@@ -16,7 +20,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use super::{peek, Lost};
-use crate::event::{CallKind, EventKind, ResponseStatus};
+use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 
 /// Bound on tool_use blocks started and not yet stopped in one message.
 const MAX_OPEN_BLOCKS: usize = 4096;
@@ -33,6 +37,10 @@ pub struct AnthropicStream {
     active: Option<String>,
     /// `tool_use` blocks started and not yet stopped: index → (id, name).
     open_blocks: HashMap<u64, (String, String)>,
+    /// Token counts reported so far for the active message.
+    usage: Option<Usage>,
+    /// The stop reason the last `message_delta` gave.
+    stop_reason: Option<StopReason>,
 }
 
 #[derive(Deserialize)]
@@ -42,6 +50,47 @@ struct MessageStart {
 #[derive(Deserialize)]
 struct MessageId {
     id: String,
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    model: Option<String>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    usage: Option<ApiUsage>,
+}
+/// Anthropic's `usage` object (only the counts; `server_tool_use`, `service_tier`, … ignored).
+#[derive(Deserialize, Default)]
+struct ApiUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+impl ApiUsage {
+    /// These counts over `earlier`: a count reported here replaces the earlier one.
+    fn over(self, earlier: Option<Usage>) -> Option<Usage> {
+        let e = earlier.unwrap_or_default();
+        let u = Usage {
+            input: self.input_tokens.or(e.input),
+            output: self.output_tokens.or(e.output),
+            cache_read: self.cache_read_input_tokens.or(e.cache_read),
+            cache_creation: self.cache_creation_input_tokens.or(e.cache_creation),
+        };
+        (u != Usage::default()).then_some(u)
+    }
+}
+#[derive(Deserialize)]
+struct MessageDelta {
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    delta: Option<StopDelta>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    usage: Option<ApiUsage>,
+}
+#[derive(Deserialize)]
+struct StopDelta {
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    stop_reason: Option<String>,
 }
 #[derive(Deserialize)]
 struct BlockStart {
@@ -72,6 +121,8 @@ impl AnthropicStream {
             request,
             active: None,
             open_blocks: HashMap::new(),
+            usage: None,
+            stop_reason: None,
         }
     }
 
@@ -107,9 +158,12 @@ impl AnthropicStream {
                     stream: self.stream.clone(),
                     response: m.message.id.clone(),
                     request: self.request.clone(),
+                    model: m.message.model,
                 });
                 self.active = Some(m.message.id);
                 self.open_blocks.clear();
+                self.usage = m.message.usage.and_then(|u| u.over(None));
+                self.stop_reason = None;
             }
             "content_block_start" => {
                 let b: BlockStart = parse(data)?;
@@ -143,8 +197,20 @@ impl AnthropicStream {
                     });
                 }
             }
-            // `message_delta` carries the stop_reason; it does not change how the response
-            // ended (`message_stop` is completion whatever the reason), so it is not parsed.
+            // The stop reason and the usage so far; it does not change how the response ended
+            // (`message_stop` is completion whatever the reason).
+            "message_delta" => {
+                // Optional facts: a delta that does not read is not worth the stream.
+                let (Some(_), Ok(d)) = (&self.active, parse::<MessageDelta>(data)) else {
+                    return Ok(());
+                };
+                if let Some(reason) = d.delta.and_then(|d| d.stop_reason) {
+                    self.stop_reason = Some(StopReason::from_api(&reason));
+                }
+                if let Some(u) = d.usage {
+                    self.usage = u.over(self.usage);
+                }
+            }
             "message_stop" => self.end(ResponseStatus::Completed, out),
             "error" => self.end(ResponseStatus::Error, out),
             _ => {}
@@ -159,6 +225,8 @@ impl AnthropicStream {
                 stream: self.stream.clone(),
                 response,
                 status,
+                usage: self.usage.take(),
+                stop_reason: self.stop_reason.take(),
             });
         }
     }
@@ -170,6 +238,12 @@ pub(crate) struct WholeMessage {
     id: String,
     #[serde(default)]
     content: Vec<Block>,
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    model: Option<String>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    usage: Option<ApiUsage>,
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    stop_reason: Option<String>,
 }
 
 impl AnthropicStream {
@@ -204,12 +278,15 @@ impl AnthropicStream {
             stream: self.stream.clone(),
             response: m.id.clone(),
             request: self.request.clone(),
+            model: m.model,
         });
         out.extend(calls);
         out.push(EventKind::ResponseEnd {
             stream: self.stream.clone(),
             response: m.id,
             status: ResponseStatus::Completed,
+            usage: m.usage.and_then(|u| u.over(None)),
+            stop_reason: m.stop_reason.as_deref().map(StopReason::from_api),
         });
         Ok(())
     }
@@ -219,7 +296,42 @@ impl AnthropicStream {
 mod tests {
     use super::super::exchange::Api;
     use super::super::testkit::*;
-    use crate::event::{CallKind::ToolUse, Client, ResponseStatus::*, Transport::Http};
+    use crate::event::{
+        CallKind::ToolUse, Client, EventKind, ResponseStatus, ResponseStatus::*, StopReason,
+        Transport::Http, Usage,
+    };
+
+    /// The response start every `message_start` fixture gives: the model it names.
+    fn started(response: &str) -> EventKind {
+        EventKind::ResponseStart {
+            stream: "s1".into(),
+            response: response.into(),
+            request: Some("s1/q1".into()),
+            model: Some("claude-x".into()),
+        }
+    }
+
+    /// The end of a fixture message: `message_start`'s usage, the output count of the
+    /// `message_delta` if one came (else `message_start`'s 1), and its stop reason.
+    fn ended(
+        response: &str,
+        status: ResponseStatus,
+        delta_output: Option<u64>,
+        stop_reason: Option<StopReason>,
+    ) -> EventKind {
+        EventKind::ResponseEnd {
+            stream: "s1".into(),
+            response: response.into(),
+            status,
+            usage: Some(Usage {
+                input: Some(10),
+                output: Some(delta_output.unwrap_or(1)),
+                cache_read: Some(0),
+                cache_creation: Some(1200),
+            }),
+            stop_reason,
+        }
+    }
 
     const FIRST_TURN: &str = r#"{"model":"claude-x","stream":true,"messages":[{"role":"user","content":"use the probe SECRET_PROMPT"}]}"#;
     const CONTINUATION: &str = r#"{"model":"claude-x","stream":true,"messages":[
@@ -234,7 +346,7 @@ mod tests {
         (
             "message_start",
             format!(
-                r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{{"input_tokens":10,"output_tokens":1}}}}}}"#
+                r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"claude-x","content":[],"stop_reason":null,"usage":{{"input_tokens":10,"cache_creation_input_tokens":1200,"cache_read_input_tokens":0,"output_tokens":1}}}}}}"#
             ),
         )
     }
@@ -348,7 +460,7 @@ mod tests {
         let want = with_head(
             &[],
             vec![
-                start("s1", "msg_1", Some("s1/q1")),
+                started("msg_1"),
                 call(
                     "s1",
                     "msg_1",
@@ -358,7 +470,7 @@ mod tests {
                     None,
                     ToolUse,
                 ),
-                end("s1", "msg_1", Completed),
+                ended("msg_1", Completed, Some(30), Some(StopReason::ToolUse)),
                 close("s1"),
             ],
         );
@@ -380,7 +492,7 @@ mod tests {
         let want = with_head(
             &["toolu_A", "toolu_B"],
             vec![
-                start("s1", "msg_2", Some("s1/q1")),
+                started("msg_2"),
                 call(
                     "s1",
                     "msg_2",
@@ -399,7 +511,7 @@ mod tests {
                     None,
                     ToolUse,
                 ),
-                end("s1", "msg_2", Completed),
+                ended("msg_2", Completed, Some(30), Some(StopReason::ToolUse)),
                 close("s1"),
             ],
         );
@@ -423,7 +535,7 @@ mod tests {
         let want = with_head(
             &[],
             vec![
-                start("s1", "msg_3", Some("s1/q1")),
+                started("msg_3"),
                 call(
                     "s1",
                     "msg_3",
@@ -433,7 +545,7 @@ mod tests {
                     None,
                     ToolUse,
                 ),
-                end("s1", "msg_3", Error),
+                ended("msg_3", Error, None, None),
                 close("s1"),
             ],
         );
@@ -449,7 +561,7 @@ mod tests {
         let want = with_head(
             &[],
             vec![
-                start("s1", "msg_1", Some("s1/q1")),
+                started("msg_1"),
                 call(
                     "s1",
                     "msg_1",
@@ -468,10 +580,7 @@ mod tests {
             .find("content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1")
             .unwrap();
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &full[..cut]);
-        check(
-            &run,
-            &with_head(&[], vec![start("s1", "msg_1", Some("s1/q1")), close("s1")]),
-        );
+        check(&run, &with_head(&[], vec![started("msg_1"), close("s1")]));
     }
 
     #[test]
@@ -489,8 +598,8 @@ mod tests {
             &with_head(
                 &[],
                 vec![
-                    start("s1", "msg_4", Some("s1/q1")),
-                    end("s1", "msg_4", Completed),
+                    started("msg_4"),
+                    ended("msg_4", Completed, Some(30), Some(StopReason::EndTurn)),
                     close("s1"),
                 ],
             ),
@@ -510,7 +619,7 @@ mod tests {
             &with_head(
                 &[],
                 vec![
-                    start("s1", "msg_1", Some("s1/q1")),
+                    started("msg_1"),
                     call(
                         "s1",
                         "msg_1",
@@ -520,7 +629,7 @@ mod tests {
                         None,
                         ToolUse,
                     ),
-                    end("s1", "msg_1", Completed),
+                    ended("msg_1", Completed, Some(30), Some(StopReason::ToolUse)),
                     close("s1"),
                 ],
             ),
@@ -546,7 +655,7 @@ mod tests {
                 &with_head(
                     &["toolu_A", "toolu_B"],
                     vec![
-                        start("s1", "msg_1", Some("s1/q1")),
+                        started("msg_1"),
                         call(
                             "s1",
                             "msg_1",
@@ -556,7 +665,7 @@ mod tests {
                             None,
                             ToolUse,
                         ),
-                        end("s1", "msg_1", Completed),
+                        ended("msg_1", Completed, Some(30), Some(StopReason::ToolUse)),
                         close("s1"),
                     ],
                 ),
@@ -580,11 +689,82 @@ mod tests {
     }
 
     #[test]
+    fn usage_is_cumulative_and_stop_reasons_are_fixed_words() {
+        // A later message_delta reports every count again (the API's cumulative usage): the
+        // last one wins. A stop reason the list does not have is `other`, never the text.
+        let mut ev = vec![message_start("msg_u")];
+        ev.extend(text_block(0));
+        ev.push((
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":12}}"#
+                .into(),
+        ));
+        ev.push((
+            "message_delta",
+            concat!(
+                r#"{"type":"message_delta","delta":{"stop_reason":"SECRET_REASON","stop_sequence":null},"#,
+                r#""usage":{"input_tokens":11,"cache_creation_input_tokens":0,"cache_read_input_tokens":1210,"output_tokens":44}}"#
+            )
+                .into(),
+        ));
+        ev.push(("message_stop", r#"{"type":"message_stop"}"#.into()));
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        let want = with_head(
+            &[],
+            vec![
+                started("msg_u"),
+                EventKind::ResponseEnd {
+                    stream: "s1".into(),
+                    response: "msg_u".into(),
+                    status: Completed,
+                    usage: Some(Usage {
+                        input: Some(11),
+                        output: Some(44),
+                        cache_read: Some(1210),
+                        cache_creation: Some(0),
+                    }),
+                    stop_reason: Some(StopReason::Other),
+                },
+                close("s1"),
+            ],
+        );
+        check(&run, &want);
+    }
+
+    #[test]
+    fn odd_usage_or_model_shapes_are_left_out_without_losing_the_stream() {
+        let ev = vec![
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"msg_o","model":{"name":"x"},"usage":"lots"}}"#
+                    .into(),
+            ),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":"stop","usage":{"output_tokens":-3}}"#.into(),
+            ),
+            ("message_delta", r#"{"type":"message_delta""#.into()),
+            ("message_stop", r#"{"type":"message_stop"}"#.into()),
+        ];
+        let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
+        let want = with_head(
+            &[],
+            vec![
+                start("s1", "msg_o", Some("s1/q1")),
+                end("s1", "msg_o", Completed),
+                close("s1"),
+            ],
+        );
+        check(&run, &want);
+    }
+
+    #[test]
     fn a_non_streaming_json_message_is_read_whole() {
         let resp = r#"{"id":"msg_5","type":"message","role":"assistant","content":[
             {"type":"text","text":"SECRET_OUTPUT"},
             {"type":"tool_use","id":"toolu_C","name":"mcp__probe__echo","input":{"text":"SECRET_ARG"}}],
-            "stop_reason":"tool_use"}"#;
+            "model":"claude-x","stop_reason":"tool_use","usage":{"input_tokens":10,
+            "cache_creation_input_tokens":1200,"cache_read_input_tokens":0,"output_tokens":30}}"#;
         let mut run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, resp);
         run.content_type = "application/json";
         check(
@@ -592,7 +772,7 @@ mod tests {
             &with_head(
                 &[],
                 vec![
-                    start("s1", "msg_5", Some("s1/q1")),
+                    started("msg_5"),
                     call(
                         "s1",
                         "msg_5",
@@ -602,7 +782,7 @@ mod tests {
                         None,
                         ToolUse,
                     ),
-                    end("s1", "msg_5", Completed),
+                    ended("msg_5", Completed, Some(30), Some(StopReason::ToolUse)),
                     close("s1"),
                 ],
             ),
@@ -620,14 +800,7 @@ mod tests {
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
         check(
             &run,
-            &with_head(
-                &[],
-                vec![
-                    start("s1", "msg_6", Some("s1/q1")),
-                    lost("s1", "json"),
-                    close("s1"),
-                ],
-            ),
+            &with_head(&[], vec![started("msg_6"), lost("s1", "json"), close("s1")]),
         );
         // A request body that is not JSON loses the stream before anything else is said.
         let run = HttpRun::new(Api::AnthropicMessages, "SECRET not json", &one_tool_loop());
@@ -658,7 +831,7 @@ mod tests {
             &with_head(
                 &[],
                 vec![
-                    start("s1", "msg_7", Some("s1/q1")),
+                    started("msg_7"),
                     lost("s1", "ambiguous_response"),
                     close("s1"),
                 ],
@@ -672,14 +845,7 @@ mod tests {
         let run = HttpRun::new(Api::AnthropicMessages, FIRST_TURN, &body(ev));
         check(
             &run,
-            &with_head(
-                &[],
-                vec![
-                    start("s1", "msg_9", Some("s1/q1")),
-                    lost("s1", "json"),
-                    close("s1"),
-                ],
-            ),
+            &with_head(&[], vec![started("msg_9"), lost("s1", "json"), close("s1")]),
         );
     }
 }

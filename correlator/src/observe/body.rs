@@ -1,4 +1,4 @@
-//! Request-body scanners: what a request says about the chain it continues (design.md §3).
+//! Request-body scanners: what a request says about the chain it continues (docs/design.md §3).
 //!
 //! Bodies re-send the whole conversation and run to megabytes, so nothing here builds a
 //! `serde_json::Value`: the serde visitors keep only the few ids they look for and skip the rest

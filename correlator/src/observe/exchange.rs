@@ -1,4 +1,4 @@
-//! The observers the relay drives, one per stream (design.md §2–§3): [`HttpObserver`] for one
+//! The observers the relay drives, one per stream (docs/design.md §2–§3): [`HttpObserver`] for one
 //! HTTP exchange, [`WsObserver`] for one WebSocket connection, plus the route and client
 //! classification that decides what is observed and under which thread.
 //!
@@ -233,6 +233,7 @@ impl HttpObserver {
             client: info.client,
             transport: Transport::Http,
             thread: info.thread,
+            host: None,
         });
         let request = format!("{}/q1", info.stream);
         let proto = match info.api {
@@ -526,6 +527,7 @@ impl WsObserver {
             client: info.client,
             transport: Transport::Websocket,
             thread: info.thread,
+            host: None,
         });
         let pmd = ws_frames::negotiated(extensions);
         let mut obs = WsObserver {

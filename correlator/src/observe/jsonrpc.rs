@@ -1,4 +1,4 @@
-//! MCP `tools/call` observation over stdio JSON-RPC (design.md §4, protocols.md §4).
+//! MCP `tools/call` observation over stdio JSON-RPC (docs/design.md §4, protocols.md §4).
 //!
 //! The wrapper forwards every byte itself; this module only watches copies of the lines, one
 //! direction at a time, and says when a `tools/call` started and when it ended. Sans-IO: time

@@ -1,6 +1,6 @@
 //! Protocol observers: sans-IO parsers fed with copies of relayed bytes.
 //!
-//! Each takes bytes as they arrive and returns what it saw as trace v1 events with **raw** ids
+//! Each takes bytes as they arrive and returns what it saw as trace v2 events with **raw** ids
 //! (the shell pseudonymizes and time-stamps them); none of them ever touches the forwarded
 //! stream or reads a clock. Anything an observer cannot follow (a decode failure, a bad frame,
 //! JSON it must read but cannot, a call whose response is not unique, a buffer cap) becomes an
@@ -20,6 +20,7 @@ pub mod budget;
 pub mod decode;
 pub mod exchange;
 pub mod jsonrpc;
+mod lenient;
 mod peek;
 pub mod responses;
 pub mod sse;

@@ -13,7 +13,11 @@
 //!   `reasoning` are model output; `web_search_call`, `file_search_call`, `code_interpreter_call`,
 //!   `image_generation_call`, `mcp_call` / `mcp_list_tools` run on the server; `tool_search_call`
 //!   is the host's tool discovery, not an MCP tool call.
-//! - `response.completed` / `.incomplete` / `.failed` → `response_end` with that status.
+//! - `response.completed` / `.incomplete` / `.failed` → `response_end` with that status, the
+//!   token usage of its `response.usage` (`input_tokens`, `output_tokens`,
+//!   `input_tokens_details.cached_tokens`) and, for `.incomplete`, the stop reason
+//!   `incomplete_details.reason` as a fixed word (a completed response reports none). The model
+//!   (`response.model` of the event that starts it) goes on `response_start`.
 //! - `error` (flat SSE shape or the WebSocket `{type, error, status?}` shape) → `response_end
 //!   {error}` for the active response; with none active it fails the oldest pending request.
 //! - Deltas, `codex.rate_limits`, `response.metadata` and unknown types are ignored, decided
@@ -24,7 +28,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::Deserialize;
 
 use super::{peek, Lost};
-use crate::event::{CallKind, EventKind, ResponseStatus};
+use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 
 /// Bound on requests awaiting a response, and on responses active at once, per connection.
 const MAX_PENDING: usize = 1024;
@@ -64,6 +68,52 @@ struct WithResponse {
 #[derive(Deserialize)]
 struct ResponseId {
     id: String,
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    model: Option<String>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    usage: Option<ApiUsage>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    incomplete_details: Option<IncompleteDetails>,
+}
+/// The Responses `usage` object (counts only).
+#[derive(Deserialize)]
+struct ApiUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "super::lenient::object")]
+    input_tokens_details: Option<InputDetails>,
+}
+#[derive(Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+#[derive(Deserialize)]
+struct IncompleteDetails {
+    #[serde(default, deserialize_with = "super::lenient::string")]
+    reason: Option<String>,
+}
+impl ResponseId {
+    fn usage(&self) -> Option<Usage> {
+        let u = self.usage.as_ref()?;
+        let usage = Usage {
+            input: u.input_tokens,
+            output: u.output_tokens,
+            cache_read: u
+                .input_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens),
+            cache_creation: None,
+        };
+        (usage != Usage::default()).then_some(usage)
+    }
+
+    fn stop_reason(&self) -> Option<StopReason> {
+        let reason = self.incomplete_details.as_ref()?.reason.as_deref()?;
+        Some(StopReason::from_api(reason))
+    }
 }
 #[derive(Deserialize)]
 struct ItemDone {
@@ -144,6 +194,7 @@ impl ResponsesStream {
                     stream: self.stream.clone(),
                     response: e.response.id.clone(),
                     request,
+                    model: e.response.model,
                 });
                 self.active.push((e.stream_id, e.response.id));
             }
@@ -169,6 +220,8 @@ impl ResponsesStream {
                         stream: self.stream.clone(),
                         response,
                         status,
+                        usage: e.response.usage(),
+                        stop_reason: e.response.stop_reason(),
                     });
                 }
             }
@@ -190,6 +243,8 @@ impl ResponsesStream {
                             stream: self.stream.clone(),
                             response,
                             status: ResponseStatus::Error,
+                            usage: None,
+                            stop_reason: None,
                         });
                     }
                     _ => return Err(Lost::AMBIGUOUS),
@@ -241,7 +296,8 @@ impl ResponsesStream {
     ) -> Result<(), Lost> {
         #[derive(Deserialize)]
         struct Whole {
-            id: String,
+            #[serde(flatten)]
+            head: ResponseId,
             status: Option<String>,
             #[serde(default)]
             output: Vec<Item>,
@@ -258,22 +314,26 @@ impl ResponsesStream {
             _ => return Err(Lost::PROTOCOL),
         };
         let request = self.pending.get_mut(&None).and_then(VecDeque::pop_front);
+        let id = w.head.id.clone();
         let mut calls = Vec::new();
         for item in w.output {
             if let Some(kind) = client_call_kind(&item.kind) {
-                calls.push(self.tool_call(w.id.clone(), item, kind)?);
+                calls.push(self.tool_call(id.clone(), item, kind)?);
             }
         }
         out.push(EventKind::ResponseStart {
             stream: self.stream.clone(),
-            response: w.id.clone(),
+            response: id.clone(),
             request,
+            model: w.head.model.clone(),
         });
         out.extend(calls);
         out.push(EventKind::ResponseEnd {
             stream: self.stream.clone(),
-            response: w.id,
+            response: id,
             status,
+            usage: w.head.usage(),
+            stop_reason: w.head.stop_reason(),
         });
         Ok(())
     }
@@ -293,7 +353,9 @@ mod tests {
     use super::super::exchange::Api;
     use super::super::testkit::*;
     use super::super::ws_frames::tests::{frame, Deflater};
-    use crate::event::{CallKind::*, Client, EventKind, ResponseStatus::*, Transport::*};
+    use crate::event::{
+        CallKind::*, Client, EventKind, ResponseStatus::*, StopReason, Transport::*, Usage,
+    };
 
     fn created(kind: &str, id: &str, lane: Option<&str>) -> String {
         let lane = lane
@@ -434,6 +496,121 @@ mod tests {
             close("s1"),
         ]);
         check_http(&run, &want);
+    }
+
+    /// `response.created` and a terminal event as the API sends them, with model and usage.
+    fn with_facts(kind: &str, id: &str, extra: &str) -> String {
+        format!(
+            r#"{{"type":"response.{kind}","sequence_number":0,"response":{{"id":"{id}","object":"response","status":"{kind}","model":"gpt-5.1-codex","output":[],"instructions":"SECRET_SYSTEM"{extra}}}}}"#
+        )
+    }
+
+    #[test]
+    fn model_usage_and_the_incomplete_reason_are_read() {
+        const USAGE: &str = r#","usage":{"input_tokens":8123,"input_tokens_details":{"cached_tokens":6912},"output_tokens":96,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":8219}"#;
+        let completed = vec![
+            (
+                "response.created".to_string(),
+                with_facts("created", "resp_m", "")
+                    .replace(r#""status":"created""#, r#""status":"in_progress""#),
+            ),
+            (
+                "response.completed".to_string(),
+                with_facts("completed", "resp_m", USAGE),
+            ),
+        ];
+        let run = HttpRun::new(Api::Responses, HTTP_FIRST, &sse_of(&completed));
+        let mut want = http_head(&[]);
+        want.extend([
+            EventKind::ResponseStart {
+                stream: "s1".into(),
+                response: "resp_m".into(),
+                request: Some("s1/q1".into()),
+                model: Some("gpt-5.1-codex".into()),
+            },
+            EventKind::ResponseEnd {
+                stream: "s1".into(),
+                response: "resp_m".into(),
+                status: Completed,
+                usage: Some(Usage {
+                    input: Some(8123),
+                    output: Some(96),
+                    cache_read: Some(6912),
+                    cache_creation: None,
+                }),
+                // A completed response reports no reason.
+                stop_reason: None,
+            },
+            close("s1"),
+        ]);
+        check_http(&run, &want);
+
+        let incomplete = vec![
+            (
+                "response.created".to_string(),
+                with_facts("created", "resp_i", ""),
+            ),
+            (
+                "response.incomplete".to_string(),
+                with_facts(
+                    "incomplete",
+                    "resp_i",
+                    r#","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":5,"output_tokens":"SECRET"}"#,
+                ),
+            ),
+        ];
+        let run = HttpRun::new(Api::Responses, HTTP_FIRST, &sse_of(&incomplete));
+        let mut want = http_head(&[]);
+        want.extend([
+            EventKind::ResponseStart {
+                stream: "s1".into(),
+                response: "resp_i".into(),
+                request: Some("s1/q1".into()),
+                model: Some("gpt-5.1-codex".into()),
+            },
+            EventKind::ResponseEnd {
+                stream: "s1".into(),
+                response: "resp_i".into(),
+                status: Incomplete,
+                // A usage that does not read is left out, not a lost stream.
+                usage: None,
+                stop_reason: Some(StopReason::MaxOutputTokens),
+            },
+            close("s1"),
+        ]);
+        check_http(&run, &want);
+
+        // Non-streaming: the same facts from the whole body.
+        let body = format!(
+            r#"{{"id":"resp_w","object":"response","status":"incomplete","model":"gpt-5","incomplete_details":{{"reason":"content_filter"}},"output":[]{USAGE}}}"#
+        );
+        let mut run = HttpRun::new(Api::Responses, HTTP_FIRST, &body);
+        run.content_type = "application/json";
+        let got = run.run(None);
+        assert!(
+            got.contains(&EventKind::ResponseStart {
+                stream: "s1".into(),
+                response: "resp_w".into(),
+                request: Some("s1/q1".into()),
+                model: Some("gpt-5".into()),
+            }),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().any(|e| matches!(
+                e,
+                EventKind::ResponseEnd {
+                    usage: Some(Usage {
+                        input: Some(8123),
+                        cache_read: Some(6912),
+                        ..
+                    }),
+                    stop_reason: Some(StopReason::ContentFilter),
+                    ..
+                }
+            )),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! Test support: drives observers with scripted byte streams, whole or in seeded random chunks,
-//! and checks that what they emit is a valid trace v1.
+//! and checks that what they emit is a valid trace v2.
 
 use super::exchange::{Api, ExchangeInfo, HttpObserver, WsObserver};
 use crate::event::{CallKind, Client, Event, EventKind, ResponseStatus, Transport};
 use crate::trace::{event_line, read_all, HEADER};
 
-/// Asserts that `events` (stamped 0, 1, 2, …) read back as a valid trace v1 and carry no
+/// Asserts that `events` (stamped 0, 1, 2, …) read back as a valid trace v2 and carry no
 /// planted secret.
 pub(crate) fn validate(events: &[EventKind]) {
     let mut s = format!("{HEADER}\n");
@@ -189,6 +189,7 @@ pub(crate) fn open(
         client,
         transport,
         thread: thread.map(Into::into),
+        host: None,
     }
 }
 
@@ -206,6 +207,7 @@ pub(crate) fn start(stream: &str, response: &str, request: Option<&str>) -> Even
         stream: stream.into(),
         response: response.into(),
         request: request.map(Into::into),
+        model: None,
     }
 }
 
@@ -234,6 +236,8 @@ pub(crate) fn end(stream: &str, response: &str, status: ResponseStatus) -> Event
         stream: stream.into(),
         response: response.into(),
         status,
+        usage: None,
+        stop_reason: None,
     }
 }
 

@@ -1,6 +1,11 @@
-//! A seeded generator of valid, messy trace v1 event sequences.
+//! A seeded generator of valid, messy trace v2 event sequences.
 //!
-//! Each "agent" (a host's relay traffic, one MCP call, a side request, some noise) writes its
+//! Threads belong to host processes (a few per trace, some unknown); a thread's turns may
+//! spawn a subagent thread of the same host (`Task` / `Agent` / `spawn_agent`, client tools that
+//! are not MCP) that runs nested inside the parent's window; calls name several MCP servers and
+//! tools in each host's own naming, tools that are not MCP, and Codex code mode's `exec`.
+//!
+//! Each "agent" (a thread's relay traffic, one MCP call, a side request, some noise) writes its
 //! own events in time order; the agents are then merged with ties broken at random, so
 //! equal times from different agents land in any file order while each agent's own order
 //! (which is what makes the trace valid) is kept.
@@ -13,7 +18,34 @@ use correlator::event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
 };
 use correlator::trace::{event_line, read_all, TraceError, HEADER};
-use correlator::{Config, WindowOpen};
+use correlator::{Candidates, Config, WindowOpen};
+
+/// The MCP servers and tools calls name: (alias, tool, Claude's visible name, Codex's namespace
+/// and function).
+const TOOLS: &[(&str, &str, &str, &str, &str)] = &[
+    ("probe", "echo", "mcp__probe__echo", "mcp__probe", "echo"),
+    (
+        "other",
+        "lookup",
+        "mcp__other__lookup",
+        "mcp__other",
+        "lookup",
+    ),
+    (
+        "music-studio",
+        "get-guide",
+        "mcp__music-studio__get-guide",
+        "mcp__music_studio",
+        "get_guide",
+    ),
+    (
+        "fs",
+        "read.file",
+        "mcp__fs__read_file",
+        "mcp__fs",
+        "read_file",
+    ),
+];
 
 /// SplitMix64: tiny, seedable, good enough to drive a test generator.
 pub struct Rng(u64);
@@ -72,6 +104,17 @@ struct Emitted {
     response: String,
     call: String,
     item: Option<String>,
+    /// What it asks to run: an MCP tool (index into [`TOOLS`]), any tool (code mode), a
+    /// subagent, or a tool that is not MCP.
+    what: Asks,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Asks {
+    Mcp(usize),
+    AnyMcp,
+    Subagent,
+    NotMcp,
 }
 
 struct Agent {
@@ -113,6 +156,8 @@ struct Gen {
     spans: Vec<(Millis, Millis)>,
     /// Hosts start within this many half-milliseconds of each other.
     spread: usize,
+    /// The host processes of this trace.
+    host_ids: Vec<String>,
 }
 
 impl Gen {
@@ -184,6 +229,7 @@ impl Gen {
         call: &Emitted,
         thread: &Option<String>,
         start: Millis,
+        host_id: &Option<String>,
     ) -> Millis {
         let s = start;
         let e = s + self.steps(3);
@@ -194,10 +240,17 @@ impl Gen {
             e + self.steps(1)
         };
         let interval = self.id("i");
-        let (alias, tool) = if self.rng.chance(90) {
-            ("probe".to_string(), "echo".to_string())
-        } else {
-            ("other".to_string(), "lookup".to_string())
+        // Mostly the tool the call named; code mode, orphans and a few others any tool.
+        let which = match call.what {
+            Asks::Mcp(i) if self.rng.chance(88) => i,
+            _ => self.rng.below(TOOLS.len()),
+        };
+        let (alias, tool) = (TOOLS[which].0.to_string(), TOOLS[which].1.to_string());
+        // The call's host: its thread's, sometimes unknown, rarely another one.
+        let host_id = match self.rng.below(100) {
+            0..=79 => host_id.clone(),
+            80..=93 => None,
+            _ => Some(self.rng.pick(&self.host_ids)),
         };
         let mut agent = Agent::at(s);
         if self.rng.chance(50) {
@@ -209,6 +262,7 @@ impl Gen {
                     alias: alias.clone(),
                     tool: tool.clone(),
                     start: s,
+                    host: host_id.clone(),
                 },
             );
             if self.trouble(2) {
@@ -261,6 +315,7 @@ impl Gen {
                 end: e,
                 outcome,
                 hints,
+                host: host_id,
             },
         });
         self.agents.push(agent);
@@ -273,6 +328,7 @@ impl Gen {
         dt: Millis,
         host: Host,
         thread: &Option<String>,
+        host_id: &Option<String>,
     ) -> String {
         let stream = self.id("s");
         let (client, transport) = match host {
@@ -287,6 +343,7 @@ impl Gen {
                 client,
                 transport,
                 thread: thread.clone(),
+                host: host_id.clone(),
             },
         );
         stream
@@ -294,9 +351,15 @@ impl Gen {
 
     /// A side request on the same thread (Claude Code's title or summary requests): it shares
     /// the thread but continues nothing.
-    fn side_request(&mut self, at: Millis, host: Host, thread: &Option<String>) {
+    fn side_request(
+        &mut self,
+        at: Millis,
+        host: Host,
+        thread: &Option<String>,
+        host_id: &Option<String>,
+    ) {
         let mut a = Agent::at(at);
-        let stream = self.open_stream(&mut a, 0.0, host, thread);
+        let stream = self.open_stream(&mut a, 0.0, host, thread, host_id);
         let request = self.id("q");
         let response = self.id("r");
         let dt = self.step();
@@ -316,6 +379,7 @@ impl Gen {
                 stream: stream.clone(),
                 response: response.clone(),
                 request: Some(request),
+                model: None,
             },
         );
         let dt = self.steps(2);
@@ -325,6 +389,8 @@ impl Gen {
                 stream: stream.clone(),
                 response,
                 status: ResponseStatus::Completed,
+                usage: None,
+                stop_reason: None,
             },
         );
         let dt = self.step();
@@ -344,7 +410,27 @@ impl Gen {
             self.threads.push(th.clone());
             Some(th)
         };
-        let mut a = Agent::at(self.rng.below(self.spread) as f64 * 0.5);
+        let host_id = if self.rng.chance(20) {
+            None
+        } else {
+            Some(self.rng.pick(&self.host_ids))
+        };
+        let at = self.rng.below(self.spread) as f64 * 0.5;
+        self.thread(host, thread, host_id, at, max_turns, 0);
+    }
+
+    /// A thread's turns from `at`; returns when its last event was. A subagent (`depth` > 0)
+    /// shares its parent's host process.
+    fn thread(
+        &mut self,
+        host: Host,
+        thread: Option<String>,
+        host_id: Option<String>,
+        at: Millis,
+        max_turns: usize,
+        depth: usize,
+    ) -> Millis {
+        let mut a = Agent::at(at);
         let mut ws: Option<String> = None;
         let mut prev_response: Option<String> = None;
         let mut prev_calls: Vec<String> = Vec::new();
@@ -354,7 +440,7 @@ impl Gen {
                 (Some(s), Host::CodexWs) => s.clone(),
                 _ => {
                     let dt = self.step();
-                    let s = self.open_stream(&mut a, dt, host, &thread);
+                    let s = self.open_stream(&mut a, dt, host, &thread, &host_id);
                     if host == Host::CodexWs {
                         ws = Some(s.clone());
                     }
@@ -363,7 +449,7 @@ impl Gen {
             };
             if self.rng.chance(12) {
                 let at = a.t + self.steps(2);
-                self.side_request(at, host, &thread);
+                self.side_request(at, host, &thread, &host_id);
             }
             // The continuation: by previous_response over a WebSocket (with the outputs in
             // the input too, sometimes), by the tool outputs over HTTP.
@@ -403,6 +489,7 @@ impl Gen {
                     stream: stream.clone(),
                     response: response.clone(),
                     request: answers,
+                    model: None,
                 },
             );
             // A tool loop ends with a plain answer; a last response with calls leaves a window
@@ -415,26 +502,77 @@ impl Gen {
             let mut calls = Vec::new();
             for _ in 0..n_calls {
                 let dt = self.steps(2);
-                let (call, item, name, namespace, kind) = match host {
-                    Host::ClaudeHttp => (
+                let roll = self.rng.below(100);
+                let what = if roll < 10 && depth < 2 {
+                    Asks::Subagent
+                } else if roll < 18 {
+                    Asks::NotMcp
+                } else if host != Host::ClaudeHttp && roll < 55 {
+                    Asks::AnyMcp
+                } else {
+                    // Mostly the first tool, so that windows compete for the same one.
+                    Asks::Mcp(if self.rng.chance(60) {
+                        0
+                    } else {
+                        self.rng.below(TOOLS.len())
+                    })
+                };
+                let (call, item, name, namespace, kind) = match (host, what) {
+                    (Host::ClaudeHttp, Asks::Mcp(i)) => (
                         self.id("toolu_"),
                         None,
-                        "mcp__probe__echo".to_string(),
+                        TOOLS[i].2.to_string(),
                         None,
                         CallKind::ToolUse,
                     ),
-                    _ if self.rng.chance(50) => (
+                    (Host::ClaudeHttp, Asks::Subagent) => (
+                        self.id("toolu_"),
+                        None,
+                        self.rng.pick(&["Task".to_string(), "Agent".to_string()]),
+                        None,
+                        CallKind::ToolUse,
+                    ),
+                    (Host::ClaudeHttp, _) => (
+                        self.id("toolu_"),
+                        None,
+                        self.rng.pick(&["Bash".to_string(), "Read".to_string()]),
+                        None,
+                        CallKind::ToolUse,
+                    ),
+                    (_, Asks::AnyMcp) => (
                         self.id("call_"),
                         Some(self.id("ctc_")),
                         "exec".to_string(),
                         Some("functions".to_string()),
                         CallKind::Custom,
                     ),
-                    _ => (
+                    (_, Asks::Mcp(i)) if self.rng.chance(15) => (
+                        // The flat form older builds show.
                         self.id("call_"),
                         Some(self.id("fc_")),
-                        "echo".to_string(),
-                        Some("mcp__probe".to_string()),
+                        format!("{}__{}", TOOLS[i].3, TOOLS[i].4),
+                        None,
+                        CallKind::Function,
+                    ),
+                    (_, Asks::Mcp(i)) => (
+                        self.id("call_"),
+                        Some(self.id("fc_")),
+                        TOOLS[i].4.to_string(),
+                        Some(TOOLS[i].3.to_string()),
+                        CallKind::Function,
+                    ),
+                    (_, Asks::Subagent) => (
+                        self.id("call_"),
+                        Some(self.id("fc_")),
+                        "spawn_agent".to_string(),
+                        None,
+                        CallKind::Function,
+                    ),
+                    (_, Asks::NotMcp) => (
+                        self.id("call_"),
+                        Some(self.id("fc_")),
+                        "shell".to_string(),
+                        None,
                         CallKind::Function,
                     ),
                 };
@@ -455,20 +593,42 @@ impl Gen {
                     response: response.clone(),
                     call,
                     item,
+                    what,
                 };
                 calls.push(emitted);
             }
-            // The host runs each call as soon as its item is complete, in parallel.
+            // The host runs each call as soon as its item is complete, in parallel: MCP calls
+            // through the wrapper, a subagent as a thread of its own (nested inside this
+            // window until it is done), other tools without any MCP call.
             let mut all_done = a.t;
             for c in &calls {
-                if self.rng.chance(92) {
-                    let start = if self.trouble(3) {
-                        (c.t - 1.0).max(0.0)
-                    } else {
-                        c.t + self.steps(1)
-                    };
-                    let e = self.mcp_call(host, c, &thread, start);
-                    all_done = all_done.max(e);
+                match c.what {
+                    Asks::NotMcp => {}
+                    Asks::Subagent => {
+                        let child = match (&thread, host) {
+                            (Some(th), Host::ClaudeHttp) => {
+                                Some(format!("{th}+{}", self.id("agent")))
+                            }
+                            (_, _) if self.rng.chance(85) => Some(self.id("th")),
+                            _ => None,
+                        };
+                        let start = c.t + self.steps(2);
+                        let turns = 1 + self.rng.below(max_turns.min(3));
+                        let done =
+                            self.thread(host, child, host_id.clone(), start, turns, depth + 1);
+                        all_done = all_done.max(done);
+                    }
+                    Asks::Mcp(_) | Asks::AnyMcp => {
+                        if self.rng.chance(92) {
+                            let start = if self.trouble(3) {
+                                (c.t - 1.0).max(0.0)
+                            } else {
+                                c.t + self.steps(1)
+                            };
+                            let e = self.mcp_call(host, c, &thread, start, &host_id);
+                            all_done = all_done.max(e);
+                        }
+                    }
                 }
             }
             self.calls.extend(calls.iter().cloned());
@@ -510,6 +670,8 @@ impl Gen {
                     stream: stream.clone(),
                     response: response.clone(),
                     status,
+                    usage: None,
+                    stop_reason: None,
                 },
             );
             all_done = all_done.max(a.t);
@@ -544,7 +706,9 @@ impl Gen {
             let dt = self.steps(2);
             a.emit(dt, EventKind::StreamClose { stream });
         }
+        let end = a.t;
         self.agents.push(a);
+        end
     }
 
     /// A request on another thread (or none) naming an emitted call or response: with a
@@ -559,7 +723,8 @@ impl Gen {
             Some(self.id("th-stranger"))
         };
         let mut a = Agent::at(target.t + self.steps(3));
-        let stream = self.open_stream(&mut a, 0.0, Host::CodexHttp, &thread);
+        let host_id = self.some_host();
+        let stream = self.open_stream(&mut a, 0.0, Host::CodexHttp, &thread, &host_id);
         let (previous_response, outputs) = if self.rng.chance(50) {
             (Some(target.response), Vec::new())
         } else {
@@ -597,7 +762,8 @@ impl Gen {
             _ => (self.rng.below((span as usize).max(1)) as f64, None),
         };
         let mut a = Agent::at(open_at);
-        let stream = self.open_stream(&mut a, 0.0, Host::ClaudeHttp, &None);
+        let host_id = self.some_host();
+        let stream = self.open_stream(&mut a, 0.0, Host::ClaudeHttp, &None, &host_id);
         let dt = match close_at {
             Some(c) => (c - open_at) / 2.0,
             None => self.steps(3),
@@ -625,9 +791,20 @@ impl Gen {
             response: String::new(),
             call: self.id("orphan"),
             item: None,
+            what: Asks::AnyMcp,
         };
         let host = self.rng.pick(&[Host::ClaudeHttp, Host::CodexWs]);
-        self.mcp_call(host, &fake, &None, start);
+        let host_id = self.some_host();
+        self.mcp_call(host, &fake, &None, start, &host_id);
+    }
+
+    /// One of the trace's hosts, or an unknown one.
+    fn some_host(&mut self) -> Option<String> {
+        if self.rng.chance(30) {
+            None
+        } else {
+            Some(self.rng.pick(&self.host_ids))
+        }
     }
 
     /// Interleaves the agents: always the earliest head next, ties broken at random.
@@ -669,7 +846,11 @@ pub fn generate(shape: Shape) -> Generated {
         mess: 0,
         spread: 1,
         spans: Vec::new(),
+        host_ids: Vec::new(),
     };
+    // One to three host processes: hosts that never meet, or all in one process.
+    let n_hosts = 1 + g.rng.below(3);
+    g.host_ids = (0..n_hosts).map(|i| format!("h{}", i + 1)).collect();
     // Some traces crowd every host into the same moments, most spread them out.
     g.spread = if g.rng.chance(30) {
         40
@@ -690,6 +871,11 @@ pub fn generate(shape: Shape) -> Generated {
             g.rng.pick(&[2.0, 5.0, 12.5, 30.0])
         } else {
             1.0e6
+        },
+        candidates: if g.rng.chance(50) {
+            Candidates::Eligible
+        } else {
+            Candidates::All
         },
         // Generated traces span well under `retain` (hours), so nothing is ever dropped for
         // age and the reference need not model it.
@@ -724,7 +910,7 @@ pub fn generate(shape: Shape) -> Generated {
     }
 }
 
-/// The events as a trace v1 file.
+/// The events as a trace v2 file.
 pub fn trace_text(events: &[Event]) -> String {
     let mut text = format!("{HEADER}\n");
     for ev in events {
@@ -733,7 +919,7 @@ pub fn trace_text(events: &[Event]) -> String {
     text
 }
 
-/// Writes the events as trace v1 and reads them back with the strict reader: `Ok` only for
+/// Writes the events as trace v2 and reads them back with the strict reader: `Ok` only for
 /// a valid trace, and then the events must come back unchanged.
 pub fn round_trip(events: &[Event]) -> Result<Vec<Event>, TraceError> {
     read_all(trace_text(events).as_bytes(), "generated.jsonl")

@@ -1,4 +1,4 @@
-//! A reference implementation of design.md §3–§4, written to be obviously right rather than
+//! A reference implementation of docs/design.md §3–§4, written to be obviously right rather than
 //! fast: it sees the whole trace at once, works out every window's fate from the events, and
 //! then, for each interval, tries every moment at which the answer could change, in order,
 //! and takes the first one at which the rule says "decide".
@@ -8,17 +8,33 @@
 //!
 //! The points the text leaves open are read as the lead's brief states them (numbered 1–11
 //! there); the comments below cite those numbers as "brief n".
+//!
+//! Hosts and eligibility (docs/design.md §3 "Host", §4 "eligible") are read as written: a window is
+//! eligible for an interval when the hosts do not differ (a null host never rules anything
+//! out) and its response has a call complete by the interval's start that routes to the
+//! interval's alias and tool, or is `custom`; only eligible windows are candidates, contain it
+//! or break it into `incomplete`; a loss counts only on a stream whose host does not differ
+//! from the interval's; an MCP call counts for a window's give-up only if its host does not
+//! differ from the window's. A candidate is given up at the first moment T (at or after
+//! `close_wait` past the interval's end) at which the conditions hold, before the report or
+//! not, and stays so. Under `--candidates all` every window is eligible and every host counts.
+//! Routing is written out here again from the text (Claude's normalization, Codex's sanitizing
+//! and SHA-1 suffixes) for the short names the generator uses; the 128-byte cap never applies
+//! to them.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
-use correlator::event::{Event, EventKind, Hints, Millis, ResponseStatus};
+use correlator::event::{CallKind, Event, EventKind, Hints, Millis, ResponseStatus};
 use correlator::records::{Evidence, Reason, Record, WindowRef};
-use correlator::{route, Config, WindowOpen};
+use correlator::{Candidates, Config, WindowOpen};
+use sha1::{Digest, Sha1};
 
 struct StreamInfo {
     open_t: Millis,
     close_t: Option<Millis>,
     thread: Option<String>,
+    host: Option<String>,
     /// Times of `observation_lost` on this stream.
     lost: Vec<Millis>,
 }
@@ -30,6 +46,7 @@ struct Call {
     item: Option<String>,
     name: String,
     namespace: Option<String>,
+    kind: CallKind,
 }
 
 struct Response {
@@ -52,10 +69,10 @@ struct Request {
 #[derive(Default)]
 struct Mcp {
     start: Millis,
-    /// `t` of its `mcp_start`, if any.
-    started_at: Option<Millis>,
-    /// `t` and `end` of its `mcp_interval`, if any.
-    reported: Option<(Millis, Millis)>,
+    /// `t` and host of its `mcp_start`, if any.
+    started_at: Option<(Millis, Option<String>)>,
+    /// `t`, `end` and host of its `mcp_interval`, if any.
+    reported: Option<(Millis, Millis, Option<String>)>,
 }
 
 struct Interval {
@@ -66,6 +83,7 @@ struct Interval {
     s: Millis,
     e: Millis,
     hints: Hints,
+    host: Option<String>,
 }
 
 /// A window W(R) and its fate over the whole trace (brief 3).
@@ -73,6 +91,7 @@ struct Window {
     response: String,
     stream: String,
     thread: Option<String>,
+    host: Option<String>,
     open: Millis,
     /// The continuing request that closed it: (t, request id).
     close: Option<(Millis, String)>,
@@ -106,9 +125,83 @@ struct World<'a> {
     /// Every distinct event time, ascending.
     event_times: Vec<Millis>,
     last_t: Millis,
+    /// The first give-up moment per (window, interval), once worked out.
+    give_up: RefCell<HashMap<(usize, usize), Option<Millis>>>,
 }
 
-/// The records design.md §4 prescribes for `events` under `config`, in decision order.
+/// Do two hosts differ? Only when both are known.
+fn differ(a: &Option<String>, b: &Option<String>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a != b)
+}
+
+/// Claude Code's `normalizeNameForMCP`: `[A-Za-z0-9_-]` kept, each UTF-16 unit of anything
+/// else becomes `_`.
+fn claude_part(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let keep = c.is_ascii_alphanumeric() || c == '_' || c == '-';
+            let n = if keep { 1 } else { c.len_utf16() };
+            std::iter::repeat_n(if keep { c } else { '_' }, n)
+        })
+        .collect()
+}
+
+/// Codex's sanitizer: `[A-Za-z0-9_]` kept, any other char `_`, empty → `_`.
+fn codex_part(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        "_".into()
+    } else {
+        out
+    }
+}
+
+fn sha12(s: &str) -> String {
+    let d = Sha1::digest(s.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect::<String>()[..12].to_string()
+}
+
+/// Does the visible call name (in its namespace) route to `alias`/`tool`? (docs/design.md §4
+/// `route`, for names short enough that no cut applies.)
+fn routes(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
+    let san = codex_part(alias);
+    let ns = if san.starts_with("mcp__") {
+        san
+    } else {
+        format!("mcp__{san}")
+    };
+    let ns_id = format!("{alias}\0{alias}\0");
+    let ns_hashed = match ns.strip_suffix("__") {
+        Some(stem) => format!("{stem}_{}__", sha12(&ns_id)),
+        None => format!("{ns}_{}", sha12(&ns_id)),
+    };
+    let f = codex_part(tool);
+    let f_hashed = format!("{f}_{}", sha12(&format!("{ns_id}\0{tool}\0{tool}")));
+    let pairs = [
+        (&ns, &f),
+        (&ns, &f_hashed),
+        (&ns_hashed, &f),
+        (&ns_hashed, &f_hashed),
+    ];
+    match namespace {
+        Some(given) => pairs.iter().any(|(n, g)| *n == given && *g == name),
+        None => {
+            name == format!("mcp__{}__{}", claude_part(alias), claude_part(tool))
+                || pairs.iter().any(|(n, g)| name == format!("{n}__{g}"))
+        }
+    }
+}
+
+/// The records docs/design.md §4 prescribes for `events` under `config`, in decision order.
 ///
 /// Assumes ids are unique over the trace (streams, responses, requests, intervals), which the
 /// generator guarantees.
@@ -127,6 +220,7 @@ pub fn reference(events: &[Event], config: &Config) -> Vec<Record> {
         windows: Vec::new(),
         event_times: Vec::new(),
         last_t: last.t,
+        give_up: RefCell::new(HashMap::new()),
     };
     w.index(events);
     w.find_windows(events);
@@ -151,13 +245,19 @@ impl World<'_> {
             }
             let t = ev.t;
             match &ev.kind {
-                EventKind::StreamOpen { stream, thread, .. } => {
+                EventKind::StreamOpen {
+                    stream,
+                    thread,
+                    host,
+                    ..
+                } => {
                     self.streams.insert(
                         stream.clone(),
                         StreamInfo {
                             open_t: t,
                             close_t: None,
                             thread: thread.clone(),
+                            host: host.clone(),
                             lost: Vec::new(),
                         },
                     );
@@ -206,6 +306,7 @@ impl World<'_> {
                     item,
                     name,
                     namespace,
+                    kind,
                     ..
                 } => {
                     if let Some(r) = self.responses.get_mut(response) {
@@ -216,6 +317,7 @@ impl World<'_> {
                             item: item.clone(),
                             name: name.clone(),
                             namespace: namespace.clone(),
+                            kind: *kind,
                         });
                     }
                 }
@@ -227,11 +329,14 @@ impl World<'_> {
                     }
                 }
                 EventKind::McpStart {
-                    interval, start, ..
+                    interval,
+                    start,
+                    host,
+                    ..
                 } => {
                     let m = self.mcp.entry(interval.clone()).or_default();
                     m.start = *start;
-                    m.started_at = Some(t);
+                    m.started_at = Some((t, host.clone()));
                 }
                 EventKind::McpInterval {
                     interval,
@@ -240,11 +345,12 @@ impl World<'_> {
                     start,
                     end,
                     hints,
+                    host,
                     ..
                 } => {
                     let m = self.mcp.entry(interval.clone()).or_default();
                     m.start = *start;
-                    m.reported = Some((t, *end));
+                    m.reported = Some((t, *end, host.clone()));
                     self.intervals.push(Interval {
                         report_t: t,
                         id: interval.clone(),
@@ -253,6 +359,7 @@ impl World<'_> {
                         s: *start,
                         e: *end,
                         hints: hints.clone(),
+                        host: host.clone(),
                     });
                 }
             }
@@ -261,6 +368,26 @@ impl World<'_> {
 
     fn stream_thread(&self, stream: &str) -> Option<&String> {
         self.streams.get(stream).and_then(|s| s.thread.as_ref())
+    }
+
+    fn all(&self) -> bool {
+        self.config.candidates == Candidates::All
+    }
+
+    /// §4 "eligible": same host (or one unknown), and a call complete by the interval's start
+    /// that routes to its alias and tool or is `custom`. Every window, with `--candidates all`.
+    fn eligible(&self, w: &Window, iv: &Interval) -> bool {
+        if self.all() {
+            return true;
+        }
+        if differ(&w.host, &iv.host) {
+            return false;
+        }
+        self.responses[&w.response].calls.iter().any(|c| {
+            c.t <= iv.s
+                && (c.kind == CallKind::Custom
+                    || routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
+        })
     }
 
     /// Brief 2: does request `q` continue response `r`?
@@ -327,6 +454,7 @@ impl World<'_> {
                 response: r_id.clone(),
                 stream: r.stream.clone(),
                 thread: self.stream_thread(&r.stream).cloned(),
+                host: self.streams.get(&r.stream).and_then(|s| s.host.clone()),
                 open,
                 close,
                 broke,
@@ -345,8 +473,11 @@ impl World<'_> {
         }
     }
 
-    /// Brief 5: W is given up at `t` for interval `iv`.
-    fn given_up(&self, w: &Window, iv: &Interval, t: Millis) -> bool {
+    /// Brief 5's conditions at the moment `t`, for interval `iv` and window `w`: the response
+    /// has ended, `close_wait` has passed since the interval's and the response's end, no call
+    /// that started inside `w` (of a host not differing from `w`'s) runs, and `close_wait` has
+    /// passed since the end of every such call reported by `t`.
+    fn could_give_up(&self, w: &Window, iv: &Interval, t: Millis) -> bool {
         let cw = self.config.close_wait;
         let Some((_, ended, _)) = self.responses[&w.response].end.filter(|e| e.1 <= t) else {
             return false;
@@ -354,20 +485,22 @@ impl World<'_> {
         if t < iv.e.max(ended) + cw {
             return false;
         }
+        let counts = |h: &Option<String>| self.all() || !differ(h, &w.host);
         for m in self.mcp.values() {
             if m.start < w.open {
                 continue;
             }
-            let started = m.started_at.is_some_and(|x| x <= t);
-            match m.reported {
-                Some((rt, end)) if rt <= t => {
-                    if t < end + cw {
+            match &m.reported {
+                Some((rt, end, h)) if *rt <= t => {
+                    if counts(h) && t < end + cw {
                         return false;
                     }
                 }
                 _ => {
-                    if started {
-                        return false;
+                    if let Some((st, h)) = &m.started_at {
+                        if *st <= t && counts(h) {
+                            return false;
+                        }
                     }
                 }
             }
@@ -375,20 +508,46 @@ impl World<'_> {
         true
     }
 
-    /// Brief 6: `incomplete` holds at `t` for interval `iv`.
+    /// §4: W is given up for `iv` from the first moment the conditions hold, whatever comes
+    /// later (before the report or not). The conditions change only at event times and at
+    /// `close_wait` past an end, so those are the moments to try.
+    fn first_give_up(&self, wi: usize, k: usize) -> Option<Millis> {
+        if let Some(t) = self.give_up.borrow().get(&(wi, k)) {
+            return *t;
+        }
+        let (w, iv) = (&self.windows[wi], &self.intervals[k]);
+        let cw = self.config.close_wait;
+        let mut m = self.change_moments(iv);
+        m.retain(|&t| t >= iv.e + cw && t <= self.last_t);
+        m.sort_by(f64::total_cmp);
+        let first = m.into_iter().find(|&t| self.could_give_up(w, iv, t));
+        self.give_up.borrow_mut().insert((wi, k), first);
+        first
+    }
+
+    fn given_up(&self, wi: usize, k: usize, t: Millis) -> bool {
+        self.first_give_up(wi, k).is_some_and(|g| g <= t)
+    }
+
+    /// Brief 6: `incomplete` holds at `t` for interval `iv` (losses of its host or unknown
+    /// ones; eligible windows).
     fn incomplete(&self, iv: &Interval, t: Millis) -> bool {
         let lost = self.streams.values().any(|st| {
             let span_end = match st.close_t {
                 Some(c) if c <= t => c,
                 _ => Millis::INFINITY,
             };
-            st.open_t <= iv.e && span_end >= iv.s && st.lost.iter().any(|&l| l <= t)
+            st.open_t <= iv.e
+                && span_end >= iv.s
+                && st.lost.iter().any(|&l| l <= t)
+                && (self.all() || !differ(&st.host, &iv.host))
         });
         if lost {
             return true;
         }
         self.windows.iter().any(|w| {
             w.open <= iv.s
+                && self.eligible(w, iv)
                 && w.broken_by(t)
                 && !self
                     .requests
@@ -413,14 +572,12 @@ impl World<'_> {
         }
     }
 
-    /// Every moment at or after the report, up to the last event, at which the rule's inputs
-    /// can change for interval `iv` (brief 9: a decision due between events happens at
-    /// exactly its time).
-    fn moments(&self, iv: &Interval) -> Vec<Millis> {
+    /// The moments at which a give-up condition can start to hold for `iv`: event times, and
+    /// `close_wait` after its end, after every response's end and after every reported call's.
+    fn change_moments(&self, iv: &Interval) -> Vec<Millis> {
         let cw = self.config.close_wait;
-        let mut m: Vec<Millis> = vec![iv.report_t, iv.e + cw];
+        let mut m: Vec<Millis> = vec![iv.e + cw];
         m.extend(self.event_times.iter().copied());
-        m.extend(self.windows.iter().filter_map(|w| w.broke));
         m.extend(
             self.responses
                 .values()
@@ -429,8 +586,18 @@ impl World<'_> {
         m.extend(
             self.mcp
                 .values()
-                .filter_map(|x| x.reported.map(|(_, end)| end + cw)),
+                .filter_map(|x| x.reported.as_ref().map(|(_, end, _)| end + cw)),
         );
+        m
+    }
+
+    /// Every moment at or after the report, up to the last event, at which the rule's inputs
+    /// can change for interval `iv` (brief 9: a decision due between events happens at
+    /// exactly its time).
+    fn moments(&self, iv: &Interval) -> Vec<Millis> {
+        let mut m = self.change_moments(iv);
+        m.push(iv.report_t);
+        m.extend(self.windows.iter().filter_map(|w| w.broke));
         let set: BTreeSet<u64> = m
             .into_iter()
             .filter(|&t| t >= iv.report_t && t <= self.last_t)
@@ -445,32 +612,39 @@ impl World<'_> {
     fn decide(&self, k: usize) -> (Record, bool) {
         let iv = &self.intervals[k];
         for t in self.moments(iv) {
-            if let Some(r) = self.decide_at(iv, t, false) {
+            if let Some(r) = self.decide_at(k, t, false) {
                 return (r, false);
             }
         }
         // Brief 10: the trace ended; still-open candidates count as given up.
         let r = self
-            .decide_at(iv, self.last_t, true)
+            .decide_at(k, self.last_t, true)
             .expect("a forced decision always decides");
         (r, true)
     }
 
-    /// The record for `iv` if the rule decides at `t` (always, when `forced`).
-    fn decide_at(&self, iv: &Interval, t: Millis, forced: bool) -> Option<Record> {
-        let candidates: Vec<&Window> = self.windows.iter().filter(|w| w.open <= iv.s).collect();
+    /// The record for interval `k` if the rule decides at `t` (always, when `forced`).
+    fn decide_at(&self, k: usize, t: Millis, forced: bool) -> Option<Record> {
+        let iv = &self.intervals[k];
+        let candidates: Vec<(usize, &Window)> = self
+            .windows
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.open <= iv.s && self.eligible(w, iv))
+            .collect();
         let incomplete = self.incomplete(iv, t);
         if !incomplete && !forced {
             let all_settled = candidates
                 .iter()
-                .all(|w| !w.open_at(t) || self.given_up(w, iv, t));
+                .all(|(wi, w)| !w.open_at(t) || self.given_up(*wi, k, t));
             if !all_settled {
                 return None;
             }
         }
         // Brief 7: the windows that contain I, or could (still open at t).
-        let c: Vec<&&Window> = candidates
+        let c: Vec<&Window> = candidates
             .iter()
+            .map(|(_, w)| *w)
             .filter(|w| {
                 let contains_or_could = if w.closed_by(t) {
                     w.close.as_ref().is_some_and(|(c, _)| *c >= iv.e)
@@ -577,9 +751,14 @@ impl World<'_> {
                 ev.push(Evidence::Thread);
             }
         }
+        if let (Some(a), Some(b)) = (&iv.host, &w.host) {
+            if a == b {
+                ev.push(Evidence::Host);
+            }
+        }
         if self
             .calls_by(w, t)
-            .any(|c| route::resolves(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
+            .any(|c| routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
         {
             ev.push(Evidence::Route);
         }

@@ -1,0 +1,220 @@
+use super::*;
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use super::super::procfs;
+    use super::super::resolver::{Pending, Resolver};
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    /// A process of its own holding a connection to `listener` (bash opens it, then becomes
+    /// `sleep`, which inherits it); the relay's side of it and the peer address.
+    fn client(listener: &TcpListener) -> (Child, TcpStream, SocketAddr) {
+        let port = listener.local_addr().unwrap().port();
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec 3<>/dev/tcp/127.0.0.1/{port}; exec sleep 60"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("bash");
+        let (server, peer) = listener.accept().unwrap();
+        // Until the exec, bash holds the socket; wait for sleep to.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{}/comm", child.id()))
+            .map(|c| c.trim() != "sleep")
+            .unwrap_or(true)
+        {
+            assert!(Instant::now() < deadline, "the client never became sleep");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        (child, server, peer)
+    }
+
+    fn end(mut child: Child) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn resolver() -> Resolver {
+        Resolver::new(
+            Arc::new(Mutex::new(HashSet::new())),
+            Some(std::process::id() as i32),
+        )
+    }
+
+    fn resolve(r: &mut Resolver, peer: SocketAddr, local: SocketAddr) -> Option<ProcId> {
+        let mut c = [Pending {
+            peer,
+            local,
+            host: None,
+        }];
+        r.resolve(&mut c);
+        c[0].host
+    }
+
+    #[test]
+    fn a_connection_is_resolved_to_the_process_holding_its_client_end() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (child, _server, peer) = client(&listener);
+        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let mut r = resolver();
+        assert_eq!(
+            resolve(&mut r, peer, local),
+            Some(want),
+            "by walking the table"
+        );
+        assert_eq!(
+            resolve(&mut r, peer, local),
+            Some(want),
+            "by the host seen before"
+        );
+        // Our own connections are never a host's.
+        let mine = TcpStream::connect(local).unwrap();
+        let (_s, my_peer) = listener.accept().unwrap();
+        assert_eq!(resolve(&mut r, my_peer, local), None);
+        drop(mine);
+        end(child);
+        // Gone: its row has no inode any more (or no row at all).
+        assert_eq!(resolve(&mut resolver(), peer, local), None);
+    }
+
+    #[tokio::test]
+    async fn a_wrapper_belongs_to_its_nearest_ancestor_that_made_a_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let port = local.port();
+        // The "host": holds a relay connection and has a child (the "wrapper").
+        let mut host = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; sleep 60 & echo $!; wait"
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (_server, peer) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(host.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let wrapper: u32 = line.trim().parse().unwrap();
+        let host_id = procfs::stat(host.id() as i32).unwrap().0;
+
+        let hosts = Hosts::start();
+        let chain = hosts.ancestors(wrapper).await;
+        assert_eq!(chain.first(), Some(&host_id));
+        assert_eq!(
+            hosts.host_among(&chain).await,
+            None,
+            "no connection seen yet"
+        );
+        assert_eq!(hosts.connection(peer, local).wait().await, Some(host_id));
+        assert_eq!(hosts.host_among(&chain).await, Some(host_id));
+        // The same pid with another start time is another process.
+        let reused = ProcId {
+            start: host_id.start + 1,
+            ..host_id
+        };
+        assert_eq!(hosts.host_among(&[reused]).await, None);
+        assert_eq!(host_id.raw(), format!("{}:{}", host_id.pid, host_id.start));
+        end(host);
+        let _ = Command::new("kill").arg(wrapper.to_string()).status();
+    }
+
+    #[tokio::test]
+    async fn a_host_adopted_by_pid_is_found_by_its_wrappers_and_a_remote_peer_is_unknown() {
+        let hosts = Hosts::start();
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let id = hosts.adopt(child.id()).await.expect("alive");
+        assert_eq!(hosts.host_among(&[id]).await, Some(id));
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        assert_eq!(hosts.connection(remote, local).wait().await, None);
+        end(child);
+    }
+
+    /// CPU time this thread has used (the cost, whatever else the machine is doing).
+    fn cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the struct we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// Wall and CPU time of `f`.
+    fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
+        let (w, c) = (Instant::now(), cpu());
+        let out = f();
+        (out, w.elapsed(), cpu() - c)
+    }
+
+    /// The cost of resolution, for docs/hosts.md: `cargo test --release --bin windowtap
+    /// host::tests::linux::resolution_cost -- --ignored --nocapture` (it starts 1,000
+    /// `sleep` processes for the second half, and ends them).
+    #[test]
+    #[ignore]
+    fn resolution_cost() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
+        let measure = |label: &str| {
+            let procs = procfs::all_pids().len();
+            let rows = procfs::tcp_table(false).len() + procfs::tcp_table(true).len();
+            let runs = 50;
+            // (wall, cpu) per run, for: a new host, a known host, a wrapper's ancestors.
+            let mut costs = [Vec::new(), Vec::new(), Vec::new()];
+            for _ in 0..runs {
+                let (child, _server, peer) = client(&listener);
+                let mut r = resolver();
+                let (got, w, c) = timed(|| resolve(&mut r, peer, local));
+                assert!(got.is_some());
+                costs[0].push((w, c));
+                let (got, w, c) = timed(|| resolve(&mut r, peer, local));
+                assert!(got.is_some());
+                costs[1].push((w, c));
+                let (up, w, c) = timed(|| procfs::ancestors(child.id() as i32));
+                assert!(!up.is_empty());
+                costs[2].push((w, c));
+                end(child);
+            }
+            println!("{label}: {procs} processes, {rows} TCP table rows, {runs} runs");
+            for (what, v) in ["new host", "known host", "wrapper ancestors"]
+                .iter()
+                .zip(costs.iter_mut())
+            {
+                let mut wall: Vec<Duration> = v.iter().map(|x| x.0).collect();
+                let mut cpu: Vec<Duration> = v.iter().map(|x| x.1).collect();
+                wall.sort();
+                cpu.sort();
+                let n = wall.len();
+                println!(
+                    "  {what}: cpu median {} ms, p90 {} ms; wall median {} ms, p90 {} ms",
+                    ms(cpu[n / 2]),
+                    ms(cpu[n * 9 / 10]),
+                    ms(wall[n / 2]),
+                    ms(wall[n * 9 / 10]),
+                );
+            }
+        };
+        measure("as is");
+        let mut extra: Vec<Child> = (0..1000)
+            .map(|_| Command::new("sleep").arg("300").spawn().unwrap())
+            .collect();
+        measure("with 1,000 extra sleep processes");
+        for c in &mut extra {
+            let _ = c.kill();
+        }
+        for c in &mut extra {
+            let _ = c.wait();
+        }
+    }
+}

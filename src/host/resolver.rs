@@ -1,0 +1,297 @@
+//! The resolver: one thread that reads the process table for [`super::Hosts`], so that no
+//! `/proc` reading ever happens on the data path or on the async runtime.
+//!
+//! Its cost is bounded: requests queue up to [`QUEUE`] (past that a connection's host is
+//! unknown, at once); they are taken in batches of up to [`MAX_BATCH`], and one batch costs
+//! one read of the IPv4 TCP table (and of the IPv6 one if needed), a look at the fd tables
+//! of the hosts already seen (most connections come from a host that made one before), and
+//! only for inodes still not found one walk over the process table (at most [`MAX_SCAN`]
+//! processes, only those of the sockets' owners, as the TCP table names them, stopping once
+//! every inode is found). The relay's own fd table, the largest on the machine, is never
+//! walked.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{oneshot, watch};
+
+use super::{ConnHost, ProcId, WAIT};
+
+/// Requests waiting for the resolver thread, at most.
+const QUEUE: usize = 4096;
+/// Connections resolved together, at most.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const MAX_BATCH: usize = 256;
+/// Processes one walk of the process table looks at, at most.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const MAX_SCAN: usize = 65_536;
+/// Hosts whose fd tables are looked at first (the most recently seen).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const MAX_OWNERS: usize = 64;
+
+type Answer = watch::Sender<Option<Option<ProcId>>>;
+
+enum Request {
+    Connection {
+        /// Its place in the order connections were accepted.
+        seq: u64,
+        peer: SocketAddr,
+        local: SocketAddr,
+        answer: Answer,
+    },
+    Adopt {
+        pid: u32,
+        answer: oneshot::Sender<Option<ProcId>>,
+    },
+    Ancestors {
+        pid: u32,
+        answer: oneshot::Sender<Vec<ProcId>>,
+    },
+}
+
+/// The async side's handle on the resolver thread.
+#[derive(Clone)]
+pub struct Handle {
+    /// `None` where there is no process table to read.
+    tx: Option<std::sync::mpsc::SyncSender<Request>>,
+    /// Connections queued so far (the lock makes numbering and queueing one step, so every
+    /// number handed out reaches the thread).
+    submitted: Arc<Mutex<u64>>,
+    /// Every connection numbered up to this has been answered.
+    done: watch::Receiver<u64>,
+}
+
+impl Handle {
+    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>) -> Handle {
+        let (done_tx, done) = watch::channel(0);
+        #[cfg(target_os = "linux")]
+        let tx = {
+            let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+            let resolver = Resolver::new(seen, Some(std::process::id() as i32));
+            match std::thread::Builder::new()
+                .name("windowtap-hosts".into())
+                .spawn(move || resolver.run(rx, done_tx))
+            {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!(error = %e, "host resolution unavailable: no thread");
+                    None
+                }
+            }
+        };
+        #[cfg(not(target_os = "linux"))]
+        let tx = {
+            let _ = (seen, done_tx, QUEUE);
+            None
+        };
+        Handle {
+            tx,
+            submitted: Arc::new(Mutex::new(0)),
+            done,
+        }
+    }
+
+    pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
+        let Some(tx) = &self.tx else {
+            return ConnHost::known(None);
+        };
+        let (answer, rx) = watch::channel(None);
+        let mut submitted = self.submitted.lock().unwrap_or_else(|p| p.into_inner());
+        let req = Request::Connection {
+            seq: *submitted + 1,
+            peer,
+            local,
+            answer,
+        };
+        match tx.try_send(req) {
+            Ok(()) => {
+                *submitted += 1;
+                ConnHost(rx)
+            }
+            // Flooded (or gone): this one's host is unknown, and nobody waits for it.
+            Err(_) => ConnHost::known(None),
+        }
+    }
+
+    pub async fn adopt(&self, pid: u32) -> Option<ProcId> {
+        let (answer, rx) = oneshot::channel();
+        self.ask(Request::Adopt { pid, answer }, rx).await.flatten()
+    }
+
+    pub async fn ancestors(&self, pid: u32) -> Vec<ProcId> {
+        let (answer, rx) = oneshot::channel();
+        self.ask(Request::Ancestors { pid, answer }, rx)
+            .await
+            .unwrap_or_default()
+    }
+
+    async fn ask<T>(&self, req: Request, rx: oneshot::Receiver<T>) -> Option<T> {
+        self.tx.as_ref()?.try_send(req).ok()?;
+        tokio::time::timeout(WAIT, rx).await.ok()?.ok()
+    }
+
+    /// Returns once every connection queued before the call has been answered (or after
+    /// [`WAIT`]).
+    pub async fn settled(&self) {
+        let target = *self.submitted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut done = self.done.clone();
+        let _ = tokio::time::timeout(WAIT, done.wait_for(|d| *d >= target)).await;
+    }
+}
+
+/// The resolver thread's state.
+#[cfg(target_os = "linux")]
+pub(super) struct Resolver {
+    seen: Arc<Mutex<HashSet<ProcId>>>,
+    /// Never a host: the relay itself (its fd table holds the server ends of every stream).
+    skip: Option<i32>,
+    /// Pids of hosts seen, most recent first.
+    owners: Vec<i32>,
+}
+
+/// One connection to resolve.
+#[cfg(target_os = "linux")]
+pub(super) struct Pending {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub host: Option<ProcId>,
+}
+
+#[cfg(target_os = "linux")]
+impl Resolver {
+    pub(super) fn new(seen: Arc<Mutex<HashSet<ProcId>>>, skip: Option<i32>) -> Resolver {
+        Resolver {
+            seen,
+            skip,
+            owners: Vec::new(),
+        }
+    }
+
+    fn run(mut self, rx: std::sync::mpsc::Receiver<Request>, done: watch::Sender<u64>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            let mut conns = Vec::new();
+            let mut answers = Vec::new();
+            let mut last = None;
+            for req in batch {
+                match req {
+                    Request::Connection {
+                        seq,
+                        peer,
+                        local,
+                        answer,
+                    } => {
+                        conns.push(Pending {
+                            peer,
+                            local,
+                            host: None,
+                        });
+                        answers.push(answer);
+                        last = Some(seq);
+                    }
+                    Request::Adopt { pid, answer } => {
+                        let _ = answer.send(self.adopt(pid));
+                    }
+                    Request::Ancestors { pid, answer } => {
+                        let _ = answer.send(super::procfs::ancestors(pid as i32));
+                    }
+                }
+            }
+            self.resolve(&mut conns);
+            for (c, answer) in conns.iter().zip(answers) {
+                answer.send_replace(Some(c.host));
+            }
+            if let Some(seq) = last {
+                done.send_replace(seq);
+            }
+        }
+    }
+
+    /// Remembers `pid` as a host; its id, if it is still there.
+    pub(super) fn adopt(&mut self, pid: u32) -> Option<ProcId> {
+        let (id, _) = super::procfs::stat(pid as i32)?;
+        self.owned(id);
+        Some(id)
+    }
+
+    fn owned(&mut self, id: ProcId) {
+        super::remember(&self.seen, id);
+        let pid = id.pid as i32;
+        self.owners.retain(|&p| p != pid);
+        self.owners.insert(0, pid);
+        self.owners.truncate(MAX_OWNERS);
+    }
+
+    /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
+    pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
+        use super::procfs::{client_inode, held_among, pids_of, stat, tcp_table};
+        if conns.is_empty() {
+            return;
+        }
+        // The IPv4 table first: a loopback client's socket is almost always there (the
+        // relay listens on 127.0.0.1 by default); the IPv6 one only for those not found.
+        let rows = tcp_table(false);
+        let mut inodes: Vec<Option<(u64, u32)>> = conns
+            .iter()
+            .map(|c| client_inode(&rows, c.peer, c.local))
+            .collect();
+        if inodes.iter().any(Option::is_none) {
+            let rows = tcp_table(true);
+            for (c, inode) in conns.iter().zip(inodes.iter_mut()) {
+                if inode.is_none() {
+                    *inode = client_inode(&rows, c.peer, c.local);
+                }
+            }
+        }
+        let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
+        let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
+        let mut found: Vec<(u64, i32)> = Vec::new();
+        let mut look = |pid: i32, wanted: &mut HashSet<u64>| {
+            for inode in held_among(pid, wanted) {
+                wanted.remove(&inode);
+                found.push((inode, pid));
+            }
+        };
+        let known = self.owners.clone();
+        for &pid in &known {
+            if wanted.is_empty() {
+                break;
+            }
+            look(pid, &mut wanted);
+        }
+        if !wanted.is_empty() {
+            for pid in pids_of(&uids, MAX_SCAN) {
+                if wanted.is_empty() {
+                    break;
+                }
+                if Some(pid) != self.skip && !known.contains(&pid) {
+                    look(pid, &mut wanted);
+                }
+            }
+        }
+        let mut ids: Vec<(i32, ProcId)> = Vec::new();
+        for &(_, pid) in &found {
+            if ids.iter().all(|(p, _)| *p != pid) {
+                if let Some((id, _)) = stat(pid) {
+                    ids.push((pid, id));
+                }
+            }
+        }
+        for (_, id) in &ids {
+            self.owned(*id);
+        }
+        for (c, inode) in conns.iter_mut().zip(inodes) {
+            c.host = inode
+                .and_then(|(i, _)| found.iter().find(|(f, _)| *f == i))
+                .and_then(|(_, pid)| ids.iter().find(|(p, _)| p == pid))
+                .map(|(_, id)| *id);
+        }
+    }
+}

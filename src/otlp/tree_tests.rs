@@ -1,0 +1,467 @@
+use std::collections::{HashMap, HashSet};
+
+use correlator::trace::TraceReader;
+use correlator::{Config, Correlator, Event, Record};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+use super::*;
+use crate::otlp::offline::interleave;
+
+/// A trace of these lines: version 2 when they name hosts, else version 1.
+fn events(lines: &[&str]) -> Vec<Event> {
+    let version = if lines.iter().any(|l| l.contains(r#""host":"#)) {
+        2
+    } else {
+        1
+    };
+    let mut text = format!("{{\"type\":\"trace\",\"version\":{version}}}\n");
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    TraceReader::new(text.as_bytes(), "test")
+        .map(|e| e.expect("a valid test trace"))
+        .collect()
+}
+
+fn records(evs: &[Event]) -> Vec<Record> {
+    let mut c = Correlator::new(Config::default());
+    let mut out = Vec::new();
+    for e in evs {
+        c.push(e, &mut out);
+    }
+    c.finish(&mut out);
+    out
+}
+
+/// The spans of a trace, built as replay builds them, with the key of `name`.
+fn spans_keyed(name: &str, lines: &[&str]) -> Vec<Span> {
+    let evs = events(lines);
+    let recs = records(&evs);
+    let door = Door::replay();
+    let cleared: Vec<_> = recs.iter().map(|r| door.record(r).unwrap()).collect();
+    let tree = Tree::new(
+        SourceKey::for_file(name, [7; 32]),
+        1_000_000_000,
+        Door::replay(),
+        Millis::INFINITY,
+    );
+    let mut out = Vec::new();
+    interleave(tree, evs.into_iter(), &cleared, |s| out.push(s));
+    out
+}
+
+fn spans(lines: &[&str]) -> Vec<Span> {
+    spans_keyed("a.jsonl", lines)
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    let v = named(spans, name);
+    assert_eq!(v.len(), 1, "one {name} in {:?}", names(spans));
+    v[0]
+}
+
+fn names(spans: &[Span]) -> Vec<&str> {
+    spans.iter().map(|s| s.name.as_str()).collect()
+}
+
+fn string<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+fn int(s: &Span, key: &str) -> Option<i64> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::IntValue(i)) => Some(*i),
+            _ => None,
+        })
+}
+
+/// The chat span of `response`.
+fn chat<'a>(spans: &'a [Span], response: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|c| c.name.starts_with("chat") && string(c, "gen_ai.response.id") == Some(response))
+        .unwrap_or_else(|| panic!("no chat span for {response}"))
+}
+
+fn is_child(child: &Span, parent: &Span) -> bool {
+    child.trace_id == parent.trace_id && child.parent_span_id == parent.span_id
+}
+
+fn assert_tree_is_whole(spans: &[Span]) {
+    let ids: HashSet<_> = spans.iter().map(|s| s.span_id.clone()).collect();
+    assert_eq!(ids.len(), spans.len(), "span ids are unique");
+    let by_id: HashMap<_, _> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    for s in spans {
+        if !s.parent_span_id.is_empty() {
+            let p = by_id
+                .get(&s.parent_span_id)
+                .unwrap_or_else(|| panic!("{}: its parent was not emitted", s.name));
+            assert_eq!(
+                p.trace_id, s.trace_id,
+                "{}: parent in another trace",
+                s.name
+            );
+        }
+    }
+}
+
+/// Codex over a WebSocket: a turn of two responses, the MCP call in the first one's window,
+/// then a new user prompt continuing the finished turn's last response.
+const CODEX: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"websocket","thread":"th1"}"#,
+    r#"{"type":"request","t":6000,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":6100,"stream":"s1","response":"r1","request":"q1"}"#,
+    r#"{"type":"tool_call","t":6905,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+    r#"{"type":"response_end","t":6957,"stream":"s1","response":"r1","status":"completed"}"#,
+    r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1"}"#,
+    r#"{"type":"request","t":7278,"stream":"s1","request":"q2","previous_response":"r1","outputs":[]}"#,
+    r#"{"type":"response_start","t":7300,"stream":"s1","response":"r2","request":"q2"}"#,
+    r#"{"type":"response_end","t":7400,"stream":"s1","response":"r2","status":"completed"}"#,
+    r#"{"type":"request","t":9000,"stream":"s1","request":"q3","previous_response":"r2","outputs":[]}"#,
+    r#"{"type":"response_start","t":9100,"stream":"s1","response":"r3","request":"q3"}"#,
+    r#"{"type":"response_end","t":9200,"stream":"s1","response":"r3","status":"completed"}"#,
+];
+
+#[test]
+fn a_turn_is_a_root_with_its_responses_and_the_call_under_the_response_that_asked() {
+    let s = spans(CODEX);
+    assert_tree_is_whole(&s);
+    assert_eq!(s.len(), 6, "{:?}", names(&s));
+    let roots = named(&s, "invoke_agent Codex");
+    assert_eq!(roots.len(), 2, "two turns");
+    let (r1, r2, r3) = (chat(&s, "r1"), chat(&s, "r2"), chat(&s, "r3"));
+    let turn1 = roots.iter().find(|t| is_child(r1, t)).unwrap();
+    assert!(turn1.parent_span_id.is_empty());
+    assert!(is_child(r2, turn1), "q2 continues r1, which made a call");
+    assert!(
+        !is_child(r3, turn1),
+        "q3 continues a finished turn: a new one"
+    );
+    assert_ne!(r3.trace_id, turn1.trace_id);
+    let call = one(&s, "execute_tool echo");
+    assert!(is_child(call, r1));
+    assert_eq!(call.kind, SpanKind::Internal as i32);
+    assert_eq!(r1.kind, SpanKind::Client as i32);
+    // Request time to response end; the turn from its first request to its last end.
+    assert_eq!(r1.start_time_unix_nano, 1_000_000_000 + 6_000_000_000);
+    assert_eq!(r1.end_time_unix_nano, 1_000_000_000 + 6_957_000_000);
+    assert_eq!(turn1.start_time_unix_nano, r1.start_time_unix_nano);
+    assert_eq!(turn1.end_time_unix_nano, 1_000_000_000 + 7_400_000_000);
+    for (k, v) in [
+        ("gen_ai.operation.name", "invoke_agent"),
+        ("gen_ai.provider.name", "openai"),
+        ("gen_ai.agent.name", "Codex"),
+        ("gen_ai.conversation.id", "th1"),
+        ("session.id", "th1"),
+    ] {
+        assert_eq!(string(turn1, k), Some(v), "{k}");
+    }
+    assert_eq!(int(turn1, "windowtap.turn.responses"), Some(2));
+    for (k, v) in [
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.provider.name", "openai"),
+        ("session.id", "th1"),
+        ("windowtap.request", "q1"),
+    ] {
+        assert_eq!(string(r1, k), Some(v), "{k}");
+    }
+    assert_eq!(int(r1, "windowtap.tool_calls"), Some(1));
+    for (k, v) in [
+        ("gen_ai.operation.name", "execute_tool"),
+        ("gen_ai.tool.name", "echo"),
+        ("mcp.method.name", "tools/call"),
+        ("mcp.server.name", "probe"),
+        ("windowtap.decision", "attributed"),
+        ("windowtap.outcome", "result"),
+        ("gen_ai.response.id", "r1"),
+        ("session.id", "th1"),
+    ] {
+        assert_eq!(string(call, k), Some(v), "{k}");
+    }
+    assert_eq!(call.status, None);
+    assert!(r1.status.is_none() && turn1.status.is_none());
+}
+
+#[test]
+fn ids_are_deterministic_per_file_and_differ_between_files() {
+    let a = spans_keyed("a.jsonl", CODEX);
+    let again = spans_keyed("a.jsonl", CODEX);
+    let b = spans_keyed("b.jsonl", CODEX);
+    let ids = |v: &[Span]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        v.iter()
+            .map(|s| (s.trace_id.clone(), s.span_id.clone()))
+            .collect()
+    };
+    assert_eq!(ids(&a), ids(&again));
+    let a_ids: HashSet<_> = a.iter().map(|s| s.span_id.clone()).collect();
+    let a_traces: HashSet<_> = a.iter().map(|s| s.trace_id.clone()).collect();
+    assert!(b.iter().all(|s| !a_ids.contains(&s.span_id)));
+    assert!(b.iter().all(|s| !a_traces.contains(&s.trace_id)));
+    // Another content under the same name is another source too.
+    assert_ne!(
+        SourceKey::for_file("a.jsonl", [1; 32]).span_id("chat", "r1"),
+        SourceKey::for_file("a.jsonl", [2; 32]).span_id("chat", "r1")
+    );
+}
+
+/// Claude Code: the main thread calls Task; the subagent (its own thread) runs a turn with an
+/// MCP call, then the main thread gets the Task result and finishes.
+const CLAUDE_SUBAGENT: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"m1","client":"claude","transport":"http","thread":"sess"}"#,
+    r#"{"type":"request","t":1,"stream":"m1","request":"qm1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":50,"stream":"m1","response":"rm1","request":"qm1"}"#,
+    r#"{"type":"tool_call","t":200,"stream":"m1","response":"rm1","call":"toolu_task","item":null,"name":"Task","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"response_end","t":210,"stream":"m1","response":"rm1","status":"completed"}"#,
+    r#"{"type":"stream_close","t":211,"stream":"m1"}"#,
+    r#"{"type":"stream_open","t":300,"stream":"a1","client":"claude","transport":"http","thread":"sess:agent"}"#,
+    r#"{"type":"request","t":301,"stream":"a1","request":"qa1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":350,"stream":"a1","response":"ra1","request":"qa1"}"#,
+    r#"{"type":"tool_call","t":500,"stream":"a1","response":"ra1","call":"toolu_a","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"response_end","t":510,"stream":"a1","response":"ra1","status":"completed"}"#,
+    r#"{"type":"stream_close","t":511,"stream":"a1"}"#,
+    r#"{"type":"mcp_interval","t":600,"interval":"ia","alias":"probe","tool":"echo","start":520,"end":599,"outcome":"error","tool_use_id":"toolu_a","item_id":null,"call_id":null,"thread":null}"#,
+    r#"{"type":"stream_open","t":610,"stream":"a2","client":"claude","transport":"http","thread":"sess:agent"}"#,
+    r#"{"type":"request","t":611,"stream":"a2","request":"qa2","previous_response":null,"outputs":["toolu_a"]}"#,
+    r#"{"type":"response_start","t":650,"stream":"a2","response":"ra2","request":"qa2"}"#,
+    r#"{"type":"response_end","t":700,"stream":"a2","response":"ra2","status":"completed"}"#,
+    r#"{"type":"stream_close","t":701,"stream":"a2"}"#,
+    r#"{"type":"stream_open","t":710,"stream":"m2","client":"claude","transport":"http","thread":"sess"}"#,
+    r#"{"type":"request","t":711,"stream":"m2","request":"qm2","previous_response":null,"outputs":["toolu_task"]}"#,
+    r#"{"type":"response_start","t":750,"stream":"m2","response":"rm2","request":"qm2"}"#,
+    r#"{"type":"response_end","t":800,"stream":"m2","response":"rm2","status":"completed"}"#,
+    r#"{"type":"stream_close","t":801,"stream":"m2"}"#,
+];
+
+#[test]
+fn a_blocking_subagent_turn_sits_under_the_task_call() {
+    let s = spans(CLAUDE_SUBAGENT);
+    assert_tree_is_whole(&s);
+    let turns = named(&s, "invoke_agent Claude Code");
+    assert_eq!(turns.len(), 2, "{:?}", names(&s));
+    let main = turns.iter().find(|t| t.parent_span_id.is_empty()).unwrap();
+    let sub = turns.iter().find(|t| !t.parent_span_id.is_empty()).unwrap();
+    let task = one(&s, "execute_tool Task");
+    let chat = |r: &str| chat(&s, r);
+    assert!(is_child(chat("rm1"), main));
+    assert!(is_child(chat("rm2"), main), "the Task result continues rm1");
+    assert!(is_child(task, chat("rm1")));
+    assert!(is_child(sub, task));
+    assert_eq!(string(sub, "windowtap.turn.kind"), Some("subagent"));
+    assert!(is_child(chat("ra1"), sub) && is_child(chat("ra2"), sub));
+    // The Task call runs from its call item to the request carrying its result.
+    assert_eq!(task.start_time_unix_nano, 1_000_000_000 + 200_000_000);
+    assert_eq!(task.end_time_unix_nano, 1_000_000_000 + 711_000_000);
+    assert_eq!(
+        string(chat("rm1"), "gen_ai.provider.name"),
+        Some("anthropic")
+    );
+    // The subagent's MCP call failed: an error, under the response that asked for it (or,
+    // abstained, in the same trace).
+    let call = one(&s, "execute_tool echo");
+    if string(call, "windowtap.decision") == Some("attributed") {
+        assert!(is_child(call, chat("ra1")));
+    } else {
+        assert!(
+            is_child(call, main),
+            "{:?}",
+            string(call, "windowtap.reason")
+        );
+    }
+    assert_eq!(string(call, "error.type"), Some("error"));
+    assert_eq!(
+        call.status.as_ref().map(|st| st.code),
+        Some(StatusCode::Error as i32)
+    );
+}
+
+/// Two threads each with a window open over one MCP call: ambiguous.
+const AMBIGUOUS: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"s1","client":"codex","transport":"websocket","thread":"th1"}"#,
+    r#"{"type":"stream_open","t":0,"stream":"s2","client":"codex","transport":"websocket","thread":"th2"}"#,
+    r#"{"type":"request","t":10,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"request","t":10,"stream":"s2","request":"q2","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":20,"stream":"s1","response":"r1","request":"q1"}"#,
+    r#"{"type":"response_start","t":20,"stream":"s2","response":"r2","request":"q2"}"#,
+    r#"{"type":"tool_call","t":100,"stream":"s1","response":"r1","call":"c1","item":null,"name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+    r#"{"type":"tool_call","t":100,"stream":"s2","response":"r2","call":"c2","item":null,"name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+    r#"{"type":"response_end","t":110,"stream":"s1","response":"r1","status":"completed"}"#,
+    r#"{"type":"response_end","t":110,"stream":"s2","response":"r2","status":"failed"}"#,
+    r#"{"type":"mcp_interval","t":300,"interval":"i1","alias":"probe","tool":"echo","start":200,"end":299,"outcome":"cancelled","tool_use_id":null,"item_id":null,"call_id":null,"thread":null}"#,
+    r#"{"type":"request","t":400,"stream":"s1","request":"q3","previous_response":"r1","outputs":[]}"#,
+    r#"{"type":"response_start","t":410,"stream":"s1","response":"r3","request":"q3"}"#,
+    r#"{"type":"response_end","t":420,"stream":"s1","response":"r3","status":"completed"}"#,
+];
+
+#[test]
+fn an_abstained_call_links_to_every_candidate_and_says_why() {
+    let s = spans(AMBIGUOUS);
+    assert_tree_is_whole(&s);
+    let call = one(&s, "execute_tool echo");
+    let reason = string(call, "windowtap.reason");
+    assert!(
+        matches!(reason, Some("ambiguous") | Some("incomplete")),
+        "{reason:?}"
+    );
+    assert_eq!(string(call, "windowtap.decision"), Some("abstained"));
+    // Candidates in two traces: the call is a root of its own, linked to both.
+    assert!(call.parent_span_id.is_empty());
+    let chats: Vec<_> = named(&s, "chat");
+    let linked: HashSet<_> = call.links.iter().map(|l| l.span_id.clone()).collect();
+    let (r1, r2) = (chat(&s, "r1"), chat(&s, "r2"));
+    assert_eq!(
+        linked,
+        HashSet::from([r1.span_id.clone(), r2.span_id.clone()])
+    );
+    for l in &call.links {
+        let target = chats.iter().find(|c| c.span_id == l.span_id).unwrap();
+        assert_eq!(l.trace_id, target.trace_id);
+    }
+    assert_eq!(string(call, "error.type"), Some("cancelled"));
+    // The failed response: an error on its chat span, and its turn stays open to the end.
+    assert_eq!(string(r2, "error.type"), Some("failed"));
+    assert_eq!(
+        r2.status.as_ref().map(|st| st.code),
+        Some(StatusCode::Error as i32)
+    );
+    let turn2 = s
+        .iter()
+        .find(|t| t.span_id == r2.parent_span_id)
+        .expect("r2's turn is emitted at the end");
+    assert_eq!(string(turn2, "error.type"), Some("failed"));
+}
+
+#[test]
+fn a_stream_lost_mid_response_ends_its_chat_span_with_an_error() {
+    let s = spans(&[
+        r#"{"type":"stream_open","t":0,"stream":"s1","client":"claude","transport":"http","thread":"t"}"#,
+        r#"{"type":"request","t":1,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"response_start","t":5,"stream":"s1","response":"r1","request":"q1"}"#,
+        r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
+    ]);
+    assert_tree_is_whole(&s);
+    let chat = one(&s, "chat");
+    assert_eq!(string(chat, "error.type"), Some("observation_lost"));
+    assert_eq!(chat.end_time_unix_nano, 1_000_000_000 + 9_000_000);
+    one(&s, "invoke_agent Claude Code");
+}
+
+#[test]
+fn a_live_tree_forgets_finished_turns_after_the_horizon() {
+    let mut tree = Tree::new(SourceKey::for_run([3; 32]), 0, Door::replay(), 10_000.0);
+    let mut out = Vec::new();
+    let turn = |i: usize, t0: f64| -> Vec<String> {
+        vec![
+            format!(
+                r#"{{"type":"stream_open","t":{t0},"stream":"s{i}","client":"codex","transport":"http","thread":"th"}}"#
+            ),
+            format!(
+                r#"{{"type":"request","t":{},"stream":"s{i}","request":"q{i}","previous_response":null,"outputs":[]}}"#,
+                t0 + 1.0
+            ),
+            format!(
+                r#"{{"type":"response_start","t":{},"stream":"s{i}","response":"r{i}","request":"q{i}"}}"#,
+                t0 + 2.0
+            ),
+            format!(
+                r#"{{"type":"response_end","t":{},"stream":"s{i}","response":"r{i}","status":"completed"}}"#,
+                t0 + 3.0
+            ),
+            format!(
+                r#"{{"type":"stream_close","t":{},"stream":"s{i}"}}"#,
+                t0 + 4.0
+            ),
+        ]
+    };
+    let mut lines = Vec::new();
+    for i in 0..200 {
+        lines.extend(turn(i, 1_000.0 * i as f64));
+    }
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    for ev in events(&refs) {
+        tree.event(&ev, &mut out);
+    }
+    assert_eq!(out.len(), 400, "every turn and response emitted once");
+    // 200 turns over 200 s, 10 s kept (plus up to one prune period).
+    assert!(tree.held() < 4 * 80, "{}", tree.held());
+}
+
+#[test]
+fn a_chat_span_carries_model_usage_and_finish_reason() {
+    let s = spans(&[
+        r#"{"type":"stream_open","t":0,"stream":"c1","client":"claude","transport":"http","thread":"t","host":"h1"}"#,
+        r#"{"type":"request","t":1,"stream":"c1","request":"q1","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"response_start","t":5,"stream":"c1","response":"r1","request":"q1","model":"claude-sonnet-4-5"}"#,
+        r#"{"type":"response_end","t":9,"stream":"c1","response":"r1","status":"completed","usage":{"input":12,"output":161,"cache_read":18310,"cache_creation":1204},"stop_reason":"end_turn"}"#,
+        r#"{"type":"stream_open","t":10,"stream":"x1","client":"codex","transport":"websocket","thread":"u","host":"h2"}"#,
+        r#"{"type":"request","t":11,"stream":"x1","request":"q2","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"response_start","t":12,"stream":"x1","response":"r2","request":"q2","model":"gpt-5-codex"}"#,
+        r#"{"type":"response_end","t":19,"stream":"x1","response":"r2","status":"incomplete","usage":{"input":8123,"output":96,"cache_read":6912},"stop_reason":"max_output_tokens"}"#,
+    ]);
+    assert_tree_is_whole(&s);
+    let claude = one(&s, "chat claude-sonnet-4-5");
+    assert_eq!(claude.kind, SpanKind::Client as i32);
+    for (k, v) in [
+        ("gen_ai.request.model", "claude-sonnet-4-5"),
+        ("gen_ai.response.model", "claude-sonnet-4-5"),
+        ("gen_ai.provider.name", "anthropic"),
+    ] {
+        assert_eq!(string(claude, k), Some(v), "{k}");
+    }
+    // Anthropic counts cache reads and writes apart from input_tokens; the convention's
+    // input_tokens holds them all.
+    assert_eq!(
+        int(claude, "gen_ai.usage.input_tokens"),
+        Some(12 + 18310 + 1204)
+    );
+    assert_eq!(int(claude, "gen_ai.usage.output_tokens"), Some(161));
+    assert_eq!(
+        int(claude, "gen_ai.usage.cache_read.input_tokens"),
+        Some(18310)
+    );
+    assert_eq!(
+        int(claude, "gen_ai.usage.cache_creation.input_tokens"),
+        Some(1204)
+    );
+    let reasons = claude
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "gen_ai.response.finish_reasons")
+        .and_then(|kv| kv.value.clone())
+        .and_then(|v| v.value);
+    let Some(Value::ArrayValue(reasons)) = reasons else {
+        panic!("finish_reasons is not an array");
+    };
+    assert_eq!(reasons.values.len(), 1);
+    assert_eq!(
+        reasons.values[0].value,
+        Some(Value::StringValue("end_turn".into()))
+    );
+    let turn = one(&s, "invoke_agent Claude Code");
+    assert_eq!(string(turn, "windowtap.host"), Some("h1"));
+    // OpenAI's input_tokens already holds the cached ones.
+    let codex = one(&s, "chat gpt-5-codex");
+    assert_eq!(int(codex, "gen_ai.usage.input_tokens"), Some(8123));
+    assert_eq!(
+        int(codex, "gen_ai.usage.cache_read.input_tokens"),
+        Some(6912)
+    );
+    assert_eq!(int(codex, "gen_ai.usage.cache_creation.input_tokens"), None);
+    assert_eq!(string(codex, "error.type"), Some("incomplete"));
+}
