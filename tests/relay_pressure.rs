@@ -27,26 +27,47 @@ async fn read_to_close(tcp: &mut TcpStream) -> Vec<u8> {
     }
 }
 
-async fn echo_upstream() -> Upstream {
-    Upstream::start(
+/// A relay started with `flag value` in front of an upstream that echoes request bodies.
+async fn echo_relay(flag: &str, value: &str) -> (Upstream, Relay) {
+    let up = Upstream::start(
         None,
         handler(|req| async move {
             let body = read_body(req.into_body()).await;
             hyper::Response::new(full(Bytes::from(body)))
         }),
     )
+    .await;
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("a", ""),
+        flag.into(),
+        value.into(),
+    ]);
+    (up, relay)
+}
+
+/// POSTs `len` patterned bytes through the relay to the echo; on a 200, asserts they came
+/// back intact. Returns the status.
+async fn echo_through(relay: &Relay, len: usize, seed: u64) -> u16 {
+    let body = pattern(len, seed);
+    let res = send(
+        relay.addr,
+        request("POST", relay.addr, "/a/echo")
+            .body(full(body.clone()))
+            .unwrap(),
+    )
     .await
+    .unwrap();
+    let status = res.status().as_u16();
+    if status == 200 {
+        assert_eq!(sha(&collect(res.into_body()).await.unwrap()), sha(&body));
+    }
+    status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_connections_are_closed() {
-    let up = echo_upstream().await;
-    let relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("a", ""),
-        "--header-timeout".into(),
-        "300".into(),
-    ]);
+    let (_up, relay) = echo_relay("--header-timeout", "300").await;
     let mut tasks = Vec::new();
     for i in 0..20 {
         let addr = relay.addr;
@@ -83,28 +104,12 @@ async fn slowloris_connections_are_closed() {
         t.await.unwrap();
     }
     // The relay still serves, bytes intact.
-    let body = pattern(100_000, 7);
-    let res = send(
-        relay.addr,
-        request("POST", relay.addr, "/a/echo")
-            .body(full(body.clone()))
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 200);
-    assert_eq!(sha(&collect(res.into_body()).await.unwrap()), sha(&body));
+    assert_eq!(echo_through(&relay, 100_000, 7).await, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_cap_new_clients_get_a_clean_refusal() {
-    let up = echo_upstream().await;
-    let relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("a", ""),
-        "--max-connections".into(),
-        "4".into(),
-    ]);
+    let (_up, relay) = echo_relay("--max-connections", "4").await;
     // Four keep-alive connections, each with an answered request, so the relay has admitted
     // every one of them.
     let mut held = Vec::new();
@@ -141,23 +146,14 @@ async fn at_the_connection_cap_new_clients_get_a_clean_refusal() {
     let (sender, conn) = held.pop().unwrap();
     drop(sender);
     let _ = conn.await;
-    let body = pattern(50_000, 3);
     let deadline = std::time::Instant::now() + WAIT;
     loop {
-        let res = send(
-            relay.addr,
-            request("POST", relay.addr, "/a/echo")
-                .body(full(body.clone()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-        if res.status() == 200 {
-            assert_eq!(sha(&collect(res.into_body()).await.unwrap()), sha(&body));
+        let status = echo_through(&relay, 50_000, 3).await;
+        if status == 200 {
             break;
         }
         // The relay may not have seen the close yet.
-        assert_eq!(res.status(), 503);
+        assert_eq!(status, 503);
         assert!(std::time::Instant::now() < deadline, "never admitted again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
