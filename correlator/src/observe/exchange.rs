@@ -272,12 +272,9 @@ impl HttpObserver {
         if self.phase != Phase::Live {
             return;
         }
-        if self.req_decoder.is_none() {
-            return; // the request already ended
-        }
         let bound = room(self.account.allowance(), self.held(), self.req_body.len());
         let Some(d) = self.req_decoder.as_mut() else {
-            return;
+            return; // the request already ended
         };
         if let Err(e) = d.push(bytes, &mut self.req_body, bound) {
             self.lose(blame(e.into(), bound), out);
@@ -393,7 +390,8 @@ impl HttpObserver {
         match body {
             RespBody::Sse(parser) => {
                 let proto = &mut self.proto;
-                let bound = room(allowance, held, 0);
+                // The parser's line and data buffers may take what the others leave.
+                let bound = room(allowance, held, parser.held());
                 parser.set_max(bound);
                 let mut on_event = |name: &str, data: &[u8]| proto.on_sse(name, data, &mut *out);
                 if decoder.is_identity() {
