@@ -33,6 +33,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use correlator::event::{Hints, Outcome};
@@ -44,6 +45,7 @@ use tokio::task::JoinSet;
 
 use crate::clock::{mono_ns, Clock};
 use crate::host::{Hosts, ProcId};
+use crate::ratelimit::Repeated;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
 pub use correlator::ingest::{Fault, Report, MAX_LINE};
@@ -100,17 +102,123 @@ pub fn prepare_private_dir(dir: &Path) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
     }
-    let meta =
-        std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+    if let Err(why) = private_dir(dir) {
         bail!(
-            "{} must be a directory owned by this user with mode 0700; refusing to put the ingest socket there",
+            "refusing to put the ingest socket in {}: {why}. Another user may have created it \
+             first to receive the wrappers' reports. Choose another place with --ingest PATH \
+             (or {ENV}=PATH, for the wrappers too) in a directory only you can use, or remove \
+             it if it is yours",
             dir.display()
         );
     }
     Ok(())
+}
+
+/// Why an ingest socket is not trusted: someone other than this user could be listening on
+/// it. Says which check failed, never anything read from the socket.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Untrusted {
+    #[error("it is not a directory")]
+    NotDir,
+    #[error("it is owned by uid {owner}, not by this user")]
+    DirOwner { owner: u32 },
+    #[error("other users may use it (mode {mode:04o}; it must be 0700)")]
+    DirMode { mode: u32 },
+    #[error("it is not a socket")]
+    NotSocket,
+    #[error("the socket is owned by uid {owner}, not by this user")]
+    SocketOwner { owner: u32 },
+    #[error("the process listening on it runs as uid {peer}, not as this user")]
+    PeerUid { peer: u32 },
+}
+
+fn my_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Checks that `dir` is a directory of this user's that nobody else may use (0700).
+fn private_dir(dir: &Path) -> Result<(), Untrusted> {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return Err(Untrusted::NotDir);
+    };
+    if !meta.is_dir() {
+        return Err(Untrusted::NotDir);
+    }
+    if meta.uid() != my_uid() {
+        return Err(Untrusted::DirOwner { owner: meta.uid() });
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(Untrusted::DirMode {
+            mode: meta.mode() & 0o7777,
+        });
+    }
+    Ok(())
+}
+
+/// Why a wrapper could not use an ingest socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Untrusted(Untrusted),
+}
+
+/// Connects a wrapper to the ingest socket at `path` once it is sure only this user can be
+/// listening there: the socket is owned by this user and, once connected, the listening
+/// process runs as this user (`SO_PEERCRED`, which no file trick can fake). `check_dir` also
+/// holds the socket's directory to what the relay makes for its default path (this user's,
+/// 0700): for the places a wrapper looks on its own, where another user may have been first.
+pub fn connect_verified(
+    path: &Path,
+    check_dir: bool,
+) -> Result<std::os::unix::net::UnixStream, ConnectError> {
+    let untrusted = ConnectError::Untrusted;
+    let meta = std::fs::symlink_metadata(path)?;
+    if check_dir {
+        if let Some(dir) = path.parent() {
+            private_dir(dir).map_err(untrusted)?;
+        }
+    }
+    if !meta.file_type().is_socket() {
+        return Err(untrusted(Untrusted::NotSocket));
+    }
+    if meta.uid() != my_uid() {
+        return Err(untrusted(Untrusted::SocketOwner { owner: meta.uid() }));
+    }
+    let stream = std::os::unix::net::UnixStream::connect(path)?;
+    let peer = peer_uid(&stream)?;
+    if peer != my_uid() {
+        return Err(untrusted(Untrusted::PeerUid { peer }));
+    }
+    Ok(stream)
+}
+
+/// The uid of the process at the other end of a connected Unix socket.
+fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which we own, on the open
+    // descriptor `s` holds.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
 }
 
 /// The path to listen on: `explicit` as given, else [`default_path`] with its private
@@ -260,7 +368,9 @@ pub async fn serve(
                         conns.spawn(connection(stream, shared.clone(), closed.clone()));
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "ingest: accept failed");
+                        if let Some(left_out) = ACCEPT_FAILED_LOG.allow() {
+                            tracing::warn!(error = %e, left_out, "ingest: accept failed");
+                        }
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },
@@ -279,6 +389,8 @@ pub async fn serve(
         task,
     })
 }
+
+static ACCEPT_FAILED_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
 
 /// A call that started on this connection and has not ended.
 struct Running {
@@ -389,9 +501,15 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
     shared.counters.open.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Bad lines can come as fast as a wrapper writes them: the first few are logged, then one
+/// every few seconds with the count left out (every one is still counted in the summary).
+static BAD_LINE_LOG: Repeated = Repeated::new(10, Duration::from_secs(5));
+
 fn bad_line(shared: &Shared, fault: &Fault) {
     shared.counters.bad_lines.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(fault = %fault, "ingest: bad line skipped");
+    if let Some(left_out) = BAD_LINE_LOG.allow() {
+        tracing::warn!(fault = %fault, left_out, "ingest: bad line skipped");
+    }
 }
 
 async fn accept(
@@ -802,6 +920,176 @@ mod tests {
             "garbage, too long, duplicate, future"
         );
         assert_eq!(c.lost.load(Ordering::Relaxed), 2);
+    }
+
+    /// Counts warnings of this module (on the test's thread: a current-thread runtime runs
+    /// the connection tasks there too).
+    struct Warnings(Arc<AtomicU64>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN
+                && e.metadata().target() == module_path!().trim_end_matches("::tests")
+            {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_bad_lines_makes_a_handful_of_warnings() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let warnings = Arc::new(AtomicU64::new(0));
+        let _log = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(Warnings(warnings.clone())),
+        );
+        let (handle, mut rx, _dir, _clock) = listener().await;
+        let mut conn = UnixStream::connect(handle.path()).await.unwrap();
+        let started = std::time::Instant::now();
+        conn.write_all("not a report\n".repeat(100_000).as_bytes())
+            .await
+            .unwrap();
+        let start = Report::Start {
+            id: "after".into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns: mono_ns(),
+            hints: hints(None),
+        };
+        conn.write_all(start.to_line().as_bytes()).await.unwrap();
+        // Lines are taken in order: once this one is in, every bad line has been seen.
+        assert!(matches!(next(&mut rx).await.1, EventKind::McpStart { .. }));
+        assert!(handle.counters().bad_lines.load(Ordering::Relaxed) >= 100_000);
+        let periods = started.elapsed().as_secs() / 5 + 1;
+        let written = warnings.load(Ordering::Relaxed);
+        assert!(
+            written <= 10 + periods,
+            "{written} warnings for 100,000 bad lines"
+        );
+        assert!(written >= 1, "the first bad lines are still reported");
+    }
+
+    /// Root can hand files to another user; other users cannot, so these tests need root.
+    fn root() -> bool {
+        if my_uid() == 0 {
+            return true;
+        }
+        eprintln!("SKIPPED: needs root to make files owned by another user");
+        false
+    }
+
+    const NOBODY: u32 = 65534;
+
+    fn chown(path: &Path, uid: u32) {
+        std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn untrusted(r: Result<std::os::unix::net::UnixStream, ConnectError>) -> Untrusted {
+        match r {
+            Err(ConnectError::Untrusted(u)) => u,
+            Err(ConnectError::Io(e)) => panic!("an I/O error, not a refusal: {e}"),
+            Ok(_) => panic!("connected to a socket it must refuse"),
+        }
+    }
+
+    #[test]
+    fn a_wrapper_connects_to_its_own_users_socket_in_a_private_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o700);
+        let path = dir.path().join("ingest.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(connect_verified(&path, true).is_ok());
+    }
+
+    #[test]
+    fn a_wrapper_refuses_a_default_directory_others_may_use_or_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ingest.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        chmod(dir.path(), 0o755);
+        assert_eq!(
+            untrusted(connect_verified(&path, true)),
+            Untrusted::DirMode { mode: 0o755 }
+        );
+        // A path the user gave is not held to the default directory's rules.
+        assert!(connect_verified(&path, false).is_ok());
+        if !root() {
+            return;
+        }
+        chmod(dir.path(), 0o700);
+        chown(dir.path(), NOBODY);
+        assert_eq!(
+            untrusted(connect_verified(&path, true)),
+            Untrusted::DirOwner { owner: NOBODY }
+        );
+        // The relay explains the squat and how to choose another place.
+        let e = prepare_private_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("owned by uid 65534") && e.contains("--ingest PATH"),
+            "{e}"
+        );
+        assert!(e.contains(ENV), "{e}");
+    }
+
+    #[test]
+    fn a_wrapper_refuses_a_socket_of_another_user() {
+        if !root() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ingest.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        chown(&path, NOBODY);
+        assert_eq!(
+            untrusted(connect_verified(&path, false)),
+            Untrusted::SocketOwner { owner: NOBODY }
+        );
+    }
+
+    #[test]
+    fn a_wrapper_refuses_a_listener_running_as_another_user() {
+        use std::os::unix::process::CommandExt;
+        if !root()
+            || std::process::Command::new("python3")
+                .arg("-V")
+                .output()
+                .is_err()
+        {
+            eprintln!("SKIPPED: needs root and python3");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o777);
+        let path = dir.path().join("ingest.sock");
+        // Another user's listener; the socket file is then handed to us, so only the peer's
+        // credentials can tell.
+        let mut squatter = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen()\ntime.sleep(30)",
+            ])
+            .arg(&path)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !path.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the listener never bound"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        chown(&path, my_uid());
+        let got = connect_verified(&path, false);
+        let _ = squatter.kill();
+        let _ = squatter.wait();
+        assert_eq!(untrusted(got), Untrusted::PeerUid { peer: NOBODY });
     }
 
     #[tokio::test]

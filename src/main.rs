@@ -9,6 +9,7 @@ mod ingest;
 mod live;
 mod logging;
 mod otlp;
+mod ratelimit;
 mod relay;
 mod replay_cmd;
 mod report;

@@ -90,7 +90,7 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         alias: args.alias,
         prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
         observer: Mutex::new(Observer::new()),
-        reporter: Reporter::start(paths),
+        reporter: Reporter::start(paths, args.ingest.is_none()),
     });
 
     let server_in = child.stdin.take().context("server stdin")?;
@@ -259,7 +259,7 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn start(paths: Vec<PathBuf>) -> Reporter {
+    fn start(paths: Vec<PathBuf>, check_dirs: bool) -> Reporter {
         let (tx, rx) = mpsc::sync_channel::<Option<(String, String)>>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -269,6 +269,7 @@ impl Reporter {
             .spawn(move || {
                 let mut link = Link {
                     paths,
+                    check_dirs,
                     conn: None,
                     last_try: None,
                     warned: false,
@@ -355,6 +356,8 @@ impl Counts {
 struct Link {
     /// Where to look, in order: the one path given, or the default candidates.
     paths: Vec<PathBuf>,
+    /// Whether the paths are the default candidates, whose directories must be private.
+    check_dirs: bool,
     conn: Option<UnixStream>,
     last_try: Option<Instant>,
     warned: bool,
@@ -366,18 +369,26 @@ impl Link {
         if self.conn.is_none() && self.last_try.is_none_or(|t| t.elapsed() >= RETRY) {
             self.last_try = Some(Instant::now());
             let mut failure = None;
+            let mut refused = None;
             for path in &self.paths {
-                match UnixStream::connect(path) {
+                match ingest::connect_verified(path, self.check_dirs) {
                     Ok(s) => {
                         let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                         self.conn = Some(s);
                         break;
                     }
-                    Err(e) => failure = failure.or(Some(e)),
+                    Err(ingest::ConnectError::Untrusted(why)) => {
+                        refused = refused.or(Some((path.clone(), why)));
+                    }
+                    Err(ingest::ConnectError::Io(e)) => failure = failure.or(Some(e)),
                 }
             }
-            if let (None, Some(e)) = (&self.conn, failure) {
-                self.warn(&e);
+            if self.conn.is_none() {
+                if let Some((path, why)) = refused {
+                    self.refuse(&path, &why);
+                } else if let Some(e) = failure {
+                    self.warn(&e);
+                }
             }
         }
         let Some(conn) = &mut self.conn else {
@@ -391,6 +402,19 @@ impl Link {
                 self.warn(&e);
                 false
             }
+        }
+    }
+
+    /// Says once that a socket was refused: reports must not go where another user may read
+    /// them.
+    fn refuse(&mut self, path: &std::path::Path, why: &ingest::Untrusted) {
+        if !self.warned {
+            self.warned = true;
+            eprintln!(
+                "windowtap wrap: warning: refusing the ingest socket at {}: {why}; another user may be listening there, so no interval reports are sent to it. Start the relay with --ingest PATH in a directory only you can use and give the wrapper the same path (--ingest or {})",
+                path.display(),
+                ingest::ENV
+            );
         }
     }
 

@@ -31,7 +31,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
     ("run/mod.rs", 7, "the run summary (counts, the records path), signal notices naming the host program"),
-    ("wrap.rs", 6, "the MCP pass-through (the traffic itself), ingest reports on the private socket, fixed warnings"),
+    ("wrap.rs", 7, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid"),
 ];
 
 const WRITES: &[&str] = &[

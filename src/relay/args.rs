@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use correlator::observe::budget::Budget;
 use correlator::pseudo::{Pseudonymizer, KEY_LEN};
 use correlator::{Config, WindowOpen};
 
@@ -70,6 +71,14 @@ pub struct RelayArgs {
     /// (answered with 504). Bodies may stream for as long as they take.
     #[arg(long, default_value_t = 300_000, value_name = "MS")]
     response_timeout: u64,
+    /// Close a client connection that has not sent a complete request head within this many
+    /// milliseconds of connecting or of its previous response (slow and idle clients alike).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    header_timeout: u64,
+    /// Open client connections beyond which new clients are refused at once with a 503
+    /// [default: half the open files limit, less a reserve].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
     /// before they are cut, in milliseconds (a second signal stops at once).
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
@@ -77,6 +86,12 @@ pub struct RelayArgs {
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log: String,
+    /// Memory all observers together may hold, in MiB (decoders, SSE and WebSocket message
+    /// buffers, request bodies being read); one stream may hold a quarter of it. A stream that
+    /// would need more is marked observation_lost (budget) and still forwarded [default: an
+    /// eighth of the machine's memory, at most 128].
+    #[arg(long, value_name = "MIB")]
+    observer_budget: Option<usize>,
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
     observer_queue: usize,
@@ -146,6 +161,8 @@ pub fn relay_config(
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
         upstream_idle: Duration::from_millis(args.upstream_idle),
+        header_timeout: Duration::from_millis(args.header_timeout),
+        max_connections: args.max_connections,
         correlator: Config {
             close_wait: args.close_wait,
             window_open: args.window_open,
@@ -156,6 +173,7 @@ pub fn relay_config(
         key,
         ingest: Some(ingest),
         observer_queue: args.observer_queue,
+        observer_budget: observer_budget(args.observer_budget)?,
         stall: Stall(args.test_stall_observers),
         otlp: otlp.config,
         drain: Duration::from_millis(args.drain),
@@ -173,6 +191,10 @@ pub struct RelayConfig {
     pub response_timeout: Duration,
     /// How long an idle upstream connection is kept for reuse.
     pub upstream_idle: Duration,
+    /// How long a client connection may take to send a request head.
+    pub header_timeout: Duration,
+    /// The client connection cap (`None`: from the open files limit).
+    pub max_connections: Option<usize>,
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; KEY_LEN],
@@ -180,6 +202,7 @@ pub struct RelayConfig {
     /// [`Running::ingest`]).
     pub ingest: Option<PathBuf>,
     pub observer_queue: usize,
+    pub observer_budget: Budget,
     pub stall: Stall,
     /// OTLP export of every record, when asked for.
     pub otlp: Option<crate::otlp::ExportConfig>,
@@ -187,4 +210,32 @@ pub struct RelayConfig {
     pub drain: Duration,
     /// Second handles on the record and capture files, fsynced on stop.
     pub sync: Vec<File>,
+}
+
+const MIB: usize = 1 << 20;
+
+/// The observer budget: `--observer-budget` MiB, else an eighth of physical memory capped at
+/// 128 MiB (and at least 16). One stream may hold a quarter of it.
+fn observer_budget(mib: Option<usize>) -> anyhow::Result<Budget> {
+    let bytes = match mib {
+        Some(0) => bail!("--observer-budget takes a number of MiB > 0"),
+        Some(m) => m.saturating_mul(MIB),
+        None => (physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
+    };
+    Ok(Budget::new(bytes, bytes / 4))
+}
+
+fn physical_memory() -> usize {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && size > 0 {
+        (pages as usize).saturating_mul(size as usize)
+    } else {
+        1 << 30
+    }
 }

@@ -7,6 +7,9 @@
 //! single-threaded runtime never crosses threads: its client socket, its upstream
 //! connection and its observer are registered with and run on the same thread.
 //! Accepted connections are handed to the cores round-robin.
+//!
+//! Observers run on runtimes of the same kind, threads of their own at a lower priority
+//! ([`Cores::start_observers`]): decoding and parsing copies never delays a forwarding step.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -43,6 +46,23 @@ pub struct Spawner {
 impl Cores {
     /// Starts `n` (at least one) cores, each a thread running a current-thread runtime.
     pub fn start(n: usize) -> anyhow::Result<Cores> {
+        Cores::start_with(n, "windowtap-core", |i| CORE.with(|c| c.set(i + 1)))
+    }
+
+    /// Starts `n` (at least one) observation threads: runtimes like the cores' that run the
+    /// observers, so that decoding and parsing a copy never runs between forwarding steps.
+    /// Their threads run at a lower priority (nice +10): when observation and forwarding want
+    /// the same CPU, forwarding gets it, and a hostile stream's cost lands on observation.
+    pub fn start_observers(n: usize) -> anyhow::Result<Cores> {
+        Cores::start_with(n, "windowtap-observe", |_| lower_thread_priority())
+    }
+
+    /// The number of observation threads for this machine: half the cores, 1 to 4.
+    pub fn default_observers() -> usize {
+        (Cores::default_count() / 2).clamp(1, 4)
+    }
+
+    fn start_with(n: usize, name: &str, on_start: fn(usize)) -> anyhow::Result<Cores> {
         let mut handles = Vec::new();
         let mut stop = Vec::new();
         for i in 0..n.max(1) {
@@ -54,9 +74,9 @@ impl Cores {
             let (tx, rx) = oneshot::channel::<()>();
             stop.push(tx);
             std::thread::Builder::new()
-                .name(format!("windowtap-core-{i}"))
+                .name(format!("{name}-{i}"))
                 .spawn(move || {
-                    CORE.with(|c| c.set(i + 1));
+                    on_start(i);
                     // Runs until the stop sender is dropped; the runtime and whatever is
                     // still on it go with this thread.
                     let _ = rt.block_on(rx);
@@ -95,5 +115,23 @@ impl Spawner {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
         // A core that has stopped drops the task unrun.
         drop(self.handles[i].spawn(async move { f().await }));
+    }
+}
+
+/// Lowers the calling thread's scheduling priority by 10 nice levels below the process's
+/// (at most 19), relative so that a relay started under `nice` keeps the difference
+/// (best effort).
+fn lower_thread_priority() {
+    // SAFETY: gettid has no preconditions; getpriority and setpriority with PRIO_PROCESS and
+    // a thread id read and change only that thread's nice value on Linux.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if *libc::__errno_location() != 0
+            || libc::setpriority(libc::PRIO_PROCESS, tid, (current + 10).min(19)) != 0
+        {
+            tracing::debug!("could not lower the observation thread's priority");
+        }
     }
 }

@@ -153,6 +153,19 @@ pub fn no_mount() -> Response<ResBody> {
     )
 }
 
+/// The answer to a client over the connection cap (the connection closes after it).
+pub fn at_capacity() -> Response<ResBody> {
+    let mut res = relay_error(
+        "",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "at_capacity",
+        "the relay is at its connection cap (--max-connections); retry shortly",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
 /// A small JSON error body naming the mount and the failure class (never a header value).
 fn relay_error(mount: &str, status: StatusCode, class: &str, message: &str) -> Response<ResBody> {
     let mut body = String::with_capacity(160);

@@ -29,7 +29,7 @@ fn observe_http(state: &State, req: &Request<Incoming>, rest: &str) -> Option<Ar
     let plan = observer::plan(req.method().as_str(), rest_path(rest), false, req.headers())?;
     let encoding = header_str(req.headers(), &header::CONTENT_ENCODING);
     state
-        .start_tap(|stream, out| plan.open_http(stream, encoding, out))
+        .start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
         .map(Arc::new)
 }
 

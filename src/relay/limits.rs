@@ -1,4 +1,11 @@
-//! Process limits the relay needs.
+//! Limits: the process's open files, and how many clients the relay serves at once and how
+//! long it waits for their request heads.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ratelimit::Repeated;
 
 /// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
 /// the relay near 500 streams, so the soft limit is raised to the hard one.
@@ -15,5 +22,123 @@ pub fn raise_open_files_limit() {
                 tracing::debug!("could not raise the open files limit");
             }
         }
+    }
+}
+
+/// Descriptors kept back from client connections: files, the ingest socket and its
+/// wrappers, the listener, refusals in flight.
+const RESERVED_FDS: u64 = 256;
+
+/// The connection cap for this process's open files limit: each client connection holds its
+/// own socket and, while forwarding, one to the upstream.
+pub fn default_max_connections() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we own.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    (soft.saturating_sub(RESERVED_FDS) / 2).clamp(16, 1 << 20) as usize
+}
+
+/// How the relay treats its clients: how long a connection may take to send a request head,
+/// and how many may be open at once.
+#[derive(Debug)]
+pub struct Clients {
+    /// From a connection's start or the end of its previous response to a complete request
+    /// head (slow and idle clients alike are closed past it).
+    pub header_timeout: Duration,
+    /// Open client connections (WebSocket tunnels included) beyond which new clients are
+    /// refused with a 503.
+    pub max: usize,
+    open: Arc<AtomicUsize>,
+    refusing: Arc<AtomicUsize>,
+}
+
+/// A client connection counted as open for as long as this lives.
+pub struct Admitted(Arc<AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What to do with a connection just accepted.
+pub enum Admission {
+    Admit(Admitted),
+    /// At the cap: answer 503 and close.
+    Refuse(Admitted),
+    /// At the cap with too many refusals already in flight: close at once.
+    Drop,
+}
+
+/// Refusals answered at once; past this many in flight, new connections are closed unanswered
+/// (a refusal holds a descriptor for as long as the client takes to send its request head).
+const MAX_REFUSING: usize = 64;
+
+/// How long a refused client has to send its request head before it is closed unanswered.
+pub const REFUSAL_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Clients {
+    pub fn new(header_timeout: Duration, max: usize) -> Self {
+        Clients {
+            header_timeout,
+            max: max.max(1),
+            open: Arc::default(),
+            refusing: Arc::default(),
+        }
+    }
+
+    /// Admits a connection if fewer than the cap are open, counting `tunnels` (upgraded
+    /// connections, which have left their connection task) among them.
+    pub fn admit(&self, tunnels: usize) -> Admission {
+        let open = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        let admitted = Admitted(self.open.clone());
+        if open + tunnels <= self.max {
+            return Admission::Admit(admitted);
+        }
+        drop(admitted);
+        let refusing = self.refusing.fetch_add(1, Ordering::SeqCst) + 1;
+        let refusal = Admitted(self.refusing.clone());
+        if let Some(left_out) = AT_CAP_LOG.allow() {
+            tracing::warn!(
+                max_connections = self.max,
+                left_out,
+                "at the connection cap: new clients are refused with 503 (--max-connections)"
+            );
+        }
+        if refusing <= MAX_REFUSING {
+            Admission::Refuse(refusal)
+        } else {
+            Admission::Drop
+        }
+    }
+}
+
+static AT_CAP_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admits_up_to_the_cap_counting_tunnels_then_refuses_then_drops() {
+        let c = Clients::new(Duration::from_secs(1), 3);
+        let a = c.admit(0);
+        let b = c.admit(1);
+        assert!(matches!(a, Admission::Admit(_)) && matches!(b, Admission::Admit(_)));
+        // Two connections and one tunnel: the cap.
+        assert!(matches!(c.admit(1), Admission::Refuse(_)));
+        let refusals: Vec<_> = (0..=MAX_REFUSING).map(|_| c.admit(1)).collect();
+        assert!(matches!(refusals.last(), Some(Admission::Drop)));
+        drop(refusals);
+        drop(b);
+        assert_eq!(c.open.load(Ordering::SeqCst), 1);
+        assert!(matches!(c.admit(1), Admission::Admit(_)));
     }
 }

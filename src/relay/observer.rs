@@ -1,6 +1,7 @@
 //! The observer side: which exchanges are observed, and `correlator::observe`'s observers
 //! driven by the tap's copies. This is the only module that knows the observers' API.
 
+use correlator::observe::budget::Budget;
 use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
 use correlator::EventKind;
 use http::HeaderMap;
@@ -44,18 +45,24 @@ impl Plan {
         self,
         stream: String,
         request_encoding: Option<&str>,
+        budget: &Budget,
         out: &mut Vec<EventKind>,
     ) -> Box<dyn StreamObserver> {
-        Box::new(HttpObserver::new(self.info(stream), request_encoding, out))
+        let mut observer = HttpObserver::new(self.info(stream), request_encoding, out);
+        observer.set_budget(budget.account());
+        Box::new(observer)
     }
 
     pub fn open_ws(
         self,
         stream: String,
         extensions: Option<&str>,
+        budget: &Budget,
         out: &mut Vec<EventKind>,
     ) -> Box<dyn StreamObserver> {
-        Box::new(WsObserver::new(self.info(stream), extensions, out))
+        let mut observer = WsObserver::new(self.info(stream), extensions, out);
+        observer.set_budget(budget.account());
+        Box::new(observer)
     }
 }
 

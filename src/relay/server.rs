@@ -9,17 +9,19 @@ use std::time::Duration;
 
 use anyhow::Context;
 use correlator::pseudo::Pseudonymizer;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::args::RelayConfig;
+use super::limits::{self, Admission, Clients};
 use super::mounts::Mounts;
 use super::state::State;
 use super::tunnels::Tunnels;
-use super::{cores, dispatch, tap, upstream};
+use super::{cores, dispatch, failure, tap, upstream};
 use crate::clock::Clock;
 use crate::live::{self, LiveConfig, Sinks, Timed};
+use crate::ratelimit::Repeated;
 
 /// The start-up message: where the relay listens and the exact overrides for each host.
 pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
@@ -67,6 +69,8 @@ pub struct Running {
     pub(super) exporter: Option<crate::otlp::Exporter>,
     /// The runtimes client connections run on; dropped last, which cuts what still runs.
     pub(super) _cores: cores::Cores,
+    /// The observation threads; dropped after the cores.
+    pub(super) _observers: cores::Cores,
 }
 
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
@@ -106,6 +110,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         .context("writing the capture header")?;
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
+    let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
     let hosts = crate::host::Hosts::start();
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
@@ -117,10 +122,18 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
             queue: config.observer_queue,
             events: live.events.clone(),
             stall: config.stall,
+            observers: observers.spawner(),
         },
         live: Some(live),
         response_timeout: config.response_timeout,
         tunnels: tunnels.clone(),
+        clients: Clients::new(
+            config.header_timeout,
+            config
+                .max_connections
+                .unwrap_or_else(limits::default_max_connections),
+        ),
+        budget: config.observer_budget.clone(),
         hosts: hosts.clone(),
         next_stream: AtomicU64::new(0),
     });
@@ -158,6 +171,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         capture,
         exporter,
         _cores: cores,
+        _observers: observers,
     })
 }
 
@@ -182,10 +196,20 @@ pub async fn serve(
             Ok(a) => a,
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
+                if let Some(left_out) = ACCEPT_FAILED_LOG.allow() {
+                    tracing::warn!(error = %e, left_out, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let admitted = match state.clients.admit(state.tunnels.len()) {
+            Admission::Admit(a) => a,
+            Admission::Refuse(refusal) => {
+                tokio::spawn(refuse(io, refusal));
+                continue;
+            }
+            Admission::Drop => continue,
         };
         let _ = io.set_nodelay(true);
         // Only queued here; the process table is read on the resolver's thread.
@@ -199,14 +223,20 @@ pub async fn serve(
         let mut drain = drain.clone();
         // The connection's task knows its host: its streams find it there (`start_tap`).
         cores.spawn(move || crate::host::with_connection(host, async move {
+            let _admitted = admitted;
             let Ok(io) = tokio::net::TcpStream::from_std(io) else {
                 return;
             };
+            let header_timeout = state.clients.header_timeout;
             let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .preserve_header_case(true)
                 // The response head is the upstream's: no Date it did not send.
                 .auto_date_header(false)
+                // Without a timer hyper applies no header read timeout at all: slow and idle
+                // clients held their connections (and descriptors) for good.
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(io), service)
                 .with_upgrades();
             tokio::pin!(conn);
@@ -224,6 +254,23 @@ pub async fn serve(
             }
         }));
     }
+}
+
+static ACCEPT_FAILED_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
+
+/// Answers a connection over the cap with a 503 and closes it: a clean refusal the client
+/// sees at once, where a connection left in the backlog would hang it.
+async fn refuse(io: tokio::net::TcpStream, refusal: limits::Admitted) {
+    let service = hyper::service::service_fn(|_req| async {
+        Ok::<_, std::convert::Infallible>(failure::at_capacity())
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits::REFUSAL_HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    drop(refusal);
 }
 
 /// A fixed word for a connection error (its text could echo request bytes).

@@ -4,6 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use correlator::observe::budget::Budget;
+
+use super::limits::Clients;
 use super::mounts::Mounts;
 use super::tap;
 use super::tunnels::Tunnels;
@@ -23,6 +26,10 @@ pub struct State {
     pub response_timeout: Duration,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
     pub tunnels: Arc<Tunnels>,
+    /// Client timeouts and the connection cap.
+    pub clients: Clients,
+    /// The memory budget every observer of the run shares.
+    pub budget: Budget,
     /// Who the hosts are: each accepted connection is resolved here (off the data path).
     pub hosts: crate::host::Hosts,
     pub(super) tap_settings: tap::Settings,

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use correlator::{EventKind, Millis};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
 
+use super::cores::Spawner;
 use crate::clock::Clock;
 use crate::host::ConnHost;
 use crate::live::{SourceGuard, Timed};
@@ -105,6 +107,9 @@ impl StreamObserver for Contained {
 }
 
 const NONE: u64 = u64::MAX;
+
+/// How long the observer of a busy stream lets copies gather before taking them up.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
 /// bounds their size (an upload's chunks can be large), so a stalled observer costs at most
@@ -203,6 +208,8 @@ pub struct Settings {
     /// Where observers send their events (the live correlator).
     pub events: mpsc::Sender<Timed>,
     pub stall: Stall,
+    /// Where observer tasks run: the observation threads, never a forwarding core.
+    pub observers: Spawner,
 }
 
 /// Starts the observer task for one stream and returns its tap. The observer's `opening`
@@ -222,6 +229,7 @@ pub fn start(
         queue,
         events,
         stall,
+        observers,
     } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
     let shared = Arc::new(Shared {
@@ -231,18 +239,13 @@ pub fn start(
         queued_bytes: AtomicUsize::new(0),
         wake: Notify::new(),
     });
-    tokio::spawn(run(
-        shared.clone(),
-        rx,
-        observer,
-        Opening {
-            events: opening,
-            host,
-            t: t_open,
-        },
-        events,
-        stall,
-    ));
+    let task_shared = shared.clone();
+    let opening = Opening {
+        events: opening,
+        host,
+        t: t_open,
+    };
+    observers.spawn(move || run(task_shared, rx, observer, opening, events, stall));
     Tap { tx, shared, clock }
 }
 
@@ -282,20 +285,45 @@ async fn run(
     }
 
     let mut lost_reported = false;
+    // Whether copies came in since the observer last waited.
+    let mut busy = false;
     loop {
-        let msg = tokio::select! {
-            biased;
-            m = rx.recv() => m,
-            _ = shared.wake.notified() => {
-                if Shared::time(&shared.closed_at).is_some() {
-                    // The data path let go; what is queued is all there will be.
-                    rx.close();
+        let closed = || Shared::time(&shared.closed_at).is_some();
+        let msg = match rx.try_recv() {
+            Ok(m) => Some(m),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) if busy => {
+                // A busy stream: let copies gather for a moment instead of waiting on the
+                // channel, so the data path hands them over without waking this thread (a
+                // system call on the forwarding thread per copy otherwise). The watermark
+                // waits for them, pending, as for any queued copy.
+                busy = false;
+                tokio::select! {
+                    biased;
+                    _ = shared.wake.notified() => {
+                        if closed() {
+                            rx.close();
+                        }
+                    }
+                    _ = tokio::time::sleep(GATHER) => {}
                 }
                 None
             }
+            Err(TryRecvError::Empty) => tokio::select! {
+                biased;
+                m = rx.recv() => m,
+                _ = shared.wake.notified() => {
+                    if closed() {
+                        // The data path let go; what is queued is all there will be.
+                        rx.close();
+                    }
+                    None
+                }
+            },
         };
         match msg {
             Some((t, m)) => {
+                busy = true;
                 shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
                 last_t = last_t.max(t);
                 source.took_up(last_t);
@@ -354,6 +382,7 @@ async fn emit(events: &mpsc::Sender<Timed>, t: Millis, out: &mut Vec<EventKind>)
 mod tests {
     use super::*;
     use crate::live::Sources;
+    use crate::relay::cores::Cores;
 
     /// Records what it is told as `stream_close`-shaped marker events, so tests can read the
     /// order and the stamps.
@@ -395,6 +424,7 @@ mod tests {
     async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
@@ -403,6 +433,7 @@ mod tests {
             queue,
             events: tx,
             stall: Stall(stall),
+            observers: observers.spawner(),
         };
         let tap = start(
             guard,
@@ -487,6 +518,7 @@ mod tests {
     async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let settings = Settings {
@@ -494,6 +526,7 @@ mod tests {
             queue: 1000,
             events: tx,
             stall: Stall(true),
+            observers: observers.spawner(),
         };
         let tap = start(
             guard,
@@ -516,6 +549,74 @@ mod tests {
         assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
     }
 
+    /// The calling thread's name and nice value.
+    fn this_thread() -> (String, i32) {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        // SAFETY: gettid has no preconditions; getpriority only reads.
+        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        (name, nice)
+    }
+
+    /// Records the thread each copy is taken up on.
+    struct Where(Arc<std::sync::Mutex<Vec<(String, i32)>>>);
+
+    impl StreamObserver for Where {
+        fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {
+            self.0.lock().unwrap().push(this_thread());
+        }
+        fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
+        fn close(&mut self, _out: &mut Vec<EventKind>) {}
+    }
+
+    #[test]
+    fn observers_run_on_the_observation_threads_not_the_data_paths() {
+        // The data path: a core, as a connection runs on.
+        let cores = Cores::start(1).unwrap();
+        let observers = Cores::start_observers(1).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let settings_observers = observers.spawner();
+        let record = seen.clone();
+        cores.spawner().spawn(move || async move {
+            let clock = Clock::start();
+            let sources = Arc::new(Sources::default());
+            let (tx, mut rx) = mpsc::channel(1024);
+            let settings = Settings {
+                clock,
+                queue: 8,
+                events: tx,
+                stall: Stall(false),
+                observers: settings_observers,
+            };
+            let guard = sources.register(&clock);
+            let tap = start(
+                guard,
+                clock.now_ms(),
+                Box::new(Where(record)),
+                vec![],
+                None,
+                &settings,
+            );
+            drop(settings);
+            tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+            drop(tap);
+            while rx.recv().await.is_some() {}
+            let _ = done_tx.send(this_thread());
+        });
+        let (core, core_nice) = done_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        assert!(core.starts_with("windowtap-core"), "{core}");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        let (observer, observer_nice) = &seen[0];
+        assert!(observer.starts_with("windowtap-observe"), "{seen:?}");
+        assert!(
+            *observer_nice > core_nice || core_nice == 19,
+            "observation runs below forwarding: {observer_nice} vs {core_nice}"
+        );
+    }
+
     #[tokio::test]
     async fn the_opening_waits_for_the_host_and_holds_the_watermark_meanwhile() {
         use correlator::event::{Client, Transport};
@@ -524,11 +625,13 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
+        let observers = Cores::start_observers(1).unwrap();
         let settings = Settings {
             clock,
             queue: 8,
             events: tx,
             stall: Stall(false),
+            observers: observers.spawner(),
         };
         let open = EventKind::StreamOpen {
             stream: "s".into(),
@@ -578,6 +681,7 @@ mod tests {
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
@@ -586,6 +690,7 @@ mod tests {
             queue: 8,
             events: tx,
             stall: Stall(true),
+            observers: observers.spawner(),
         };
         let tap = start(
             guard,

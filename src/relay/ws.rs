@@ -86,7 +86,7 @@ pub async fn forward_upgrade(
             .headers()
             .get(header::SEC_WEBSOCKET_EXTENSIONS)
             .and_then(|v| v.to_str().ok());
-        state.start_tap(|stream, out| plan.open_ws(stream, extensions, out))
+        state.start_tap(|stream, out| plan.open_ws(stream, extensions, &state.budget, out))
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.

@@ -71,7 +71,14 @@ enum Inner {
 /// One body's decoder. Feed it with [`Decoder::push`], end it with [`Decoder::finish`].
 pub struct Decoder {
     inner: Inner,
+    /// Bytes decoded so far (a decoder's window fills with them, up to its size).
+    produced: usize,
 }
+
+/// The largest zstd window accepted: 8 MiB, the limit RFC 9659 sets for zstd as an HTTP
+/// content coding. Larger windows are refused (`decode`), so a frame cannot make a decoder
+/// allocate up to zstd's own default of 128 MiB.
+const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 
 impl Decoder {
     /// A decoder for a `Content-Encoding` value (`None` or empty: identity). Names are matched
@@ -94,15 +101,40 @@ impl Decoder {
                     Sink::default(),
                     4096,
                 ))),
-                "zstd" => Inner::Zstd(
-                    zstd::stream::write::Decoder::new(Sink::default())
-                        .map_err(|_| DecodeError::Corrupt("zstd"))?,
-                ),
+                "zstd" => {
+                    let mut d = zstd::stream::write::Decoder::new(Sink::default())
+                        .map_err(|_| DecodeError::Corrupt("zstd"))?;
+                    d.window_log_max(ZSTD_WINDOW_LOG_MAX)
+                        .map_err(|_| DecodeError::Corrupt("zstd"))?;
+                    Inner::Zstd(d)
+                }
                 _ => return Err(DecodeError::Unsupported),
             },
             _ => return Err(DecodeError::Unsupported),
         };
-        Ok(Decoder { inner })
+        Ok(Decoder { inner, produced: 0 })
+    }
+
+    /// Whether this decoder passes bytes through as they are.
+    pub fn is_identity(&self) -> bool {
+        matches!(self.inner, Inner::Identity)
+    }
+
+    /// An estimate of the heap this decoder holds: its fixed state and its window, which
+    /// fills with what it decoded up to the window's size. Output buffers are the caller's.
+    pub fn held(&self) -> usize {
+        const KIB: usize = 1024;
+        let (fixed, window) = match &self.inner {
+            Inner::Identity | Inner::Failed => (0, 0),
+            Inner::DeflatePending(head) => (head.capacity(), 0),
+            // inflate state and flate2's 32 KiB write buffer; a 32 KiB window.
+            Inner::Gzip(_) | Inner::Zlib(_) | Inner::RawDeflate(_) => (48 * KIB, 32 * KIB),
+            // Up to a 16 MiB ring buffer (lgwin 24).
+            Inner::Brotli(_) => (16 * KIB, 16 << 20),
+            // Its in and out buffers (128 KiB blocks) and the window.
+            Inner::Zstd(_) => (256 * KIB, 1 << ZSTD_WINDOW_LOG_MAX),
+        };
+        fixed + self.produced.min(window)
     }
 
     /// Decodes `input`, appending to `out`; fails rather than let `out` grow past `limit`.
@@ -188,6 +220,7 @@ impl Decoder {
             };
         }
         // The sink takes `out` for the duration of the call, so decoded bytes land in place.
+        let before = out.len();
         let r = match &mut self.inner {
             // The three flate2 decoders share no trait for `try_finish`, hence the macro.
             Inner::Gzip(d) => flate_step!(d),
@@ -216,6 +249,9 @@ impl Decoder {
             ),
             Inner::Identity | Inner::DeflatePending(_) | Inner::Failed => Ok(()),
         };
+        self.produced = self
+            .produced
+            .saturating_add(out.len().saturating_sub(before));
         r.map_err(|overflowed| {
             self.inner = Inner::Failed;
             if overflowed {

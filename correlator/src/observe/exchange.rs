@@ -7,6 +7,7 @@
 
 use super::anthropic::{self, AnthropicStream};
 use super::body::{self, MAX_BODY};
+use super::budget::{clear_or_release, Account};
 use super::decode::{DecodeError, Decoder};
 use super::responses::{self, ResponsesStream};
 use super::sse::{SseError, SseParser};
@@ -195,6 +196,29 @@ pub struct HttpObserver {
     resp: Option<(Decoder, RespBody)>,
     head_seen: bool,
     scratch: Vec<u8>,
+    /// This stream's part of the observer budget.
+    account: Account,
+}
+
+/// Compressed input is decoded this much at a time, each piece's output parsed before the
+/// next is decoded: what a step holds is bounded by its output, never by how far a small
+/// input would inflate.
+const DECODE_STEP: usize = 4 * 1024;
+
+/// The bound for a buffer of a stream that holds `held` bytes in all, `len` of them in this
+/// buffer: what its allowance leaves room for. `Lost::OVERFLOW` from a buffer bounded below
+/// [`MAX_BODY`] is the budget's doing.
+fn room(allowance: usize, held: usize, len: usize) -> usize {
+    MAX_BODY.min(allowance.saturating_sub(held).saturating_add(len))
+}
+
+/// `lost` as the budget's loss when the bound that failed was the budget's.
+fn blame(lost: Lost, bound: usize) -> Lost {
+    if lost == Lost::OVERFLOW && bound < MAX_BODY {
+        Lost::BUDGET
+    } else {
+        lost
+    }
 }
 
 impl HttpObserver {
@@ -235,6 +259,7 @@ impl HttpObserver {
             resp: None,
             head_seen: false,
             scratch: Vec::new(),
+            account: Account::default(),
         };
         match Decoder::new(request_content_encoding) {
             Ok(d) => obs.req_decoder = Some(d),
@@ -247,12 +272,14 @@ impl HttpObserver {
         if self.phase != Phase::Live {
             return;
         }
+        let bound = room(self.account.allowance(), self.held(), self.req_body.len());
         let Some(d) = self.req_decoder.as_mut() else {
             return; // the request already ended
         };
-        if let Err(e) = d.push(bytes, &mut self.req_body, MAX_BODY) {
-            self.lose(e.into(), out);
+        if let Err(e) = d.push(bytes, &mut self.req_body, bound) {
+            self.lose(blame(e.into(), bound), out);
         }
+        self.settle(out);
     }
 
     /// The whole request was received: emits `request` (id `"<stream>/q1"`).
@@ -263,14 +290,29 @@ impl HttpObserver {
         let Some(mut d) = self.req_decoder.take() else {
             return;
         };
+        let bound = room(
+            self.account.allowance(),
+            self.held() + d.held(),
+            self.req_body.len(),
+        );
         let mut body = std::mem::take(&mut self.req_body);
-        if let Err(e) = d.finish(&mut body, MAX_BODY) {
-            return self.lose(e.into(), out);
+        let finished = d.finish(&mut body, bound);
+        drop(d);
+        self.req_body = body;
+        self.settle(out);
+        if let Err(e) = finished {
+            return self.lose(blame(e.into(), bound), out);
         }
+        if self.phase != Phase::Live {
+            return;
+        }
+        let body = std::mem::take(&mut self.req_body);
         let facts = match self.api {
             Api::AnthropicMessages => body::messages_request(&body),
             Api::Responses => body::responses_request(&body).map(|r| r.facts),
         };
+        drop(body);
+        self.settle(out);
         match facts {
             Ok(f) => out.push(EventKind::Request {
                 stream: self.stream.clone(),
@@ -321,6 +363,7 @@ impl HttpObserver {
             Ok(d) => self.resp = Some((d, body)),
             Err(e) => self.lose(e.into(), out),
         }
+        self.settle(out);
     }
 
     pub fn response_chunk(&mut self, bytes: &[u8], out: &mut Vec<EventKind>) {
@@ -330,6 +373,7 @@ impl HttpObserver {
         if let Err(lost) = self.response_bytes(bytes, false, out) {
             self.lose(lost, out);
         }
+        self.settle(out);
     }
 
     fn response_bytes(
@@ -338,29 +382,57 @@ impl HttpObserver {
         end: bool,
         out: &mut Vec<EventKind>,
     ) -> Result<(), Lost> {
+        let allowance = self.account.allowance();
+        let held = self.held();
         let Some((decoder, body)) = self.resp.as_mut() else {
             return Ok(());
         };
         match body {
             RespBody::Sse(parser) => {
-                self.scratch.clear();
-                if end {
-                    decoder.finish(&mut self.scratch, MAX_BODY)?;
-                } else {
-                    decoder.push(bytes, &mut self.scratch, MAX_BODY)?;
-                }
                 let proto = &mut self.proto;
-                parser.feed(&self.scratch, |name: &str, data: &[u8]| {
-                    proto.on_sse(name, data, out)
-                })
+                // The parser's line and data buffers may take what the others leave.
+                let bound = room(allowance, held, parser.held());
+                parser.set_max(bound);
+                let mut on_event = |name: &str, data: &[u8]| proto.on_sse(name, data, &mut *out);
+                if decoder.is_identity() {
+                    // Nothing to decode: the copy is parsed as it is.
+                    return parser
+                        .feed(bytes, &mut on_event)
+                        .map_err(|l| blame(l, bound));
+                }
+                let scratch = &mut self.scratch;
+                let mut step = |input: &[u8], last: bool| -> Result<(), Lost> {
+                    scratch.clear();
+                    let r = if last {
+                        decoder.finish(scratch, bound)
+                    } else {
+                        decoder.push(input, scratch, bound)
+                    };
+                    let fed = parser.feed(scratch, &mut on_event);
+                    clear_or_release(scratch);
+                    r.map_err(|e| blame(e.into(), bound))?;
+                    fed.map_err(|l| blame(l, bound))
+                };
+                for piece in bytes.chunks(DECODE_STEP) {
+                    step(piece, false)?;
+                }
+                if end {
+                    step(&[], true)?;
+                }
+                Ok(())
             }
             RespBody::Json(buf) => {
+                let bound = room(allowance, held, buf.len());
                 if end {
-                    decoder.finish(buf, MAX_BODY)?;
+                    decoder
+                        .finish(buf, bound)
+                        .map_err(|e| blame(e.into(), bound))?;
                     let buf = std::mem::take(buf);
                     self.proto.on_whole(&buf, out)
                 } else {
-                    decoder.push(bytes, buf, MAX_BODY).map_err(Lost::from)
+                    decoder
+                        .push(bytes, buf, bound)
+                        .map_err(|e| blame(e.into(), bound))
                 }
             }
         }
@@ -399,6 +471,37 @@ impl HttpObserver {
         self.req_body = Vec::new();
         self.resp = None;
         self.scratch = Vec::new();
+        self.account.settle(0);
+    }
+
+    /// Takes this stream's part of the observer budget (before any bytes are fed).
+    pub fn set_budget(&mut self, account: Account) {
+        self.account = account;
+        self.account.settle(self.held());
+    }
+
+    /// The heap this observer's buffers and decoders hold.
+    fn held(&self) -> usize {
+        self.req_decoder.as_ref().map_or(0, Decoder::held)
+            + self.req_body.capacity()
+            + self.scratch.capacity()
+            + self.resp.as_ref().map_or(0, |(d, b)| {
+                d.held()
+                    + match b {
+                        RespBody::Sse(p) => p.held(),
+                        RespBody::Json(buf) => buf.capacity(),
+                    }
+            })
+    }
+
+    /// Records what the stream holds after a step; past its allowance, observation of the
+    /// stream ends (`budget`) and its buffers go.
+    fn settle(&mut self, out: &mut Vec<EventKind>) {
+        let held = self.held();
+        self.account.settle(held);
+        if self.account.is_limited() && held > self.account.allowance() {
+            self.lose(Lost::BUDGET, out);
+        }
     }
 }
 
@@ -410,6 +513,8 @@ pub struct WsObserver {
     server: FrameDecoder,
     proto: ResponsesStream,
     requests: u64,
+    /// This connection's part of the observer budget.
+    account: Account,
 }
 
 impl WsObserver {
@@ -430,6 +535,7 @@ impl WsObserver {
             server: FrameDecoder::server(pmd.as_ref().ok().copied().flatten(), MAX_BODY),
             proto: ResponsesStream::new(info.stream),
             requests: 0,
+            account: Account::default(),
         };
         if let Err(e) = pmd {
             obs.lose(e.into(), out);
@@ -445,14 +551,17 @@ impl WsObserver {
         if self.phase != Phase::Live {
             return;
         }
+        let bound = room(self.account.allowance(), self.held(), self.client.held());
+        self.client.set_max(bound);
         let (stream, proto, requests) = (&self.stream, &mut self.proto, &mut self.requests);
         let r = self.client.feed(bytes, |m: Message<'_>| match m {
             Message::Text(text) => client_message(stream, proto, requests, text, out),
             _ => Ok(()),
         });
         if let Err(lost) = r {
-            self.lose(lost, out);
+            self.lose(blame(lost, bound), out);
         }
+        self.settle(out);
     }
 
     /// Server→client raw bytes after the 101.
@@ -460,14 +569,17 @@ impl WsObserver {
         if self.phase != Phase::Live {
             return;
         }
+        let bound = room(self.account.allowance(), self.held(), self.server.held());
+        self.server.set_max(bound);
         let proto = &mut self.proto;
         let r = self.server.feed(bytes, |m: Message<'_>| match m {
             Message::Text(text) => proto.on_event(None, text, out),
             _ => Ok(()),
         });
         if let Err(lost) = r {
-            self.lose(lost, out);
+            self.lose(blame(lost, bound), out);
         }
+        self.settle(out);
     }
 
     /// The connection ended (either side, cleanly or not): emits `stream_close`. Idempotent.
@@ -481,7 +593,33 @@ impl WsObserver {
     }
 
     fn lose(&mut self, lost: Lost, out: &mut Vec<EventKind>) {
-        self.phase.lose(&self.stream, lost, out);
+        if self.phase.lose(&self.stream, lost, out) {
+            // Only `close` follows: the decoders and their buffers go.
+            self.client = FrameDecoder::new(None, 0);
+            self.server = FrameDecoder::new(None, 0);
+            self.account.settle(0);
+        }
+    }
+
+    /// Takes this connection's part of the observer budget (before any bytes are fed).
+    pub fn set_budget(&mut self, account: Account) {
+        self.account = account;
+        self.account.settle(self.held());
+    }
+
+    fn held(&self) -> usize {
+        self.client.held() + self.server.held()
+    }
+
+    fn settle(&mut self, out: &mut Vec<EventKind>) {
+        if self.phase != Phase::Live {
+            return;
+        }
+        let held = self.held();
+        self.account.settle(held);
+        if self.account.is_limited() && held > self.account.allowance() {
+            self.lose(Lost::BUDGET, out);
+        }
     }
 }
 
@@ -777,6 +915,86 @@ mod tests {
                 lost("s1", "overflow"),
                 close("s1")
             ]
+        );
+    }
+
+    /// One unterminated SSE event of `len` bytes of data, gzip-compressed.
+    fn gzip_event_bomb(len: usize) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b"event: response.output_text.done\ndata: ")
+            .unwrap();
+        let zeros = vec![b'0'; 1 << 20];
+        for _ in 0..len >> 20 {
+            e.write_all(&zeros).unwrap();
+        }
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_stream_past_its_share_is_lost_to_the_budget_and_gives_it_back() {
+        use crate::observe::budget::Budget;
+        let budget = Budget::new(8 << 20, 2 << 20);
+        let bomb = gzip_event_bomb(63 << 20);
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.set_budget(budget.account());
+        obs.request_chunk(br#"{"input":"x"}"#, &mut out);
+        obs.request_end(&mut out);
+        obs.response_head(200, Some("text/event-stream"), Some("gzip"), &mut out);
+        let mut peak = 0;
+        for c in bomb.chunks(16 * 1024) {
+            obs.response_chunk(c, &mut out);
+            peak = peak.max(budget.held());
+        }
+        assert!(peak <= 2 << 20, "held {peak} past the share");
+        assert_eq!(budget.held(), 0, "a lost stream holds nothing");
+        obs.close(&mut out);
+        assert_eq!(out[2], lost("s1", "budget"), "{out:?}");
+        assert_eq!(out.last(), Some(&close("s1")));
+    }
+
+    #[test]
+    fn a_request_body_bomb_is_lost_to_the_budget_without_decoding_it_whole() {
+        use crate::observe::budget::Budget;
+        let budget = Budget::new(4 << 20, 1 << 20);
+        let bomb = zstd::stream::encode_all(&vec![0u8; 63 << 20][..], 19).unwrap();
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), Some("zstd"), &mut out);
+        obs.set_budget(budget.account());
+        // Unfinished: the request never ends.
+        for c in bomb.chunks(1024) {
+            obs.request_chunk(c, &mut out);
+        }
+        assert_eq!(budget.held(), 0);
+        assert_eq!(out[1], lost("s1", "budget"), "{out:?}");
+    }
+
+    #[test]
+    fn a_normal_stream_fits_a_small_budget_and_keeps_little_after_each_event() {
+        use crate::observe::budget::{Budget, KEEP};
+        let budget = Budget::new(4 << 20, 1 << 20);
+        let mut out = Vec::new();
+        let mut obs = HttpObserver::new(info(Api::Responses), None, &mut out);
+        obs.set_budget(budget.account());
+        obs.request_chunk(br#"{"input":"x"}"#, &mut out);
+        obs.request_end(&mut out);
+        obs.response_head(200, Some("text/event-stream"), None, &mut out);
+        // A 600 KiB event (a large tool argument), then a small one.
+        let big = format!(
+            "event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{\"id\":\"resp_1\",\"pad\":\"{}\"}}}}\n\n",
+            "x".repeat(600 << 10)
+        );
+        obs.response_chunk(big.as_bytes(), &mut out);
+        assert!(
+            budget.held() <= 4 * KEEP,
+            "buffers past KEEP are released after the event: {}",
+            budget.held()
+        );
+        assert!(
+            !out.iter()
+                .any(|e| matches!(e, EventKind::ObservationLost { .. })),
+            "{out:?}"
         );
     }
 

@@ -11,10 +11,12 @@
 //! - [`sse`], [`ws_frames`], [`decode`]: framing and content decoding.
 //! - [`anthropic`], [`responses`]: the per-protocol state machines.
 //! - [`body`]: request-body scanners.
+//! - [`budget`]: the memory budget shared by every observer of a process.
 //! - [`jsonrpc`]: MCP stdio lines (for the wrapper), `tools/call` starts and ends.
 
 pub mod anthropic;
 pub mod body;
+pub mod budget;
 pub mod decode;
 pub mod exchange;
 pub mod jsonrpc;
@@ -39,6 +41,8 @@ impl Lost {
     pub const FRAME: Lost = Lost("frame");
     /// A buffer bound was exceeded.
     pub const OVERFLOW: Lost = Lost("overflow");
+    /// Observing the stream further would exceed its share of the observer budget.
+    pub const BUDGET: Lost = Lost("budget");
     /// An output item or error whose response is not unique.
     pub const AMBIGUOUS: Lost = Lost("ambiguous_response");
     /// JSON the observer must read but cannot.

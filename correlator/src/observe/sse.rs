@@ -10,6 +10,8 @@
 //! bounded: a line or an event larger than the limit is an [`SseError::Overflow`].
 
 use memchr::memchr2;
+
+use super::budget::clear_or_release;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -121,8 +123,9 @@ impl SseParser {
             line.drain(..3);
         }
         let result = self.process_line(&line, on_event);
-        line.clear();
-        self.line = line; // keep the allocation
+        // Keep a small allocation for the next line; let a large one go.
+        clear_or_release(&mut line);
+        self.line = line;
         result
     }
 
@@ -181,8 +184,20 @@ impl SseParser {
         } else {
             Ok(())
         };
-        self.data.clear();
+        clear_or_release(&mut self.data);
         result
+    }
+
+    /// Sets the bound on one line and one event's data from here on (a budget that shrank).
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
+    /// The heap this parser holds.
+    pub fn held(&self) -> usize {
+        self.line.capacity()
+            + self.data.capacity()
+            + self.event.as_ref().map_or(0, |e| e.capacity())
     }
 }
 

@@ -141,6 +141,26 @@ impl FrameDecoder {
         }
     }
 
+    /// Sets the bound on one message from here on (a budget that shrank).
+    pub fn set_max(&mut self, max_message: usize) {
+        self.max_message = max_message;
+    }
+
+    /// An estimate of the heap this decoder holds (the inflater's state included).
+    pub fn held(&self) -> usize {
+        let inflater = if self.inflater.is_some() {
+            48 * 1024
+        } else {
+            0
+        };
+        inflater
+            + self.inflate_buf.len()
+            + self.msg.as_ref().map_or(0, |m| m.data.capacity())
+            + self.spare.capacity()
+            + self.control.capacity()
+            + self.scratch.capacity()
+    }
+
     /// The client→server decoder for the negotiated parameters.
     pub fn client(pmd: Option<PerMessageDeflate>, max_message: usize) -> FrameDecoder {
         Self::new(pmd.map(|p| p.client_no_context_takeover), max_message)
@@ -380,8 +400,8 @@ impl FrameDecoder {
                 } else {
                     on_message(Message::Binary)
                 };
-                // Keep a modest buffer for the next message; let a huge one go.
-                if msg.data.capacity() <= 1 << 20 {
+                // Keep a small buffer for the next message; let a large one go.
+                if msg.data.capacity() <= super::budget::KEEP {
                     self.spare = msg.data;
                 }
                 r

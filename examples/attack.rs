@@ -1,0 +1,395 @@
+//! The observation attacks of issue 13 at full size, against a relay binary (not a test: see
+//! `docs/performance.md`, "Observation under attack").
+//!
+//! A scripted upstream in this process and clients on loopback; the relay is the binary given.
+//! Kinds, `N` streams each, all at once, every stream held open for `--hold` seconds after
+//! its bytes passed:
+//! - `gzip`: an SSE response, gzip, one unterminated 63 MiB event (about 64 KiB on the wire);
+//! - `zstd`: the same as zstd (about 2 KiB on the wire);
+//! - `upload`: an unfinished zstd request body (63 MiB of zeros, about 2 KiB), never ended;
+//! - `valid`: one valid 62 MiB SSE event, identity, terminated, then held.
+//!
+//! Every byte each client receives (and the upstream receives, for uploads) is compared with
+//! what was sent. Meanwhile a normal request (a small GET no observer watches) goes through
+//! the relay every 250 ms; its latency is reported quiet (before the attack) and during it.
+//! The relay's peak RSS is its VmHWM.
+//!
+//! Run: `cargo run --release --example attack -- --relay target/release/windowtap [--n 200]
+//! [--kinds gzip,zstd,upload,valid] [--hold 5] [-- RELAY_ARGS...]`
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, TcpStream};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+const MIB: usize = 1 << 20;
+
+struct Payloads {
+    gzip: Bytes,
+    zstd: Bytes,
+    upload: Bytes,
+    valid: Bytes,
+    hold: Duration,
+}
+
+fn unterminated_event(len: usize) -> Vec<u8> {
+    let mut v = b"event: response.output_text.done\ndata: ".to_vec();
+    v.resize(v.len() + len, b'0');
+    v
+}
+
+fn payloads(hold: Duration) -> Payloads {
+    let plain = unterminated_event(63 * MIB);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&plain).unwrap();
+    let gzip = gz.finish().unwrap();
+    let zstd = zstd::stream::encode_all(&plain[..], 19).unwrap();
+    let upload = zstd::stream::encode_all(&vec![0u8; 63 * MIB][..], 19).unwrap();
+    let mut valid = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"pad\":\"".to_vec();
+    valid.resize(valid.len() + 62 * MIB, b'x');
+    valid.extend_from_slice(b"\"}}\n\n");
+    Payloads {
+        gzip: gzip.into(),
+        zstd: zstd.into(),
+        upload: upload.into(),
+        valid: valid.into(),
+        hold,
+    }
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+/// A body that sends `bytes` and then stays open for `hold`.
+fn held_body(bytes: Bytes, hold: Duration) -> Body {
+    let s = futures_util::stream::unfold(0u8, move |state| {
+        let bytes = bytes.clone();
+        async move {
+            match state {
+                0 => Some((Ok::<_, Infallible>(Frame::data(bytes)), 1)),
+                1 => {
+                    tokio::time::sleep(hold).await;
+                    None
+                }
+                _ => None,
+            }
+        }
+    });
+    BodyExt::boxed(StreamBody::new(s))
+}
+
+async fn upstream(p: Arc<Payloads>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let p = p.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let p = p.clone();
+                    async move { Ok::<_, Infallible>(answer(req, &p).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+async fn answer(req: Request<Incoming>, p: &Payloads) -> Response<Body> {
+    let kind = req.uri().query().unwrap_or("").to_string();
+    let sse = |bytes: Bytes, encoding: Option<&str>| {
+        let mut b = Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream");
+        if let Some(e) = encoding {
+            b = b.header("content-encoding", e);
+        }
+        b.body(held_body(bytes, p.hold)).unwrap()
+    };
+    match kind.as_str() {
+        "gzip" => sse(p.gzip.clone(), Some("gzip")),
+        "zstd" => sse(p.zstd.clone(), Some("zstd")),
+        "valid" => sse(p.valid.clone(), None),
+        "upload" => {
+            // Read what arrives of the unfinished body; answer with its digest once all of it
+            // has (the client then holds the body open, unfinished).
+            let want = p.upload.len();
+            let mut body = req.into_body();
+            let mut got = Vec::new();
+            while got.len() < want {
+                match body.frame().await {
+                    Some(Ok(f)) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| d)),
+                    _ => break,
+                }
+            }
+            tokio::spawn(async move { while body.frame().await.is_some() {} });
+            Response::new(BodyExt::boxed(Full::new(Bytes::from(sha(&got).to_vec()))))
+        }
+        _ => Response::new(BodyExt::boxed(Full::new(Bytes::from_static(b"pong")))),
+    }
+}
+
+async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Body> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// One hostile stream; `true` when every byte arrived intact.
+async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> bool {
+    let mut s = connect(addr).await;
+    let req = Request::post(format!("/a/v1/responses?{kind}")).header("host", "a");
+    let (req, expect): (Request<Body>, Vec<u8>) = if kind == "upload" {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+        tx.send(Ok(Frame::data(p.upload.clone()))).await.unwrap();
+        let hold = p.hold;
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            drop(tx); // the client goes away; the body never ended properly before that
+        });
+        let body = StreamBody::new(tokio_stream_from(rx));
+        (
+            req.header("content-type", "application/json")
+                .header("content-encoding", "zstd")
+                .body(BodyExt::boxed(body))
+                .unwrap(),
+            sha(&p.upload).to_vec(),
+        )
+    } else {
+        let expect = match kind {
+            "gzip" => p.gzip.to_vec(),
+            "zstd" => p.zstd.to_vec(),
+            _ => p.valid.to_vec(),
+        };
+        (
+            req.header("content-type", "application/json")
+                .body(BodyExt::boxed(Full::new(Bytes::from_static(
+                    br#"{"model":"m","input":"hi","stream":true}"#,
+                ))))
+                .unwrap(),
+            expect,
+        )
+    };
+    let Ok(res) = s.send_request(req).await else {
+        return false;
+    };
+    match res.into_body().collect().await {
+        Ok(c) => {
+            let got = c.to_bytes();
+            if kind == "upload" {
+                got[..] == expect[..]
+            } else {
+                sha(&got) == sha(&expect)
+            }
+        }
+        Err(_) => false,
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Latencies (µs) of a small unobserved GET every 250 ms until `stop`.
+async fn probe(addr: SocketAddr, stop: Arc<AtomicU64>) -> Vec<u64> {
+    let mut out = Vec::new();
+    while stop.load(Ordering::Relaxed) == 0 {
+        let t = Instant::now();
+        let mut s = connect(addr).await;
+        let res = s
+            .send_request(
+                Request::get("/a/ping")
+                    .header("host", "a")
+                    .body(BodyExt::boxed(Full::new(Bytes::new())))
+                    .unwrap(),
+            )
+            .await;
+        if let Ok(res) = res {
+            let _ = res.into_body().collect().await;
+        }
+        out.push(t.elapsed().as_micros() as u64);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    out
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let relay_bin = flag("--relay").unwrap_or_else(|| "target/release/windowtap".into());
+    let n: usize = flag("--n").map_or(200, |v| v.parse().unwrap());
+    let hold = Duration::from_secs(flag("--hold").map_or(5, |v| v.parse().unwrap()));
+    let kinds: Vec<&'static str> = flag("--kinds")
+        .unwrap_or_else(|| "gzip,zstd,upload,valid".into())
+        .split(',')
+        .map(|k| match k {
+            "gzip" => "gzip",
+            "zstd" => "zstd",
+            "upload" => "upload",
+            "valid" => "valid",
+            other => panic!("unknown kind {other}"),
+        })
+        .collect();
+    let relay_args: Vec<String> = match args.iter().position(|a| a == "--") {
+        Some(i) => args[i + 1..].to_vec(),
+        None => Vec::new(),
+    };
+
+    let p = Arc::new(payloads(hold));
+    eprintln!(
+        "payloads on the wire: gzip {} B, zstd {} B, upload {} B, valid {} B",
+        p.gzip.len(),
+        p.zstd.len(),
+        p.upload.len(),
+        p.valid.len()
+    );
+    let up = upstream(p.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(&relay_bin)
+        .args(["relay", "--listen", "127.0.0.1:0", "--log", "warn"])
+        .arg("--ingest")
+        .arg(dir.path().join("ingest.sock"))
+        .args(["--upstream", &format!("a=http://{up}")])
+        .args(&relay_args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the relay");
+    let pid = child.id();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(rest.trim().to_string());
+                }
+            }
+        }
+    });
+    let addr: SocketAddr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("relay banner")
+        .parse()
+        .unwrap();
+
+    // Quiet: 20 probes.
+    let stop = Arc::new(AtomicU64::new(0));
+    let quiet = {
+        let stop2 = stop.clone();
+        let h = tokio::spawn(probe(addr, stop2));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop.store(1, Ordering::Relaxed);
+        h.await.unwrap()
+    };
+    let base_rss = status_kib(pid, "VmRSS:");
+
+    let stop = Arc::new(AtomicU64::new(0));
+    let prober = tokio::spawn(probe(addr, stop.clone()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for &kind in &kinds {
+        let count = if kind == "valid" { 1 } else { n };
+        for _ in 0..count {
+            let p = p.clone();
+            tasks.push((kind, tokio::spawn(hostile(addr, kind, p))));
+        }
+    }
+    let mut peak_sampled = 0;
+    let mut bad = std::collections::BTreeMap::<&str, usize>::new();
+    let mut ok = std::collections::BTreeMap::<&str, usize>::new();
+    let sampler = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while stop.load(Ordering::Relaxed) == 0 {
+                peak = peak.max(status_kib(pid, "VmRSS:"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            peak
+        })
+    };
+    for (kind, t) in tasks {
+        if t.await.unwrap_or(false) {
+            *ok.entry(kind).or_default() += 1;
+        } else {
+            *bad.entry(kind).or_default() += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    stop.store(1, Ordering::Relaxed);
+    let during = prober.await.unwrap();
+    peak_sampled = peak_sampled.max(sampler.await.unwrap());
+    let hwm = status_kib(pid, "VmHWM:");
+    let alive = child.try_wait().unwrap().is_none();
+    let _ = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = child.wait();
+
+    let stats = |v: &[u64]| {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        let p50 = s.get(s.len() / 2).copied().unwrap_or(0);
+        let max = s.last().copied().unwrap_or(0);
+        (p50, max, s.len())
+    };
+    let (qp50, qmax, qn) = stats(&quiet);
+    let (dp50, dmax, dn) = stats(&during);
+    println!("relay {relay_bin} {}", relay_args.join(" "));
+    println!("kinds {kinds:?}, {n} streams each (valid: 1), held {hold:?}; took {elapsed:.1?}");
+    println!("intact streams {ok:?}; broken {bad:?}; relay alive at the end: {alive}");
+    println!(
+        "relay RSS: idle {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB",
+        base_rss as f64 / 1024.0,
+        peak_sampled as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
+    println!(
+        "normal request latency: quiet p50 {:.2} ms max {:.2} ms ({qn}); during p50 {:.2} ms max {:.2} ms ({dn})",
+        qp50 as f64 / 1000.0,
+        qmax as f64 / 1000.0,
+        dp50 as f64 / 1000.0,
+        dmax as f64 / 1000.0
+    );
+}
