@@ -401,8 +401,13 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
         (Some("gate"), Some("wait"))
     );
     // Claude's MCP `_meta` carries the tool_use id and no thread: no `thread` evidence, though
-    // the window's thread (the session) is known.
-    assert_eq!(evidence(r), ["containment", "tool_use_id", "route"], "{r}");
+    // the window's thread (the session) is known. `host`: run knows its host, so every stream
+    // and the wrapper's call have it, however short-lived the host's connections are.
+    assert_eq!(
+        evidence(r),
+        ["containment", "tool_use_id", "host", "route"],
+        "{r}"
+    );
     assert!(r["window"]["thread"].is_string(), "{r}");
     let t = |v: &Value| v.as_f64().expect("a time");
     assert!(
@@ -536,7 +541,14 @@ fn assert_codex_loop_attributed(run: &Run) {
     );
     assert_eq!(
         evidence(r),
-        ["containment", "item_id", "call_id", "thread", "route"],
+        [
+            "containment",
+            "item_id",
+            "call_id",
+            "thread",
+            "host",
+            "route"
+        ],
         "{r}"
     );
 
@@ -643,7 +655,11 @@ async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows(
     assert_eq!(sub["window"]["thread"], opens[1]["thread"]);
     for r in [parent, sub] {
         assert_eq!(r["candidates"], 1, "{r}");
-        assert_eq!(evidence(r), ["containment", "tool_use_id", "route"], "{r}");
+        assert_eq!(
+            evidence(r),
+            ["containment", "tool_use_id", "host", "route"],
+            "{r}"
+        );
     }
     assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
 }

@@ -128,6 +128,21 @@ mod linux {
     }
 
     #[tokio::test]
+    async fn with_one_host_every_connection_is_the_adopted_host_even_one_accepted_before() {
+        let hosts = Hosts::start_sole();
+        let local: SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        // Accepted before run adopted its host, from a port nobody holds: still the host's.
+        let early = hosts.connection("127.0.0.1:40001".parse().unwrap(), local);
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let id = hosts.adopt(child.id()).await.expect("alive");
+        assert_eq!(early.wait().await, Some(id));
+        let late = hosts.connection("127.0.0.1:40002".parse().unwrap(), local);
+        assert_eq!(late.wait().await, Some(id));
+        assert_eq!(hosts.host_among(&[id]).await, Some(id));
+        end(child);
+    }
+
+    #[tokio::test]
     async fn a_host_adopted_by_pid_is_found_by_its_wrappers_and_a_remote_peer_is_unknown() {
         let hosts = Hosts::start();
         let child = Command::new("sleep").arg("60").spawn().unwrap();

@@ -112,6 +112,8 @@ pub fn stamp_stream_open(opening: &mut [correlator::EventKind], host: Option<Pro
 pub struct Hosts {
     seen: Arc<Mutex<HashSet<ProcId>>>,
     resolver: resolver::Handle,
+    /// `windowtap run`'s one host, once adopted: the answer for every connection.
+    sole: Option<Arc<watch::Sender<Option<Option<ProcId>>>>>,
 }
 
 impl Hosts {
@@ -121,12 +123,27 @@ impl Hosts {
         Hosts {
             resolver: resolver::Handle::start(seen.clone()),
             seen,
+            sole: None,
+        }
+    }
+
+    /// For a relay that serves one host it launches itself (`windowtap run`): every
+    /// connection is that host's, known from its pid ([`Hosts::adopt`]) rather than looked up.
+    /// Looking up would be right too, but a client that closes its connection before the
+    /// resolver reads the process table (one request per connection) would be left unknown.
+    pub fn start_sole() -> Hosts {
+        Hosts {
+            sole: Some(Arc::new(watch::channel(None).0)),
+            ..Hosts::start()
         }
     }
 
     /// Starts finding the process that owns the client end of the connection accepted from
     /// `peer` on `local`. Returns at once; the process table is read on the resolver thread.
     pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
+        if let Some(sole) = &self.sole {
+            return ConnHost(sole.subscribe());
+        }
         if !peer.ip().is_loopback() {
             // A remote client's process is not in our table.
             return ConnHost::known(None);
@@ -135,9 +152,14 @@ impl Hosts {
     }
 
     /// A host known without looking (`windowtap run` spawned it): remembered like one seen
-    /// on a connection, so its wrappers find it. `None` if it has already gone.
+    /// on a connection, so its wrappers find it, and with [`Hosts::start_sole`] the host of
+    /// every connection. `None` if it has already gone.
     pub async fn adopt(&self, pid: u32) -> Option<ProcId> {
-        self.resolver.adopt(pid).await
+        let id = self.resolver.adopt(pid).await;
+        if let Some(sole) = &self.sole {
+            sole.send_replace(Some(id));
+        }
+        id
     }
 
     /// The ancestors of the process `pid` (a wrapper), nearest first, read once (bounded by

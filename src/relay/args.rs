@@ -178,6 +178,7 @@ pub fn relay_config(
         otlp: otlp.config,
         drain: Duration::from_millis(args.drain),
         sync,
+        one_host: false,
     };
     Ok((config, sinks))
 }
@@ -210,6 +211,9 @@ pub struct RelayConfig {
     pub drain: Duration,
     /// Second handles on the record and capture files, fsynced on stop.
     pub sync: Vec<File>,
+    /// Every client is the one host `windowtap run` launched (its pid, given to
+    /// `Hosts::adopt`, is every connection's host; nothing is looked up).
+    pub one_host: bool,
 }
 
 const MIB: usize = 1 << 20;

@@ -111,7 +111,11 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
     let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
-    let hosts = crate::host::Hosts::start();
+    let hosts = if config.one_host {
+        crate::host::Hosts::start_sole()
+    } else {
+        crate::host::Hosts::start()
+    };
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
         client,

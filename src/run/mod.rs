@@ -197,7 +197,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .relay
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let (config, sinks) = relay_config(&args.relay, listen, ingest.clone(), &mounts)?;
+    let (mut config, sinks) = relay_config(&args.relay, listen, ingest.clone(), &mounts)?;
+    config.one_host = true;
     // The host's terminal is the host's: the log goes to a file unless asked otherwise.
     let log_path = match args.log_file.take() {
         Some(p) if p.as_os_str() == "-" => None,
@@ -243,8 +244,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&argv).envs(env).env(crate::ingest::ENV, &ingest);
         let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
-        // run knows its host: no need to find it (its own connections are still resolved,
-        // as a host may make them from a child process of its own).
+        // run knows its host: every connection to its private relay is taken as the host's
+        // (`RelayConfig::one_host`), and its wrappers find it among their ancestors.
         if let Some(pid) = child.id() {
             running.hosts.adopt(pid).await;
         }
