@@ -294,7 +294,7 @@ def main():
                      if all(n in (r.get("evidence") or []) for n in need)]
     abstained = sorted({r.get("reason") for r in recs if r.get("decision") != "attributed"})
     # How many attributed calls ended before their window's response did (the hold makes the
-    # hosts run the call while the response is still streaming, design.md section 3).
+    # hosts run the call while the response is still streaming, docs/design.md section 3).
     ends = {e.get("response"): e.get("t") for e in lines(trace) if e.get("type") == "response_end"}
     early = sum(1 for r in attributed
                 if ends.get((r.get("window") or {}).get("response")) is not None

@@ -1,4 +1,4 @@
-//! The ingest socket: where wrappers report MCP intervals to the relay (design.md §1, §4).
+//! The ingest socket: where wrappers report MCP intervals to the relay (docs/design.md §1, §4).
 //!
 //! A Unix domain socket (mode 0600) carrying JSON Lines from each wrapper to the relay, one
 //! report per line, never anything back. Protocol version 1 (also in `docs/ingest.md`):
@@ -267,7 +267,7 @@ impl IngestHandle {
     }
 
     /// Stops listening and ends every connection: lines already sent are still taken (for
-    /// up to [`CLOSE_READ`]), then each call still running ends `lost`, now (design.md §4:
+    /// up to [`CLOSE_READ`]), then each call still running ends `lost`, now (docs/design.md §4:
     /// no call that started is ever missing). Returns once every connection has sent its
     /// last event, so the caller may stop the receiver then.
     pub async fn close(mut self) {
@@ -300,6 +300,10 @@ struct Shared {
     counters: Arc<Counters>,
     order: Mutex<()>,
     hosts: Hosts,
+    /// Bad lines can come as fast as a wrapper writes them: the first few are logged, then
+    /// one every few seconds with the count left out (every one is still counted). One per
+    /// listener, so one listener's flood never silences another's first warning.
+    bad_line_log: Repeated,
 }
 
 impl Shared {
@@ -354,6 +358,7 @@ pub async fn serve(
         counters: counters.clone(),
         order: Mutex::new(()),
         hosts,
+        bad_line_log: Repeated::new(10, Duration::from_secs(5)),
     });
     let (closing, mut closed) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -430,7 +435,7 @@ impl Wrapper {
         }
     }
 
-    /// The raw id of the host a call of this wrapper belongs to now (design.md §3 "Host").
+    /// The raw id of the host a call of this wrapper belongs to now (docs/design.md §3 "Host").
     async fn host(&mut self) -> Option<String> {
         if let Some(reading) = self.reading.take() {
             self.ancestors = reading.await.unwrap_or_default();
@@ -501,13 +506,9 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
     shared.counters.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Bad lines can come as fast as a wrapper writes them: the first few are logged, then one
-/// every few seconds with the count left out (every one is still counted in the summary).
-static BAD_LINE_LOG: Repeated = Repeated::new(10, Duration::from_secs(5));
-
 fn bad_line(shared: &Shared, fault: &Fault) {
     shared.counters.bad_lines.fetch_add(1, Ordering::Relaxed);
-    if let Some(left_out) = BAD_LINE_LOG.allow() {
+    if let Some(left_out) = shared.bad_line_log.allow() {
         tracing::warn!(fault = %fault, left_out, "ingest: bad line skipped");
     }
 }
@@ -676,7 +677,7 @@ pub struct IngestArgs {
     #[arg(long, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
     /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
-    /// Ids are printed as pseudonyms like everywhere else (design.md §7), never raw.
+    /// Ids are printed as pseudonyms like everywhere else (docs/design.md §7), never raw.
     #[arg(long, value_name = "FILE")]
     pub id_key_file: Option<PathBuf>,
 }

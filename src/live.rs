@@ -544,7 +544,7 @@ pub fn spawn(
         // per event with a thousand streams open, and a record is due within one tick anyway.
         // The relay's events end when its last stream has (the drain), but MCP reports may
         // still come until `shutdown`: calls that end during the drain, and those the ingest
-        // socket ends `lost` as it closes (design.md §4).
+        // socket ends `lost` as it closes (docs/design.md §4).
         let mut relay_open = true;
         let wait = loop {
             tokio::select! {

@@ -6,8 +6,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// One repeated warning's limiter. `const`-constructible, so each warning site can keep its
-/// own in a `static`.
+/// One repeated warning's limiter. `const`-constructible, so a warning site can keep its own
+/// in a `static`, or in the state of the listener it belongs to.
 #[derive(Debug)]
 pub struct Repeated {
     /// Written unconditionally before limiting starts.

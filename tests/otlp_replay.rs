@@ -117,8 +117,10 @@ async fn replay_exports_the_turn_as_a_tree() {
         "{stderr}"
     );
 
-    let paths: Vec<String> = log.lock().unwrap().iter().map(|(p, _)| p.clone()).collect();
-    assert_eq!(paths, ["/v1/traces"], "one batch, to the traces path");
+    let mut paths: Vec<String> = log.lock().unwrap().iter().map(|(p, _)| p.clone()).collect();
+    // One batch, or on a busy machine more: each to the traces path.
+    paths.dedup();
+    assert_eq!(paths, ["/v1/traces"], "to the traces path");
     let got = spans(&log);
     assert_eq!(got.len(), 4);
     assert_whole_tree(&got);

@@ -1,4 +1,4 @@
-//! No MCP call that started is ever missing from the records (design.md §4), whatever stops
+//! No MCP call that started is ever missing from the records (docs/design.md §4), whatever stops
 //! the relay or the wrapper: the relay binary, a scripted upstream and `windowtap wrap`
 //! around the tiny MCP server (tests/fixtures/mcp/tiny_server.py), on real sockets.
 //!

@@ -1,4 +1,4 @@
-//! Mounts: which upstream a request goes to, chosen by the first path segment (design.md §2).
+//! Mounts: which upstream a request goes to, chosen by the first path segment (docs/design.md §2).
 //!
 //! `/anthropic/v1/messages?beta=true` on the default table goes to
 //! `https://api.anthropic.com/v1/messages?beta=true`; the mount prefix is the only part of the

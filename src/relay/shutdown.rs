@@ -40,7 +40,7 @@ impl Running {
     ) -> anyhow::Result<Stopped> {
         tokio::pin!(at_once);
         // The ingest socket stays open through the drain: calls that end meanwhile are
-        // reported (design.md §4), it is closed below.
+        // reported (docs/design.md §4), it is closed below.
         let _ = self.stop_accepting.send(());
         // The listener is closed once the accept loop has returned: new connections are
         // refused from here on.

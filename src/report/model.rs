@@ -2,7 +2,7 @@
 //! where each interval goes, and where observation was lost.
 //!
 //! Windows come from the records alone (only the windows intervals were attributed to) or, with
-//! a trace, from a read-only pass over it that follows design.md §3 the way the correlator
+//! a trace, from a read-only pass over it that follows docs/design.md §3 the way the correlator
 //! does: a window opens at its response's first complete client tool call, closes at the first
 //! request of the same thread that continues the response, and breaks when the response ends
 //! in any other status than completed, when its stream closes first, or `max_window` after it
@@ -10,7 +10,7 @@
 //! from `correlator::windows`, whose tracker forgets what no decision needs.
 //!
 //! The same pass finds where each **turn** starts: at a request that continues no response
-//! with a client tool call (design.md §3: by `previous_response` or a tool output for one of
+//! with a client tool call (docs/design.md §3: by `previous_response` or a tool output for one of
 //! its calls, the threads equal when both are known), as docs/otlp.md defines an agent turn.
 //! A user prompt starts one; the continuations of a tool loop do not.
 
@@ -223,7 +223,7 @@ struct FromTrace {
     turns: Vec<(LaneKey, Millis, String)>,
 }
 
-/// Every window of a trace, every loss of observation and every turn start, per design.md §3.
+/// Every window of a trace, every loss of observation and every turn start, per docs/design.md §3.
 fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> FromTrace {
     struct Stream {
         thread: Option<String>,
