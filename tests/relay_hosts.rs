@@ -9,7 +9,6 @@
 mod support;
 mod wrap_support;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,38 +29,12 @@ async fn upstream() -> Upstream {
                 .unwrap_or("none")
                 .to_string();
             let _ = read_body(req.into_body()).await;
-            let evs = [
-                (
-                    "message_start",
-                    json!({"type":"message_start","message":{"id":format!("msg_{session}"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-                ),
-                (
-                    "content_block_start",
-                    json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":format!("toolu_{session}"),"name":format!("mcp__{session}__echo"),"input":{}}}),
-                ),
-                (
-                    "content_block_stop",
-                    json!({"type":"content_block_stop","index":0}),
-                ),
-                (
-                    "message_delta",
-                    json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":2}}),
-                ),
-                ("message_stop", json!({"type":"message_stop"})),
-            ];
-            let text: String = evs.iter().map(|(n, d)| sse_event(n, d)).collect();
+            let call = (format!("toolu_{session}"), format!("mcp__{session}__echo"));
+            let text = claude_turn(&format!("msg_{session}"), &[(&call.0, &call.1)]).concat();
             sse_response(full(text))
         }),
     )
     .await
-}
-
-fn of_type(capture: &Path, ty: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(capture).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["type"] == ty)
-        .collect()
 }
 
 /// Starts the stand-in host for `alias` and waits (bounded) until its MCP call has its
@@ -139,7 +112,7 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
     drop(w.wait());
 
     let deadline = Instant::now() + WAIT;
-    while of_type(&capture, "mcp_interval").len() < 3 {
+    while capture_of_type(&capture, "mcp_interval").len() < 3 {
         assert!(Instant::now() < deadline, "{}", relay.log());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -148,7 +121,7 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
     assert!(relay.stop().success(), "{}", relay.log());
     assert_checks_clean(&capture);
 
-    let opens = of_type(&capture, "stream_open");
+    let opens = capture_of_type(&capture, "stream_open");
     assert_eq!(opens.len(), 2, "{opens:?}");
     let stream_hosts: Vec<&str> = opens
         .iter()
@@ -166,7 +139,7 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
         ("orphan", None),
     ] {
         for ty in ["mcp_start", "mcp_interval"] {
-            let evs: Vec<Value> = of_type(&capture, ty)
+            let evs: Vec<Value> = capture_of_type(&capture, ty)
                 .into_iter()
                 .filter(|e| e["alias"] == alias)
                 .collect();

@@ -27,55 +27,6 @@ fn python() -> bool {
     false
 }
 
-/// A Claude turn as SSE events: one `tool_use` block per `(id, name)`, or text when none.
-fn turn(id: &str, calls: &[(&str, &str)]) -> Vec<String> {
-    let mut evs = vec![(
-        "message_start",
-        json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-    )];
-    for (i, (call, name)) in calls.iter().enumerate() {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":i,"content_block":{"type":"tool_use","id":call,"name":name,"input":{}}}),
-            ),
-            (
-                "content_block_stop",
-                json!({"type":"content_block_stop","index":i}),
-            ),
-        ]);
-    }
-    if calls.is_empty() {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-            ),
-            (
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
-            ),
-            (
-                "content_block_stop",
-                json!({"type":"content_block_stop","index":0}),
-            ),
-        ]);
-    }
-    let stop = if calls.is_empty() {
-        "end_turn"
-    } else {
-        "tool_use"
-    };
-    evs.extend([
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ]);
-    evs.iter().map(|(n, d)| sse_event(n, d)).collect()
-}
-
 /// A relay writing records and capture into `dir`.
 fn relay_with_files(up: &Upstream, dir: &Path) -> (Relay, PathBuf, PathBuf) {
     let records = dir.join("records.jsonl");
@@ -95,19 +46,10 @@ fn relay_with_files(up: &Upstream, dir: &Path) -> (Relay, PathBuf, PathBuf) {
     (relay, records, capture)
 }
 
-/// The capture's events of type `ty` (the capture is flushed as the relay goes).
-fn of_type(capture: &Path, ty: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(capture).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["type"] == ty)
-        .collect()
-}
-
 /// Waits (bounded) until the capture holds `n` events of type `ty`.
 fn wait_capture(capture: &Path, ty: &str, n: usize, relay: &Relay) {
     let deadline = Instant::now() + WAIT;
-    while of_type(capture, ty).len() < n {
+    while capture_of_type(capture, ty).len() < n {
         assert!(
             Instant::now() < deadline,
             "the capture never had {n} {ty}: {}\n{}",
@@ -148,7 +90,7 @@ fn records(path: &Path) -> Vec<Value> {
 /// The outcome the capture's `mcp_interval` gives the interval `id` (a pseudonym, as in
 /// the records).
 fn outcome(capture: &Path, id: &str) -> String {
-    let found: Vec<Value> = of_type(capture, "mcp_interval")
+    let found: Vec<Value> = capture_of_type(capture, "mcp_interval")
         .into_iter()
         .filter(|e| e["interval"] == id)
         .collect();
@@ -197,7 +139,7 @@ async fn calls_running_at_sigint_end_during_the_drain_or_lost_and_every_one_is_r
     )
     .await;
     let tx = next_feed(&mut fed).await;
-    feed(&tx, &turn("msg_1", &calls)).await;
+    feed(&tx, &claude_turn("msg_1", &calls)).await;
     drop(tx);
     collect(body).await.unwrap();
     let gate = dir.path().join("open");
@@ -225,7 +167,7 @@ async fn calls_running_at_sigint_end_during_the_drain_or_lost_and_every_one_is_r
     )
     .await;
     let tx = next_feed(&mut fed).await;
-    let text = turn("msg_2", &[]);
+    let text = claude_turn("msg_2", &[]);
     feed(&tx, &text[..1]).await;
     let _ = http_body_util::BodyExt::frame(&mut body).await;
 

@@ -469,6 +469,65 @@ pub fn sse_event(name: &str, data: &serde_json::Value) -> String {
     format!("event: {name}\ndata: {data}\n\n")
 }
 
+/// A Claude turn as SSE events: one `tool_use` block per `(id, name)`, or text when none.
+pub fn claude_turn(id: &str, calls: &[(&str, &str)]) -> Vec<String> {
+    let mut evs = vec![(
+        "message_start",
+        serde_json::json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+    )];
+    for (i, (call, name)) in calls.iter().enumerate() {
+        evs.extend([
+            (
+                "content_block_start",
+                serde_json::json!({"type":"content_block_start","index":i,"content_block":{"type":"tool_use","id":call,"name":name,"input":{}}}),
+            ),
+            (
+                "content_block_stop",
+                serde_json::json!({"type":"content_block_stop","index":i}),
+            ),
+        ]);
+    }
+    if calls.is_empty() {
+        evs.extend([
+            (
+                "content_block_start",
+                serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            ),
+            (
+                "content_block_delta",
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
+            ),
+            (
+                "content_block_stop",
+                serde_json::json!({"type":"content_block_stop","index":0}),
+            ),
+        ]);
+    }
+    let stop = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    evs.extend([
+        (
+            "message_delta",
+            serde_json::json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
+        ),
+        ("message_stop", serde_json::json!({"type":"message_stop"})),
+    ]);
+    evs.iter().map(|(n, d)| sse_event(n, d)).collect()
+}
+
+/// The capture's events of type `ty` (it may still be written to: an unreadable or partial
+/// line is skipped).
+pub fn capture_of_type(capture: &Path, ty: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(capture).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == ty)
+        .collect()
+}
+
 /// Reads the records of a finished run's capture.
 pub fn capture_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
