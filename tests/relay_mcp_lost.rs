@@ -12,7 +12,7 @@
 mod support;
 mod wrap_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -25,25 +25,6 @@ fn python() -> bool {
     }
     eprintln!("SKIPPED: python3 is not installed; the tiny MCP server needs it");
     false
-}
-
-/// A relay writing records and capture into `dir`.
-fn relay_with_files(up: &Upstream, dir: &Path) -> (Relay, PathBuf, PathBuf) {
-    let records = dir.join("records.jsonl");
-    let capture = dir.join("capture.jsonl");
-    let relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--records".into(),
-        records.display().to_string(),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--close-wait".into(),
-        "200".into(),
-        "--drain".into(),
-        "20000".into(),
-    ]);
-    (relay, records, capture)
 }
 
 /// Waits (bounded) until the capture holds `n` events of type `ty`.
@@ -126,7 +107,7 @@ async fn calls_running_at_sigint_end_during_the_drain_or_lost_and_every_one_is_r
     }
     let (up, mut fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records_path, capture) = relay_with_files(&up, dir.path());
+    let (mut relay, records_path, capture) = anthropic_relay_with_files(&up, dir.path(), 20_000);
 
     // The model asks for two MCP calls; both start.
     let calls = [
@@ -220,7 +201,7 @@ async fn a_wrapper_that_goes_away_mid_call_ends_it_lost_there_and_then() {
     }
     let (up, _fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records_path, capture) = relay_with_files(&up, dir.path());
+    let (mut relay, records_path, capture) = anthropic_relay_with_files(&up, dir.path(), 20_000);
 
     let mut stuck = wrapped("stuck", &relay);
     stuck.send_json(&call(json!(1), "hang", json!({}), json!({})));

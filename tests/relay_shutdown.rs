@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -87,25 +87,6 @@ async fn read_at_least(body: &mut Incoming, n: usize) -> Vec<u8> {
     got
 }
 
-/// Starts a relay writing records and capture into `dir`, stopping after `drain_ms`.
-fn relay_with_files(up: &Upstream, dir: &Path, drain_ms: u64) -> (Relay, PathBuf, PathBuf) {
-    let records = dir.join("records.jsonl");
-    let capture = dir.join("capture.jsonl");
-    let relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--records".into(),
-        records.display().to_string(),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--close-wait".into(),
-        "200".into(),
-        "--drain".into(),
-        drain_ms.to_string(),
-    ]);
-    (relay, records, capture)
-}
-
 fn count_type(capture: &Path, ty: &str) -> usize {
     capture_lines(capture)
         .iter()
@@ -150,7 +131,7 @@ async fn report_mcp_call(relay: &Relay) {
 async fn a_stream_in_flight_at_sigterm_completes_byte_exact_and_its_call_is_decided() {
     let (up, mut fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 20_000);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 20_000);
 
     // The tool turn, whole; the MCP call it asked for; then the continuation, half sent.
     let mut body = open_stream(&relay, first_request()).await;
@@ -200,7 +181,7 @@ async fn a_stream_in_flight_at_sigterm_completes_byte_exact_and_its_call_is_deci
 async fn a_stream_outliving_the_drain_bound_is_cut_and_the_relay_exits_with_clean_files() {
     let (up, mut fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 300);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 300);
 
     let mut body = open_stream(&relay, first_request()).await;
     let tx = next_feed(&mut fed).await;
@@ -229,7 +210,7 @@ async fn a_second_sigterm_during_the_drain_exits_at_once_without_a_torn_line() {
     let dir = tempfile::tempdir().unwrap();
     // A drain far longer than the test's wait bound: exiting within the bound at all shows
     // the second signal ended it.
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 600_000);
 
     let mut body = open_stream(&relay, first_request()).await;
     let tx = next_feed(&mut fed).await;
@@ -258,7 +239,7 @@ async fn a_second_sigterm_during_the_drain_exits_at_once_without_a_torn_line() {
 async fn new_connections_are_refused_once_draining() {
     let (up, mut fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 600_000);
 
     let mut body = open_stream(&relay, first_request()).await;
     let tx = next_feed(&mut fed).await;
@@ -290,7 +271,7 @@ async fn new_connections_are_refused_once_draining() {
 async fn an_idle_keep_alive_connection_does_not_hold_the_stop_up() {
     let (up, mut fed) = scripted_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 600_000);
 
     // One exchange on a connection the client keeps open afterwards.
     let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
@@ -380,7 +361,7 @@ async fn echo(tcp: &mut tokio::net::TcpStream, bytes: &[u8]) -> Vec<u8> {
 async fn an_unobserved_websocket_tunnel_in_flight_at_sigterm_is_drained_like_a_stream() {
     let up = echo_tunnel_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 600_000);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 600_000);
     let mut tcp = open_tunnel(&relay).await;
 
     relay.signal(libc::SIGTERM);
@@ -409,7 +390,7 @@ async fn a_websocket_tunnel_outliving_the_drain_bound_is_cut() {
     use tokio::io::AsyncReadExt;
     let up = echo_tunnel_upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, dir.path(), 300);
+    let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 300);
     let mut tcp = open_tunnel(&relay).await;
 
     relay.signal(libc::SIGTERM);

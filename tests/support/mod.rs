@@ -528,6 +528,30 @@ pub fn capture_of_type(capture: &Path, ty: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A relay for `up`'s `anthropic` mount writing records and capture into `dir`
+/// (`--close-wait 200`), draining for at most `drain_ms` when stopped.
+pub fn anthropic_relay_with_files(
+    up: &Upstream,
+    dir: &Path,
+    drain_ms: u64,
+) -> (Relay, PathBuf, PathBuf) {
+    let records = dir.join("records.jsonl");
+    let capture = dir.join("capture.jsonl");
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--records".into(),
+        records.display().to_string(),
+        "--capture".into(),
+        capture.display().to_string(),
+        "--close-wait".into(),
+        "200".into(),
+        "--drain".into(),
+        drain_ms.to_string(),
+    ]);
+    (relay, records, capture)
+}
+
 /// Reads the records of a finished run's capture.
 pub fn capture_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
