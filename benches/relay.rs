@@ -6,9 +6,11 @@
 //!   with its send time on CLOCK_MONOTONIC, the client subtracts on receipt;
 //! - throughput for one stream of 20,000 1 KiB SSE events, and each proxy's CPU time
 //!   (utime + stime from /proc, every process of the proxy) per MB relayed over those runs;
+//! - the same for one WebSocket `response.create` answered by 20,000 1 KiB text messages, on
+//!   the observed `GET /openai/v1/responses` route;
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
 //!   checked, p99 latency, the proxy's peak RSS (VmHWM, summed over its processes; a fresh
-//!   proxy per run);
+//!   proxy per run); and 200 concurrent WebSocket streams of the same shape, observed too;
 //! - start-up: from spawn to the port accepting and to the first forwarded response, median of
 //!   several starts.
 //!
@@ -108,6 +110,8 @@ async fn upstream() -> BenchUpstream {
                     .unwrap_or(0)
             };
             let (events, pad, gap) = (num("x-events"), num("x-pad") as usize, num("x-gap-us"));
+            // The WebSocket deltas' text: `pad` x's (the latency runs ask for one).
+            let delta = "x".repeat(pad);
             if req.headers().contains_key("upgrade") {
                 let res = support::ws::switching(&req, None);
                 let upgrade = hyper::upgrade::on(&mut req);
@@ -125,11 +129,10 @@ async fn upstream() -> BenchUpstream {
                             return;
                         }
                         for k in 0..events {
-                            tokio::time::sleep(Duration::from_micros(gap)).await;
-                            let ev = format!(
-                                "{{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_b\",\"output_index\":0,\"content_index\":0,\"delta\":\"x\",\"k\":{k},\"ts\":{}}}",
-                                mono_ns()
-                            );
+                            if gap > 0 {
+                                tokio::time::sleep(Duration::from_micros(gap)).await;
+                            }
+                            let ev = ws_delta(k, mono_ns(), &delta);
                             if ws.send(Message::text(ev)).await.is_err() {
                                 return;
                             }
@@ -267,7 +270,21 @@ fn parse_ts(ev: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
-async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> StreamResult {
+/// The text of WebSocket delta `k` with text `delta`, stamped `ts`.
+fn ws_delta(k: u64, ts: u64, delta: &str) -> String {
+    format!(
+        "{{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_b\",\"output_index\":0,\"content_index\":0,\"delta\":\"{delta}\",\"k\":{k},\"ts\":{ts}}}"
+    )
+}
+
+/// One WebSocket turn of `events` deltas of `pad` bytes: checks every message's text.
+async fn ws_stream(
+    addr: SocketAddr,
+    path: &str,
+    events: u64,
+    pad: usize,
+    gap_us: u64,
+) -> StreamResult {
     let mut r = StreamResult::default();
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let _ = tcp.set_nodelay(true);
@@ -277,6 +294,7 @@ async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> St
         path,
         &[
             ("x-events", &events.to_string()),
+            ("x-pad", &pad.to_string()),
             ("x-gap-us", &gap_us.to_string()),
             ("thread-id", "bench"),
         ],
@@ -289,6 +307,7 @@ async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> St
     let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
     let create = r#"{"type":"response.create","model":"m","input":[]}"#;
     ws.send(Message::text(create)).await.unwrap();
+    let delta = "x".repeat(pad);
     let mut next_k = 0;
     loop {
         let msg = match tokio::time::timeout(WAIT, ws.next()).await {
@@ -306,10 +325,7 @@ async fn ws_stream(addr: SocketAddr, path: &str, events: u64, gap_us: u64) -> St
         }
         if t.contains("output_text.delta") {
             let ts = parse_ts(t.as_bytes());
-            let want = format!(
-                "{{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_b\",\"output_index\":0,\"content_index\":0,\"delta\":\"x\",\"k\":{next_k},\"ts\":{ts}}}"
-            );
-            if t.as_str() != want {
+            if t.as_str() != ws_delta(next_k, ts, &delta) {
                 r.error = Some(format!("ws event {next_k} differs"));
                 return r;
             }
@@ -668,14 +684,41 @@ impl Target {
     }
 }
 
+/// One throughput workload's runs through one target.
+#[derive(Default)]
+struct Flow {
+    mbps: Vec<f64>,
+    cpu_secs: f64,
+    mb: f64,
+}
+
+impl Flow {
+    /// Runs one stream through `t`, timing it and taking the proxy's CPU time around it.
+    async fn run(
+        &mut self,
+        t: &Target,
+        what: &str,
+        stream: impl std::future::Future<Output = StreamResult>,
+    ) {
+        let cpu0 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+        let t0 = Instant::now();
+        let r = stream.await;
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu1 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+        assert!(r.error.is_none(), "{} {what}: {:?}", t.name, r.error);
+        self.mbps.push(r.bytes as f64 / secs / 1e6);
+        self.cpu_secs += cpu1 - cpu0;
+        self.mb += r.bytes as f64 / 1e6;
+    }
+}
+
 /// Everything measured for one target.
 #[derive(Default)]
 struct Tally {
     sse: Vec<u64>,
     ws: Vec<u64>,
-    mbps: Vec<f64>,
-    cpu_secs: f64,
-    mb: f64,
+    sse_flow: Flow,
+    ws_flow: Flow,
 }
 
 fn fmt_added(l: Lat, d: Lat) -> String {
@@ -688,14 +731,19 @@ fn fmt_added(l: Lat, d: Lat) -> String {
     )
 }
 
-/// `streams` concurrent SSE streams of 50 small events 10 ms apart: errors and all latencies.
-async fn concurrent(addr: SocketAddr, path: &'static str, streams: usize) -> (u64, Lat) {
+/// `streams` concurrent SSE (or WebSocket, `ws`) streams of 50 small events 10 ms apart:
+/// errors and all latencies.
+async fn concurrent(addr: SocketAddr, path: &'static str, ws: bool, streams: usize) -> (u64, Lat) {
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..streams {
         let errors = errors.clone();
         tasks.push(tokio::spawn(async move {
-            let r = sse_stream(addr, path, 50, 32, 10_000).await;
+            let r = if ws {
+                ws_stream(addr, path, 50, 32, 10_000).await
+            } else {
+                sse_stream(addr, path, 50, 32, 10_000).await
+            };
             if r.error.is_some() {
                 errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -734,9 +782,10 @@ fn print_latency(targets: &[Target], sse: &[Lat], ws: &[Lat], unobserved: Vec<u6
     }
 }
 
-fn print_throughput(targets: &[Target], mbps: &[f64], tally: &[Tally], rounds: usize) {
-    println!("\nthroughput (20,000 x 1 KiB SSE events, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
-    for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(tally)) {
+fn print_throughput(targets: &[Target], flows: &mut [&mut Flow], what: &str, rounds: usize) {
+    println!("\nthroughput (20,000 x 1 KiB {what}, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
+    let mbps: Vec<f64> = flows.iter_mut().map(|f| median(&mut f.mbps)).collect();
+    for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(flows.iter())) {
         let cpu = if t.proxy.is_some() {
             format!("{:>6.2} ms CPU/MB", c.cpu_secs * 1000.0 / c.mb)
         } else {
@@ -764,7 +813,8 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 2 } else { 4 });
     let rounds: usize = rounds;
-    // For profiling one thing at a time: `--only sse,ws,throughput,streams,startup` and
+    // For profiling one thing at a time: `--only
+    // sse,ws,throughput,ws-throughput,streams,ws-streams,startup` and
     // `--proxies windowtap,nginx,haproxy` (default: all).
     let only = opt("--only");
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
@@ -819,7 +869,7 @@ async fn main() {
             if !want("ws") {
                 break;
             }
-            let r = ws_stream(t.addr, t.ws, 500, 1000).await;
+            let r = ws_stream(t.addr, t.ws, 500, 1, 1000).await;
             assert!(r.error.is_none(), "{} WS: {:?}", t.name, r.error);
             out.ws.extend(r.latencies_ns);
         }
@@ -828,45 +878,55 @@ async fn main() {
             if !want("throughput") {
                 break;
             }
-            let cpu0 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
-            let t0 = Instant::now();
-            let r = sse_stream(t.addr, t.sse, 20_000, 1024, 0).await;
-            let secs = t0.elapsed().as_secs_f64();
-            let cpu1 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
-            assert!(r.error.is_none(), "{} throughput: {:?}", t.name, r.error);
-            out.mbps.push(r.bytes as f64 / secs / 1e6);
-            out.cpu_secs += cpu1 - cpu0;
-            out.mb += r.bytes as f64 / 1e6;
+            let stream = sse_stream(t.addr, t.sse, 20_000, 1024, 0);
+            out.sse_flow.run(t, "throughput", stream).await;
+        }
+        // The same over WebSocket: 20,000 1 KiB messages answering one `response.create`.
+        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+            if !want("ws-throughput") {
+                break;
+            }
+            let stream = ws_stream(t.addr, t.ws, 20_000, 1024, 0);
+            out.ws_flow.run(t, "WS throughput", stream).await;
         }
     }
 
     let sse: Vec<Lat> = tally.iter().map(|t| lat(t.sse.clone())).collect();
     let ws: Vec<Lat> = tally.iter().map(|t| lat(t.ws.clone())).collect();
-    let mbps: Vec<f64> = tally.iter_mut().map(|t| median(&mut t.mbps)).collect();
     if want("sse") || want("ws") {
         print_latency(&targets, &sse, &ws, unobserved, rounds);
     }
     if want("throughput") {
-        print_throughput(&targets, &mbps, &tally, rounds);
+        let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.sse_flow).collect();
+        print_throughput(&targets, &mut flows, "SSE events", rounds);
+    }
+    if want("ws-throughput") {
+        let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.ws_flow).collect();
+        print_throughput(&targets, &mut flows, "WebSocket messages", rounds);
     }
     // Concurrency: a fresh proxy per run, so its peak RSS is that run's.
-    let proxies: Vec<(Kind, &'static str)> = targets
+    let proxies: Vec<(Kind, &'static str, &'static str)> = targets
         .iter()
-        .filter_map(|t| t.proxy.as_ref().map(|p| (p.kind, t.sse)))
+        .filter_map(|t| t.proxy.as_ref().map(|p| (p.kind, t.sse, t.ws)))
         .collect();
+    let direct = (targets[0].sse, targets[0].ws);
     drop(targets);
-    for streams in [200usize, 1000] {
-        if !want("streams") {
-            break;
+    let runs = [(200usize, false), (1000, false), (200, true)];
+    for (streams, ws) in runs {
+        if !want(if ws { "ws-streams" } else { "streams" }) {
+            continue;
         }
+        let proto = if ws { "WebSocket" } else { "SSE" };
         println!(
-            "\n{streams} concurrent streams (50 events 10 ms apart each), p99 us, errors, peak RSS"
+            "\n{streams} concurrent {proto} streams (50 events 10 ms apart each), p99 us, errors, peak RSS"
         );
-        let (ed, ld) = concurrent(up.addr, "/v1/messages", streams).await;
+        let path = if ws { direct.1 } else { direct.0 };
+        let (ed, ld) = concurrent(up.addr, path, ws, streams).await;
         println!("{:<22} p99 {:>9.1}  errors {ed}", "direct", ld.p99_us);
-        for (kind, path) in &proxies {
+        for (kind, sse_path, ws_path) in &proxies {
+            let path = if ws { ws_path } else { sse_path };
             let p = Proxy::start(*kind, up.addr).await.expect("started before");
-            let (e, l) = concurrent(p.addr, path, streams).await;
+            let (e, l) = concurrent(p.addr, path, ws, streams).await;
             println!(
                 "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB",
                 kind.name(),
@@ -884,7 +944,7 @@ async fn main() {
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = proxies.iter().map(|_| Default::default()).collect();
     let starts = if want("startup") { starts } else { 0 };
     for _ in 0..starts {
-        for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+        for ((kind, ..), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
             let t0 = Instant::now();
             let mut p = Proxy::spawn(*kind, up.addr).expect("started before");
             let a = p.wait_accepting().await.expect("accepting");
@@ -893,7 +953,7 @@ async fn main() {
             first.push((f - t0).as_secs_f64() * 1000.0);
         }
     }
-    for ((kind, _), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+    for ((kind, ..), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
         if starts == 0 {
             break;
         }
