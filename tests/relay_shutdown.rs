@@ -474,3 +474,18 @@ async fn records_to_a_stdout_nobody_reads_never_stall_the_correlator_and_the_los
     assert_checks_clean(&capture);
     assert_eq!(count_type(&capture, "mcp_interval"), calls);
 }
+
+/// `--records /dev/null` (or a FIFO) is a place to write, not a file to make durable: the stop
+/// does not fsync it (EINVAL there used to turn a clean stop into exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_to_dev_null_stop_cleanly() {
+    let (up, _fed) = scripted_upstream().await;
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("anthropic", ""),
+        "--records".into(),
+        "/dev/null".into(),
+    ]);
+    let status = relay.stop();
+    assert!(status.success(), "{status:?}\n{}", relay.log());
+}

@@ -9,14 +9,19 @@ use anyhow::Context;
 
 use crate::live::{self, Sinks};
 
-/// Creates `path` and keeps a second handle on it in `sync`, so that the file can be
-/// fsynced once its writer (owned by the correlator task) has flushed its last line.
+/// Creates `path` and, when it is a regular file, keeps a second handle on it in `sync`, so
+/// that the file can be fsynced once its writer (owned by the correlator task) has flushed
+/// its last line. `/dev/null`, a FIFO or a terminal has nothing to make durable (and fsync on
+/// one fails with EINVAL, which would turn a clean stop into an error).
 fn create_synced(path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
     let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    sync.push(
-        file.try_clone()
-            .with_context(|| format!("opening {} for fsync", path.display()))?,
-    );
+    let regular = file.metadata().is_ok_and(|m| m.is_file());
+    if regular {
+        sync.push(
+            file.try_clone()
+                .with_context(|| format!("opening {} for fsync", path.display()))?,
+        );
+    }
     Ok(file)
 }
 
