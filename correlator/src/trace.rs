@@ -633,7 +633,7 @@ struct StreamState {
 /// Checks the order rules of a trace across lines: time never goes backwards, and every
 /// event names a stream or response that is open. Bounded by what is open.
 #[derive(Default)]
-pub struct Validator {
+pub(crate) struct Validator {
     last_t: Option<Millis>,
     streams: FxHashMap<String, StreamState>,
     /// Running MCP calls: interval id -> (alias, tool, start).
@@ -641,7 +641,7 @@ pub struct Validator {
 }
 
 impl Validator {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

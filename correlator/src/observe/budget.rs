@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// Buffers larger than this are released after each event or step instead of being kept for
 /// the next one: a stream's steady state holds only small buffers.
-pub const KEEP: usize = 64 * 1024;
+pub(super) const KEEP: usize = 64 * 1024;
 
 /// The process-wide budget. Cheap to clone (an `Arc`).
 #[derive(Debug, Clone)]
@@ -113,13 +113,8 @@ impl Drop for Account {
     }
 }
 
-/// The bytes a vector holds on the heap.
-pub fn heap(v: &Vec<u8>) -> usize {
-    v.capacity()
-}
-
 /// Empties `v`, releasing its allocation if it grew past [`KEEP`].
-pub fn clear_or_release(v: &mut Vec<u8>) {
+pub(super) fn clear_or_release(v: &mut Vec<u8>) {
     if v.capacity() > KEEP {
         *v = Vec::new();
     } else {
