@@ -165,7 +165,7 @@ impl Scrub {
     }
 
     /// A name as is when it is one, else `~` and the pseudonym of its bytes.
-    pub fn name(&self, name: String) -> String {
+    pub(crate) fn name(&self, name: String) -> String {
         if is_name(&name) {
             name
         } else {

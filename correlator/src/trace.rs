@@ -43,7 +43,7 @@ fn id_fault(what: &'static str, id: &str, state: &'static str) -> Fault {
 
 /// The version a trace's header declared: what its lines may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     V1,
     V2,
 }
@@ -788,11 +788,6 @@ impl<R: BufRead> TraceReader<R> {
         self.header.as_ref()
     }
 
-    /// The version the header declared (meaningful once the header has been read).
-    pub fn version(&self) -> Version {
-        self.version
-    }
-
     /// One line's object: the header (`None`) or an event.
     fn parse_object(&mut self, obj: Map<String, Value>) -> Result<Option<Event>, Fault> {
         if !self.header_seen {
@@ -1437,7 +1432,7 @@ mod tests {
         let text = format!("{HEADER_V1}\n{}\n{}\n", v1[0], v1[4]);
         let mut reader = TraceReader::new(text.as_bytes(), "v1.jsonl");
         let events: Vec<Event> = reader.by_ref().collect::<Result<_, _>>().unwrap();
-        assert_eq!(reader.version(), Version::V1);
+        assert_eq!(reader.version, Version::V1);
         assert!(event_line(&events[0]).ends_with(
             r#""thread":"th1","host":null}
 "#
