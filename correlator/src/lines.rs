@@ -19,7 +19,7 @@ use crate::event::Millis;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct LineError {
     /// The file (or other source) the line came from.
-    pub source_name: String,
+    pub(crate) source_name: String,
     /// 1-based line number.
     pub line: usize,
     /// The field at fault, when one is (`window.close` for a field inside a record's window).
@@ -151,8 +151,8 @@ pub enum Problem {
 /// A fault found on one line, before it is tied to a source and line number.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Fault {
-    pub field: Option<&'static str>,
-    pub problem: Problem,
+    pub(crate) field: Option<&'static str>,
+    pub(crate) problem: Problem,
 }
 
 impl Fault {
@@ -225,8 +225,8 @@ fn bare(k: &'static str) -> &'static str {
 
 /// Typed access to one object's fields; `name` maps a key to what errors call it.
 pub(crate) struct Fields<'a> {
-    pub obj: &'a Map<String, Value>,
-    pub name: fn(&'static str) -> &'static str,
+    pub(crate) obj: &'a Map<String, Value>,
+    pub(crate) name: fn(&'static str) -> &'static str,
 }
 
 impl<'a> Fields<'a> {

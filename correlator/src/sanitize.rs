@@ -68,7 +68,7 @@ impl fmt::Display for Kind {
 #[error("field `{field}`: not written, it is not a valid {kind}")]
 pub struct Refused {
     pub field: &'static str,
-    pub kind: Kind,
+    pub(crate) kind: Kind,
 }
 
 /// An HMAC pseudonym as [`Pseudonymizer::id`] writes it.
