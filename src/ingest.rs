@@ -36,8 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use correlator::event::{Hints, Outcome};
 use correlator::{EventKind, Millis};
+use correlator::{Hints, Outcome};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Mutex};
@@ -702,9 +702,9 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
 
     let key = match &args.id_key_file {
         Some(p) => crate::relay::read_key(p)?,
-        None => rand::random::<[u8; correlator::pseudo::KEY_LEN]>(),
+        None => rand::random::<[u8; correlator::PSEUDONYM_KEY_LEN]>(),
     };
-    let scrub = Scrub::new(correlator::pseudo::Pseudonymizer::new(&key));
+    let scrub = Scrub::new(correlator::Pseudonymizer::new(&key));
     let door = Door::live();
     let path = listen_path(args.ingest)?;
     // Handlers first: whoever reads "listening" may signal at once.

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use correlator::pseudo::Pseudonymizer;
 use correlator::records::Summary;
 use correlator::sanitize::{Door, Line, Refused, Scrub};
+use correlator::Pseudonymizer;
 use correlator::{Config, Correlator, Event, EventKind, Millis, Record};
 use tokio::sync::{mpsc, oneshot};
 
@@ -687,7 +687,7 @@ mod tests {
         out.iter().map(|r| r.to_line()).collect()
     }
 
-    use correlator::event::{CallKind, Client, Hints, Outcome, ResponseStatus, Transport};
+    use correlator::{CallKind, Client, Hints, Outcome, ResponseStatus, Transport};
 
     /// Relay events of one stream, sent the way an observer task sends them: registered,
     /// stamped when their bytes passed, deregistered after the close.

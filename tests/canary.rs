@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use correlator::pseudo::Pseudonymizer;
+use correlator::Pseudonymizer;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use opentelemetry_proto::tonic::collector::trace::v1::{

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use correlator::event::{Hints, Outcome};
+use correlator::{Hints, Outcome};
 use serde_json::json;
 use wrap_support::*;
 

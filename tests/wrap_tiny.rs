@@ -4,7 +4,7 @@
 
 mod wrap_support;
 
-use correlator::event::{EventKind, Hints, Outcome};
+use correlator::{EventKind, Hints, Outcome};
 use serde_json::json;
 use wrap_support::*;
 

@@ -65,10 +65,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use correlator::event::{
-    CallKind, Client, Event, EventKind, Hints, Outcome, ResponseStatus, Transport,
-};
 use correlator::records::{Reason, Record};
+use correlator::{CallKind, Client, Event, EventKind, Hints, Outcome, ResponseStatus, Transport};
 use correlator::{Config, Correlator};
 use criterion::{Criterion, Throughput};
 

@@ -246,10 +246,6 @@ impl Correlator {
         names
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
     /// Intervals reported and not yet decided.
     pub fn pending(&self) -> usize {
         self.pending.len()

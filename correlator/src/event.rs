@@ -154,7 +154,7 @@ pub struct Usage {
 
 impl Usage {
     /// The fields in trace order with their keys.
-    pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
+    pub(crate) fn fields(&self) -> [(&'static str, Option<u64>); 4] {
         [
             ("input", self.input),
             ("output", self.output),
@@ -203,11 +203,11 @@ macro_rules! words {
                 match self { $($ty::$variant => $word),* }
             }
             /// Parses the trace v2 word; `None` for anything else.
-            pub fn parse(s: &str) -> Option<Self> {
+            pub(crate) fn parse(s: &str) -> Option<Self> {
                 match s { $($word => Some($ty::$variant),)* _ => None }
             }
             /// Every accepted word, for error messages.
-            pub const WORDS: &'static [&'static str] = &[$($word),*];
+            pub(crate) const WORDS: &'static [&'static str] = &[$($word),*];
         }
         impl fmt::Display for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -269,7 +269,7 @@ words!(StopReason {
 impl StopReason {
     /// What an API said, as one of the fixed words: anything not on the list is `other`, so
     /// no text of the API's ever gets through.
-    pub fn from_api(s: &str) -> StopReason {
+    pub(crate) fn from_api(s: &str) -> StopReason {
         StopReason::parse(s).unwrap_or(StopReason::Other)
     }
 }

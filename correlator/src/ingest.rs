@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::event::{Hints, Outcome};
 
 /// The protocol version this module writes and reads.
-pub const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 1;
 /// Longest accepted line; a report is a few hundred bytes.
 pub const MAX_LINE: usize = 64 * 1024;
 const MAX_ID: usize = 128;

@@ -23,7 +23,7 @@ pub fn push_str(out: &mut String, s: &str) {
 }
 
 /// Appends a string or `null`.
-pub fn push_opt_str(out: &mut String, s: Option<&str>) {
+pub(crate) fn push_opt_str(out: &mut String, s: Option<&str>) {
     match s {
         Some(s) => push_str(out, s),
         None => out.push_str("null"),
@@ -44,7 +44,7 @@ pub fn push_ms(out: &mut String, t: f64) {
 }
 
 /// Appends `"key":` (the key is a fixed ASCII word).
-pub fn push_key(out: &mut String, key: &str) {
+pub(crate) fn push_key(out: &mut String, key: &str) {
     out.push('"');
     out.push_str(key);
     out.push_str("\":");

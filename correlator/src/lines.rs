@@ -19,7 +19,7 @@ use crate::event::Millis;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct LineError {
     /// The file (or other source) the line came from.
-    pub source_name: String,
+    pub(crate) source_name: String,
     /// 1-based line number.
     pub line: usize,
     /// The field at fault, when one is (`window.close` for a field inside a record's window).
@@ -43,23 +43,19 @@ impl fmt::Display for LineError {
 pub struct Token(String);
 
 impl Token {
-    pub fn of(s: &str) -> Token {
+    pub(crate) fn of(s: &str) -> Token {
         Token(quote(s).into_owned())
     }
 
     /// A JSON value from input: a string, number or word as [`Token::of`] shows its text;
     /// arrays and objects by their kind only.
-    pub fn of_value(v: &Value) -> Token {
+    pub(crate) fn of_value(v: &Value) -> Token {
         match v {
             Value::String(s) => Token::of(s),
             Value::Number(n) => Token::of(&n.to_string()),
             Value::Null | Value::Bool(_) => Token(v.to_string()),
             Value::Array(_) | Value::Object(_) => Token(kind_of(v).to_string()),
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 
@@ -155,8 +151,8 @@ pub enum Problem {
 /// A fault found on one line, before it is tied to a source and line number.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Fault {
-    pub field: Option<&'static str>,
-    pub problem: Problem,
+    pub(crate) field: Option<&'static str>,
+    pub(crate) problem: Problem,
 }
 
 impl Fault {
@@ -229,8 +225,8 @@ fn bare(k: &'static str) -> &'static str {
 
 /// Typed access to one object's fields; `name` maps a key to what errors call it.
 pub(crate) struct Fields<'a> {
-    pub obj: &'a Map<String, Value>,
-    pub name: fn(&'static str) -> &'static str,
+    pub(crate) obj: &'a Map<String, Value>,
+    pub(crate) name: fn(&'static str) -> &'static str,
 }
 
 impl<'a> Fields<'a> {
@@ -446,9 +442,9 @@ mod tests {
         assert!(shown.contains("bytes withheld"), "{shown}");
         // Matchable: callers and tests tell faults apart by variant, not by text.
         assert!(matches!(f.problem, Problem::Version { what: "trace", .. }));
-        assert_eq!(Token::of("s1").as_str(), "s1");
+        assert_eq!(Token::of("s1").0, "s1");
         assert_eq!(
-            Token::of_value(&serde_json::json!({"k": secret})).as_str(),
+            Token::of_value(&serde_json::json!({"k": secret})).0,
             "an object"
         );
     }

@@ -10,7 +10,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// Length of a key file's content, in bytes (after hex decoding).
-pub const KEY_LEN: usize = 32;
+pub const PSEUDONYM_KEY_LEN: usize = 32;
 
 #[derive(Clone)]
 pub struct Pseudonymizer {
@@ -18,13 +18,13 @@ pub struct Pseudonymizer {
 }
 
 impl Pseudonymizer {
-    pub fn new(key: &[u8; KEY_LEN]) -> Self {
+    pub fn new(key: &[u8; PSEUDONYM_KEY_LEN]) -> Self {
         let mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
         Pseudonymizer { mac }
     }
 
     /// Parses a key file's text: 64 hex digits, surrounding white space ignored.
-    pub fn key_from_hex(text: &str) -> Result<[u8; KEY_LEN], String> {
+    pub fn key_from_hex(text: &str) -> Result<[u8; PSEUDONYM_KEY_LEN], String> {
         let t = text.trim();
         let bytes = hex::decode(t).map_err(|e| format!("the key must be 64 hex digits: {e}"))?;
         bytes.try_into().map_err(|b: Vec<u8>| {
@@ -47,8 +47,8 @@ mod tests {
 
     #[test]
     fn same_id_same_pseudonym_and_keys_differ() {
-        let a = Pseudonymizer::new(&[1; KEY_LEN]);
-        let b = Pseudonymizer::new(&[2; KEY_LEN]);
+        let a = Pseudonymizer::new(&[1; PSEUDONYM_KEY_LEN]);
+        let b = Pseudonymizer::new(&[2; PSEUDONYM_KEY_LEN]);
         assert_eq!(a.id("toolu_01"), a.id("toolu_01"));
         assert_ne!(a.id("toolu_01"), a.id("toolu_02"));
         assert_ne!(a.id("toolu_01"), b.id("toolu_01"));

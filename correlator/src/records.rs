@@ -30,7 +30,7 @@ impl Reason {
     ];
 
     /// Every reason's word, in [`Reason::ALL`] order.
-    pub const WORDS: &'static [&'static str] = &[
+    pub(crate) const WORDS: &'static [&'static str] = &[
         "incomplete",
         "ambiguous",
         "unclosed",
@@ -48,7 +48,7 @@ impl Reason {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
     }
 }
@@ -86,7 +86,7 @@ impl Evidence {
     }
 
     /// Every evidence word, in [`Evidence::ALL`] order.
-    pub const WORDS: &'static [&'static str] = &[
+    pub(crate) const WORDS: &'static [&'static str] = &[
         "containment",
         "tool_use_id",
         "item_id",
@@ -106,7 +106,7 @@ impl Evidence {
         Evidence::Route,
     ];
 
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|e| e.as_str() == s)
     }
 }
@@ -139,7 +139,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn attributed(&self) -> bool {
+    pub(crate) fn attributed(&self) -> bool {
         self.reason.is_none()
     }
 
@@ -153,7 +153,7 @@ impl Record {
     }
 
     /// Appends the record as one JSON line (without the newline).
-    pub fn write_json(&self, out: &mut String) {
+    pub(crate) fn write_json(&self, out: &mut String) {
         self.write_json_from(None, out);
     }
 
@@ -543,11 +543,10 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
 }
 
 /// Reads records v1 from any buffered reader, one record at a time. An optional live-run
-/// header (`{"type":"run",…}`) may come first; it is kept, not returned as a record.
+/// header (`{"type":"run",…}`) may come first; it is checked for place and skipped, not returned as a record.
 pub struct RecordReader<R> {
     lines: LineSource<R>,
     seen_line: bool,
-    run_header: Option<Map<String, Value>>,
     /// The `trace` field of the record last returned.
     trace: Option<String>,
 }
@@ -558,20 +557,14 @@ impl<R: BufRead> RecordReader<R> {
         RecordReader {
             lines: LineSource::new(input, source_name.into()),
             seen_line: false,
-            run_header: None,
             trace: None,
         }
     }
 
     /// The trace the record last returned came from (its optional `trace` field: replay of
     /// several traces names each record's), or `None`.
-    pub fn trace(&self) -> Option<&str> {
+    pub(crate) fn trace(&self) -> Option<&str> {
         self.trace.as_deref()
-    }
-
-    /// The live run's header record, if the file starts with one (once it has been read).
-    pub fn run_header(&self) -> Option<&Map<String, Value>> {
-        self.run_header.as_ref()
     }
 
     /// One line's object: a record, or the run header (`None`).
@@ -593,10 +586,7 @@ impl<R: BufRead> RecordReader<R> {
                 };
                 Ok(Some(r))
             }
-            "run" if first => {
-                self.run_header = Some(obj);
-                Ok(None)
-            }
+            "run" if first => Ok(None),
             "run" => Err(fault(
                 "type",
                 Problem::Rule("a run header may only be the first line"),
@@ -736,10 +726,10 @@ mod tests {
             attributed.to_line(),
             abstained.to_line()
         );
-        let mut reader = RecordReader::new(text.as_bytes(), "r.jsonl");
-        let back: Vec<Record> = reader.by_ref().collect::<Result<_, _>>().unwrap();
+        let back: Vec<Record> = RecordReader::new(text.as_bytes(), "r.jsonl")
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(back, vec![attributed, abstained]);
-        assert!(reader.run_header().is_some_and(|h| h.contains_key("epoch")));
     }
 
     #[test]

@@ -53,7 +53,7 @@ const CODEX_CAP: usize = 128;
 
 /// Every model-visible name either host could give one MCP `alias`/`tool` pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names {
+pub(crate) struct Names {
     /// Claude Code's flat name.
     claude: String,
     /// Codex's `(namespace, function)` pairs.
@@ -63,7 +63,7 @@ pub struct Names {
 }
 
 impl Names {
-    pub fn new(alias: &str, tool: &str) -> Names {
+    pub(crate) fn new(alias: &str, tool: &str) -> Names {
         let codex = codex_names(alias, tool);
         let codex_flat = codex
             .iter()
@@ -77,7 +77,7 @@ impl Names {
     }
 
     /// Does the model-visible call `name` (in `namespace`, if any) name this pair?
-    pub fn matches(&self, name: &str, namespace: Option<&str>) -> bool {
+    pub(crate) fn matches(&self, name: &str, namespace: Option<&str>) -> bool {
         match namespace {
             None => name == self.claude || self.codex_flat.iter().any(|f| f == name),
             Some(ns) => self.codex.iter().any(|(n, f)| n == ns && f == name),
@@ -92,7 +92,7 @@ pub fn resolves(name: &str, namespace: Option<&str>, alias: &str, tool: &str) ->
 }
 
 /// Claude Code's flat name for an MCP tool: `mcp__<alias>__<tool>`, both normalized.
-pub fn claude_flat_name(alias: &str, tool: &str) -> String {
+pub(crate) fn claude_flat_name(alias: &str, tool: &str) -> String {
     format!(
         "{PREFIX}{}{DELIMITER}{}",
         claude_normalize(alias),
@@ -117,7 +117,7 @@ fn claude_normalize(s: &str) -> String {
 }
 
 /// `sanitize_responses_api_tool_name`: one `_` per `char` outside `[A-Za-z0-9_]`.
-pub fn codex_sanitize(s: &str) -> String {
+pub(crate) fn codex_sanitize(s: &str) -> String {
     let out: String = s
         .chars()
         .map(|c| {
@@ -136,7 +136,7 @@ pub fn codex_sanitize(s: &str) -> String {
 }
 
 /// The namespace Codex shows the model for an MCP server, before any collision suffix.
-pub fn codex_namespace(alias: &str) -> String {
+pub(crate) fn codex_namespace(alias: &str) -> String {
     let sanitized = codex_sanitize(alias);
     if sanitized.starts_with(PREFIX) {
         sanitized

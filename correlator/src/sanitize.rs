@@ -7,7 +7,7 @@
 //! | kind | what | checked as |
 //! |---|---|---|
 //! | id | stream, request, response, call, item, thread, host, interval, hints | live: an HMAC pseudonym (32 lowercase hex); replay: an opaque token of a trace file |
-//! | name | model-visible tool names, namespaces, MCP aliases and tools, model names | at most [`MAX_NAME`] bytes, no control character |
+//! | name | model-visible tool names, namespaces, MCP aliases and tools, model names | at most 1024 bytes (`MAX_NAME`), no control character |
 //! | word | event types, statuses, outcomes, reasons, stop reasons, evidence | a fixed word: `[a-z0-9_]`, at most 64 bytes |
 //! | number | times, counts (token usage included) | a number |
 //!
@@ -35,11 +35,11 @@ use crate::records::Record;
 use crate::trace;
 
 /// The longest name admitted, in bytes.
-pub const MAX_NAME: usize = 1024;
+pub(crate) const MAX_NAME: usize = 1024;
 /// The longest word admitted, in bytes.
-pub const MAX_WORD: usize = 64;
+pub(crate) const MAX_WORD: usize = 64;
 /// The longest opaque id a replayed trace may carry, in bytes.
-pub const MAX_ID: usize = 1024;
+pub(crate) const MAX_ID: usize = 1024;
 
 /// The allow-listed kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,26 +68,26 @@ impl fmt::Display for Kind {
 #[error("field `{field}`: not written, it is not a valid {kind}")]
 pub struct Refused {
     pub field: &'static str,
-    pub kind: Kind,
+    pub(crate) kind: Kind,
 }
 
 /// An HMAC pseudonym as [`Pseudonymizer::id`] writes it.
-pub fn is_pseudonym(s: &str) -> bool {
+pub(crate) fn is_pseudonym(s: &str) -> bool {
     s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// An opaque id of a trace file (a capture's pseudonym, or a hand-written `s1`).
-pub fn is_id(s: &str) -> bool {
+pub(crate) fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_ID && !s.chars().any(char::is_control)
 }
 
 /// A tool name, namespace or MCP alias: short, one line, no control characters.
-pub fn is_name(s: &str) -> bool {
+pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control)
 }
 
 /// A fixed word: what reasons, statuses and types are made of.
-pub fn is_word(s: &str) -> bool {
+pub(crate) fn is_word(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_WORD
         && s.bytes()
@@ -111,7 +111,7 @@ pub fn quote(s: &str) -> Cow<'_, str> {
 /// Log fields whose text (not just numbers) may be written, and only from windowtap's own
 /// code: each carries a path template, a method, a mount name, a fault or error class our
 /// code chose, never a header value or anything from a body.
-pub const LOG_TEXT_FIELDS: &[&str] = &[
+pub(crate) const LOG_TEXT_FIELDS: &[&str] = &[
     "mount",
     "method",
     "path",
@@ -124,7 +124,7 @@ pub const LOG_TEXT_FIELDS: &[&str] = &[
 /// The log targets (crates) whose messages are written: their log calls take literal
 /// messages only (a test in the binary holds the source to that). Other crates' messages
 /// (hyper, rustls, ...) are withheld whatever the level, keeping their numbers and booleans.
-pub const LOG_OWN_TARGETS: &[&str] = &["windowtap", "correlator"];
+pub(crate) const LOG_OWN_TARGETS: &[&str] = &["windowtap", "correlator"];
 
 /// What a log line may show of one field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +165,7 @@ impl Scrub {
     }
 
     /// A name as is when it is one, else `~` and the pseudonym of its bytes.
-    pub fn name(&self, name: String) -> String {
+    pub(crate) fn name(&self, name: String) -> String {
         if is_name(&name) {
             name
         } else {
@@ -597,11 +597,11 @@ impl Door {
 mod tests {
     use super::*;
     use crate::event::{Client, Outcome, Transport};
-    use crate::pseudo::KEY_LEN;
+    use crate::pseudo::PSEUDONYM_KEY_LEN;
     use crate::records::WindowRef;
 
     fn scrub() -> Scrub {
-        Scrub::new(Pseudonymizer::new(&[3; KEY_LEN]))
+        Scrub::new(Pseudonymizer::new(&[3; PSEUDONYM_KEY_LEN]))
     }
 
     fn ev(kind: EventKind) -> Event {
@@ -681,7 +681,7 @@ mod tests {
 
     #[test]
     fn hints_and_outputs_map_like_the_ids_they_name() {
-        let p = Pseudonymizer::new(&[7; KEY_LEN]);
+        let p = Pseudonymizer::new(&[7; PSEUDONYM_KEY_LEN]);
         let EventKind::Request { outputs, .. } = Scrub::new(p.clone()).event(EventKind::Request {
             stream: "s".into(),
             request: "q".into(),

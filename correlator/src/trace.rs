@@ -43,7 +43,7 @@ fn id_fault(what: &'static str, id: &str, state: &'static str) -> Fault {
 
 /// The version a trace's header declared: what its lines may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     V1,
     V2,
 }
@@ -633,7 +633,7 @@ struct StreamState {
 /// Checks the order rules of a trace across lines: time never goes backwards, and every
 /// event names a stream or response that is open. Bounded by what is open.
 #[derive(Default)]
-pub struct Validator {
+pub(crate) struct Validator {
     last_t: Option<Millis>,
     streams: FxHashMap<String, StreamState>,
     /// Running MCP calls: interval id -> (alias, tool, start).
@@ -641,7 +641,7 @@ pub struct Validator {
 }
 
 impl Validator {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -786,11 +786,6 @@ impl<R: BufRead> TraceReader<R> {
     /// header fields are allowed; replay reads its options from them.
     pub fn header(&self) -> Option<&Map<String, Value>> {
         self.header.as_ref()
-    }
-
-    /// The version the header declared (meaningful once the header has been read).
-    pub fn version(&self) -> Version {
-        self.version
     }
 
     /// One line's object: the header (`None`) or an event.
@@ -1437,7 +1432,7 @@ mod tests {
         let text = format!("{HEADER_V1}\n{}\n{}\n", v1[0], v1[4]);
         let mut reader = TraceReader::new(text.as_bytes(), "v1.jsonl");
         let events: Vec<Event> = reader.by_ref().collect::<Result<_, _>>().unwrap();
-        assert_eq!(reader.version(), Version::V1);
+        assert_eq!(reader.version, Version::V1);
         assert!(event_line(&events[0]).ends_with(
             r#""thread":"th1","host":null}
 "#

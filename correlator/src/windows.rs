@@ -169,13 +169,13 @@ impl ThreadKey {
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     /// When the call item was complete.
-    pub at: Millis,
-    pub call: Arc<str>,
-    pub item: Option<String>,
+    pub(crate) at: Millis,
+    pub(crate) call: Arc<str>,
+    pub(crate) item: Option<String>,
     /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
-    pub name: Arc<str>,
-    pub namespace: Option<Arc<str>>,
-    pub kind: CallKind,
+    pub(crate) name: Arc<str>,
+    pub(crate) namespace: Option<Arc<str>>,
+    pub(crate) kind: CallKind,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,46 +189,46 @@ pub(crate) enum WindowState {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Window {
-    pub thread: Option<Arc<str>>,
+    pub(crate) thread: Option<Arc<str>>,
     /// The host of the window's stream, when known.
-    pub host: Option<Arc<str>>,
-    pub stream: Arc<str>,
-    pub response: Arc<str>,
+    pub(crate) host: Option<Arc<str>>,
+    pub(crate) stream: Arc<str>,
+    pub(crate) response: Arc<str>,
     /// When the first client tool call of the response was complete.
-    pub open: Millis,
-    pub calls: Vec<Call>,
-    pub state: WindowState,
+    pub(crate) open: Millis,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) state: WindowState,
     /// The request that closed the window.
-    pub request: Option<String>,
+    pub(crate) request: Option<String>,
     /// When the response ended (any status), and when it completed (status completed).
-    pub response_end: Option<Millis>,
-    pub completed_at: Option<Millis>,
+    pub(crate) response_end: Option<Millis>,
+    pub(crate) completed_at: Option<Millis>,
     /// MCP calls that started inside the window (start ≥ open) and are still running.
-    pub running: u32,
+    pub(crate) running: u32,
     /// The latest end among reported MCP calls that started inside the window.
-    pub max_inside_end: Millis,
+    pub(crate) max_inside_end: Millis,
     /// While the response has ended and no call inside runs: from when on the window can be
     /// given up (`close_wait` after the response's end and after every reported inside call's
     /// end; docs/design.md §4), as long as nothing changes.
-    pub settle: Millis,
+    pub(crate) settle: Millis,
     /// Past spans `[from, until)` in which the window could be given up, ended by a call
     /// starting inside it or a late report. A candidate is given up at the *first* moment the
     /// conditions hold, so these stay valid whatever happens later.
-    pub quiet: Vec<(Millis, Millis)>,
+    pub(crate) quiet: Vec<(Millis, Millis)>,
     /// The last route asked about, and when the first call that could issue it was complete
     /// (infinity if none): intervals of one tool ask the same question of every window they
     /// gather, so it is answered once per window. Forgotten when a call is added.
     route_memo: Option<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
-    pub next_request: Option<Millis>,
+    pub(crate) next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
     /// are decided).
-    pub refs: u32,
+    pub(crate) refs: u32,
     /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
     /// their decision earlier: it closes or breaks, or stops blocking (its response has ended
     /// and no MCP call that started inside it still runs). May hold stale entries; the
     /// correlator checks.
-    pub attached: Vec<u64>,
+    pub(crate) attached: Vec<u64>,
     thread_key: ThreadKey,
 }
 
@@ -280,12 +280,12 @@ struct ResponseState {
 /// The open span of a stream whose observation was lost.
 #[derive(Debug, Clone)]
 pub(crate) struct LostSpan {
-    pub stream: String,
+    pub(crate) stream: String,
     /// The stream's host, when known.
-    pub host: Option<Arc<str>>,
-    pub open: Millis,
-    pub close: Option<Millis>,
-    pub lost_at: Millis,
+    pub(crate) host: Option<Arc<str>>,
+    pub(crate) open: Millis,
+    pub(crate) close: Option<Millis>,
+    pub(crate) lost_at: Millis,
 }
 
 /// What an applied event changed that can make a pending decision earlier. (Changes that can
@@ -295,9 +295,9 @@ pub(crate) struct LostSpan {
 pub(crate) struct Changes {
     /// Windows that closed or broke, or stopped blocking decisions: their response has ended
     /// and no MCP call that started inside them still runs (whichever happened last).
-    pub windows: Vec<WinId>,
+    pub(crate) windows: Vec<WinId>,
     /// Something that can make any pending interval `incomplete` happened (a loss, a break).
-    pub global: bool,
+    pub(crate) global: bool,
 }
 
 #[derive(Default)]

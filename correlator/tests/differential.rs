@@ -5,11 +5,11 @@ mod support;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use correlator::event::{
-    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
-};
 use correlator::records::{Evidence, Reason, Record};
 use correlator::{replay, Candidates, Config, Correlator, WindowOpen};
+use correlator::{
+    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
+};
 use proptest::prelude::*;
 
 use support::gen::{generate, round_trip, trace_text, Generated, Shape};

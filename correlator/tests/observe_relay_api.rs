@@ -2,9 +2,9 @@
 //! classification from the request head, then one observer per exchange, its events stamped
 //! and written as trace v2, then read back by the strict reader.
 
-use correlator::event::{CallKind, Client, Event, EventKind};
 use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver};
 use correlator::trace::{event_line, read_all, HEADER};
+use correlator::{CallKind, Client, Event, EventKind};
 
 const SESSION: &[u8] = b"0b6c3c1e-session";
 
@@ -117,7 +117,7 @@ fn an_observed_claude_tool_loop_over_two_exchanges_is_a_valid_trace() {
     assert!(out.contains(&EventKind::StreamOpen {
         stream: "s1".into(),
         client: Client::Claude,
-        transport: correlator::event::Transport::Http,
+        transport: correlator::Transport::Http,
         thread: Some("0b6c3c1e-session".into()),
         host: None,
     }));

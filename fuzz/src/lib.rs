@@ -19,11 +19,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 
-use correlator::event::{Event, EventKind};
 use correlator::observe::jsonrpc::{Direction, LineScanner, Observation, Observer};
-use correlator::observe::{body, Api, ExchangeInfo, HttpObserver, WsObserver};
+use correlator::observe::{
+    messages_request, responses_request, Api, ExchangeInfo, HttpObserver, WsObserver,
+};
 use correlator::trace::{event_line, TraceReader, HEADER};
 use correlator::Record;
+use correlator::{Event, EventKind};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ impl Exchange<'_> {
         let info = ExchangeInfo {
             stream: "s1".into(),
             api: self.api,
-            client: correlator::event::Client::Codex,
+            client: correlator::Client::Codex,
             thread: Some("th1".into()),
         };
         let mut obs = HttpObserver::new(info, self.req_encoding, &mut out);
@@ -382,7 +384,7 @@ fn ws_run(extensions: Option<&str>, runs: &[(bool, Vec<u8>)], seed: u64) -> Vec<
     let info = ExchangeInfo {
         stream: "w1".into(),
         api: Api::Responses,
-        client: correlator::event::Client::Codex,
+        client: correlator::Client::Codex,
         thread: Some("th1".into()),
     };
     let mut obs = WsObserver::new(info, extensions, &mut out);
@@ -446,9 +448,7 @@ pub fn ws_connection(data: &[u8]) {
         return;
     }
 
-    let pmd = correlator::observe::ws_frames::negotiated(ext)
-        .ok()
-        .flatten();
+    let pmd = correlator::observe::negotiated(ext).ok().flatten();
     let mut messages = Vec::new();
     while !input.is_empty() {
         let flags = input.byte();
@@ -572,10 +572,10 @@ pub fn body_scanners(data: &[u8]) {
     let value: Option<Value> = serde_json::from_slice(data).ok();
     let padded = [b" \n", data, b"\t\r\n "].concat();
 
-    let messages = body::messages_request(data);
+    let messages = messages_request(data);
     assert_eq!(
         messages.is_ok(),
-        body::messages_request(&padded).is_ok(),
+        messages_request(&padded).is_ok(),
         "whitespace changed the messages scan"
     );
     if let (Ok(facts), Some(v)) = (&messages, &value) {
@@ -598,10 +598,10 @@ pub fn body_scanners(data: &[u8]) {
         );
     }
 
-    let responses = body::responses_request(data);
+    let responses = responses_request(data);
     assert_eq!(
         responses.as_ref().ok(),
-        body::responses_request(&padded).as_ref().ok(),
+        responses_request(&padded).as_ref().ok(),
         "whitespace changed the responses scan"
     );
     if let (Ok(req), Some(v)) = (&responses, &value) {

@@ -3,8 +3,8 @@
 //! trace-clock times in Unix nanoseconds, and the export request. The tree of spans itself is
 //! built in [`super::tree`].
 
-use correlator::event::{Client, Usage};
 use correlator::records::{Record, WindowRef};
+use correlator::{Client, Usage};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,

@@ -24,12 +24,11 @@
 
 use std::collections::HashMap;
 
-use correlator::event::{
+use correlator::records::Record;
+use correlator::sanitize::{Cleared, Door};
+use correlator::{
     CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus, StopReason, Usage,
 };
-use correlator::records::Record;
-use correlator::route;
-use correlator::sanitize::{Cleared, Door};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
@@ -684,7 +683,7 @@ impl Tree {
                     && resp.calls.iter().any(|call| {
                         call.t <= r.start
                             && (call.kind == CallKind::Custom
-                                || route::resolves(
+                                || correlator::resolves(
                                     &call.name,
                                     call.namespace.as_deref(),
                                     &r.alias,

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use correlator::observe::budget::Budget;
-use correlator::pseudo::{Pseudonymizer, KEY_LEN};
+use correlator::observe::Budget;
 use correlator::{Config, WindowOpen};
+use correlator::{Pseudonymizer, PSEUDONYM_KEY_LEN};
 
 use super::mounts::{Mount, Mounts};
 use super::sinks;
@@ -113,7 +113,7 @@ fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
     WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
 }
 
-pub(crate) fn read_key(path: &PathBuf) -> anyhow::Result<[u8; KEY_LEN]> {
+pub(crate) fn read_key(path: &PathBuf) -> anyhow::Result<[u8; PSEUDONYM_KEY_LEN]> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -145,7 +145,7 @@ pub fn relay_config(
         ExtraRoots::read_optional(args.upstream_ca.as_deref()).context("--upstream-ca")?;
     let key = match &args.id_key_file {
         Some(p) => read_key(p)?,
-        None => rand::random::<[u8; KEY_LEN]>(),
+        None => rand::random::<[u8; PSEUDONYM_KEY_LEN]>(),
     };
     let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref())?;
     let otlp = args.otlp.resolve()?;
@@ -198,7 +198,7 @@ pub struct RelayConfig {
     pub max_connections: Option<usize>,
     pub correlator: Config,
     /// The pseudonymization key.
-    pub key: [u8; KEY_LEN],
+    pub key: [u8; PSEUDONYM_KEY_LEN],
     /// Where to listen for wrappers' MCP reports (none: reports only through
     /// [`Running::ingest`]).
     pub ingest: Option<PathBuf>,

@@ -1,7 +1,7 @@
 //! The observer side: which exchanges are observed, and `correlator::observe`'s observers
 //! driven by the tap's copies. This is the only module that knows the observers' API.
 
-use correlator::observe::budget::Budget;
+use correlator::observe::Budget;
 use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
 use correlator::EventKind;
 use http::HeaderMap;
@@ -11,7 +11,7 @@ use super::tap::{StreamObserver, TapMsg};
 /// An exchange that will be observed: decided from its request head.
 pub struct Plan {
     api: Api,
-    client: correlator::event::Client,
+    client: correlator::Client,
     thread: Option<String>,
 }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use correlator::observe::budget::Budget;
+use correlator::observe::Budget;
 
 use super::limits::Clients;
 use super::mounts::Mounts;

@@ -619,7 +619,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_opening_waits_for_the_host_and_holds_the_watermark_meanwhile() {
-        use correlator::event::{Client, Transport};
+        use correlator::{Client, Transport};
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
         let (tx, mut rx) = mpsc::channel(1024);

@@ -16,9 +16,9 @@
 
 use std::collections::HashMap;
 
-use correlator::event::{EventKind, ResponseStatus, StopReason, Usage};
 use correlator::records::Reason;
 use correlator::{Event, Millis, Record};
+use correlator::{EventKind, ResponseStatus, StopReason, Usage};
 
 /// How a window ended, as far as the input shows.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use correlator::event::{Event, EventKind, Hints, Outcome};
+use correlator::{Event, EventKind, Hints, Outcome};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_windowtap");
 /// Upper bound for any single wait: generous, only hit when something is broken.
@@ -38,11 +38,11 @@ pub fn signal(pid: u32, sig: i32) {
 
 /// The pseudonymization key every test harness is given (in a key file), so tests can
 /// compute the pseudonym a raw id is printed as.
-pub const ID_KEY: [u8; correlator::pseudo::KEY_LEN] = [0x5a; correlator::pseudo::KEY_LEN];
+pub const ID_KEY: [u8; correlator::PSEUDONYM_KEY_LEN] = [0x5a; correlator::PSEUDONYM_KEY_LEN];
 
 /// The pseudonym `windowtap ingest` prints for the raw id `raw` (it never prints raw ids).
 pub fn pseudo(raw: &str) -> String {
-    correlator::pseudo::Pseudonymizer::new(&ID_KEY).id(raw)
+    correlator::Pseudonymizer::new(&ID_KEY).id(raw)
 }
 
 /// `windowtap ingest` on a socket: what a relay would receive.

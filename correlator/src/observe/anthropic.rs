@@ -26,11 +26,11 @@ use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 const MAX_OPEN_BLOCKS: usize = 4096;
 
 /// SSE event names worth buffering: everything but the bulk deltas and keep-alives.
-pub fn wants(name: &str) -> bool {
+pub(super) fn wants(name: &str) -> bool {
     !matches!(name, "content_block_delta" | "ping")
 }
 
-pub struct AnthropicStream {
+pub(super) struct AnthropicStream {
     stream: String,
     request: Option<String>,
     /// The message being streamed, between `message_start` and its end.
@@ -115,7 +115,7 @@ fn parse<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, Lost> {
 
 impl AnthropicStream {
     /// `request`: the id of the request this exchange carried.
-    pub fn new(stream: String, request: Option<String>) -> AnthropicStream {
+    pub(super) fn new(stream: String, request: Option<String>) -> AnthropicStream {
         AnthropicStream {
             stream,
             request,
@@ -128,7 +128,7 @@ impl AnthropicStream {
 
     /// One SSE event. `name` is the `event:` name (or `message` when there was none: then the
     /// JSON's own `type` decides).
-    pub fn on_event(
+    pub(super) fn on_event(
         &mut self,
         name: &str,
         data: &[u8],

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 /// Bound on one request body (or one WebSocket message) after decoding.
-pub const MAX_BODY: usize = 64 << 20;
+pub(super) const MAX_BODY: usize = 64 << 20;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum BodyError {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// Buffers larger than this are released after each event or step instead of being kept for
 /// the next one: a stream's steady state holds only small buffers.
-pub const KEEP: usize = 64 * 1024;
+pub(super) const KEEP: usize = 64 * 1024;
 
 /// The process-wide budget. Cheap to clone (an `Arc`).
 #[derive(Debug, Clone)]
@@ -46,17 +46,14 @@ impl Budget {
     }
 
     /// No budget: accounts allow everything (the observers' own caps still apply).
-    pub fn unlimited() -> Budget {
+    pub(crate) fn unlimited() -> Budget {
         Budget::new(usize::MAX, usize::MAX)
     }
 
-    /// Bytes held by all accounts now.
-    pub fn held(&self) -> usize {
+    /// Bytes held by all accounts now (what the tests check the accounting against).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         self.shared.held.load(Ordering::Relaxed)
-    }
-
-    pub fn limit(&self) -> usize {
-        self.shared.limit
     }
 
     /// A new, empty account for one stream.
@@ -84,19 +81,19 @@ impl Default for Account {
 impl Account {
     /// How many bytes this stream may hold in total for its next step: its share, or what it
     /// holds plus what is free, whichever is smaller.
-    pub fn allowance(&self) -> usize {
+    pub(crate) fn allowance(&self) -> usize {
         let s = &self.budget.shared;
         let others = s.held.load(Ordering::Relaxed).saturating_sub(self.held);
         s.share.min(s.limit.saturating_sub(others))
     }
 
     /// Whether the budget limits this account at all (`false` for [`Budget::unlimited`]).
-    pub fn is_limited(&self) -> bool {
+    pub(crate) fn is_limited(&self) -> bool {
         self.budget.shared.limit != usize::MAX
     }
 
     /// Records that the stream now holds `bytes`.
-    pub fn settle(&mut self, bytes: usize) {
+    pub(crate) fn settle(&mut self, bytes: usize) {
         let held = &self.budget.shared.held;
         if bytes > self.held {
             held.fetch_add(bytes - self.held, Ordering::Relaxed);
@@ -113,13 +110,8 @@ impl Drop for Account {
     }
 }
 
-/// The bytes a vector holds on the heap.
-pub fn heap(v: &Vec<u8>) -> usize {
-    v.capacity()
-}
-
 /// Empties `v`, releasing its allocation if it grew past [`KEEP`].
-pub fn clear_or_release(v: &mut Vec<u8>) {
+pub(super) fn clear_or_release(v: &mut Vec<u8>) {
     if v.capacity() > KEEP {
         *v = Vec::new();
     } else {

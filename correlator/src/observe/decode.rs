@@ -10,8 +10,10 @@ use std::io::{self, Write};
 
 use thiserror::Error;
 
+use super::Lost;
+
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// A coding this observer cannot undo (or a stack of several codings).
     #[error("unsupported content-encoding")]
     Unsupported,
@@ -25,10 +27,10 @@ pub enum DecodeError {
 
 impl DecodeError {
     /// The fixed `observation_lost` reason word for this failure.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
-            DecodeError::Overflow(_) => "overflow",
-            DecodeError::Unsupported | DecodeError::Corrupt(_) => "decode",
+            DecodeError::Overflow(_) => Lost::OVERFLOW.0,
+            DecodeError::Unsupported | DecodeError::Corrupt(_) => Lost::DECODE.0,
         }
     }
 }
@@ -69,7 +71,7 @@ enum Inner {
 }
 
 /// One body's decoder. Feed it with [`Decoder::push`], end it with [`Decoder::finish`].
-pub struct Decoder {
+pub(super) struct Decoder {
     inner: Inner,
     /// Bytes decoded so far (a decoder's window fills with them, up to its size).
     produced: usize,
@@ -83,7 +85,7 @@ const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 impl Decoder {
     /// A decoder for a `Content-Encoding` value (`None` or empty: identity). Names are matched
     /// case-insensitively; `x-gzip` is gzip. Several codings stacked (`gzip, br`) are refused.
-    pub fn new(content_encoding: Option<&str>) -> Result<Decoder, DecodeError> {
+    pub(super) fn new(content_encoding: Option<&str>) -> Result<Decoder, DecodeError> {
         let codings: Vec<String> = content_encoding
             .unwrap_or("")
             .split(',')
@@ -116,13 +118,13 @@ impl Decoder {
     }
 
     /// Whether this decoder passes bytes through as they are.
-    pub fn is_identity(&self) -> bool {
+    pub(super) fn is_identity(&self) -> bool {
         matches!(self.inner, Inner::Identity)
     }
 
     /// An estimate of the heap this decoder holds: its fixed state and its window, which
     /// fills with what it decoded up to the window's size. Output buffers are the caller's.
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         const KIB: usize = 1024;
         let (fixed, window) = match &self.inner {
             Inner::Identity | Inner::Failed => (0, 0),
@@ -139,7 +141,7 @@ impl Decoder {
 
     /// Decodes `input`, appending to `out`; fails rather than let `out` grow past `limit`.
     /// After an error the decoder is spent: every later call fails too.
-    pub fn push(
+    pub(super) fn push(
         &mut self,
         input: &[u8],
         out: &mut Vec<u8>,
@@ -164,7 +166,7 @@ impl Decoder {
 
     /// The body ended: drains what the decoder still holds. A truncated compressed stream is
     /// not an error here (the body may have been cut; whatever decoded stays valid).
-    pub fn finish(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<(), DecodeError> {
+    pub(super) fn finish(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<(), DecodeError> {
         if let Inner::DeflatePending(head) = &mut self.inner {
             if head.is_empty() {
                 return Ok(());

@@ -70,7 +70,7 @@ const SKELETON_CAP: usize = 64 * 1024;
 /// line of a million `[` costs no more memory than any other.
 const MAX_DEPTH: usize = 128;
 /// Most `tools/call` requests tracked at once; beyond it new calls are not reported.
-pub const MAX_RUNNING: usize = 65_536;
+pub(crate) const MAX_RUNNING: usize = 65_536;
 
 /// What role a container plays, which decides which of its members the skeleton keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,47 +6,51 @@
 //! JSON it must read but cannot, a call whose response is not unique, a buffer cap) becomes an
 //! `observation_lost` event for that stream, never an error to the caller.
 //!
-//! - [`exchange`]: the entry points the relay drives ([`HttpObserver`], [`WsObserver`]) and
-//!   route / client classification.
-//! - [`sse`], [`ws_frames`], [`decode`]: framing and content decoding.
-//! - [`anthropic`], [`responses`]: the per-protocol state machines.
-//! - [`body`]: request-body scanners.
-//! - [`budget`]: the memory budget shared by every observer of a process.
-//! - [`jsonrpc`]: MCP stdio lines (for the wrapper), `tools/call` starts and ends.
+//! The public surface is what the relay, the wrapper and the fuzz targets drive:
+//! [`HttpObserver`], [`WsObserver`] with [`classify`] / [`observed_route`], the shared
+//! [`Budget`], the request-body scanners [`messages_request`] and [`responses_request`],
+//! [`negotiated`] (permessage-deflate), and [`jsonrpc`] (MCP stdio lines for the wrapper).
+//! Inside: `exchange` (the entry points, route and client classification); `sse`,
+//! `ws_frames`, `decode` (framing and content decoding); `anthropic`, `responses` (the
+//! per-protocol state machines); `body`; `budget` (the memory budget shared by every observer
+//! of a process).
 
-pub mod anthropic;
-pub mod body;
-pub mod budget;
-pub mod decode;
-pub mod exchange;
+mod anthropic;
+mod body;
+mod budget;
+mod decode;
+mod exchange;
 pub mod jsonrpc;
 mod lenient;
 mod peek;
-pub mod responses;
-pub mod sse;
+mod responses;
+mod sse;
 #[cfg(test)]
 mod testkit;
-pub mod ws_frames;
+mod ws_frames;
 
+pub use body::{messages_request, responses_request};
+pub use budget::Budget;
 pub use exchange::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
+pub use ws_frames::negotiated;
 
 /// Why observation of a stream stopped: the fixed `observation_lost` reason word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lost(pub &'static str);
+pub(crate) struct Lost(pub &'static str);
 
 impl Lost {
     /// Content-Encoding or permessage-deflate data that cannot be decoded.
-    pub const DECODE: Lost = Lost("decode");
+    pub(crate) const DECODE: Lost = Lost("decode");
     /// A WebSocket frame that breaks RFC 6455 (or an extension this observer cannot follow).
-    pub const FRAME: Lost = Lost("frame");
+    pub(crate) const FRAME: Lost = Lost("frame");
     /// A buffer bound was exceeded.
-    pub const OVERFLOW: Lost = Lost("overflow");
+    pub(crate) const OVERFLOW: Lost = Lost("overflow");
     /// Observing the stream further would exceed its share of the observer budget.
-    pub const BUDGET: Lost = Lost("budget");
+    pub(crate) const BUDGET: Lost = Lost("budget");
     /// An output item or error whose response is not unique.
-    pub const AMBIGUOUS: Lost = Lost("ambiguous_response");
+    pub(crate) const AMBIGUOUS: Lost = Lost("ambiguous_response");
     /// JSON the observer must read but cannot.
-    pub const JSON: Lost = Lost("json");
+    pub(crate) const JSON: Lost = Lost("json");
     /// Events out of the protocol's order (a call outside any response, …).
-    pub const PROTOCOL: Lost = Lost("protocol");
+    pub(crate) const PROTOCOL: Lost = Lost("protocol");
 }

@@ -34,7 +34,7 @@ use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 const MAX_PENDING: usize = 1024;
 
 /// The event types this state machine reads; everything else is dropped unparsed.
-pub fn wants(kind: &str) -> bool {
+pub(super) fn wants(kind: &str) -> bool {
     matches!(
         kind,
         "response.created"
@@ -52,7 +52,7 @@ pub fn wants(kind: &str) -> bool {
 
 type Lane = Option<String>;
 
-pub struct ResponsesStream {
+pub(super) struct ResponsesStream {
     stream: String,
     /// Requests sent and not yet answered by a `response.created`, per lane.
     pending: HashMap<Lane, VecDeque<String>>,
@@ -139,7 +139,7 @@ fn parse<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, Lost> {
 }
 
 impl ResponsesStream {
-    pub fn new(stream: String) -> ResponsesStream {
+    pub(super) fn new(stream: String) -> ResponsesStream {
         ResponsesStream {
             stream,
             pending: HashMap::new(),
@@ -149,7 +149,11 @@ impl ResponsesStream {
 
     /// A request went out on `lane` (`stream_id`, or `None`); the next response started on that
     /// lane answers it.
-    pub fn request_sent(&mut self, lane: Option<String>, request: String) -> Result<(), Lost> {
+    pub(super) fn request_sent(
+        &mut self,
+        lane: Option<String>,
+        request: String,
+    ) -> Result<(), Lost> {
         let q = self.pending.entry(lane).or_default();
         if q.len() >= MAX_PENDING {
             return Err(Lost::OVERFLOW);
@@ -160,7 +164,7 @@ impl ResponsesStream {
 
     /// One event: `name` is the SSE `event:` name, or `None` for a WebSocket frame (the JSON's
     /// leading `type` decides, with a full parse only when that is unclear).
-    pub fn on_event(
+    pub(super) fn on_event(
         &mut self,
         name: Option<&str>,
         data: &[u8],

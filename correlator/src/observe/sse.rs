@@ -15,15 +15,15 @@ use super::budget::clear_or_release;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum SseError {
+pub(crate) enum SseError {
     #[error("an SSE line or event exceeds the limit of {0} bytes")]
     Overflow(usize),
 }
 
 /// The event name the WHATWG rules give an event that has no `event:` line.
-pub const DEFAULT_EVENT: &str = "message";
+pub(super) const DEFAULT_EVENT: &str = "message";
 
-pub struct SseParser {
+pub(super) struct SseParser {
     /// Whether an event with this name is wanted; unwanted events are dropped unbuffered.
     wants: fn(&str) -> bool,
     max: usize,
@@ -41,7 +41,7 @@ pub struct SseParser {
 
 impl SseParser {
     /// `max` bounds one line and one event's joined data.
-    pub fn new(wants: fn(&str) -> bool, max: usize) -> SseParser {
+    pub(super) fn new(wants: fn(&str) -> bool, max: usize) -> SseParser {
         SseParser {
             wants,
             max,
@@ -58,7 +58,7 @@ impl SseParser {
 
     /// Feeds a chunk; calls `on_event(name, data)` for every complete wanted event, in order.
     /// An error from `on_event` stops the feed and is returned.
-    pub fn feed<E: From<SseError>>(
+    pub(super) fn feed<E: From<SseError>>(
         &mut self,
         bytes: &[u8],
         mut on_event: impl FnMut(&str, &[u8]) -> Result<(), E>,
@@ -189,12 +189,12 @@ impl SseParser {
     }
 
     /// Sets the bound on one line and one event's data from here on (a budget that shrank).
-    pub fn set_max(&mut self, max: usize) {
+    pub(super) fn set_max(&mut self, max: usize) {
         self.max = max;
     }
 
     /// The heap this parser holds.
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.line.capacity()
             + self.data.capacity()
             + self.event.as_ref().map_or(0, |e| e.capacity())

@@ -13,6 +13,8 @@
 use flate2::{Decompress, FlushDecompress, Status};
 use thiserror::Error;
 
+use super::Lost;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FrameError {
     /// The bytes break RFC 6455 / RFC 7692 (the message names the rule, never the payload).
@@ -27,11 +29,11 @@ pub enum FrameError {
 }
 
 impl FrameError {
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
-            FrameError::Frame(_) => "frame",
-            FrameError::Inflate => "decode",
-            FrameError::Overflow(_) => "overflow",
+            FrameError::Frame(_) => Lost::FRAME.0,
+            FrameError::Inflate => Lost::DECODE.0,
+            FrameError::Overflow(_) => Lost::OVERFLOW.0,
         }
     }
 }
@@ -74,7 +76,7 @@ pub fn negotiated(extensions: Option<&str>) -> Result<Option<PerMessageDeflate>,
 
 /// A complete message (or control frame) seen in one direction.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Message<'a> {
+pub(super) enum Message<'a> {
     /// A text message's bytes (inflated, unvalidated UTF-8).
     Text(&'a [u8]),
     /// A binary message (its content is not kept).
@@ -102,7 +104,7 @@ struct Assembly {
 }
 
 /// Decodes one direction's frames.
-pub struct FrameDecoder {
+pub(super) struct FrameDecoder {
     header: [u8; 14],
     header_len: usize,
     state: State,
@@ -122,7 +124,7 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     /// `deflate`: `Some(no_context_takeover)` when permessage-deflate applies to this sender.
-    pub fn new(deflate: Option<bool>, max_message: usize) -> FrameDecoder {
+    pub(super) fn new(deflate: Option<bool>, max_message: usize) -> FrameDecoder {
         FrameDecoder {
             header: [0; 14],
             header_len: 0,
@@ -142,12 +144,12 @@ impl FrameDecoder {
     }
 
     /// Sets the bound on one message from here on (a budget that shrank).
-    pub fn set_max(&mut self, max_message: usize) {
+    pub(super) fn set_max(&mut self, max_message: usize) {
         self.max_message = max_message;
     }
 
     /// An estimate of the heap this decoder holds (the inflater's state included).
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         let inflater = if self.inflater.is_some() {
             48 * 1024
         } else {
@@ -162,18 +164,18 @@ impl FrameDecoder {
     }
 
     /// The client→server decoder for the negotiated parameters.
-    pub fn client(pmd: Option<PerMessageDeflate>, max_message: usize) -> FrameDecoder {
+    pub(super) fn client(pmd: Option<PerMessageDeflate>, max_message: usize) -> FrameDecoder {
         Self::new(pmd.map(|p| p.client_no_context_takeover), max_message)
     }
 
     /// The server→client decoder for the negotiated parameters.
-    pub fn server(pmd: Option<PerMessageDeflate>, max_message: usize) -> FrameDecoder {
+    pub(super) fn server(pmd: Option<PerMessageDeflate>, max_message: usize) -> FrameDecoder {
         Self::new(pmd.map(|p| p.server_no_context_takeover), max_message)
     }
 
     /// Feeds bytes; calls `on_message` for every complete message and control frame. Bytes
     /// after a close frame are ignored (nothing may follow it).
-    pub fn feed<E: From<FrameError>>(
+    pub(super) fn feed<E: From<FrameError>>(
         &mut self,
         mut bytes: &[u8],
         mut on_message: impl FnMut(Message<'_>) -> Result<(), E>,

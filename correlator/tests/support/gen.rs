@@ -14,10 +14,10 @@
 //! norm, and every sum the rule computes (end + close_wait, open + max_window) is exact in
 //! binary, so two implementations cannot disagree by rounding.
 
-use correlator::event::{
+use correlator::trace::{event_line, read_all, TraceError, HEADER};
+use correlator::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Transport,
 };
-use correlator::trace::{event_line, read_all, TraceError, HEADER};
 use correlator::{Candidates, Config, WindowOpen};
 
 /// The MCP servers and tools calls name: (alias, tool, Claude's visible name, Codex's namespace

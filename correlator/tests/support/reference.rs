@@ -25,8 +25,8 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
-use correlator::event::{CallKind, Event, EventKind, Hints, Millis, ResponseStatus};
 use correlator::records::{Evidence, Reason, Record, WindowRef};
+use correlator::{CallKind, Event, EventKind, Hints, Millis, ResponseStatus};
 use correlator::{Candidates, Config, WindowOpen};
 use sha1::{Digest, Sha1};
 
@@ -724,7 +724,7 @@ impl World<'_> {
         None
     }
 
-    /// Brief 8. How a model-visible name maps to an MCP alias and tool is `correlator::route`'s
+    /// Brief 8. How a model-visible name maps to an MCP alias and tool is `correlator::resolves`'s
     /// business (tested on its own); which calls are asked, and where `route` goes, is the
     /// rule's.
     fn evidence(&self, iv: &Interval, w: &Window, t: Millis) -> Vec<Evidence> {
