@@ -1061,21 +1061,23 @@ mod tests {
         let mut squatter = std::process::Command::new("python3")
             .args([
                 "-c",
-                "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen()\ntime.sleep(30)",
+                "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen()\nprint('listening', flush=True)\ntime.sleep(30)",
             ])
             .arg(&path)
             .uid(NOBODY)
             .gid(NOBODY)
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !path.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the listener never bound"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // Only once it listens: the socket file exists from bind() on, and a connect between
+        // bind() and listen() is refused (an I/O error, not the refusal under test).
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(squatter.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready.trim(), "listening", "the listener never bound");
         chown(&path, my_uid());
         let got = connect_verified(&path, false);
         let _ = squatter.kill();
