@@ -7,7 +7,6 @@
 mod otlp_support;
 mod support;
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -144,32 +143,6 @@ fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
 
-/// Replays a capture with `windowtap replay`, after `windowtap check` has accepted it.
-fn replay(capture: &Path) -> String {
-    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("check")
-        .arg(capture)
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "check rejected the capture: {}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("replay")
-        .arg(capture)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "replay rejected the capture: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn assert_no_canary(what: &str, text: &str) {
     assert!(
         !text.contains(CANARY),
@@ -271,7 +244,7 @@ async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_record
 
     let live = std::fs::read_to_string(&records).unwrap();
     assert_eq!(
-        replay(&capture),
+        checked_replay(&capture),
         live,
         "live records equal the replay of the capture"
     );
@@ -384,7 +357,10 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
         (Some("mcp__probe"), Some("echo"))
     );
     assert_eq!(t.last(), Some(&"stream_close"));
-    assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
+    assert_eq!(
+        checked_replay(&capture),
+        std::fs::read_to_string(&records).unwrap()
+    );
 }
 
 #[tokio::test]
@@ -432,7 +408,7 @@ async fn a_stalled_observer_never_slows_forwarding_and_marks_its_stream_lost() {
     assert_eq!(lost.len(), 1, "{lines:?}");
     assert_eq!(lost[0]["reason"], "overflow");
     assert_eq!(types(&lines[1..]).last(), Some(&"stream_close"));
-    replay(&capture);
+    checked_replay(&capture);
 }
 
 fn responses_sse(id: &str, call: Option<&str>) -> String {
@@ -535,7 +511,10 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
         .nth(1)
         .expect("two requests");
     assert_eq!(cont["outputs"], json!([call["call"]]));
-    assert_eq!(replay(&capture), std::fs::read_to_string(&records).unwrap());
+    assert_eq!(
+        checked_replay(&capture),
+        std::fs::read_to_string(&records).unwrap()
+    );
 }
 
 fn mono_ns() -> u64 {
@@ -630,7 +609,7 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         "{evidence:?}"
     );
     assert_eq!(
-        replay(&capture),
+        checked_replay(&capture),
         live,
         "live records equal the replay of the capture"
     );

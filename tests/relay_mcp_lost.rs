@@ -81,18 +81,7 @@ fn outcome(capture: &Path, id: &str) -> String {
 
 /// `windowtap replay CAPTURE` gives exactly the records the live run wrote.
 fn assert_replays_to(capture: &Path, records_path: &Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("replay")
-        .arg(capture)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replayed: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
+    let replayed: Vec<Value> = checked_replay(capture)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r["type"] == "attribution")

@@ -171,32 +171,6 @@ fn wait_bounded(child: &mut std::process::Child) -> Option<ExitStatus> {
     }
 }
 
-/// `windowtap check` accepts the capture and `windowtap replay` of it prints these records.
-fn replay(capture: &Path) -> String {
-    let checked = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("check")
-        .arg(capture)
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "check rejected the capture: {}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("replay")
-        .arg(capture)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "replay rejected the capture: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn evidence(r: &Value) -> Vec<&str> {
     r["evidence"]
         .as_array()
@@ -448,7 +422,11 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
         run.log.contains(" exchange"),
         "the log is beside the records"
     );
-    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+    assert_eq!(
+        checked_replay(&run.capture),
+        run.records_text,
+        "replay equals live"
+    );
 }
 
 /// A Responses WebSocket upstream answering as in the prewarm / turn / continuation shape: the
@@ -571,7 +549,11 @@ fn assert_codex_loop_attributed(run: &Run) {
         Some(&json!("stream_close")),
         "the connection ended without a close frame and was closed: {events:?}"
     );
-    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+    assert_eq!(
+        checked_replay(&run.capture),
+        run.records_text,
+        "replay equals live"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -661,7 +643,11 @@ async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows(
             "{r}"
         );
     }
-    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+    assert_eq!(
+        checked_replay(&run.capture),
+        run.records_text,
+        "replay equals live"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -696,7 +682,11 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
     );
     assert_eq!(run.records.len(), 1, "{}", run.records_text);
     assert_eq!(run.records[0]["decision"], "attributed");
-    assert_eq!(replay(&run.capture), run.records_text, "replay equals live");
+    assert_eq!(
+        checked_replay(&run.capture),
+        run.records_text,
+        "replay equals live"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -876,7 +866,7 @@ async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() 
     assert!(std::fs::read_to_string(&run.capture)
         .unwrap()
         .ends_with('\n'));
-    assert_eq!(replay(&run.capture), run.records_text);
+    assert_eq!(checked_replay(&run.capture), run.records_text);
     drop(dir);
 }
 

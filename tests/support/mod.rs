@@ -552,6 +552,32 @@ pub fn anthropic_relay_with_files(
     (relay, records, capture)
 }
 
+/// `windowtap check` accepts the capture, and `windowtap replay` of it prints these records.
+pub fn checked_replay(capture: &Path) -> String {
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("check")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "check rejected the capture: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("replay")
+        .arg(capture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "replay rejected the capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Reads the records of a finished run's capture.
 pub fn capture_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
