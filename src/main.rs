@@ -9,6 +9,7 @@ mod ingest;
 mod live;
 mod logging;
 mod otlp;
+mod priority;
 mod ratelimit;
 mod relay;
 mod replay_cmd;

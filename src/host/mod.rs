@@ -23,6 +23,8 @@
 #[cfg(target_os = "linux")]
 mod procfs;
 mod resolver;
+#[cfg(target_os = "linux")]
+mod sockdiag;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

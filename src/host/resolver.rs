@@ -71,8 +71,11 @@ impl Handle {
             let resolver = Resolver::new(seen, Some(std::process::id() as i32));
             match std::thread::Builder::new()
                 .name("windowtap-hosts".into())
-                .spawn(move || resolver.run(rx, done_tx))
-            {
+                .spawn(move || {
+                    // Reading /proc is observation work: below forwarding, like the observers.
+                    crate::priority::lower_this_thread();
+                    resolver.run(rx, done_tx)
+                }) {
                 Ok(_) => Some(tx),
                 Err(e) => {
                     tracing::warn!(error = %e, "host resolution unavailable: no thread");
@@ -148,6 +151,8 @@ pub(super) struct Resolver {
     skip: Option<i32>,
     /// Pids of hosts seen, most recent first.
     owners: Vec<i32>,
+    /// Exact socket lookups; `None` once the interface has failed (then the TCP table).
+    diag: Option<super::sockdiag::SockDiag>,
 }
 
 /// One connection to resolve.
@@ -161,10 +166,18 @@ pub(super) struct Pending {
 #[cfg(target_os = "linux")]
 impl Resolver {
     pub(super) fn new(seen: Arc<Mutex<HashSet<ProcId>>>, skip: Option<i32>) -> Resolver {
+        let diag = match super::sockdiag::SockDiag::open() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::debug!(error = %e, "sock_diag unavailable: reading the TCP table");
+                None
+            }
+        };
         Resolver {
             seen,
             skip,
             owners: Vec::new(),
+            diag,
         }
     }
 
@@ -229,27 +242,47 @@ impl Resolver {
         self.owners.truncate(MAX_OWNERS);
     }
 
+    /// Each connection's client socket (inode, owner) by exact lookup: `Some` with what the
+    /// kernel answered (`Some(None)`: no such socket), `None` where it could not be asked
+    /// (the interface failed, or is not there; the TCP table decides those).
+    fn client_inodes(&mut self, conns: &[Pending]) -> Vec<Option<Option<(u64, u32)>>> {
+        use super::sockdiag::Lookup;
+        conns
+            .iter()
+            .map(|c| match self.diag.as_mut()?.client(c.peer, c.local) {
+                Ok(Lookup::Found { inode, uid }) => Some(Some((inode, uid))),
+                Ok(Lookup::Absent) => Some(None),
+                Err(e) => {
+                    tracing::debug!(error = %e, "sock_diag failed: reading the TCP table");
+                    self.diag = None;
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
         use super::procfs::{client_inode, held_among, pids_of, stat, tcp_table};
         if conns.is_empty() {
             return;
         }
-        // The IPv4 table first: a loopback client's socket is almost always there (the
-        // relay listens on 127.0.0.1 by default); the IPv6 one only for those not found.
-        let rows = tcp_table(false);
-        let mut inodes: Vec<Option<(u64, u32)>> = conns
-            .iter()
-            .map(|c| client_inode(&rows, c.peer, c.local))
-            .collect();
-        if inodes.iter().any(Option::is_none) {
-            let rows = tcp_table(true);
-            for (c, inode) in conns.iter().zip(inodes.iter_mut()) {
-                if inode.is_none() {
-                    *inode = client_inode(&rows, c.peer, c.local);
+        let mut inodes = self.client_inodes(conns);
+        // Where the exact lookup failed: the IPv4 table (a loopback client's socket is
+        // almost always there: the relay listens on 127.0.0.1 by default), then the IPv6 one.
+        for v6 in [false, true] {
+            let missing: Vec<usize> = (0..conns.len()).filter(|&i| inodes[i].is_none()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            let rows = tcp_table(v6);
+            for i in missing {
+                if let Some(found) = client_inode(&rows, conns[i].peer, conns[i].local) {
+                    inodes[i] = Some(Some(found));
                 }
             }
         }
+        let inodes: Vec<Option<(u64, u32)>> = inodes.into_iter().map(Option::flatten).collect();
         let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
         let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
         let mut found: Vec<(u64, i32)> = Vec::new();
