@@ -10,7 +10,8 @@
 //!   the observed `GET /openai/v1/responses` route;
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
 //!   checked, p99 latency, the proxy's peak RSS (VmHWM, summed over its processes; a fresh
-//!   proxy per run); and 200 concurrent WebSocket streams of the same shape, observed too;
+//!   proxy per run), and the proxy's CPU time over the run (per event relayed); and 200
+//!   concurrent WebSocket streams of the same shape, observed too;
 //! - start-up: from spawn to the port accepting and to the first forwarded response, median of
 //!   several starts.
 //!
@@ -926,13 +927,17 @@ async fn main() {
         for (kind, sse_path, ws_path) in &proxies {
             let path = if ws { ws_path } else { sse_path };
             let p = Proxy::start(*kind, up.addr).await.expect("started before");
+            let cpu0 = p.cpu_secs();
             let (e, l) = concurrent(p.addr, path, ws, streams).await;
+            let cpu = p.cpu_secs() - cpu0;
             println!(
-                "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB",
+                "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.0} ms ({:.1} us/event)",
                 kind.name(),
                 l.p99_us,
                 l.p99_us / ld.p99_us,
-                p.peak_rss_kib() as f64 / 1024.0
+                p.peak_rss_kib() as f64 / 1024.0,
+                cpu * 1000.0,
+                cpu * 1e6 / (streams * 50) as f64
             );
         }
     }

@@ -5,9 +5,21 @@
 //! is told `lost("overflow")` (stamped with the moment of the first dropped copy) once it has
 //! taken up everything queued before. Each copy is stamped on the data path, when the bytes
 //! passed; the observer stamps the events a copy produces with that time, never its own.
+//!
+//! A copy wakes nobody. Waking the observer's task from the data path meant, per relayed
+//! event, a lock on the observation runtime's queue and usually a write to its eventfd (a
+//! system call and an inter-processor interrupt on the forwarding thread); with 200 streams of
+//! sparse events that was one per event. Instead the tap raises its stream's flag, and the
+//! first copy after the flag was lowered puts the stream on the [`Doorbell`]'s list (a lock,
+//! no system call); a ticker on the observation thread rings the listed streams once per
+//! [`TICK`], where waking a task is a local queue push. A stream's copies are taken up at
+//! most a tick after they passed; the watermark waits for them meanwhile, as for any queued
+//! copy. After a quiet spell the ticker parks, and the first stream listed wakes it: one
+//! wake per quiet spell, not per copy. The end of a stream and an overflow still wake its
+//! observer at once (once each).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use correlator::{EventKind, Millis};
@@ -108,8 +120,8 @@ impl StreamObserver for Contained {
 
 const NONE: u64 = u64::MAX;
 
-/// How long the observer of a busy stream lets copies gather before taking them up.
-const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+/// How often the doorbell rings the streams that have copies waiting.
+const TICK: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Bytes of copies one stream may have queued. The channel bounds the number of copies; this
 /// bounds their size (an upload's chunks can be large), so a stalled observer costs at most
@@ -124,6 +136,10 @@ struct Shared {
     closed_at: AtomicU64,
     /// Bytes of copies queued and not yet taken up.
     queued_bytes: AtomicUsize,
+    /// Raised by the data path when it queues a copy, lowered by the observer when it has
+    /// taken up everything: while it is up, the stream is on the doorbell's list (or its
+    /// observer is about to look again), so further copies need not list it.
+    rung: AtomicBool,
     wake: Notify,
 }
 
@@ -136,11 +152,100 @@ impl Shared {
     }
 }
 
+/// The streams whose observers have copies to take up, rung together once per [`TICK`] by a
+/// ticker on the observation threads (see the module documentation).
+pub struct Doorbell {
+    ready: Mutex<Vec<Arc<Shared>>>,
+    /// The ticker stopped ticking after [`IDLE_TICKS`] ticks with nothing to ring; the next
+    /// stream listed wakes it (one wake after a quiet spell, not one per copy).
+    parked: AtomicBool,
+    unpark: Notify,
+}
+
+/// Ticks with nothing to ring before the ticker parks instead of ticking on.
+const IDLE_TICKS: u32 = 8;
+
+impl Doorbell {
+    /// A doorbell with its ticker running on `observers` (it ends with their runtime).
+    pub fn start(observers: &Spawner) -> Arc<Doorbell> {
+        let doorbell = Arc::new(Doorbell {
+            ready: Mutex::new(Vec::new()),
+            parked: AtomicBool::new(false),
+            unpark: Notify::new(),
+        });
+        let ticker = doorbell.clone();
+        observers.spawn(move || ticker.tick());
+        doorbell
+    }
+
+    /// A doorbell nobody rings but the test that holds it.
+    #[cfg(test)]
+    fn unticked() -> Arc<Doorbell> {
+        Arc::new(Doorbell {
+            ready: Mutex::new(Vec::new()),
+            parked: AtomicBool::new(false),
+            unpark: Notify::new(),
+        })
+    }
+
+    fn list(&self, stream: &Arc<Shared>) {
+        if let Ok(mut ready) = self.ready.lock() {
+            ready.push(stream.clone());
+        }
+        if self.parked.swap(false, Ordering::SeqCst) {
+            self.unpark.notify_one();
+        }
+    }
+
+    /// Wakes the observers of the streams listed since the last ring (`rung` is scratch
+    /// space); whether there were any.
+    fn ring(&self, rung: &mut Vec<Arc<Shared>>) -> bool {
+        if let Ok(mut ready) = self.ready.lock() {
+            std::mem::swap(rung, &mut *ready);
+        }
+        let any = !rung.is_empty();
+        for stream in rung.drain(..) {
+            stream.wake.notify_one();
+        }
+        any
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ready.lock().map(|r| r.is_empty()).unwrap_or(true)
+    }
+
+    /// Rings the listed streams once per tick; parks after a quiet spell.
+    async fn tick(self: Arc<Self>) {
+        let mut rung = Vec::new();
+        let mut idle = 0;
+        loop {
+            tokio::time::sleep(TICK).await;
+            if self.ring(&mut rung) {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle >= IDLE_TICKS {
+                idle = 0;
+                // Parked first, then looked: a stream listed in between finds it parked and
+                // leaves a permit, so the wait below returns at once.
+                self.parked.store(true, Ordering::SeqCst);
+                if self.is_empty() {
+                    self.unpark.notified().await;
+                }
+                self.parked.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+
 /// The data-path end. Dropping it (when the exchange or connection is over) closes the
 /// observer's stream.
 pub struct Tap {
     tx: mpsc::Sender<(Millis, TapMsg)>,
     shared: Arc<Shared>,
+    doorbell: Arc<Doorbell>,
     clock: Clock,
 }
 
@@ -156,7 +261,11 @@ impl Tap {
         let size = msg.size();
         let queued = self.shared.queued_bytes.fetch_add(size, Ordering::SeqCst) + size;
         let sent = queued <= MAX_QUEUED_BYTES && self.tx.try_send((t, msg)).is_ok();
-        if !sent {
+        if sent {
+            if !self.shared.rung.swap(true, Ordering::SeqCst) {
+                self.doorbell.list(&self.shared);
+            }
+        } else {
             self.shared.queued_bytes.fetch_sub(size, Ordering::SeqCst);
             // The unit stays pending until the observer has reported the loss; only the
             // first overflow counts (two directions may race here).
@@ -210,6 +319,28 @@ pub struct Settings {
     pub stall: Stall,
     /// Where observer tasks run: the observation threads, never a forwarding core.
     pub observers: Spawner,
+    /// Rings observers whose streams have copies waiting (its ticker runs on `observers`).
+    pub doorbell: Arc<Doorbell>,
+}
+
+impl Settings {
+    pub fn new(
+        clock: Clock,
+        queue: usize,
+        events: mpsc::Sender<Timed>,
+        stall: Stall,
+        observers: Spawner,
+    ) -> Settings {
+        let doorbell = Doorbell::start(&observers);
+        Settings {
+            clock,
+            queue,
+            events,
+            stall,
+            observers,
+            doorbell,
+        }
+    }
 }
 
 /// Starts the observer task for one stream and returns its tap. The observer's `opening`
@@ -230,6 +361,7 @@ pub fn start(
         events,
         stall,
         observers,
+        doorbell,
     } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
     let shared = Arc::new(Shared {
@@ -237,6 +369,7 @@ pub fn start(
         overflow_at: AtomicU64::new(NONE),
         closed_at: AtomicU64::new(NONE),
         queued_bytes: AtomicUsize::new(0),
+        rung: AtomicBool::new(false),
         wake: Notify::new(),
     });
     let task_shared = shared.clone();
@@ -246,7 +379,12 @@ pub fn start(
         t: t_open,
     };
     observers.spawn(move || run(task_shared, rx, observer, opening, events, stall));
-    Tap { tx, shared, clock }
+    Tap {
+        tx,
+        shared,
+        doorbell,
+        clock,
+    }
 }
 
 /// A stream's opening events, stamped `t`, to go out once its host is known.
@@ -285,45 +423,30 @@ async fn run(
     }
 
     let mut lost_reported = false;
-    // Whether copies came in since the observer last waited.
-    let mut busy = false;
     loop {
-        let closed = || Shared::time(&shared.closed_at).is_some();
-        let msg = match rx.try_recv() {
+        let mut msg = rx.try_recv();
+        if let Err(TryRecvError::Empty) = msg {
+            // Everything queued is taken up: lower the flag, then look once more, since a
+            // copy queued before the flag came down did not list the stream.
+            shared.rung.store(false, Ordering::SeqCst);
+            msg = rx.try_recv();
+        }
+        let msg = match msg {
             Ok(m) => Some(m),
             Err(TryRecvError::Disconnected) => None,
-            Err(TryRecvError::Empty) if busy => {
-                // A busy stream: let copies gather for a moment instead of waiting on the
-                // channel, so the data path hands them over without waking this thread (a
-                // system call on the forwarding thread per copy otherwise). The watermark
-                // waits for them, pending, as for any queued copy.
-                busy = false;
-                tokio::select! {
-                    biased;
-                    _ = shared.wake.notified() => {
-                        if closed() {
-                            rx.close();
-                        }
-                    }
-                    _ = tokio::time::sleep(GATHER) => {}
+            Err(TryRecvError::Empty) => {
+                if Shared::time(&shared.closed_at).is_some() {
+                    // The data path let go; what is queued is all there will be.
+                    rx.close();
+                } else if lost_reported || Shared::time(&shared.overflow_at).is_none() {
+                    // Rung by the doorbell, or at once for an end or an overflow.
+                    shared.wake.notified().await;
                 }
                 None
             }
-            Err(TryRecvError::Empty) => tokio::select! {
-                biased;
-                m = rx.recv() => m,
-                _ = shared.wake.notified() => {
-                    if closed() {
-                        // The data path let go; what is queued is all there will be.
-                        rx.close();
-                    }
-                    None
-                }
-            },
         };
         match msg {
             Some((t, m)) => {
-                busy = true;
                 shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
                 last_t = last_t.max(t);
                 source.took_up(last_t);
@@ -428,13 +551,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
-        let settings = Settings {
-            clock,
-            queue,
-            events: tx,
-            stall: Stall(stall),
-            observers: observers.spawner(),
-        };
+        let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner());
         let tap = start(
             guard,
             t_open,
@@ -521,13 +638,7 @@ mod tests {
         let observers = Cores::start_observers(1).unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
-        let settings = Settings {
-            clock,
-            queue: 1000,
-            events: tx,
-            stall: Stall(true),
-            observers: observers.spawner(),
-        };
+        let settings = Settings::new(clock, 1000, tx, Stall(true), observers.spawner());
         let tap = start(
             guard,
             clock.now_ms(),
@@ -581,13 +692,7 @@ mod tests {
             let clock = Clock::start();
             let sources = Arc::new(Sources::default());
             let (tx, mut rx) = mpsc::channel(1024);
-            let settings = Settings {
-                clock,
-                queue: 8,
-                events: tx,
-                stall: Stall(false),
-                observers: settings_observers,
-            };
+            let settings = Settings::new(clock, 8, tx, Stall(false), settings_observers);
             let guard = sources.register(&clock);
             let tap = start(
                 guard,
@@ -626,13 +731,7 @@ mod tests {
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
         let observers = Cores::start_observers(1).unwrap();
-        let settings = Settings {
-            clock,
-            queue: 8,
-            events: tx,
-            stall: Stall(false),
-            observers: observers.spawner(),
-        };
+        let settings = Settings::new(clock, 8, tx, Stall(false), observers.spawner());
         let open = EventKind::StreamOpen {
             stream: "s".into(),
             client: Client::Claude,
@@ -678,6 +777,104 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_copy_wakes_nobody_its_stream_is_listed_once_and_taken_up_when_rung() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let observers = Cores::start_observers(1).unwrap();
+        let (tx, mut rx) = mpsc::channel(1024);
+        let guard = sources.register(&clock);
+        let doorbell = Doorbell::unticked();
+        let settings = Settings {
+            clock,
+            queue: 1000,
+            events: tx,
+            stall: Stall(false),
+            observers: observers.spawner(),
+            doorbell: doorbell.clone(),
+        };
+        let tap = start(
+            guard,
+            clock.now_ms(),
+            Box::new(Recorder),
+            vec![mark("open")],
+            None,
+            &settings,
+        );
+        drop(settings);
+        assert_eq!(word(&rx.recv().await.unwrap().1), "open");
+        let mut scratch = Vec::new();
+        // Whether the observer has taken everything up and lowered its stream's flag (it then
+        // waits to be rung; a moment more lets it get from lowering the flag to the wait).
+        let settled = |tap: &Tap| {
+            let down = !tap.shared.rung.load(Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                down
+            }
+        };
+        // A first copy, rung: afterwards the observer waits with the flag down.
+        tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        assert!(doorbell.ring(&mut scratch));
+        assert_eq!(word(&rx.recv().await.unwrap().1), "resp");
+        let mut waited = 0;
+        while !settled(&tap).await {
+            waited += 1;
+            assert!(waited < 300, "the flag never came down");
+        }
+        for _ in 0..100 {
+            tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        }
+        assert_eq!(doorbell.ready.lock().unwrap().len(), 1, "listed once");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(rx.try_recv().is_err(), "nothing taken up before the ring");
+        assert!(doorbell.ring(&mut scratch));
+        for _ in 0..100 {
+            assert_eq!(word(&rx.recv().await.unwrap().1), "resp");
+        }
+        // The end wakes the observer at once, with no ring.
+        drop(tap);
+        assert_eq!(word(&rx.recv().await.unwrap().1), "close");
+        assert!(doorbell.ready.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_ticker_parks_when_quiet_and_the_next_copy_wakes_it() {
+        let observers = Cores::start_observers(1).unwrap();
+        let doorbell = Doorbell::start(&observers.spawner());
+        let mut waited = 0;
+        while !doorbell.parked.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            waited += 1;
+            assert!(waited < 30_000, "the ticker never parked");
+        }
+        let (events, mut rx) = mpsc::channel(1024);
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let settings = Settings {
+            clock,
+            queue: 8,
+            events,
+            stall: Stall(false),
+            observers: observers.spawner(),
+            doorbell: doorbell.clone(),
+        };
+        let tap = start(
+            sources.register(&clock),
+            clock.now_ms(),
+            Box::new(Recorder),
+            vec![],
+            None,
+            &settings,
+        );
+        drop(settings);
+        tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        // Taken up while the tap is still held: the parked ticker was woken and rang.
+        assert_eq!(word(&rx.recv().await.unwrap().1), "resp");
+        drop(tap);
+        assert_eq!(word(&rx.recv().await.unwrap().1), "close");
+    }
+
+    #[tokio::test]
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
@@ -685,13 +882,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
-        let settings = Settings {
-            clock,
-            queue: 8,
-            events: tx,
-            stall: Stall(true),
-            observers: observers.spawner(),
-        };
+        let settings = Settings::new(clock, 8, tx, Stall(true), observers.spawner());
         let tap = start(
             guard,
             t_open,
