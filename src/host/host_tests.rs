@@ -81,6 +81,22 @@ mod linux {
         assert_eq!(resolve(&mut resolver(), peer, local), None);
     }
 
+    #[test]
+    fn without_sock_diag_the_tcp_table_finds_the_same_host() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (child, _server, peer) = client(&listener);
+        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let mut r = resolver();
+        assert!(r.diag.is_some(), "sock_diag is there on this machine");
+        r.diag = None;
+        assert_eq!(resolve(&mut r, peer, local), Some(want));
+        end(child);
+        let mut r = resolver();
+        r.diag = None;
+        assert_eq!(resolve(&mut r, peer, local), None, "gone");
+    }
+
     #[tokio::test]
     async fn a_wrapper_belongs_to_its_nearest_ancestor_that_made_a_connection() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

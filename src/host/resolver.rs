@@ -3,12 +3,13 @@
 //!
 //! Its cost is bounded: requests queue up to [`QUEUE`] (past that a connection's host is
 //! unknown, at once); they are taken in batches of up to [`MAX_BATCH`], and one batch costs
-//! one read of the IPv4 TCP table (and of the IPv6 one if needed), a look at the fd tables
-//! of the hosts already seen (most connections come from a host that made one before), and
-//! only for inodes still not found one walk over the process table (at most [`MAX_SCAN`]
-//! processes, only those of the sockets' owners, as the TCP table names them, stopping once
-//! every inode is found). The relay's own fd table, the largest on the machine, is never
-//! walked.
+//! one exact `sock_diag` query per connection (or, where netlink is not there, one read of
+//! the IPv4 TCP table and of the IPv6 one if needed), a look at the fd tables of the hosts
+//! already seen (most connections come from a host that made one before), and only for
+//! inodes still not found one walk over the process table (at most [`MAX_SCAN`] processes,
+//! only those of the sockets' owners, stopping once every inode is found). The relay's own
+//! fd table, the largest on the machine, is never walked. The thread runs below the
+//! forwarding threads ([`crate::priority`]).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -152,7 +153,7 @@ pub(super) struct Resolver {
     /// Pids of hosts seen, most recent first.
     owners: Vec<i32>,
     /// Exact socket lookups; `None` once the interface has failed (then the TCP table).
-    diag: Option<super::sockdiag::SockDiag>,
+    pub(super) diag: Option<super::sockdiag::SockDiag>,
 }
 
 /// One connection to resolve.
