@@ -1,7 +1,7 @@
-//! Thread priorities. Everything on the observation side that can take CPU in bulk (the
-//! observers, the host resolver reading `/proc`) runs on threads of its own below the
-//! forwarding threads: when both want the same CPU, forwarding gets it, and observation
-//! catches up after (its work is queued and bounded, never waited for by the data path).
+//! Thread priorities. The observers, which can take CPU in bulk (decoding and parsing a
+//! hostile stream), run on threads of their own below the forwarding threads: when both want
+//! the same CPU, forwarding gets it, and observation catches up after (its work is queued and
+//! bounded, never waited for by the data path).
 
 /// Lowers the calling thread's scheduling priority by 10 nice levels below the process's
 /// (at most 19), relative so that a relay started under `nice` keeps the difference

@@ -57,7 +57,9 @@ async fn a_failed_exchange_logs_its_class_and_a_good_one_logs_none() {
             .unwrap_or_else(|| panic!("no ms in {l}"));
         let fraction = ms.split('.').nth(1).unwrap_or("");
         let significant = fraction.trim_start_matches('0').len();
-        let value: f64 = ms.parse().unwrap_or_else(|_| panic!("ms not a number in {l}"));
+        let value: f64 = ms
+            .parse()
+            .unwrap_or_else(|_| panic!("ms not a number in {l}"));
         assert!(
             fraction.len() <= 2 || (value < 0.1 && significant <= 3),
             "{l}"

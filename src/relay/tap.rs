@@ -239,7 +239,6 @@ impl Doorbell {
     }
 }
 
-
 /// The data-path end. Dropping it (when the exchange or connection is over) closes the
 /// observer's stream.
 pub struct Tap {
