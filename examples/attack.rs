@@ -11,7 +11,10 @@
 //!
 //! Every byte each client receives (and the upstream receives, for uploads) is compared with
 //! what was sent. Meanwhile a normal request (a small GET no observer watches) goes through
-//! the relay every 250 ms; its latency is reported quiet (before the attack) and during it.
+//! the relay every 250 ms; its latency is reported quiet (before the attack) and during it,
+//! twice: from the harness's main runtime (where the attack's clients and upstream compare
+//! every byte, so it also waits behind the harness), and from a prober on a thread and
+//! runtime of its own with an upstream of its own (what the relay and the machine cost it).
 //! The relay's peak RSS is its VmHWM.
 //!
 //! Run: `cargo run --release --example attack -- --relay target/release/windowtap [--n 200]
@@ -218,14 +221,14 @@ fn tokio_stream_from<T: Send + 'static>(
 }
 
 /// Latencies (µs) of a small unobserved GET every 250 ms until `stop`.
-async fn probe(addr: SocketAddr, stop: Arc<AtomicU64>) -> Vec<u64> {
+async fn probe(addr: SocketAddr, path: &'static str, stop: Arc<AtomicU64>) -> Vec<u64> {
     let mut out = Vec::new();
     while stop.load(Ordering::Relaxed) == 0 {
         let t = Instant::now();
         let mut s = connect(addr).await;
         let res = s
             .send_request(
-                Request::get("/a/ping")
+                Request::get(path)
                     .header("host", "a")
                     .body(BodyExt::boxed(Full::new(Bytes::new())))
                     .unwrap(),
@@ -285,12 +288,27 @@ async fn main() {
         p.valid.len()
     );
     let up = upstream(p.clone()).await;
+    // The isolated prober: its own thread, runtime and upstream (the relay's mount `p`).
+    let probe_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let probe_handle = probe_rt.handle().clone();
+    let (probe_stop_tx, probe_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = probe_rt.block_on(probe_stop_rx);
+    });
+    let probe_up = probe_handle
+        .spawn(upstream(p.clone()))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(&relay_bin)
         .args(["relay", "--listen", "127.0.0.1:0", "--log", "warn"])
         .arg("--ingest")
         .arg(dir.path().join("ingest.sock"))
         .args(["--upstream", &format!("a=http://{up}")])
+        .args(["--upstream", &format!("p=http://{probe_up}")])
         .args(&relay_args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -315,19 +333,20 @@ async fn main() {
         .parse()
         .unwrap();
 
-    // Quiet: 20 probes.
+    // Quiet: 20 probes of each kind.
     let stop = Arc::new(AtomicU64::new(0));
-    let quiet = {
-        let stop2 = stop.clone();
-        let h = tokio::spawn(probe(addr, stop2));
+    let (quiet, quiet_alone) = {
+        let h = tokio::spawn(probe(addr, "/a/ping", stop.clone()));
+        let alone = probe_handle.spawn(probe(addr, "/p/ping", stop.clone()));
         tokio::time::sleep(Duration::from_secs(5)).await;
         stop.store(1, Ordering::Relaxed);
-        h.await.unwrap()
+        (h.await.unwrap(), alone.await.unwrap())
     };
     let base_rss = status_kib(pid, "VmRSS:");
 
     let stop = Arc::new(AtomicU64::new(0));
-    let prober = tokio::spawn(probe(addr, stop.clone()));
+    let prober = tokio::spawn(probe(addr, "/a/ping", stop.clone()));
+    let prober_alone = probe_handle.spawn(probe(addr, "/p/ping", stop.clone()));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for &kind in &kinds {
@@ -361,6 +380,8 @@ async fn main() {
     let elapsed = started.elapsed();
     stop.store(1, Ordering::Relaxed);
     let during = prober.await.unwrap();
+    let during_alone = prober_alone.await.unwrap();
+    drop(probe_stop_tx);
     peak_sampled = peak_sampled.max(sampler.await.unwrap());
     let hwm = status_kib(pid, "VmHWM:");
     let alive = child.try_wait().unwrap().is_none();
@@ -376,6 +397,8 @@ async fn main() {
     };
     let (qp50, qmax, qn) = stats(&quiet);
     let (dp50, dmax, dn) = stats(&during);
+    let (aqp50, aqmax, aqn) = stats(&quiet_alone);
+    let (adp50, admax, adn) = stats(&during_alone);
     println!("relay {relay_bin} {}", relay_args.join(" "));
     println!("kinds {kinds:?}, {n} streams each (valid: 1), held {hold:?}; took {elapsed:.1?}");
     println!("intact streams {ok:?}; broken {bad:?}; relay alive at the end: {alive}");
@@ -391,5 +414,12 @@ async fn main() {
         qmax as f64 / 1000.0,
         dp50 as f64 / 1000.0,
         dmax as f64 / 1000.0
+    );
+    println!(
+        "normal request latency, prober on its own thread: quiet p50 {:.2} ms max {:.2} ms ({aqn}); during p50 {:.2} ms max {:.2} ms ({adn})",
+        aqp50 as f64 / 1000.0,
+        aqmax as f64 / 1000.0,
+        adp50 as f64 / 1000.0,
+        admax as f64 / 1000.0
     );
 }
