@@ -298,10 +298,7 @@ async fn main() {
     std::thread::spawn(move || {
         let _ = probe_rt.block_on(probe_stop_rx);
     });
-    let probe_up = probe_handle
-        .spawn(upstream(p.clone()))
-        .await
-        .unwrap();
+    let probe_up = probe_handle.spawn(upstream(p.clone())).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(&relay_bin)
         .args(["relay", "--listen", "127.0.0.1:0", "--log", "warn"])

@@ -536,6 +536,24 @@ mod tests {
         }
     }
 
+    /// Starts a [`Recorder`] observer whose stream opened now, with `opening`, and lets go of
+    /// `settings` (so the events channel closes with the observer).
+    fn recorded(
+        guard: SourceGuard,
+        clock: &Clock,
+        opening: Vec<EventKind>,
+        settings: Settings,
+    ) -> Tap {
+        start(
+            guard,
+            clock.now_ms(),
+            Box::new(Recorder),
+            opening,
+            None,
+            &settings,
+        )
+    }
+
     fn word(k: &EventKind) -> String {
         match k {
             EventKind::ObservationLost { reason, .. } => reason.clone(),
@@ -638,15 +656,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let guard = sources.register(&clock);
         let settings = Settings::new(clock, 1000, tx, Stall(true), observers.spawner());
-        let tap = start(
-            guard,
-            clock.now_ms(),
-            Box::new(Recorder),
-            vec![],
-            None,
-            &settings,
-        );
-        drop(settings);
+        let tap = recorded(guard, &clock, vec![], settings);
         let chunk = Bytes::from(vec![0u8; 1 << 20]);
         for _ in 0..10 {
             tap.send(TapMsg::RequestChunk(chunk.clone()));
@@ -791,15 +801,7 @@ mod tests {
             observers: observers.spawner(),
             doorbell: doorbell.clone(),
         };
-        let tap = start(
-            guard,
-            clock.now_ms(),
-            Box::new(Recorder),
-            vec![mark("open")],
-            None,
-            &settings,
-        );
-        drop(settings);
+        let tap = recorded(guard, &clock, vec![mark("open")], settings);
         assert_eq!(word(&rx.recv().await.unwrap().1), "open");
         let mut scratch = Vec::new();
         // Whether the observer has taken everything up and lowered its stream's flag (it then
@@ -857,15 +859,7 @@ mod tests {
             observers: observers.spawner(),
             doorbell: doorbell.clone(),
         };
-        let tap = start(
-            sources.register(&clock),
-            clock.now_ms(),
-            Box::new(Recorder),
-            vec![],
-            None,
-            &settings,
-        );
-        drop(settings);
+        let tap = recorded(sources.register(&clock), &clock, vec![], settings);
         tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
         // Taken up while the tap is still held: the parked ticker was woken and rang.
         assert_eq!(word(&rx.recv().await.unwrap().1), "resp");
