@@ -9,7 +9,6 @@ mod ingest;
 mod live;
 mod logging;
 mod otlp;
-mod priority;
 mod ratelimit;
 mod relay;
 mod replay_cmd;

@@ -54,9 +54,7 @@ impl Cores {
     /// Their threads run at a lower priority (nice +10): when observation and forwarding want
     /// the same CPU, forwarding gets it, and a hostile stream's cost lands on observation.
     pub fn start_observers(n: usize) -> anyhow::Result<Cores> {
-        Cores::start_with(n, "windowtap-observe", |_| {
-            crate::priority::lower_this_thread()
-        })
+        Cores::start_with(n, "windowtap-observe", |_| lower_thread_priority())
     }
 
     /// The number of observation threads for this machine: half the cores, 1 to 4.
@@ -117,5 +115,23 @@ impl Spawner {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
         // A core that has stopped drops the task unrun.
         drop(self.handles[i].spawn(async move { f().await }));
+    }
+}
+
+/// Lowers the calling thread's scheduling priority by 10 nice levels below the process's
+/// (at most 19), relative so that a relay started under `nice` keeps the difference
+/// (best effort).
+fn lower_thread_priority() {
+    // SAFETY: gettid has no preconditions; getpriority and setpriority with PRIO_PROCESS and
+    // a thread id read and change only that thread's nice value on Linux.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if *libc::__errno_location() != 0
+            || libc::setpriority(libc::PRIO_PROCESS, tid, (current + 10).min(19)) != 0
+        {
+            tracing::debug!("could not lower the observation thread's priority");
+        }
     }
 }
