@@ -358,8 +358,10 @@ async fn the_environment_names_the_endpoint_too() {
         paths,
         ["/custom/traces", "/base/v1/traces", "/flag/v1/traces"]
     );
-    let service = |i: usize| {
-        got[i].1.resource_spans[0]
+    // The service name of the first batch that reached `path` (a run may send two batches).
+    let service = |path: &str| {
+        let (_, batch) = got.iter().find(|(p, _)| p == path).expect("a batch");
+        batch.resource_spans[0]
             .resource
             .as_ref()
             .unwrap()
@@ -369,8 +371,14 @@ async fn the_environment_names_the_endpoint_too() {
             .and_then(|kv| kv.value.clone())
             .and_then(|v| v.value)
     };
-    assert_eq!(service(0), Some(Value::StringValue("windowtap".into())));
-    assert_eq!(service(1), Some(Value::StringValue("agent-x".into())));
+    assert_eq!(
+        service("/custom/traces"),
+        Some(Value::StringValue("windowtap".into()))
+    );
+    assert_eq!(
+        service("/base/v1/traces"),
+        Some(Value::StringValue("agent-x".into()))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
