@@ -21,6 +21,11 @@
 //! no access log. Their configs are written to a temp dir at run time. A reference whose
 //! binary is not installed (`apt-get install -y nginx-light haproxy`) is skipped.
 //!
+//! windowtap runs with `--capture`; when one of its processes stops, the bench says how many
+//! of the streams it observed lost their observation (an observer that falls behind its
+//! bound stops observing its stream, which forwarding never waits for): rows measured on
+//! such streams carry less observation work than the others.
+//!
 //! Run: `cargo bench --bench relay` (`-- --quick` for a shorter run, `-- --rounds N`).
 
 #[path = "../tests/support/mod.rs"]
@@ -503,6 +508,9 @@ impl Proxy {
                     .args(["--upstream", &format!("anthropic=http://{up}")])
                     .args(["--upstream", &format!("openai=http://{up}")])
                     .args(["--log", "warn"])
+                    // Read when the proxy stops: how many streams lost their observation.
+                    .arg("--capture")
+                    .arg(dir.path().join("capture.jsonl"))
                     .env_remove("RUST_LOG");
             }
             Kind::Nginx => {
@@ -627,7 +635,38 @@ impl Drop for Proxy {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if matches!(self.kind, Kind::Windowtap | Kind::Before(_)) {
+            report_observation(self.kind.name(), &self.dir.path().join("capture.jsonl"));
+        }
     }
+}
+
+/// Says how many of a windowtap run's observed streams lost their observation, from its
+/// capture: a stream whose observer fell behind the bound is forwarded on but no longer
+/// observed, so the rows measured on it include less observation work than asked for.
+fn report_observation(name: &str, capture: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(capture) else {
+        println!("{name}: no capture to count observation losses in");
+        return;
+    };
+    let (mut streams, mut lost) = (0, std::collections::BTreeMap::<String, usize>::new());
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match v["type"].as_str() {
+            Some("stream_open") => streams += 1,
+            Some("observation_lost") => {
+                let reason = v["reason"].as_str().unwrap_or("?").to_string();
+                *lost.entry(reason).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    let total: usize = lost.values().sum();
+    println!(
+        "{name}: observation lost on {total} of {streams} observed streams {lost:?} (the rows above, this proxy)"
+    );
 }
 
 /// The numeric fields of /proc/PID/stat after `comm` (so index 0 is field 3, `state`, as 0).
