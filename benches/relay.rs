@@ -664,6 +664,10 @@ fn report_observation(name: &str, capture: &std::path::Path) {
         }
     }
     let total: usize = lost.values().sum();
+    if streams <= 1 && total == 0 {
+        // A start-up probe's proxy: nothing to say.
+        return;
+    }
     println!(
         "{name}: observation lost on {total} of {streams} observed streams {lost:?} (the rows above, this proxy)"
     );
