@@ -90,15 +90,7 @@ async fn streams_and_calls_carry_the_host_process_they_came_from() {
     }
     let up = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        dir.path().join("records.jsonl").display().to_string(),
-    ]);
+    let (mut relay, _, capture) = relay_with_files(&up, "anthropic", dir.path(), &[]);
 
     let alpha = run_host(&relay, "alpha");
     let beta = run_host(&relay, "beta");

@@ -158,16 +158,7 @@ fn assert_no_canary(what: &str, text: &str) {
 async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_records() {
     let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let records = dir.path().join("records.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        records.display().to_string(),
-    ]);
+    let (mut relay, records, capture) = relay_with_files(&up, "anthropic", dir.path(), &[]);
     let first = claude_request(
         &relay,
         json!({"model":"claude","stream":true,"messages":[{"role":"user","content":CANARY}]}),
@@ -286,16 +277,7 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let records = dir.path().join("records.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("openai", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        records.display().to_string(),
-    ]);
+    let (mut relay, records, capture) = relay_with_files(&up, "openai", dir.path(), &[]);
     let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
@@ -367,18 +349,12 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
 async fn a_stalled_observer_never_slows_forwarding_and_marks_its_stream_lost() {
     let up = anthropic_upstream(2000).await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        dir.path().join("records.jsonl").display().to_string(),
-        "--observer-queue".into(),
-        "4".into(),
-        "--test-stall-observers".into(),
-    ]);
+    let (mut relay, _, capture) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &["--observer-queue", "4", "--test-stall-observers"],
+    );
     let got = claude_request(
         &relay,
         json!({"model":"claude","stream":true,"messages":[]}),
@@ -457,16 +433,7 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let records = dir.path().join("records.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("chatgpt", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        records.display().to_string(),
-    ]);
+    let (mut relay, records, capture) = relay_with_files(&up, "chatgpt", dir.path(), &[]);
     let turn = json!({"model":"gpt-5","stream":true,"store":false,"input":[{"type":"message","role":"user","content":CANARY}]});
     let cont = json!({"model":"gpt-5","stream":true,"store":false,"input":[
         {"type":"message","role":"user","content":CANARY},
@@ -537,21 +504,14 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
     use tokio::io::AsyncWriteExt;
     let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
-    let capture = dir.path().join("capture.jsonl");
-    let records = dir.path().join("records.jsonl");
     let (collector, spans_got) = otlp_support::receiver(false).await;
-    let mut relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--records".into(),
-        records.display().to_string(),
-        "--close-wait".into(),
-        "200".into(),
-        "--otlp-endpoint".into(),
-        format!("http://{collector}"),
-    ]);
+    let endpoint = format!("http://{collector}");
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &["--close-wait", "200", "--otlp-endpoint", &endpoint],
+    );
     let history = json!([{"role":"user","content":CANARY}]);
     claude_request(
         &relay,

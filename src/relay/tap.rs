@@ -588,6 +588,27 @@ mod tests {
         (settings, doorbell)
     }
 
+    /// What most of these tests start from: a clock, the watermark's sources, one observation
+    /// thread and the channel the observers' events arrive on.
+    struct Rig {
+        clock: Clock,
+        sources: Arc<Sources>,
+        observers: Cores,
+        tx: mpsc::Sender<Timed>,
+        rx: mpsc::Receiver<Timed>,
+    }
+
+    fn rig() -> Rig {
+        let (tx, rx) = mpsc::channel(1024);
+        Rig {
+            clock: Clock::start(),
+            sources: Arc::new(Sources::default()),
+            observers: Cores::start_observers(1).unwrap(),
+            tx,
+            rx,
+        }
+    }
+
     fn word(k: &EventKind) -> String {
         match k {
             EventKind::ObservationLost { reason, .. } => reason.clone(),
@@ -596,10 +617,13 @@ mod tests {
     }
 
     async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let observers = Cores::start_observers(1).unwrap();
-        let (tx, mut rx) = mpsc::channel(1024);
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
         let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner());
@@ -684,10 +708,13 @@ mod tests {
 
     #[tokio::test]
     async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let observers = Cores::start_observers(1).unwrap();
-        let (tx, mut rx) = mpsc::channel(1024);
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
         let guard = sources.register(&clock);
         let settings = Settings::new(clock, 1000, tx, Stall(true), observers.spawner());
         let tap = recorded(guard, &clock, vec![], settings);
@@ -821,10 +848,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_copy_wakes_nobody_its_stream_is_listed_once_and_taken_up_when_rung() {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let observers = Cores::start_observers(1).unwrap();
-        let (tx, mut rx) = mpsc::channel(1024);
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
         let guard = sources.register(&clock);
         let (settings, doorbell) = unticked(clock, tx, &observers);
         let tap = recorded(guard, &clock, vec![mark("open")], settings);
@@ -866,10 +896,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_filling_queue_wakes_its_observer_without_a_ring() {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let observers = Cores::start_observers(1).unwrap();
-        let (tx, mut rx) = mpsc::channel(1024);
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
         let (settings, doorbell) = unticked(clock, tx, &observers);
         let tap = recorded(
             sources.register(&clock),
@@ -937,10 +970,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let observers = Cores::start_observers(1).unwrap();
-        let (tx, mut rx) = mpsc::channel(1024);
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
         let guard = sources.register(&clock);
         let t_open = clock.now_ms();
         let settings = Settings::new(clock, 8, tx, Stall(true), observers.spawner());

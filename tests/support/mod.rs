@@ -528,6 +528,28 @@ pub fn capture_of_type(capture: &Path, ty: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A relay for `up`'s mount `name` writing records and capture into `dir`, with `extra`
+/// options; returns it with the records' and the capture's paths.
+pub fn relay_with_files(
+    up: &Upstream,
+    name: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> (Relay, PathBuf, PathBuf) {
+    let records = dir.join("records.jsonl");
+    let capture = dir.join("capture.jsonl");
+    let mut args = vec![
+        "--upstream".to_string(),
+        up.mount(name, ""),
+        "--records".into(),
+        records.display().to_string(),
+        "--capture".into(),
+        capture.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    (Relay::start(&args), records, capture)
+}
+
 /// A relay for `up`'s `anthropic` mount writing records and capture into `dir`
 /// (`--close-wait 200`), draining for at most `drain_ms` when stopped.
 pub fn anthropic_relay_with_files(
@@ -535,21 +557,13 @@ pub fn anthropic_relay_with_files(
     dir: &Path,
     drain_ms: u64,
 ) -> (Relay, PathBuf, PathBuf) {
-    let records = dir.join("records.jsonl");
-    let capture = dir.join("capture.jsonl");
-    let relay = Relay::start(&[
-        "--upstream".into(),
-        up.mount("anthropic", ""),
-        "--records".into(),
-        records.display().to_string(),
-        "--capture".into(),
-        capture.display().to_string(),
-        "--close-wait".into(),
-        "200".into(),
-        "--drain".into(),
-        drain_ms.to_string(),
-    ]);
-    (relay, records, capture)
+    let drain = drain_ms.to_string();
+    relay_with_files(
+        up,
+        "anthropic",
+        dir,
+        &["--close-wait", "200", "--drain", &drain],
+    )
 }
 
 /// `windowtap check` accepts the capture, and `windowtap replay` of it prints these records.
