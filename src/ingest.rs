@@ -766,6 +766,17 @@ mod tests {
         }
     }
 
+    /// A start report of tool `t` on alias `a`, with a `tool_use_id` hint.
+    fn start_report(id: &str, start_ns: u64, tool_use_id: &str) -> Report {
+        Report::Start {
+            id: id.into(),
+            alias: "a".into(),
+            tool: "t".into(),
+            start_ns,
+            hints: hints(Some(tool_use_id)),
+        }
+    }
+
     #[test]
     fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
         let paths = wrapper_candidates();
@@ -868,13 +879,7 @@ mod tests {
         let (handle, mut rx, _dir, clock) = listener().await;
         let mut conn = UnixStream::connect(handle.path()).await.unwrap();
         let s = mono_ns();
-        let start = |id: &str| Report::Start {
-            id: id.into(),
-            alias: "a".into(),
-            tool: "t".into(),
-            start_ns: s,
-            hints: hints(Some("toolu_2")),
-        };
+        let start = |id: &str| start_report(id, s, "toolu_2");
         let long = "x".repeat(MAX_LINE + 10);
         let future = Report::Start {
             id: "f".into(),
@@ -1091,13 +1096,7 @@ mod tests {
         let path = handle.path().to_path_buf();
         let mut conn = UnixStream::connect(&path).await.unwrap();
         let s = mono_ns();
-        let start = |id: &str| Report::Start {
-            id: id.into(),
-            alias: "a".into(),
-            tool: "t".into(),
-            start_ns: s,
-            hints: hints(Some("toolu_3")),
-        };
+        let start = |id: &str| start_report(id, s, "toolu_3");
         conn.write_all(start("i1").to_line().as_bytes())
             .await
             .unwrap();

@@ -31,7 +31,7 @@ pub fn tcp_table(v6: bool) -> Vec<TcpNetEntry> {
 
 /// An address as one family sees it: an IPv4-mapped IPv6 address is the IPv4 one (a dual
 /// stack listener reports an IPv4 client that way).
-fn canonical(a: SocketAddr) -> SocketAddr {
+pub fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 

@@ -244,47 +244,57 @@ impl Resolver {
         self.owners.truncate(MAX_OWNERS);
     }
 
-    /// Each connection's client socket (inode, owner) by exact lookup: `Some` with what the
-    /// kernel answered (`Some(None)`: no such socket), `None` where it could not be asked
-    /// (the interface failed, or is not there; the TCP table decides those).
-    fn client_inodes(&mut self, conns: &[Pending]) -> Vec<Option<Option<(u64, u32)>>> {
-        use super::sockdiag::Lookup;
-        conns
+    /// Each connection's client socket (inode, owner), `None` where there is none: by exact
+    /// lookup, or from the TCP tables where that interface is not there or fails.
+    fn client_inodes(&mut self, conns: &[Pending]) -> Vec<Option<(u64, u32)>> {
+        use super::procfs::{client_inode, tcp_table};
+        if let Some(found) = self.by_sock_diag(conns) {
+            return found;
+        }
+        // The IPv4 table first: a loopback client's socket is almost always there (the relay
+        // listens on 127.0.0.1 by default); the IPv6 one only for those not found.
+        let rows = tcp_table(false);
+        let mut found: Vec<_> = conns
             .iter()
-            .map(|c| match self.diag.as_mut()?.client(c.peer, c.local) {
-                Ok(Lookup::Found { inode, uid }) => Some(Some((inode, uid))),
-                Ok(Lookup::Absent) => Some(None),
+            .map(|c| client_inode(&rows, c.peer, c.local))
+            .collect();
+        if found.iter().any(Option::is_none) {
+            let rows = tcp_table(true);
+            for (c, inode) in conns.iter().zip(found.iter_mut()) {
+                if inode.is_none() {
+                    *inode = client_inode(&rows, c.peer, c.local);
+                }
+            }
+        }
+        found
+    }
+
+    /// [`Self::client_inodes`] by `sock_diag`; `None` (and no more asking) once it fails.
+    fn by_sock_diag(&mut self, conns: &[Pending]) -> Option<Vec<Option<(u64, u32)>>> {
+        use super::sockdiag::Lookup;
+        let diag = self.diag.as_mut()?;
+        let mut found = Vec::with_capacity(conns.len());
+        for c in conns {
+            match diag.client(c.peer, c.local) {
+                Ok(Lookup::Found { inode, uid }) => found.push(Some((inode, uid))),
+                Ok(Lookup::Absent) => found.push(None),
                 Err(e) => {
                     tracing::debug!(error = %e, "sock_diag failed: reading the TCP table");
                     self.diag = None;
-                    None
+                    return None;
                 }
-            })
-            .collect()
+            }
+        }
+        Some(found)
     }
 
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
-        use super::procfs::{client_inode, held_among, pids_of, stat, tcp_table};
+        use super::procfs::{held_among, pids_of, stat};
         if conns.is_empty() {
             return;
         }
-        let mut inodes = self.client_inodes(conns);
-        // Where the exact lookup failed: the IPv4 table (a loopback client's socket is
-        // almost always there: the relay listens on 127.0.0.1 by default), then the IPv6 one.
-        for v6 in [false, true] {
-            let missing: Vec<usize> = (0..conns.len()).filter(|&i| inodes[i].is_none()).collect();
-            if missing.is_empty() {
-                break;
-            }
-            let rows = tcp_table(v6);
-            for i in missing {
-                if let Some(found) = client_inode(&rows, conns[i].peer, conns[i].local) {
-                    inodes[i] = Some(Some(found));
-                }
-            }
-        }
-        let inodes: Vec<Option<(u64, u32)>> = inodes.into_iter().map(Option::flatten).collect();
+        let inodes = self.client_inodes(conns);
         let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
         let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
         let mut found: Vec<(u64, i32)> = Vec::new();

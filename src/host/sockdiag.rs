@@ -21,6 +21,8 @@ use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, Stat
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket};
 
+use super::procfs::canonical;
+
 /// What an exact query says of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
@@ -131,10 +133,6 @@ impl SockDiag {
             }
         }
     }
-}
-
-fn canonical(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 fn set_receive_timeout(socket: &Socket, wait: Duration) -> io::Result<()> {

@@ -177,18 +177,13 @@ const IDLE_TICKS: u32 = 8;
 impl Doorbell {
     /// A doorbell with its ticker running on `observers` (it ends with their runtime).
     pub fn start(observers: &Spawner) -> Arc<Doorbell> {
-        let doorbell = Arc::new(Doorbell {
-            ready: Mutex::new(Vec::new()),
-            parked: AtomicBool::new(false),
-            unpark: Notify::new(),
-        });
+        let doorbell = Doorbell::unticked();
         let ticker = doorbell.clone();
         observers.spawn(move || ticker.tick());
         doorbell
     }
 
-    /// A doorbell nobody rings but the test that holds it.
-    #[cfg(test)]
+    /// A doorbell with no ticker: nobody rings it but whoever holds it (tests).
     fn unticked() -> Arc<Doorbell> {
         Arc::new(Doorbell {
             ready: Mutex::new(Vec::new()),
