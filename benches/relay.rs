@@ -21,6 +21,13 @@
 //! no access log. Their configs are written to a temp dir at run time. A reference whose
 //! binary is not installed (`apt-get install -y nginx-light haproxy`) is skipped.
 //!
+//! A fourth row, `floor`, is no product: this bench binary re-run as a bare TCP copy loop on
+//! two current-thread tokio runtimes (no HTTP, no pooling, no observation; [`floor_proxy`]).
+//! It is what relaying costs on this machine at the least, the loopback TCP work and system
+//! calls every proxy pays, for reading the others against. windowtap's SSE latency and
+//! concurrency rows also run once on a path no observer watches (`windowtap unobserved`), so
+//! the cost of observation is measured rather than assumed.
+//!
 //! windowtap runs with `--capture`; when one of its processes stops, the bench says how many
 //! of the streams it observed lost their observation (an observer that falls behind its
 //! bound stops observing its stream, which forwarding never waits for): rows measured on
@@ -386,6 +393,10 @@ enum Kind {
     Before(&'static str),
     Nginx,
     Haproxy,
+    /// The floor: this bench binary run as a bare TCP copy loop ([`floor_proxy`]), no HTTP, no
+    /// observation. A yardstick, not a product: what any tokio proxy costs on this machine at
+    /// the least.
+    Floor,
 }
 
 impl Kind {
@@ -395,6 +406,7 @@ impl Kind {
             Kind::Before(_) => "windowtap-before",
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
+            Kind::Floor => "floor",
         }
     }
 
@@ -403,6 +415,11 @@ impl Kind {
         let name = match self {
             Kind::Windowtap => return Some(env!("CARGO_BIN_EXE_windowtap").to_string()),
             Kind::Before(path) => return Some(path.to_string()),
+            Kind::Floor => {
+                return std::env::current_exe()
+                    .ok()
+                    .map(|p| p.to_string_lossy().into_owned())
+            }
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
         };
@@ -477,6 +494,61 @@ backend be
     )
 }
 
+/// The floor proxy (`--floor-proxy LISTEN UPSTREAM`, run by the bench as a process of its
+/// own): two threads, each a current-thread tokio runtime accepting on the same listener (as
+/// nginx's two workers do), each connection copied both ways to a fresh upstream connection
+/// with one 16 KiB buffer per direction. No HTTP parsing (the upstream ignores the `/NAME`
+/// prefix), no pooling, no observation: the system calls and loopback TCP work every proxy
+/// here pays, plus the least a tokio task adds. Never returns.
+fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = std::net::TcpListener::bind(listen).expect("binding the floor proxy");
+    listener.set_nonblocking(true).unwrap();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let listener = listener.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    loop {
+                        let Ok((client, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        tokio::spawn(async move {
+                            let Ok(upstream) = tokio::net::TcpStream::connect(up).await else {
+                                return;
+                            };
+                            let _ = client.set_nodelay(true);
+                            let _ = upstream.set_nodelay(true);
+                            let (cr, cw) = client.into_split();
+                            let (ur, uw) = upstream.into_split();
+                            let copy = |mut from: tokio::net::tcp::OwnedReadHalf,
+                                        mut to: tokio::net::tcp::OwnedWriteHalf| async move {
+                                let mut buf = vec![0u8; 16 * 1024];
+                                while let Ok(n @ 1..) = from.read(&mut buf).await {
+                                    if to.write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                                let _ = to.shutdown().await;
+                            };
+                            tokio::join!(copy(cr, uw), copy(ur, cw));
+                        });
+                    }
+                })
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    std::process::exit(1)
+}
+
 /// A free loopback port (there is a small window in which something else could take it).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -522,6 +594,9 @@ impl Proxy {
                 let conf = dir.path().join("haproxy.cfg");
                 std::fs::write(&conf, haproxy_conf(port, up)).unwrap();
                 cmd.arg("-db").arg("-f").arg(&conf);
+            }
+            Kind::Floor => {
+                cmd.args(["--floor-proxy", &format!("127.0.0.1:{port}"), &up.to_string()]);
             }
         }
         let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
@@ -846,6 +921,10 @@ fn print_throughput(targets: &[Target], flows: &mut [&mut Flow], what: &str, rou
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--floor-proxy") {
+        let (listen, up) = (&args[i + 1], &args[i + 2]);
+        floor_proxy(listen.parse().unwrap(), up.parse().unwrap());
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let opt = |name: &str| {
         args.iter()
@@ -859,7 +938,7 @@ async fn main() {
     let rounds: usize = rounds;
     // For profiling one thing at a time: `--only
     // sse,ws,throughput,ws-throughput,streams,ws-streams,startup` and
-    // `--proxies windowtap,nginx,haproxy` (default: all).
+    // `--proxies windowtap,nginx,haproxy,floor` (default: all).
     let only = opt("--only");
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let picked = opt("--proxies");
@@ -870,7 +949,7 @@ async fn main() {
     if let Some(path) = opt("--windowtap-before") {
         kinds.push(Kind::Before(Box::leak(path.into_boxed_str())));
     }
-    kinds.extend([Kind::Nginx, Kind::Haproxy]);
+    kinds.extend([Kind::Nginx, Kind::Haproxy, Kind::Floor]);
     let mut targets = vec![Target::direct(&up)];
     for kind in kinds {
         if picked
@@ -967,15 +1046,22 @@ async fn main() {
         let path = if ws { direct.1 } else { direct.0 };
         let (ed, ld) = concurrent(up.addr, path, ws, streams).await;
         println!("{:<22} p99 {:>9.1}  errors {ed}", "direct", ld.p99_us);
+        // windowtap also on a path no observer watches (SSE): what observation costs per event.
+        let mut runs: Vec<(Kind, &str, &str)> = Vec::new();
         for (kind, sse_path, ws_path) in &proxies {
-            let path = if ws { ws_path } else { sse_path };
-            let p = Proxy::start(*kind, up.addr).await.expect("started before");
+            runs.push((*kind, kind.name(), if ws { ws_path } else { sse_path }));
+            if *kind == Kind::Windowtap && !ws && want("unobserved") {
+                runs.push((*kind, "windowtap unobserved", "/anthropic/v1/unobserved"));
+            }
+        }
+        for (kind, name, path) in runs {
+            let p = Proxy::start(kind, up.addr).await.expect("started before");
             let cpu0 = p.cpu_secs();
             let (e, l) = concurrent(p.addr, path, ws, streams).await;
             let cpu = p.cpu_secs() - cpu0;
             println!(
                 "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.0} ms ({:.1} us/event)",
-                kind.name(),
+                name,
                 l.p99_us,
                 l.p99_us / ld.p99_us,
                 p.peak_rss_kib() as f64 / 1024.0,
