@@ -66,8 +66,11 @@ impl Cores {
         let mut handles = Vec::new();
         let mut stop = Vec::new();
         for i in 0..n.max(1) {
+            // Sockets and timers only: with `enable_all` every park also polled the signal
+            // and child-process drivers, which nothing on these threads uses.
             let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
+                .enable_time()
                 .build()
                 .context("starting a core runtime")?;
             handles.push(rt.handle().clone());
