@@ -22,6 +22,7 @@ pub mod cores;
 pub mod dispatch;
 pub mod exchange;
 pub mod failure;
+mod framing;
 pub mod headers;
 pub mod http;
 pub mod limits;
@@ -34,6 +35,7 @@ pub mod state;
 pub mod tap;
 pub mod tunnels;
 pub mod upstream;
+mod verbatim;
 pub mod ws;
 
 use std::net::SocketAddr;

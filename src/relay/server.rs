@@ -18,7 +18,7 @@ use super::limits::{self, Admission, Clients};
 use super::mounts::Mounts;
 use super::state::State;
 use super::tunnels::Tunnels;
-use super::{cores, dispatch, failure, tap, upstream};
+use super::{cores, dispatch, failure, tap, upstream, verbatim};
 use crate::clock::Clock;
 use crate::live::{self, LiveConfig, Sinks, Timed};
 use crate::ratelimit::Repeated;
@@ -224,39 +224,52 @@ pub async fn serve(
         // Off this runtime's reactor: the core registers it with its own.
         let Ok(io) = io.into_std() else { continue };
         let state = state.clone();
-        let mut drain = drain.clone();
+        let drain = drain.clone();
         // The connection's task knows its host: its streams find it there (`start_tap`).
-        cores.spawn(move || crate::host::with_connection(host, async move {
-            let _admitted = admitted;
-            let Ok(io) = tokio::net::TcpStream::from_std(io) else {
-                return;
-            };
-            let header_timeout = state.clients.header_timeout;
-            let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .preserve_header_case(true)
-                // The response head is the upstream's: no Date it did not send.
-                .auto_date_header(false)
-                // Without a timer hyper applies no header read timeout at all: slow and idle
-                // clients held their connections (and descriptors) for good.
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades();
-            tokio::pin!(conn);
-            let ended = tokio::select! {
-                r = conn.as_mut() => r,
-                // Also when the sender is gone: nobody is left to wait for this connection.
-                _ = async { drop(drain.wait_for(|d| *d).await) } => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            drop(drain);
-            if let Err(e) = ended {
-                tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
-            }
-        }));
+        cores.spawn(move || {
+            crate::host::with_connection(host, async move {
+                let _admitted = admitted;
+                let Ok(io) = tokio::net::TcpStream::from_std(io) else {
+                    return;
+                };
+                // Plain HTTP/1.1 exchanges pass verbatim; the first request that does not is
+                // served, with the rest of the connection, by `serve_hyper`.
+                verbatim::serve(io, state, drain).await;
+            })
+        });
+    }
+}
+
+/// Serves a client connection with hyper (WebSocket upgrades, everything the verbatim path
+/// hands over) until it ends or the drain closes it.
+pub(super) async fn serve_hyper<I>(io: I, state: Arc<State>, mut drain: watch::Receiver<bool>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let header_timeout = state.clients.header_timeout;
+    let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        // The response head is the upstream's: no Date it did not send.
+        .auto_date_header(false)
+        // Without a timer hyper applies no header read timeout at all: slow and idle
+        // clients held their connections (and descriptors) for good.
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        r = conn.as_mut() => r,
+        // Also when the sender is gone: nobody is left to wait for this connection.
+        _ = async { drop(drain.wait_for(|d| *d).await) } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    drop(drain);
+    if let Err(e) = ended {
+        tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
     }
 }
 

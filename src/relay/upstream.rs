@@ -94,11 +94,21 @@ struct Idle {
     since: Instant,
 }
 
+/// An upstream connection the verbatim path ([`super::verbatim`]) reads and writes itself.
+pub type Stream = TokioIo<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
+
+struct IdleStream {
+    stream: Stream,
+    since: Instant,
+}
+
 /// The origins' idle connections and how to open new ones.
 pub struct Upstreams {
     connector: HttpsConnector<HttpConnector>,
     builder: http1::Builder,
     idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+    /// The verbatim path's idle connections: bare streams, between two exchanges.
+    idle_streams: Mutex<HashMap<Arc<str>, Vec<IdleStream>>>,
     idle_timeout: Duration,
 }
 
@@ -110,6 +120,7 @@ impl Upstreams {
             connector,
             builder,
             idle: Mutex::new(HashMap::new()),
+            idle_streams: Mutex::new(HashMap::new()),
             idle_timeout,
         })
     }
@@ -121,12 +132,10 @@ impl Upstreams {
         mut req: Request<ReqBody>,
     ) -> Result<(Response<Incoming>, Lease), BoxError> {
         let uri = req.uri().clone();
-        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        if uri.scheme().is_none() || uri.authority().is_none() {
             return Err("the upstream URI is not absolute".into());
-        };
-        // Per core: a connection is registered with the reactor of the core that opened it.
-        let core = super::cores::current();
-        let origin: Arc<str> = Arc::from(format!("{core} {scheme}://{authority}"));
+        }
+        let origin = Upstreams::origin_key(&uri);
         set_host(&mut req, &uri);
         origin_form(&mut req);
         loop {
@@ -185,14 +194,61 @@ impl Upstreams {
     /// Closes the idle connections that have timed out. Nobody else looks at an origin no
     /// exchange uses any more, so without this its sockets would stay open for good.
     fn sweep(&self) {
-        let Ok(mut idle) = self.idle.lock() else {
+        let now = Instant::now();
+        if let Ok(mut idle) = self.idle.lock() {
+            for list in idle.values_mut() {
+                list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+            }
+            idle.retain(|_, list| !list.is_empty());
+        }
+        if let Ok(mut idle) = self.idle_streams.lock() {
+            for list in idle.values_mut() {
+                list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+            }
+            idle.retain(|_, list| !list.is_empty());
+        }
+    }
+
+    /// The pool key of `uri`'s origin on the calling core (a connection belongs to the
+    /// reactor of the core that opened it).
+    pub fn origin_key(uri: &Uri) -> Arc<str> {
+        let core = super::cores::current();
+        let scheme = uri.scheme_str().unwrap_or("http");
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+        Arc::from(format!("{core} {scheme}://{authority}"))
+    }
+
+    /// An idle stream to `origin` that is still open, most recently used first. One the
+    /// upstream closed (or wrote to unasked) meanwhile is dropped.
+    pub fn take_stream(&self, origin: &str) -> Option<Stream> {
+        let mut idle = self.idle_streams.lock().ok()?;
+        let list = idle.get_mut(origin)?;
+        while let Some(mut i) = list.pop() {
+            if i.since.elapsed() < self.idle_timeout && still_open(&mut i.stream) {
+                return Some(i.stream);
+            }
+        }
+        None
+    }
+
+    /// A fresh stream to `uri`'s origin (TLS for `https`).
+    pub async fn connect_stream(&self, uri: &Uri) -> Result<Stream, BoxError> {
+        let mut connector = self.connector.clone();
+        poll_fn(|cx| connector.poll_ready(cx)).await?;
+        Ok(TokioIo::new(connector.call(uri.clone()).await?))
+    }
+
+    /// Keeps `stream` for the next exchange to `origin`.
+    pub fn put_stream(&self, origin: Arc<str>, stream: Stream) {
+        let Ok(mut idle) = self.idle_streams.lock() else {
             return;
         };
+        let list = idle.entry(origin).or_default();
         let now = Instant::now();
-        for list in idle.values_mut() {
-            list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+        list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
+        if list.len() < MAX_IDLE_PER_ORIGIN {
+            list.push(IdleStream { stream, since: now });
         }
-        idle.retain(|_, list| !list.is_empty());
     }
 
     /// Sweeps every quarter of the idle time (at least every 10 ms) for as long as the pool
@@ -243,10 +299,20 @@ async fn ready(lease: &mut Lease, reused: bool) -> bool {
     .await
 }
 
-/// `Host` from the upstream URI, as hyper's pooled client sets it (the port only when it is
+/// Whether an idle stream is still open: a read that would block. End of stream, an error
+/// or bytes nobody asked for all mean it cannot carry a request.
+fn still_open(stream: &mut Stream) -> bool {
+    use tokio::io::AsyncRead;
+    let mut byte = [0u8; 1];
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    Pin::new(stream).poll_read(&mut cx, &mut buf).is_pending()
+}
+
+/// `Host` for the upstream URI, as hyper's pooled client sets it (the port only when it is
 /// not the scheme's default).
-fn set_host(req: &mut Request<ReqBody>, uri: &Uri) {
-    let Some(host) = uri.host() else { return };
+pub fn host_value(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
     let default_port = match uri.scheme_str() {
         Some("https") => 443,
         _ => 80,
@@ -255,7 +321,11 @@ fn set_host(req: &mut Request<ReqBody>, uri: &Uri) {
         Some(p) if p != default_port => HeaderValue::from_str(&format!("{host}:{p}")),
         _ => HeaderValue::from_str(host),
     };
-    if let Ok(v) = value {
+    value.ok()
+}
+
+fn set_host(req: &mut Request<ReqBody>, uri: &Uri) {
+    if let Some(v) = host_value(uri) {
         req.headers_mut().entry(header::HOST).or_insert(v);
     }
 }

@@ -1,0 +1,316 @@
+//! HTTP/1.1 body framing, sans I/O: where a message body ends and which of its bytes are
+//! payload, without rewriting anything.
+//!
+//! The verbatim path ([`super::verbatim`]) passes an upstream's response body to the client
+//! exactly as it arrives, chunk framing included, and still has to know two things: when the
+//! body has ended (so that both connections can carry the next exchange), and which bytes
+//! are the payload (the observer's copy is the payload, as when hyper decoded it). A
+//! [`Framing`] answers both as bytes go by: [`Framing::scan`] takes whatever one read
+//! returned, says how many of those bytes belong to the body and whether it has ended, and
+//! lists the payload's ranges. Nothing is copied or buffered beyond one chunk-size line.
+//!
+//! Chunked framing is checked as strictly as a client would check it (RFC 9112 §7.1): a
+//! chunk-size line parsed by `httparse`, CRLF after every chunk's data, trailer lines up to
+//! the empty line. A body that breaks the framing is an error at the first byte that breaks
+//! it, so the verbatim path forwards exactly the bytes before it and then cuts the client,
+//! which is what the client would have seen talking to the upstream directly.
+
+use std::ops::Range;
+
+/// A chunk-size line (with extensions) longer than this is refused.
+const MAX_LINE: usize = 4 * 1024;
+/// Trailer section bytes beyond this are refused.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// How a body's end is found.
+#[derive(Debug)]
+pub(super) enum Framing {
+    /// No body (a `204`, a `304`, a request without `Content-Length`).
+    Empty,
+    /// `Content-Length`: this many bytes are left.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked(Chunked),
+    /// Neither: the body ends when the connection does.
+    UntilClose,
+}
+
+/// Where a chunked body's reader stands.
+#[derive(Debug, Default)]
+pub(super) struct Chunked {
+    state: State,
+    /// The part of a line (chunk size, CRLF after data, trailer) seen so far.
+    line: Vec<u8>,
+    trailers: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum State {
+    #[default]
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailer,
+    Done,
+}
+
+/// Why a body's framing is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FramingError {
+    /// A chunk-size line that does not parse, or is too long.
+    ChunkSize,
+    /// Chunk data not followed by CRLF.
+    ChunkEnd,
+    /// A trailer section that is too long.
+    Trailers,
+}
+
+/// What one [`Framing::scan`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Scanned {
+    /// Bytes of the input that belong to the body (all of them unless it ended).
+    pub(super) used: usize,
+    /// The body ended within them.
+    pub(super) done: bool,
+}
+
+impl Framing {
+    /// Reads `buf`, the next bytes of the body's connection: pushes the payload's ranges
+    /// (offsets into `buf`) onto `payload` and says how far the body goes.
+    pub(super) fn scan(
+        &mut self,
+        buf: &[u8],
+        payload: &mut Vec<Range<usize>>,
+    ) -> Result<Scanned, FramingError> {
+        match self {
+            Framing::Empty => Ok(Scanned {
+                used: 0,
+                done: true,
+            }),
+            Framing::Length(left) => {
+                let take = (*left).min(buf.len() as u64) as usize;
+                if take > 0 {
+                    payload.push(0..take);
+                }
+                *left -= take as u64;
+                Ok(Scanned {
+                    used: take,
+                    done: *left == 0,
+                })
+            }
+            Framing::UntilClose => {
+                if !buf.is_empty() {
+                    payload.push(0..buf.len());
+                }
+                Ok(Scanned {
+                    used: buf.len(),
+                    done: false,
+                })
+            }
+            Framing::Chunked(c) => c.scan(buf, payload),
+        }
+    }
+
+    /// Whether the body has ended (an `UntilClose` body never has: its end is the
+    /// connection's).
+    pub(super) fn is_done(&self) -> bool {
+        match self {
+            Framing::Empty => true,
+            Framing::Length(left) => *left == 0,
+            Framing::Chunked(c) => c.state == State::Done,
+            Framing::UntilClose => false,
+        }
+    }
+}
+
+impl Chunked {
+    fn scan(
+        &mut self,
+        buf: &[u8],
+        payload: &mut Vec<Range<usize>>,
+    ) -> Result<Scanned, FramingError> {
+        let mut at = 0;
+        while at < buf.len() && self.state != State::Done {
+            match self.state {
+                State::Data(left) => {
+                    let take = left.min((buf.len() - at) as u64) as usize;
+                    payload.push(at..at + take);
+                    at += take;
+                    self.state = if left == take as u64 {
+                        State::DataEnd
+                    } else {
+                        State::Data(left - take as u64)
+                    };
+                }
+                State::Size | State::DataEnd | State::Trailer => {
+                    // A line: up to and including its LF.
+                    let rest = &buf[at..];
+                    let (piece, complete) = match rest.iter().position(|&b| b == b'\n') {
+                        Some(i) => (&rest[..=i], true),
+                        None => (rest, false),
+                    };
+                    at += piece.len();
+                    self.line.extend_from_slice(piece);
+                    if !complete {
+                        self.check_partial()?;
+                        continue;
+                    }
+                    self.end_line()?;
+                }
+                State::Done => {}
+            }
+        }
+        Ok(Scanned {
+            used: at,
+            done: self.state == State::Done,
+        })
+    }
+
+    /// A line not yet complete may still become a valid one.
+    fn check_partial(&self) -> Result<(), FramingError> {
+        match self.state {
+            State::Size if self.line.len() > MAX_LINE => Err(FramingError::ChunkSize),
+            State::DataEnd if self.line != b"\r"[..self.line.len().min(1)] => {
+                Err(FramingError::ChunkEnd)
+            }
+            State::Trailer if self.trailers + self.line.len() > MAX_TRAILERS => {
+                Err(FramingError::Trailers)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A complete line (ending in LF) is in `self.line`.
+    fn end_line(&mut self) -> Result<(), FramingError> {
+        let line = std::mem::take(&mut self.line);
+        self.state = match self.state {
+            State::Size => match httparse::parse_chunk_size(&line) {
+                Ok(httparse::Status::Complete((used, size))) if used == line.len() => {
+                    if size == 0 {
+                        State::Trailer
+                    } else {
+                        State::Data(size)
+                    }
+                }
+                _ => return Err(FramingError::ChunkSize),
+            },
+            State::DataEnd if line == b"\r\n" => State::Size,
+            State::DataEnd => return Err(FramingError::ChunkEnd),
+            State::Trailer if line == b"\r\n" => State::Done,
+            State::Trailer => {
+                self.trailers += line.len();
+                if self.trailers > MAX_TRAILERS {
+                    return Err(FramingError::Trailers);
+                }
+                State::Trailer
+            }
+            s => s,
+        };
+        // Keep the allocation for the next line.
+        self.line = line;
+        self.line.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `wire` cut at `cuts`; returns the payload, the bytes used and whether it ended.
+    fn feed(
+        framing: &mut Framing,
+        wire: &[u8],
+        cuts: &[usize],
+    ) -> Result<(Vec<u8>, usize, bool), FramingError> {
+        let mut bounds = vec![0];
+        bounds.extend(cuts.iter().copied().filter(|&c| c > 0 && c < wire.len()));
+        bounds.push(wire.len());
+        let (mut out, mut used) = (Vec::new(), 0);
+        for w in bounds.windows(2) {
+            let piece = &wire[w[0]..w[1]];
+            let mut ranges = Vec::new();
+            let s = framing.scan(piece, &mut ranges)?;
+            for r in ranges {
+                out.extend_from_slice(&piece[r]);
+            }
+            used += s.used;
+            if s.done {
+                return Ok((out, used, true));
+            }
+        }
+        Ok((out, used, false))
+    }
+
+    const WIRE: &[u8] =
+        b"5\r\nhello\r\n1;ext=\"a b\"\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+
+    #[test]
+    fn a_chunked_body_cut_anywhere_gives_its_payload_and_ends_before_the_next_bytes() {
+        let end = WIRE.len() - 4;
+        for a in 0..WIRE.len() {
+            for b in a..WIRE.len() {
+                let mut f = Framing::Chunked(Chunked::default());
+                let (payload, used, done) = feed(&mut f, WIRE, &[a, b]).unwrap();
+                assert_eq!(payload, b"hello 0123456789", "cuts {a} {b}");
+                assert_eq!((used, done), (end, true), "cuts {a} {b}");
+                assert!(f.is_done());
+            }
+        }
+    }
+
+    #[test]
+    fn an_unfinished_chunked_body_is_not_done() {
+        let mut f = Framing::Chunked(Chunked::default());
+        let (payload, used, done) = feed(&mut f, b"5\r\nhel", &[]).unwrap();
+        assert_eq!((payload.as_slice(), used, done), (&b"hel"[..], 6, false));
+        assert!(!f.is_done());
+    }
+
+    #[test]
+    fn broken_chunk_framing_is_refused_at_the_byte_that_breaks_it() {
+        for (wire, err) in [
+            (&b"zz\r\nhello\r\n"[..], FramingError::ChunkSize),
+            (b"5\r\nhelloX\r\n", FramingError::ChunkEnd),
+            (b"5\r\nhello\rX", FramingError::ChunkEnd),
+            (b"5\nhello\r\n", FramingError::ChunkSize),
+        ] {
+            for cut in 0..wire.len() {
+                let mut f = Framing::Chunked(Chunked::default());
+                assert_eq!(
+                    feed(&mut f, wire, &[cut]).unwrap_err(),
+                    err,
+                    "{wire:?} cut {cut}"
+                );
+            }
+        }
+        let mut f = Framing::Chunked(Chunked::default());
+        let long = vec![b'1'; MAX_LINE + 10];
+        assert_eq!(
+            feed(&mut f, &long, &[]).unwrap_err(),
+            FramingError::ChunkSize
+        );
+        let mut f = Framing::Chunked(Chunked::default());
+        let mut trailers = b"0\r\n".to_vec();
+        trailers
+            .extend(std::iter::repeat_n(b"a: b\r\n".as_slice(), MAX_TRAILERS / 6 + 2).flatten());
+        assert_eq!(
+            feed(&mut f, &trailers, &[]).unwrap_err(),
+            FramingError::Trailers
+        );
+    }
+
+    #[test]
+    fn a_length_body_ends_at_its_length_and_an_empty_one_at_once() {
+        let mut f = Framing::Length(5);
+        let (payload, used, done) = feed(&mut f, b"helloNEXT", &[2]).unwrap();
+        assert_eq!((payload.as_slice(), used, done), (&b"hello"[..], 5, true));
+        let mut f = Framing::Empty;
+        assert_eq!(feed(&mut f, b"NEXT", &[]).unwrap(), (Vec::new(), 0, true));
+        let mut f = Framing::UntilClose;
+        assert_eq!(
+            feed(&mut f, b"all of it", &[3]).unwrap(),
+            (b"all of it".to_vec(), 9, false)
+        );
+    }
+}

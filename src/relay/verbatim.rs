@@ -1,0 +1,915 @@
+//! The verbatim path: plain HTTP/1.1 exchanges forwarded with their bytes as received.
+//!
+//! hyper decodes an upstream's chunked body into frames and its server encodes them again
+//! for the client: per event a decode, a body channel, a frame, a chunk header, a dozen
+//! polls. The bench measured what that costs: a bare copy loop relays an SSE event with
+//! 25–35 µs less added latency than windowtap's hyper path did, and the same work
+//! unobserved was no faster, so the cost was forwarding, not observation. Here a client
+//! connection is read by the relay itself: each request head is parsed with `httparse`, and
+//! an exchange it can pass verbatim is forwarded on a bare upstream stream: the request head
+//! rewritten as a reverse proxy must (the mount prefix, `Host`, hop-by-hop headers), the
+//! request body and the response body passed as received, the response's chunk framing
+//! included. [`super::framing`] follows the framing as the bytes go by, to know where the
+//! body ends and which bytes are payload for the observer's copy.
+//!
+//! Anything else (a WebSocket upgrade, `Expect`, a chunked or ambiguous request body, `HEAD`,
+//! `CONNECT`, a head too large or malformed, a path no mount routes) hands the connection to
+//! hyper, with the bytes read so far put back in front of it: hyper then serves it to its end
+//! as before ([`super::server::serve_hyper`]). What the verbatim path serves it serves as
+//! hyper did: the same header changes, the same timeouts (the header timeout from the start
+//! of waiting for a head; the response timeout until the response head), the same error
+//! answers ([`super::failure`]), the same log line and observation.
+//!
+//! The one task of the connection does everything, as with hyper: no channel between the
+//! upstream's reader and the client's writer; one read and one write per relayed read.
+
+use std::future::poll_fn;
+use std::io;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::io::poll_read_buf;
+
+use super::dispatch::rest_path;
+use super::exchange::{ExchangeLog, ResBody};
+use super::failure::{self, Failure, Phase};
+use super::framing::{Chunked, Framing};
+use super::mounts::{Mount, Mounts};
+use super::observer;
+use super::state::State;
+use super::tap::{Tap, TapMsg};
+use super::upstream::{self, Stream, Upstreams};
+
+/// A request head longer than this goes to hyper (which answers it).
+const MAX_HEAD: usize = 64 * 1024;
+/// A response head longer than this is an upstream failure.
+const MAX_RESPONSE_HEAD: usize = 256 * 1024;
+/// Header lines per head the verbatim path parses; more go to hyper.
+const MAX_HEADERS: usize = 128;
+/// Read buffer growth.
+const READ_CHUNK: usize = 16 * 1024;
+/// Bytes a client may send ahead (its next request) while its response streams.
+const MAX_AHEAD: usize = 64 * 1024;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), as in [`super::headers`].
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Serves one client connection until it ends, handing it to hyper at the first request the
+/// verbatim path does not take.
+pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Receiver<bool>) {
+    let mut client = Client {
+        io,
+        buf: BytesMut::with_capacity(READ_CHUNK),
+    };
+    loop {
+        let next = tokio::select! {
+            biased;
+            // Draining: an idle connection closes at once.
+            _ = draining(&mut drain) => return,
+            next = tokio::time::timeout(
+                state.clients.header_timeout,
+                client.next_request(&state.mounts),
+            ) => next,
+        };
+        let request = match next {
+            Err(_) | Ok(Next::Closed) => return,
+            Ok(Next::Hyper) => {
+                let io = Prefixed {
+                    ahead: client.buf.freeze(),
+                    io: client.io,
+                };
+                return super::server::serve_hyper(io, state, drain).await;
+            }
+            Ok(Next::Request(r)) => r,
+        };
+        let keep = exchange(&mut client, &state, *request).await;
+        if !keep || *drain.borrow() {
+            let _ = client.io.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// Resolves once the relay drains (or nobody can tell this connection any more).
+async fn draining(drain: &mut watch::Receiver<bool>) {
+    drop(drain.wait_for(|d| *d).await);
+}
+
+struct Client {
+    io: TcpStream,
+    /// Bytes read and not yet used: the next request head, body bytes.
+    buf: BytesMut,
+}
+
+enum Next {
+    Request(Box<Routed>),
+    /// Not for the verbatim path: hyper serves the connection from here.
+    Hyper,
+    /// The client closed (or broke) the connection between requests.
+    Closed,
+}
+
+/// A request head the verbatim path takes, with where it goes.
+struct Routed {
+    method: Method,
+    /// Header lines as received, names and values.
+    headers: Vec<(Bytes, Bytes)>,
+    body_len: u64,
+    /// The client asked to close after this exchange.
+    close: bool,
+    mount: Mount,
+    rest: String,
+    uri: Uri,
+}
+
+impl Client {
+    /// Reads until a whole request head is buffered and decides who serves it. The head is
+    /// taken off the buffer only when the verbatim path serves it.
+    async fn next_request(&mut self, mounts: &Mounts) -> Next {
+        loop {
+            if !self.buf.is_empty() {
+                match parse_request(&self.buf, mounts) {
+                    Parsed::Partial => {}
+                    Parsed::Hyper => return Next::Hyper,
+                    Parsed::Complete(len, routed) => {
+                        self.buf.advance(len);
+                        return Next::Request(Box::new(routed));
+                    }
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            match poll_fn(|cx| poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)).await {
+                Ok(0) if self.buf.is_empty() => return Next::Closed,
+                // A partial head and then the end: hyper says what it says to that.
+                Ok(0) => return Next::Hyper,
+                Ok(_) => {}
+                Err(_) => return Next::Closed,
+            }
+        }
+    }
+}
+
+enum Parsed<T> {
+    Partial,
+    Hyper,
+    Complete(usize, T),
+}
+
+fn is(name: &str, want: &str) -> bool {
+    name.eq_ignore_ascii_case(want)
+}
+
+/// The comma-separated tokens of a header value.
+fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(|t| t.trim_ascii())
+}
+
+fn parse_length(value: &[u8]) -> Option<u64> {
+    let v = value.trim_ascii();
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Parses a request head and says whether the verbatim path takes it.
+fn parse_request(buf: &[u8], mounts: &Mounts) -> Parsed<Routed> {
+    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut lines);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return Parsed::Partial,
+        _ => return Parsed::Hyper,
+    };
+    let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else {
+        return Parsed::Hyper;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::Hyper;
+    };
+    if method == Method::CONNECT || method == Method::HEAD || !target.starts_with('/') {
+        return Parsed::Hyper;
+    }
+    let (mut body_len, mut close) = (None, false);
+    for h in req.headers.iter() {
+        let name = h.name;
+        if is(name, "transfer-encoding") || is(name, "expect") || is(name, "upgrade") {
+            return Parsed::Hyper;
+        }
+        if is(name, "content-length") {
+            match (parse_length(h.value), body_len) {
+                (Some(n), None) => body_len = Some(n),
+                (Some(n), Some(m)) if n == m => {}
+                _ => return Parsed::Hyper,
+            }
+        }
+        if is(name, "connection") {
+            for t in tokens(h.value) {
+                if t.eq_ignore_ascii_case(b"upgrade") {
+                    return Parsed::Hyper;
+                }
+                close |= t.eq_ignore_ascii_case(b"close");
+            }
+        }
+    }
+    let Some((mount, rest)) = mounts.route(target) else {
+        return Parsed::Hyper;
+    };
+    let Ok(uri) = mount.upstream_uri(rest) else {
+        return Parsed::Hyper;
+    };
+    let headers = req
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                Bytes::copy_from_slice(h.name.as_bytes()),
+                Bytes::copy_from_slice(h.value),
+            )
+        })
+        .collect();
+    Parsed::Complete(
+        len,
+        Routed {
+            method,
+            headers,
+            body_len: body_len.unwrap_or(0),
+            close,
+            mount: mount.clone(),
+            rest: rest.to_string(),
+            uri,
+        },
+    )
+}
+
+/// The names a `Connection` header lists, lowercased: hop-by-hop too.
+fn connection_names(headers: &[(Bytes, Bytes)]) -> Vec<Vec<u8>> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+        .flat_map(|(_, v)| {
+            tokens(v)
+                .map(|t| t.to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether a header line passes end to end.
+fn end_to_end(name: &[u8], named: &[Vec<u8>]) -> bool {
+    !HOP_BY_HOP
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+        && !named.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// The request head for the upstream: origin-form target, `Host` from the upstream URL, the
+/// client's other end-to-end header lines as received.
+fn upstream_head(r: &Routed) -> Bytes {
+    let mut out = BytesMut::with_capacity(512);
+    out.put_slice(r.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(
+        r.uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .as_bytes(),
+    );
+    out.put_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = upstream::host_value(&r.uri) {
+        out.put_slice(b"host: ");
+        out.put_slice(host.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    let named = connection_names(&r.headers);
+    for (name, value) in &r.headers {
+        if name.eq_ignore_ascii_case(b"host") || !end_to_end(name, &named) {
+            continue;
+        }
+        out.put_slice(name);
+        out.put_slice(b": ");
+        out.put_slice(value);
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// An upstream's response head, as the verbatim path passes it on.
+struct ResponseHead {
+    status: u16,
+    reason: Bytes,
+    headers: Vec<(Bytes, Bytes)>,
+    framing: Framing,
+    /// The upstream connection may carry another exchange once the body has ended.
+    reusable: bool,
+}
+
+enum ResponseParsed {
+    Partial,
+    /// An interim (1xx) response of this many bytes: dropped, as hyper's client drops them.
+    Interim(usize),
+    Complete(usize, ResponseHead),
+    Bad,
+}
+
+fn parse_response(buf: &[u8]) -> ResponseParsed {
+    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut lines);
+    let len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => {
+            return ResponseParsed::Partial
+        }
+        _ => return ResponseParsed::Bad,
+    };
+    let (Some(status), Some(version)) = (res.code, res.version) else {
+        return ResponseParsed::Bad;
+    };
+    if status == 101 {
+        // Switching protocols was never asked for here.
+        return ResponseParsed::Bad;
+    }
+    if (100..200).contains(&status) {
+        return ResponseParsed::Interim(len);
+    }
+    let mut reusable = version == 1;
+    let (mut chunked, mut coded, mut length) = (false, false, None);
+    for h in res.headers.iter() {
+        if is(h.name, "transfer-encoding") {
+            for t in tokens(h.value) {
+                coded = true;
+                chunked = t.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if is(h.name, "content-length") {
+            match (parse_length(h.value), length) {
+                (Some(n), None) => length = Some(n),
+                (Some(n), Some(m)) if n == m => {}
+                _ => return ResponseParsed::Bad,
+            }
+        } else if is(h.name, "connection") {
+            for t in tokens(h.value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    reusable = false;
+                }
+            }
+        }
+    }
+    let framing = if status == 204 || status == 304 {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked(Chunked::default())
+    } else if coded {
+        Framing::UntilClose
+    } else if let Some(n) = length {
+        Framing::Length(n)
+    } else {
+        Framing::UntilClose
+    };
+    if matches!(framing, Framing::UntilClose) {
+        reusable = false;
+    }
+    let headers = res
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                Bytes::copy_from_slice(h.name.as_bytes()),
+                Bytes::copy_from_slice(h.value),
+            )
+        })
+        .collect();
+    ResponseParsed::Complete(
+        len,
+        ResponseHead {
+            status,
+            reason: Bytes::copy_from_slice(res.reason.unwrap_or("").as_bytes()),
+            headers,
+            framing,
+            reusable,
+        },
+    )
+}
+
+/// The response head for the client: the upstream's status line and end-to-end header
+/// lines as received, then the framing the body is passed with.
+fn client_head(res: &ResponseHead, close: bool) -> BytesMut {
+    let mut out = BytesMut::with_capacity(512);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(res.status.to_string().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(&res.reason);
+    out.put_slice(b"\r\n");
+    let named = connection_names(&res.headers);
+    let chunked = matches!(res.framing, Framing::Chunked(_) | Framing::UntilClose);
+    for (name, value) in &res.headers {
+        if !end_to_end(name, &named) || (chunked && name.eq_ignore_ascii_case(b"content-length")) {
+            continue;
+        }
+        out.put_slice(name);
+        out.put_slice(b": ");
+        out.put_slice(value);
+        out.put_slice(b"\r\n");
+    }
+    if chunked {
+        out.put_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if close {
+        out.put_slice(b"connection: close\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out
+}
+
+/// Starts observing the exchange if its route is observed.
+fn observe(state: &State, r: &Routed) -> Option<Tap> {
+    state.live.as_ref()?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &r.headers {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            headers.append(n, v);
+        }
+    }
+    let plan = observer::plan(r.method.as_str(), rest_path(&r.rest), false, &headers)?;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok());
+    state.start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
+}
+
+/// Why sending a request did not get a response head.
+enum Unsent {
+    /// The client left (or broke) before its request body was complete.
+    Client,
+    Upstream(Failure),
+}
+
+fn classify(e: &io::Error) -> Failure {
+    Failure::classify(e)
+}
+
+/// One exchange. Returns whether the client connection can carry another.
+async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
+    let log = ExchangeLog::new(&r.mount.name, &r.method, rest_path(&r.rest));
+    let tap = observe(state, &r);
+    if let (Some(tap), 0) = (&tap, r.body_len) {
+        tap.send(TapMsg::RequestEnd);
+    }
+    let origin = Upstreams::origin_key(&r.uri);
+    let mut left = r.body_len;
+    let mut ubuf = BytesMut::with_capacity(READ_CHUNK);
+    let sent = tokio::time::timeout(
+        state.response_timeout,
+        send(client, state, &r, &mut left, &mut ubuf, tap.as_ref(), &log),
+    )
+    .await;
+    let (mut up, mut res) = match sent {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(Unsent::Client)) => return false,
+        Ok(Err(Unsent::Upstream(f))) => {
+            return answer_failure(client, &log, &r, f, left == 0).await;
+        }
+        Err(_) => return answer_failure(client, &log, &r, Failure::Timeout, left == 0).await,
+    };
+    // An upstream that answered before the whole request body came: the rest of it is not
+    // sent, and neither connection can be reused (nobody knows where the next request starts).
+    let body_done = left == 0;
+    let close = r.close || !body_done;
+    log.status.store(res.status, Ordering::Relaxed);
+    if let Some(tap) = &tap {
+        let find = |want: &str| {
+            res.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(want.as_bytes()))
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .map(str::to_string)
+        };
+        tap.send(TapMsg::ResponseHead {
+            status: res.status,
+            content_type: find("content-type"),
+            content_encoding: find("content-encoding"),
+        });
+    }
+    let head = client_head(&res, close);
+    let end = pass_body(
+        client,
+        &mut up,
+        ubuf,
+        head,
+        &mut res.framing,
+        tap.as_ref(),
+        &log,
+    )
+    .await;
+    match end {
+        BodyEnd::Done { clean_upstream } => {
+            if clean_upstream && res.reusable && body_done {
+                state.upstreams.put_stream(origin, up);
+            }
+            !close
+        }
+        BodyEnd::UpstreamBroken => {
+            log.failed.store(true, Ordering::Relaxed);
+            false
+        }
+        BodyEnd::ClientGone => false,
+    }
+}
+
+/// Sends the request (head, then body as it comes) and reads the response head. A reused
+/// connection that fails before the head was written is replaced by a fresh one.
+async fn send(
+    client: &mut Client,
+    state: &State,
+    r: &Routed,
+    left: &mut u64,
+    ubuf: &mut BytesMut,
+    tap: Option<&Tap>,
+    log: &ExchangeLog,
+) -> Result<(Stream, ResponseHead), Unsent> {
+    let head = upstream_head(r);
+    let origin = Upstreams::origin_key(&r.uri);
+    let mut up = match state.upstreams.take_stream(&origin) {
+        Some(s) => s,
+        None => connect(state, &r.uri).await?,
+    };
+    if up.write_all(&head).await.is_err() {
+        up = connect(state, &r.uri).await?;
+        if let Err(e) = up.write_all(&head).await {
+            return Err(Unsent::Upstream(classify(&e)));
+        }
+    }
+    let mut pending = Bytes::new();
+    let mut flushed = false;
+    poll_fn(|cx| {
+        if let Err(e) = pump_request(
+            client,
+            &mut up,
+            cx,
+            &mut pending,
+            &mut flushed,
+            left,
+            tap,
+            log,
+        ) {
+            return Poll::Ready(Err(e));
+        }
+        poll_response_head(&mut up, cx, ubuf)
+    })
+    .await
+    .map(|res| (up, res))
+}
+
+async fn connect(state: &State, uri: &Uri) -> Result<Stream, Unsent> {
+    state
+        .upstreams
+        .connect_stream(uri)
+        .await
+        .map_err(|e| Unsent::Upstream(Failure::classify(&*e)))
+}
+
+/// Passes request body bytes from the client to the upstream as far as that goes without
+/// waiting; registers `cx` where it has to wait.
+#[allow(clippy::too_many_arguments)]
+fn pump_request(
+    client: &mut Client,
+    up: &mut Stream,
+    cx: &mut Context<'_>,
+    pending: &mut Bytes,
+    flushed: &mut bool,
+    left: &mut u64,
+    tap: Option<&Tap>,
+    log: &ExchangeLog,
+) -> Result<(), Unsent> {
+    loop {
+        if !pending.is_empty() {
+            match Pin::new(&mut *up).poll_write(cx, pending) {
+                Poll::Ready(Ok(0)) => return Err(Unsent::Upstream(Failure::Reset)),
+                Poll::Ready(Ok(n)) => {
+                    pending.advance(n);
+                    *flushed = false;
+                    continue;
+                }
+                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(classify(&e))),
+                Poll::Pending => return Ok(()),
+            }
+        }
+        if !*flushed {
+            // TLS buffers what it is given.
+            match Pin::new(&mut *up).poll_flush(cx) {
+                Poll::Ready(Ok(())) => *flushed = true,
+                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(classify(&e))),
+                Poll::Pending => return Ok(()),
+            }
+        }
+        if *left == 0 {
+            return Ok(());
+        }
+        if client.buf.is_empty() {
+            if client.buf.capacity() < 1024 {
+                client.buf.reserve(READ_CHUNK);
+            }
+            match poll_read_buf(Pin::new(&mut client.io), cx, &mut client.buf) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Err(Unsent::Client),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => return Ok(()),
+            }
+        }
+        let take = (*left).min(client.buf.len() as u64) as usize;
+        let piece = client.buf.split_to(take).freeze();
+        *left -= take as u64;
+        log.up.fetch_add(take as u64, Ordering::Relaxed);
+        if let Some(tap) = tap {
+            tap.send(TapMsg::RequestChunk(piece.clone()));
+            if *left == 0 {
+                tap.send(TapMsg::RequestEnd);
+            }
+        }
+        *pending = piece;
+    }
+}
+
+/// Reads until a final response head is buffered; interim responses are dropped.
+fn poll_response_head(
+    up: &mut Stream,
+    cx: &mut Context<'_>,
+    ubuf: &mut BytesMut,
+) -> Poll<Result<ResponseHead, Unsent>> {
+    loop {
+        if !ubuf.is_empty() {
+            match parse_response(ubuf) {
+                ResponseParsed::Complete(len, head) => {
+                    ubuf.advance(len);
+                    return Poll::Ready(Ok(head));
+                }
+                ResponseParsed::Interim(len) => {
+                    ubuf.advance(len);
+                    continue;
+                }
+                ResponseParsed::Bad => return Poll::Ready(Err(Unsent::Upstream(Failure::Other))),
+                ResponseParsed::Partial => {}
+            }
+        }
+        if ubuf.capacity() - ubuf.len() < 1024 {
+            ubuf.reserve(READ_CHUNK);
+        }
+        match poll_read_buf(Pin::new(&mut *up), cx, ubuf) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(Unsent::Upstream(Failure::Reset))),
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Unsent::Upstream(classify(&e)))),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// Writes the relay's own error answer. The connection stays open only if the request
+/// body was read to its end.
+async fn answer_failure(
+    client: &mut Client,
+    log: &ExchangeLog,
+    r: &Routed,
+    f: Failure,
+    body_done: bool,
+) -> bool {
+    let res = failure::upstream_failed(log, &r.mount.name, f, Phase::Exchange);
+    let keep = body_done && !r.close;
+    write_response(&mut client.io, res, keep).await.is_ok() && keep
+}
+
+/// Writes a response the relay made (an error answer) with its length.
+async fn write_response(
+    io: &mut TcpStream,
+    res: http::Response<ResBody>,
+    keep: bool,
+) -> io::Result<()> {
+    let (parts, body) = res.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let mut out = BytesMut::with_capacity(256 + body.len());
+    let status: StatusCode = parts.status;
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.put_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    if !keep {
+        out.put_slice(b"connection: close\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.put_slice(&body);
+    io.write_all(&out).await
+}
+
+enum BodyEnd {
+    /// The body ended; `clean_upstream` when nothing followed it on the upstream connection.
+    Done { clean_upstream: bool },
+    /// The upstream broke the body (closed early, broke the framing).
+    UpstreamBroken,
+    /// The client went away.
+    ClientGone,
+}
+
+/// Passes the response body: each upstream read goes to the client as it came (after the
+/// head, in the same write), the payload's copy to the observer. A body the upstream ends
+/// by closing is passed in chunk framing of the relay's own (the client's connection lives
+/// on).
+async fn pass_body(
+    client: &mut Client,
+    up: &mut Stream,
+    mut ubuf: BytesMut,
+    head: BytesMut,
+    framing: &mut Framing,
+    tap: Option<&Tap>,
+    log: &ExchangeLog,
+) -> BodyEnd {
+    let rechunk = matches!(framing, Framing::UntilClose);
+    let mut head = Some(head);
+    let mut payload: Vec<Range<usize>> = Vec::new();
+    let mut upstream_ended = false;
+    loop {
+        let mut out: Option<Bytes> = None;
+        let mut done = framing.is_done();
+        let mut clean = true;
+        if !ubuf.is_empty() && !done {
+            let chunk = ubuf.split().freeze();
+            payload.clear();
+            let scanned = match framing.scan(&chunk, &mut payload) {
+                Ok(s) => s,
+                Err(_) => return BodyEnd::UpstreamBroken,
+            };
+            done = scanned.done;
+            clean = scanned.used == chunk.len();
+            let len: usize = payload.iter().map(|r| r.len()).sum();
+            log.down.fetch_add(len as u64, Ordering::Relaxed);
+            if let Some(tap) = tap {
+                match payload.as_slice() {
+                    [] => {}
+                    [one] => tap.send(TapMsg::ResponseChunk(chunk.slice(one.clone()))),
+                    many => {
+                        let mut joined = BytesMut::with_capacity(len);
+                        for r in many {
+                            joined.put_slice(&chunk[r.clone()]);
+                        }
+                        tap.send(TapMsg::ResponseChunk(joined.freeze()));
+                    }
+                }
+            }
+            out = Some(if rechunk {
+                let mut framed = BytesMut::with_capacity(chunk.len() + 16);
+                framed.put_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                framed.put_slice(&chunk);
+                framed.put_slice(b"\r\n");
+                framed.freeze()
+            } else {
+                chunk.slice(..scanned.used)
+            });
+        }
+        if rechunk && upstream_ended {
+            done = true;
+            let end = Bytes::from_static(b"0\r\n\r\n");
+            out = Some(match out {
+                Some(o) => [o, end].concat().into(),
+                None => end,
+            });
+        }
+        // The head leaves with the first body bytes: one write.
+        let write = match (head.take(), out) {
+            (Some(mut h), Some(o)) => {
+                h.put_slice(&o);
+                Some(h.freeze())
+            }
+            (Some(h), None) => Some(h.freeze()),
+            (None, o) => o,
+        };
+        if let Some(bytes) = write {
+            if !bytes.is_empty() && client.io.write_all(&bytes).await.is_err() {
+                return BodyEnd::ClientGone;
+            }
+        }
+        if done {
+            return BodyEnd::Done {
+                clean_upstream: clean && ubuf.is_empty(),
+            };
+        }
+        if upstream_ended {
+            return BodyEnd::UpstreamBroken;
+        }
+        // Wait for the upstream; meanwhile notice a client that leaves. Reads stay large
+        // (a fast stream fills a quarter of the chunk at least per read).
+        if ubuf.capacity() - ubuf.len() < READ_CHUNK / 4 {
+            ubuf.reserve(READ_CHUNK);
+        }
+        let read = poll_fn(|cx| {
+            if let Poll::Ready(r) = poll_read_buf(Pin::new(&mut *up), cx, &mut ubuf) {
+                return Poll::Ready(Some(r));
+            }
+            if client.buf.len() < MAX_AHEAD {
+                if client.buf.capacity() - client.buf.len() < 1024 {
+                    client.buf.reserve(READ_CHUNK);
+                }
+                match poll_read_buf(Pin::new(&mut client.io), cx, &mut client.buf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                    // The client's next request, kept for after this exchange.
+                    Poll::Ready(Ok(_)) => cx.waker().wake_by_ref(),
+                    Poll::Pending => {}
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match read {
+            None => return BodyEnd::ClientGone,
+            Some(Ok(0)) => upstream_ended = true,
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return BodyEnd::UpstreamBroken,
+        }
+        if upstream_ended && !rechunk {
+            return BodyEnd::UpstreamBroken;
+        }
+    }
+}
+
+/// A connection handed to hyper: the bytes the verbatim path already read come first.
+pub(super) struct Prefixed {
+    ahead: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.ahead.is_empty() {
+            let n = self.ahead.len().min(buf.remaining());
+            buf.put_slice(&self.ahead[..n]);
+            self.ahead.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+#[path = "verbatim_tests.rs"]
+mod tests;

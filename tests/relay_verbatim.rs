@@ -1,0 +1,267 @@
+//! The verbatim path: plain HTTP/1.1 exchanges pass with their bytes as received, response
+//! chunk framing included (src/relay/verbatim.rs). What it does not serve is handed to hyper
+//! mid-connection with nothing lost; a keep-alive client connection carries exchanges of both
+//! kinds, pipelined ones, and a body the upstream ends by closing; an upstream that answers
+//! before the request body is complete gets its answer through.
+
+mod support;
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A chunked body with a chunk extension and a trailer, as an upstream may frame it.
+const FRAMED: &[u8] = b"5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nx-t: 1\r\n\r\n";
+
+/// Reads one request (head, and a body by `Content-Length` or chunk framing); `None` at the end.
+async fn read_request(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    async fn more(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+        let mut chunk = [0u8; 65536];
+        match tokio::time::timeout(WAIT, tcp.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => {
+                buf.extend_from_slice(&chunk[..n]);
+                Some(())
+            }
+            _ => None,
+        }
+    }
+    let end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        more(tcp, buf).await?;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    buf.drain(..end);
+    let path = head.split(' ').nth(1).unwrap_or("").to_string();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let body = if head.contains("transfer-encoding: chunked") {
+        // Good enough for the tests' bodies: single-line sizes, no extensions, no trailers.
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(p) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break p;
+                }
+                more(tcp, buf).await?;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).ok()?, 16).ok()?;
+            buf.drain(..line_end + 2);
+            while buf.len() < size + 2 {
+                more(tcp, buf).await?;
+            }
+            body.extend_from_slice(&buf[..size]);
+            buf.drain(..size + 2);
+            if size == 0 {
+                break body;
+            }
+        }
+    } else if path.contains("early") {
+        // Answers before the body: leaves it unread.
+        Vec::new()
+    } else {
+        let len = len.unwrap_or(0);
+        while buf.len() < len {
+            more(tcp, buf).await?;
+        }
+        buf.drain(..len).collect()
+    };
+    Some((path, body))
+}
+
+/// A raw HTTP/1.1 upstream answering by path: `/framed` a chunked body with an extension
+/// and a trailer, `/close` a body ended by closing, `/early` a 413 before reading the body
+/// (then closing), anything else an echo of the request body.
+async fn raw_upstream() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some((path, body)) = read_request(&mut tcp, &mut buf).await {
+                    let reply = if path.ends_with("/framed") {
+                        let mut r = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+                        r.extend_from_slice(FRAMED);
+                        r
+                    } else if path.ends_with("/close") {
+                        let _ = tcp
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil ")
+                            .await;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let _ = tcp.write_all(b"the close").await;
+                        return;
+                    } else if path.ends_with("/early") {
+                        let _ = tcp
+                            .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo long")
+                            .await;
+                        // Let the answer leave before the close.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        return;
+                    } else {
+                        let mut r =
+                            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len())
+                                .into_bytes();
+                        r.extend_from_slice(&body);
+                        r
+                    };
+                    if tcp.write_all(&reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn relay() -> Relay {
+    let up = raw_upstream().await;
+    Relay::start(&[format!("--upstream=t=http://{up}")])
+}
+
+/// Reads from `tcp` until `buf` ends with `end`.
+async fn read_until_end(tcp: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got.ends_with(end) {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut chunk))
+            .await
+            .expect("the rest of the response within the wait bound")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the connection closed early: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    got
+}
+
+#[tokio::test]
+async fn the_upstreams_chunk_framing_reaches_the_client_byte_for_byte() {
+    let relay = relay().await;
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"POST /t/v1/framed HTTP/1.1\r\nhost: relay\r\ncontent-length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let got = read_until_end(&mut tcp, b"x-t: 1\r\n\r\n").await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        got.ends_with(&[b"\r\n\r\n".as_slice(), FRAMED].concat()),
+        "the chunk extension and the trailer pass as sent: {text}"
+    );
+}
+
+/// One client connection, driven by hyper's client.
+async fn connection(relay: &Relay) -> http1::SendRequest<Body> {
+    let tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn exchange(
+    sender: &mut http1::SendRequest<Body>,
+    req: http::Request<Body>,
+) -> (u16, Vec<u8>) {
+    sender
+        .ready()
+        .await
+        .expect("the connection carries another request");
+    let res = tokio::time::timeout(WAIT, sender.send_request(req))
+        .await
+        .expect("an answer within the wait bound")
+        .unwrap();
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    (status, body)
+}
+
+fn post(relay: &Relay, path: &str, body: Body) -> http::Request<Body> {
+    request("POST", relay.addr, path).body(body).unwrap()
+}
+
+#[tokio::test]
+async fn one_connection_carries_verbatim_exchanges_then_hyper_after_a_chunked_upload() {
+    let relay = relay().await;
+    let mut sender = connection(&relay).await;
+    let data = pattern(300_000, 7);
+    // Verbatim: a body of known length.
+    let (status, body) = exchange(&mut sender, post(&relay, "/t/echo", full(data.clone()))).await;
+    assert_eq!((status, sha(&body)), (200, sha(&data)));
+    // A chunked upload: handed to hyper, with the connection.
+    let chunked = chunked_body(std::sync::Arc::new(data.clone()), 10_000);
+    let (status, body) = exchange(&mut sender, post(&relay, "/t/echo", chunked)).await;
+    assert_eq!((status, sha(&body)), (200, sha(&data)));
+    // The same connection goes on (served by hyper now).
+    let (status, body) = exchange(&mut sender, post(&relay, "/t/echo", full("again"))).await;
+    assert_eq!((status, body.as_slice()), (200, b"again".as_slice()));
+}
+
+#[tokio::test]
+async fn a_body_the_upstream_ends_by_closing_is_chunked_and_the_connection_lives_on() {
+    let relay = relay().await;
+    let mut sender = connection(&relay).await;
+    let (status, body) = exchange(&mut sender, post(&relay, "/t/close", full(""))).await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, b"until the close".as_slice())
+    );
+    let (status, body) = exchange(&mut sender, post(&relay, "/t/echo", full("next"))).await;
+    assert_eq!((status, body.as_slice()), (200, b"next".as_slice()));
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let relay = relay().await;
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(
+        b"POST /t/echo HTTP/1.1\r\ncontent-length: 5\r\n\r\nfirstPOST /t/echo HTTP/1.1\r\ncontent-length: 6\r\n\r\nsecond",
+    )
+    .await
+    .unwrap();
+    let got = read_until_end(&mut tcp, b"second").await;
+    let text = String::from_utf8_lossy(&got);
+    let first = text.find("\r\n\r\nfirst").expect("the first answer");
+    let second = text.find("\r\n\r\nsecond").expect("the second answer");
+    assert!(first < second, "{text}");
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+}
+
+#[tokio::test]
+async fn an_answer_before_the_whole_upload_reaches_the_client_and_the_connection_closes() {
+    let relay = relay().await;
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"POST /t/early HTTP/1.1\r\ncontent-length: 10000000\r\n\r\n")
+        .await
+        .unwrap();
+    tcp.write_all(&[b'x'; 4096]).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "the relay closes the connection after the answer"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    assert!(text.ends_with("too long"), "{text}");
+}
