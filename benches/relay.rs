@@ -596,7 +596,11 @@ impl Proxy {
                 cmd.arg("-db").arg("-f").arg(&conf);
             }
             Kind::Floor => {
-                cmd.args(["--floor-proxy", &format!("127.0.0.1:{port}"), &up.to_string()]);
+                cmd.args([
+                    "--floor-proxy",
+                    &format!("127.0.0.1:{port}"),
+                    &up.to_string(),
+                ]);
             }
         }
         let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
