@@ -2,18 +2,18 @@
 //! payload, without rewriting anything.
 //!
 //! The verbatim path ([`super::verbatim`]) passes an upstream's response body to the client
-//! exactly as it arrives, chunk framing included, and still has to know two things: when the
-//! body has ended (so that both connections can carry the next exchange), and which bytes
-//! are the payload (the observer's copy is the payload, as when hyper decoded it). A
-//! [`Framing`] answers both as bytes go by: [`Framing::scan`] takes whatever one read
-//! returned, says how many of those bytes belong to the body and whether it has ended, and
-//! lists the payload's ranges. Nothing is copied or buffered beyond one chunk-size line.
+//! as it arrives and has to know three things: when the body has ended (so that both
+//! connections can carry the next exchange), which bytes are the payload (what the client's
+//! chunks carry, and the observer's copy), and a chunked body's trailers. A [`Framing`]
+//! answers as bytes go by: [`Framing::scan`] takes whatever one read returned, says how many
+//! of those bytes belong to the body and whether it has ended, and lists the payload's
+//! ranges. Nothing is copied or buffered beyond one line and the trailer section.
 //!
 //! Chunked framing is checked as strictly as a client would check it (RFC 9112 §7.1): a
 //! chunk-size line parsed by `httparse`, CRLF after every chunk's data, trailer lines up to
-//! the empty line. A body that breaks the framing is an error at the first byte that breaks
-//! it, so the verbatim path forwards exactly the bytes before it and then cuts the client,
-//! which is what the client would have seen talking to the upstream directly.
+//! the empty line. A body that breaks the framing is an error, and the verbatim path cuts the
+//! client's response short, which is what the client would have seen talking to the upstream
+//! directly: a body that does not end cleanly.
 
 use std::ops::Range;
 
@@ -41,7 +41,8 @@ pub(super) struct Chunked {
     state: State,
     /// The part of a line (chunk size, CRLF after data, trailer) seen so far.
     line: Vec<u8>,
-    trailers: usize,
+    /// The trailer lines seen, as received.
+    trailers: Vec<u8>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +112,15 @@ impl Framing {
         }
     }
 
+    /// The trailer section of a chunked body that has ended (its lines as received, without
+    /// the empty line that ends it).
+    pub(super) fn trailers(&self) -> &[u8] {
+        match self {
+            Framing::Chunked(c) if c.state == State::Done => &c.trailers,
+            _ => &[],
+        }
+    }
+
     /// Whether the body has ended (an `UntilClose` body never has: its end is the
     /// connection's).
     pub(super) fn is_done(&self) -> bool {
@@ -173,7 +183,7 @@ impl Chunked {
             State::DataEnd if self.line != b"\r"[..self.line.len().min(1)] => {
                 Err(FramingError::ChunkEnd)
             }
-            State::Trailer if self.trailers + self.line.len() > MAX_TRAILERS => {
+            State::Trailer if self.trailers.len() + self.line.len() > MAX_TRAILERS => {
                 Err(FramingError::Trailers)
             }
             _ => Ok(()),
@@ -198,10 +208,10 @@ impl Chunked {
             State::DataEnd => return Err(FramingError::ChunkEnd),
             State::Trailer if line == b"\r\n" => State::Done,
             State::Trailer => {
-                self.trailers += line.len();
-                if self.trailers > MAX_TRAILERS {
+                if self.trailers.len() + line.len() > MAX_TRAILERS {
                     return Err(FramingError::Trailers);
                 }
+                self.trailers.extend_from_slice(&line);
                 State::Trailer
             }
             s => s,
@@ -255,6 +265,7 @@ mod tests {
                 assert_eq!(payload, b"hello 0123456789", "cuts {a} {b}");
                 assert_eq!((used, done), (end, true), "cuts {a} {b}");
                 assert!(f.is_done());
+                assert_eq!(f.trailers(), b"x-trailer: 1\r\n");
             }
         }
     }
