@@ -11,7 +11,9 @@
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
 //!   checked, p99 latency, the proxy's peak RSS (VmHWM, summed over its processes; a fresh
 //!   proxy per run), and the proxy's CPU time over the run (per event relayed); and 200
-//!   concurrent WebSocket streams of the same shape, observed too;
+//!   concurrent WebSocket streams of the same shape, observed too. Each target runs once per
+//!   round, interleaved, paired with a direct run of the same round, and the row reports
+//!   medians: one run's p99 moved by several times from run to run;
 //! - start-up: from spawn to the port accepting and to the first forwarded response, median of
 //!   several starts.
 //!
@@ -835,6 +837,26 @@ impl Flow {
     }
 }
 
+/// One concurrency row's runs through one target.
+#[derive(Default)]
+struct Conc {
+    p99: Vec<f64>,
+    ratio: Vec<f64>,
+    cpu_us: Vec<f64>,
+    rss_mib: f64,
+    errors: u64,
+}
+
+impl Conc {
+    fn add(&mut self, errors: u64, p99: f64, ratio: f64, rss_mib: f64, cpu_us: f64) {
+        self.errors += errors;
+        self.p99.push(p99);
+        self.ratio.push(ratio);
+        self.cpu_us.push(cpu_us);
+        self.rss_mib = self.rss_mib.max(rss_mib);
+    }
+}
+
 /// Everything measured for one target.
 #[derive(Default)]
 struct Tally {
@@ -974,6 +996,7 @@ async fn main() {
     );
     let mut tally: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
     let mut unobserved = Vec::new();
+    let mut unobserved_flow = Flow::default();
 
     for _ in 0..rounds {
         // Per-event latency, SSE: 500 small events 1 ms apart per run; windowtap also once on
@@ -1007,6 +1030,10 @@ async fn main() {
             }
             let stream = sse_stream(t.addr, t.sse, 20_000, 1024, 0);
             out.sse_flow.run(t, "throughput", stream).await;
+            if t.name == "windowtap" && want("unobserved") {
+                let stream = sse_stream(t.addr, "/anthropic/v1/unobserved", 20_000, 1024, 0);
+                unobserved_flow.run(t, "throughput", stream).await;
+            }
         }
         // The same over WebSocket: 20,000 1 KiB messages answering one `response.create`.
         for (t, out) in targets.iter().zip(tally.iter_mut()) {
@@ -1026,6 +1053,16 @@ async fn main() {
     if want("throughput") {
         let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.sse_flow).collect();
         print_throughput(&targets, &mut flows, "SSE events", rounds);
+        if !unobserved_flow.mbps.is_empty() {
+            println!(
+                "{:<22} {:>7.1} MB/s {:>5.2}x direct {:>6.2} ms CPU/MB",
+                "windowtap unobserved",
+                median(&mut unobserved_flow.mbps),
+                median(&mut unobserved_flow.mbps.clone())
+                    / median(&mut tally[0].sse_flow.mbps.clone()),
+                unobserved_flow.cpu_secs * 1000.0 / unobserved_flow.mb
+            );
+        }
     }
     if want("ws-throughput") {
         let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.ws_flow).collect();
@@ -1045,32 +1082,54 @@ async fn main() {
         }
         let proto = if ws { "WebSocket" } else { "SSE" };
         println!(
-            "\n{streams} concurrent {proto} streams (50 events 10 ms apart each), p99 us, errors, peak RSS"
+            "\n{streams} concurrent {proto} streams (50 events 10 ms apart each; medians of {rounds} runs: p99 us, p99 against the same round's direct run, CPU per event; errors summed; peak RSS the highest)"
         );
         let path = if ws { direct.1 } else { direct.0 };
-        let (ed, ld) = concurrent(up.addr, path, ws, streams).await;
-        println!("{:<22} p99 {:>9.1}  errors {ed}", "direct", ld.p99_us);
         // windowtap also on a path no observer watches (SSE): what observation costs per event.
-        let mut runs: Vec<(Kind, &str, &str)> = Vec::new();
+        let mut entries: Vec<(Kind, &str, &str)> = Vec::new();
         for (kind, sse_path, ws_path) in &proxies {
-            runs.push((*kind, kind.name(), if ws { ws_path } else { sse_path }));
+            entries.push((*kind, kind.name(), if ws { ws_path } else { sse_path }));
             if *kind == Kind::Windowtap && !ws && want("unobserved") {
-                runs.push((*kind, "windowtap unobserved", "/anthropic/v1/unobserved"));
+                entries.push((*kind, "windowtap unobserved", "/anthropic/v1/unobserved"));
             }
         }
-        for (kind, name, path) in runs {
-            let p = Proxy::start(kind, up.addr).await.expect("started before");
-            let cpu0 = p.cpu_secs();
-            let (e, l) = concurrent(p.addr, path, ws, streams).await;
-            let cpu = p.cpu_secs() - cpu0;
+        // One run per target per round, interleaved, each paired with a direct run of the same
+        // round: a single run's p99 moved by several times from one run to the next.
+        let mut direct_runs = Conc::default();
+        let mut results: Vec<Conc> = entries.iter().map(|_| Conc::default()).collect();
+        for _ in 0..rounds {
+            let (ed, ld) = concurrent(up.addr, path, ws, streams).await;
+            direct_runs.add(ed, ld.p99_us, 1.0, 0.0, 0.0);
+            for ((kind, _, path), out) in entries.iter().zip(results.iter_mut()) {
+                let p = Proxy::start(*kind, up.addr).await.expect("started before");
+                let cpu0 = p.cpu_secs();
+                let (e, l) = concurrent(p.addr, path, ws, streams).await;
+                let cpu = p.cpu_secs() - cpu0;
+                let rss = p.peak_rss_kib() as f64 / 1024.0;
+                out.add(
+                    e,
+                    l.p99_us,
+                    l.p99_us / ld.p99_us,
+                    rss,
+                    cpu * 1e6 / (streams * 50) as f64,
+                );
+            }
+        }
+        println!(
+            "{:<22} p99 {:>9.1}  errors {}",
+            "direct",
+            median(&mut direct_runs.p99),
+            direct_runs.errors
+        );
+        for ((_, name, _), mut r) in entries.iter().zip(results) {
             println!(
-                "{:<22} p99 {:>9.1}  errors {e}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.0} ms ({:.1} us/event)",
+                "{:<22} p99 {:>9.1}  errors {}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.1} us/event",
                 name,
-                l.p99_us,
-                l.p99_us / ld.p99_us,
-                p.peak_rss_kib() as f64 / 1024.0,
-                cpu * 1000.0,
-                cpu * 1e6 / (streams * 50) as f64
+                median(&mut r.p99),
+                r.errors,
+                median(&mut r.ratio),
+                r.rss_mib,
+                median(&mut r.cpu_us)
             );
         }
     }
