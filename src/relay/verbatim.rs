@@ -898,6 +898,13 @@ pub(super) struct Prefixed {
     io: TcpStream,
 }
 
+impl Prefixed {
+    /// The bytes not yet read, and the socket.
+    pub(super) fn into_parts(self) -> (Bytes, TcpStream) {
+        (self.ahead, self.io)
+    }
+}
+
 impl AsyncRead for Prefixed {
     fn poll_read(
         mut self: Pin<&mut Self>,

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
+use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::body::{Flow, RelayBody};
 use super::dispatch::rest_path;
@@ -25,6 +27,7 @@ use super::mounts::Mount;
 use super::observer;
 use super::state::State;
 use super::tap::{Tap, TapMsg};
+use super::verbatim::Prefixed;
 
 /// After one side has ended cleanly, how long the other may still finish what it is sending.
 const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -150,9 +153,74 @@ where
     }
 }
 
+/// One end of a tunnel, split for the two directions.
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// Splits an upgraded connection into its two directions and the bytes hyper had already
+/// read from it. A plain TCP socket (the client's, an `http` upstream's) is taken out of
+/// hyper's wrappers and split into owned halves: no lock and no dynamic I/O layers between
+/// a read and the socket. Anything else (TLS) is split with a lock, as before.
+fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
+    let end = match end.downcast::<TokioIo<Prefixed>>() {
+        Ok(parts) => {
+            let (ahead, tcp) = parts.io.into_inner().into_parts();
+            let mut early = BytesMut::from(&ahead[..]);
+            early.extend_from_slice(&parts.read_buf);
+            let (r, w) = tcp.into_split();
+            return (early.freeze(), Box::new(r), Box::new(w));
+        }
+        Err(end) => end,
+    };
+    let end = match end.downcast::<MaybeHttpsStream<TokioIo<TcpStream>>>() {
+        Ok(parts) => match parts.io {
+            MaybeHttpsStream::Http(tcp) => {
+                let (r, w) = tcp.into_inner().into_split();
+                return (parts.read_buf, Box::new(r), Box::new(w));
+            }
+            tls => {
+                let (r, w) = tokio::io::split(TokioIo::new(tls));
+                return (parts.read_buf, Box::new(r), Box::new(w));
+            }
+        },
+        Err(end) => end,
+    };
+    let (r, w) = tokio::io::split(TokioIo::new(end));
+    (Bytes::new(), Box::new(r), Box::new(w))
+}
+
+/// Writes what hyper had read ahead from the other end (a frame sent right behind the
+/// handshake), with its copy to the tap.
+async fn pass_early(
+    early: Bytes,
+    to: &mut Writer,
+    tap: Option<&Tap>,
+    flow: Flow,
+    count: &AtomicU64,
+) -> bool {
+    if early.is_empty() {
+        return true;
+    }
+    count.fetch_add(early.len() as u64, Ordering::Relaxed);
+    if let Some(tap) = tap {
+        tap.send(match flow {
+            Flow::Request => TapMsg::ClientBytes(early.clone()),
+            Flow::Response => TapMsg::ServerBytes(early.clone()),
+        });
+    }
+    to.write_all(&early).await.is_ok() && to.flush().await.is_ok()
+}
+
 async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &ExchangeLog) {
-    let (cr, cw) = tokio::io::split(TokioIo::new(client));
-    let (ur, uw) = tokio::io::split(TokioIo::new(upstream));
+    let (client_early, cr, mut cw) = open(client);
+    let (upstream_early, ur, mut uw) = open(upstream);
+    let tap_ref = tap.as_ref();
+    if !pass_early(client_early, &mut uw, tap_ref, Flow::Request, &log.up).await
+        || !pass_early(upstream_early, &mut cw, tap_ref, Flow::Response, &log.down).await
+    {
+        log.fail(Failure::Reset);
+        return;
+    }
     let tap_ref = tap.as_ref();
     let up = pump(cr, uw, tap_ref, Flow::Request, &log.up);
     let down = pump(ur, cw, tap_ref, Flow::Response, &log.down);
