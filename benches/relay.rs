@@ -1085,12 +1085,17 @@ async fn main() {
             "\n{streams} concurrent {proto} streams (50 events 10 ms apart each; medians of {rounds} runs: p99 us, p99 against the same round's direct run, CPU per event; errors summed; peak RSS the highest)"
         );
         let path = if ws { direct.1 } else { direct.0 };
-        // windowtap also on a path no observer watches (SSE): what observation costs per event.
+        // windowtap also on a path no observer watches: what observation costs per event.
         let mut entries: Vec<(Kind, &str, &str)> = Vec::new();
         for (kind, sse_path, ws_path) in &proxies {
             entries.push((*kind, kind.name(), if ws { ws_path } else { sse_path }));
-            if *kind == Kind::Windowtap && !ws && want("unobserved") {
-                entries.push((*kind, "windowtap unobserved", "/anthropic/v1/unobserved"));
+            if *kind == Kind::Windowtap && want("unobserved") {
+                let path = if ws {
+                    "/openai/v1/unobserved"
+                } else {
+                    "/anthropic/v1/unobserved"
+                };
+                entries.push((*kind, "windowtap unobserved", path));
             }
         }
         // One run per target per round, interleaved, each paired with a direct run of the same
