@@ -377,3 +377,68 @@ async fn an_upstream_that_drops_the_connection_closes_the_client_side() {
         .unwrap();
     assert_eq!(rest, frame(1, b"{\"type\":\"bye\"}", false, None));
 }
+
+/// Bytes that arrive together with a handshake (a frame the client sends right behind its
+/// upgrade request; the upstream's first bytes in the same packet as its `101`) are read
+/// ahead by the HTTP layer; they must still reach the other side, first and once.
+#[tokio::test]
+async fn bytes_sent_right_behind_either_handshake_are_not_lost() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let Ok((mut tcp, _)) = listener.accept().await else {
+            return;
+        };
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tcp.read(&mut buf).await {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+        }
+        // The 101 and the upstream's first bytes in one write, then an echo of the rest.
+        let _ = tcp
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: x\r\n\r\nhello from upstream|")
+            .await;
+        let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let _ = tcp.write_all(&got[end..]).await;
+        let (mut r, mut w) = tcp.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    });
+    let relay = Relay::start(&[format!("--upstream=t=http://{up}")]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    // The upgrade request and the client's first bytes in one write.
+    tcp.write_all(
+        b"GET /t/tunnel HTTP/1.1\r\nhost: relay\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nearly from client|",
+    )
+    .await
+    .unwrap();
+    let want = b"hello from upstream|early from client|";
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf))
+            .await
+            .expect("the tunnel's bytes within the wait bound")
+            .unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() >= end + 4 + want.len() {
+                assert!(
+                    got.starts_with(b"HTTP/1.1 101"),
+                    "{:?}",
+                    String::from_utf8_lossy(&got)
+                );
+                assert_eq!(
+                    &got[end + 4..],
+                    want.as_slice(),
+                    "{:?}",
+                    String::from_utf8_lossy(&got)
+                );
+                break;
+            }
+        }
+    }
+}
