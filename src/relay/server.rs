@@ -80,9 +80,8 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let client = upstream::client(connector.clone(), config.upstream_idle);
     let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
     upstreams.spawn_sweeper();
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
+    let listener =
+        listen(config.listen).with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
     let (stop_live, live_stopped) = oneshot::channel::<Duration>();
@@ -177,6 +176,22 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         _cores: cores,
         _observers: observers,
     })
+}
+
+/// Connections the kernel completes and queues for the accept loop. `TcpListener::bind` asks
+/// for 128: a burst of a few hundred sessions starting at once (the attack harness's 601
+/// streams) overflowed it, and each overflow costs a client a one-second SYN retransmission.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// The relay's listener (`SO_REUSEADDR` as `bind` sets it, and [`LISTEN_BACKLOG`]).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Accepts connections until `shutdown` completes (the listener is closed on return). Each
