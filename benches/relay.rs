@@ -91,7 +91,7 @@ impl Drop for BenchUpstream {
 }
 
 async fn serve_upstream(handler: Handler) -> BenchUpstream {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = listen_loopback();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -504,8 +504,10 @@ backend be
 /// here pays, plus the least a tokio task adds. Never returns.
 fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = std::net::TcpListener::bind(listen).expect("binding the floor proxy");
-    listener.set_nonblocking(true).unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(listen).expect("binding the floor proxy");
+    let listener = socket.listen(LISTEN_BACKLOG).unwrap().into_std().unwrap();
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let listener = listener.try_clone().unwrap();
@@ -549,6 +551,18 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
         let _ = w.join();
     }
     std::process::exit(1)
+}
+
+/// Listen backlog of the bench's own sockets (the upstream, the floor), as windowtap's:
+/// `bind`'s 128 overflows when 1,000 streams open at once, and each overflow costs that
+/// stream a one-second SYN retransmission.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A loopback listener on a free port with [`LISTEN_BACKLOG`].
+fn listen_loopback() -> tokio::net::TcpListener {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    socket.listen(LISTEN_BACKLOG).unwrap()
 }
 
 /// A free loopback port (there is a small window in which something else could take it).

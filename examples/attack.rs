@@ -35,7 +35,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -97,7 +97,11 @@ fn held_body(bytes: Bytes, hold: Duration) -> Body {
 }
 
 async fn upstream(p: Arc<Payloads>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // A backlog like a real API's: the default 128 overflowed with 600 streams opening at
+    // once, and the kernel's SYN cookies then reset some of the relay's connections.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1024).unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
@@ -163,8 +167,8 @@ async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Bo
     sender
 }
 
-/// One hostile stream; `true` when every byte arrived intact.
-async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> bool {
+/// One hostile stream; `Ok` when every byte arrived intact, else what went wrong.
+async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> Result<(), String> {
     let mut s = connect(addr).await;
     let req = Request::post(format!("/a/v1/responses?{kind}")).header("host", "a");
     let (req, expect): (Request<Body>, Vec<u8>) = if kind == "upload" {
@@ -198,19 +202,29 @@ async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> bool
             expect,
         )
     };
-    let Ok(res) = s.send_request(req).await else {
-        return false;
+    let res = match s.send_request(req).await {
+        Ok(r) => r,
+        Err(e) => return Err(format!("head: {e}")),
     };
+    let status = res.status().as_u16();
     match res.into_body().collect().await {
         Ok(c) => {
             let got = c.to_bytes();
-            if kind == "upload" {
+            let same = if kind == "upload" {
                 got[..] == expect[..]
             } else {
                 sha(&got) == sha(&expect)
+            };
+            if same {
+                Ok(())
+            } else {
+                Err(format!(
+                    "status {status}, {} bytes, not the upstream's",
+                    got.len()
+                ))
             }
         }
-        Err(_) => false,
+        Err(e) => Err(format!("status {status}, body: {e}")),
     }
 }
 
@@ -301,7 +315,13 @@ async fn main() {
     let probe_up = probe_handle.spawn(upstream(p.clone())).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(&relay_bin)
-        .args(["relay", "--listen", "127.0.0.1:0", "--log", "warn"])
+        .args(["relay", "--listen", "127.0.0.1:0"])
+        // `-- --log info` for every exchange's line (with ATTACK_RELAY_LOG=FILE to keep them).
+        .args(if relay_args.iter().any(|a| a == "--log") {
+            &[][..]
+        } else {
+            &["--log", "warn"][..]
+        })
         .arg("--ingest")
         .arg(dir.path().join("ingest.sock"))
         .args(["--upstream", &format!("a=http://{up}")])
@@ -314,9 +334,14 @@ async fn main() {
     let pid = child.id();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let mut keep = std::env::var_os("ATTACK_RELAY_LOG").map(|p| std::fs::File::create(p).unwrap());
     std::thread::spawn(move || {
         let mut tx = Some(tx);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(f) = &mut keep {
+                use std::io::Write as _;
+                let _ = writeln!(f, "{line}");
+            }
             if let Some(rest) = line.split("listening on http://").nth(1) {
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(rest.trim().to_string());
@@ -367,11 +392,15 @@ async fn main() {
             peak
         })
     };
+    let mut why = std::collections::BTreeMap::<String, usize>::new();
     for (kind, t) in tasks {
-        if t.await.unwrap_or(false) {
-            *ok.entry(kind).or_default() += 1;
-        } else {
-            *bad.entry(kind).or_default() += 1;
+        match t.await {
+            Ok(Ok(())) => *ok.entry(kind).or_default() += 1,
+            Ok(Err(e)) => {
+                *bad.entry(kind).or_default() += 1;
+                *why.entry(format!("{kind}: {e}")).or_default() += 1;
+            }
+            Err(_) => *bad.entry(kind).or_default() += 1,
         }
     }
     let elapsed = started.elapsed();
@@ -399,6 +428,9 @@ async fn main() {
     println!("relay {relay_bin} {}", relay_args.join(" "));
     println!("kinds {kinds:?}, {n} streams each (valid: 1), held {hold:?}; took {elapsed:.1?}");
     println!("intact streams {ok:?}; broken {bad:?}; relay alive at the end: {alive}");
+    if !why.is_empty() {
+        println!("broken: {why:?}");
+    }
     println!(
         "relay RSS: idle {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB",
         base_rss as f64 / 1024.0,
