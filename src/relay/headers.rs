@@ -5,7 +5,7 @@ use http::header::{self, HeaderMap, HeaderName};
 use http::Request;
 
 /// The hop-by-hop headers of RFC 9110 §7.6.1.
-const HOP_BY_HOP: [&str; 6] = [
+pub(super) const HOP_BY_HOP: [&str; 6] = [
     "connection",
     "proxy-connection",
     "keep-alive",

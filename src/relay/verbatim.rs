@@ -48,6 +48,7 @@ use super::dispatch::rest_path;
 use super::exchange::{ExchangeLog, ResBody};
 use super::failure::{self, Failure, Phase};
 use super::framing::{Chunked, Framing};
+use super::headers::HOP_BY_HOP;
 use super::mounts::{Mount, Mounts};
 use super::observer;
 use super::state::State;
@@ -64,16 +65,6 @@ const MAX_HEADERS: usize = 128;
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes a client may send ahead (its next request) while its response streams.
 const MAX_AHEAD: usize = 64 * 1024;
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1), as in [`super::headers`].
-const HOP_BY_HOP: [&str; 6] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// Serves one client connection until it ends, handing it to hyper at the first request the
 /// verbatim path does not take.
@@ -241,16 +232,7 @@ fn parse_request(buf: &[u8], mounts: &Mounts) -> Parsed<Routed> {
     let Ok(uri) = mount.upstream_uri(rest) else {
         return Parsed::Hyper;
     };
-    let headers = req
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                Bytes::copy_from_slice(h.name.as_bytes()),
-                Bytes::copy_from_slice(h.value),
-            )
-        })
-        .collect();
+    let headers = owned(req.headers);
     Parsed::Complete(
         len,
         Routed {
@@ -263,6 +245,19 @@ fn parse_request(buf: &[u8], mounts: &Mounts) -> Parsed<Routed> {
             uri,
         },
     )
+}
+
+/// Header lines as received, out of the buffer they were parsed from.
+fn owned(lines: &[httparse::Header<'_>]) -> Vec<(Bytes, Bytes)> {
+    lines
+        .iter()
+        .map(|h| {
+            (
+                Bytes::copy_from_slice(h.name.as_bytes()),
+                Bytes::copy_from_slice(h.value),
+            )
+        })
+        .collect()
 }
 
 /// The names a `Connection` header lists, lowercased: hop-by-hop too.
@@ -393,16 +388,7 @@ fn parse_response(buf: &[u8]) -> ResponseParsed {
     if matches!(framing, Framing::UntilClose) {
         reusable = false;
     }
-    let headers = res
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                Bytes::copy_from_slice(h.name.as_bytes()),
-                Bytes::copy_from_slice(h.value),
-            )
-        })
-        .collect();
+    let headers = owned(res.headers);
     ResponseParsed::Complete(
         len,
         ResponseHead {
