@@ -13,6 +13,11 @@
 //! polls an idle connection: one the upstream closed meanwhile is found closed when it is
 //! taken out, and a request it could not start is sent again on a fresh connection, as
 //! hyper's pooled client does. A sweeper closes those idle past the idle time.
+//!
+//! The verbatim path ([`super::verbatim`]) keeps bare streams instead ([`Stream`]), pooled
+//! the same way: per core and origin, most recent first, up to the same count, swept by the
+//! same sweeper; one that reads as closed (or holds bytes nobody asked for) when taken out is
+//! dropped.
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
