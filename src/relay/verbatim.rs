@@ -526,8 +526,9 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     }
 }
 
-/// Sends the request (head, then body as it comes) and reads the response head. A reused
-/// connection that fails before the head was written is replaced by a fresh one.
+/// Sends the request (head, then body as it comes) and reads the response head. A connection
+/// the head cannot be written to (a pooled one the upstream closed meanwhile) is replaced by
+/// a fresh one, once: nothing of the request has reached the upstream then.
 async fn send(
     client: &mut Client,
     state: &State,
