@@ -26,9 +26,9 @@
 //! A fourth row, `floor`, is no product: this bench binary re-run as a bare TCP copy loop on
 //! two current-thread tokio runtimes (no HTTP, no pooling, no observation; [`floor_proxy`]).
 //! It is what relaying costs on this machine at the least, the loopback TCP work and system
-//! calls every proxy pays, for reading the others against. windowtap's SSE latency and
-//! concurrency rows also run once on a path no observer watches (`windowtap unobserved`), so
-//! the cost of observation is measured rather than assumed.
+//! calls every proxy pays, for reading the others against. windowtap's latency, SSE
+//! throughput and concurrency rows also run once on a path no observer watches (`windowtap
+//! unobserved`), so the cost of observation is measured rather than assumed.
 //!
 //! windowtap runs with `--capture`; when one of its processes stops, the bench says how many
 //! of the streams it observed lost their observation (an observer that falls behind its
@@ -916,7 +916,14 @@ async fn concurrent(addr: SocketAddr, path: &'static str, ws: bool, streams: usi
     (errors.load(Ordering::Relaxed), lat(all))
 }
 
-fn print_latency(targets: &[Target], sse: &[Lat], ws: &[Lat], unobserved: Vec<u64>, rounds: usize) {
+fn print_latency(
+    targets: &[Target],
+    sse: &[Lat],
+    ws: &[Lat],
+    unobserved: (Vec<u64>, Vec<u64>),
+    rounds: usize,
+) {
+    let (unobserved, ws_unobserved) = unobserved;
     println!("\nper-event latency, us (500 events 1 ms apart x {rounds} runs; added = minus direct; targets added p50 <= 20, p99 <= 60)");
     println!(
         "{:<22} {:>7} {:>7} | {:>7} {:>7}",
@@ -938,6 +945,13 @@ fn print_latency(targets: &[Target], sse: &[Lat], ws: &[Lat], unobserved: Vec<u6
     );
     for (t, l) in targets.iter().zip(ws) {
         println!("{:<22} {}", t.name, fmt_added(*l, ws[0]));
+    }
+    if !ws_unobserved.is_empty() {
+        println!(
+            "{:<22} {}",
+            "windowtap unobserved",
+            fmt_added(lat(ws_unobserved), ws[0])
+        );
     }
 }
 
@@ -1010,6 +1024,7 @@ async fn main() {
     );
     let mut tally: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
     let mut unobserved = Vec::new();
+    let mut ws_unobserved = Vec::new();
     let mut unobserved_flow = Flow::default();
 
     for _ in 0..rounds {
@@ -1036,6 +1051,11 @@ async fn main() {
             let r = ws_stream(t.addr, t.ws, 500, 1, 1000).await;
             assert!(r.error.is_none(), "{} WS: {:?}", t.name, r.error);
             out.ws.extend(r.latencies_ns);
+            if t.name == "windowtap" && want("unobserved") {
+                let r = ws_stream(t.addr, "/openai/v1/unobserved", 500, 1, 1000).await;
+                assert!(r.error.is_none(), "{} WS: {:?}", t.name, r.error);
+                ws_unobserved.extend(r.latencies_ns);
+            }
         }
         // Throughput: 20,000 1 KiB events, as fast as they are taken; the proxy's CPU time.
         for (t, out) in targets.iter().zip(tally.iter_mut()) {
@@ -1062,7 +1082,7 @@ async fn main() {
     let sse: Vec<Lat> = tally.iter().map(|t| lat(t.sse.clone())).collect();
     let ws: Vec<Lat> = tally.iter().map(|t| lat(t.ws.clone())).collect();
     if want("sse") || want("ws") {
-        print_latency(&targets, &sse, &ws, unobserved, rounds);
+        print_latency(&targets, &sse, &ws, (unobserved, ws_unobserved), rounds);
     }
     if want("throughput") {
         let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.sse_flow).collect();
