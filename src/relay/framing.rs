@@ -194,6 +194,8 @@ impl Chunked {
     fn end_line(&mut self) -> Result<(), FramingError> {
         let line = std::mem::take(&mut self.line);
         self.state = match self.state {
+            // The length is checked here too: a whole line can arrive in one read.
+            State::Size if line.len() > MAX_LINE => return Err(FramingError::ChunkSize),
             State::Size => match httparse::parse_chunk_size(&line) {
                 Ok(httparse::Status::Complete((used, size))) if used == line.len() => {
                     if size == 0 {
@@ -323,5 +325,104 @@ mod tests {
             feed(&mut f, b"all of it", &[3]).unwrap(),
             (b"all of it".to_vec(), 9, false)
         );
+    }
+
+    #[test]
+    fn a_chunk_size_line_too_long_is_refused_even_when_it_arrives_in_one_read() {
+        let mut wire = b"1;".to_vec();
+        wire.extend(std::iter::repeat_n(b'a', MAX_LINE));
+        wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+        for cuts in [&[][..], &[MAX_LINE / 2]] {
+            let mut f = Framing::Chunked(Chunked::default());
+            assert_eq!(
+                feed(&mut f, &wire, cuts).unwrap_err(),
+                FramingError::ChunkSize,
+                "cuts {cuts:?}"
+            );
+        }
+    }
+
+    /// What a whole scan came to: the payload, the bytes used, the end and the trailers, or
+    /// the error.
+    type Outcome = Result<(Vec<u8>, usize, bool, Vec<u8>), FramingError>;
+
+    fn outcome(wire: &[u8], cuts: &[usize]) -> Outcome {
+        let mut f = Framing::Chunked(Chunked::default());
+        let (payload, used, done) = feed(&mut f, wire, cuts)?;
+        Ok((payload, used, done, f.trailers().to_vec()))
+    }
+
+    /// A chunked encoding of `payload` in chunks of `sizes` (cycled, each at least 1), each
+    /// size line with an extension when `ext`, then `trailers` and the empty line.
+    fn chunked(payload: &[u8], sizes: &[usize], ext: bool, trailers: &[u8]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        let mut rest = payload;
+        let mut size = sizes.iter().cycle();
+        while !rest.is_empty() {
+            let n = size.next().copied().unwrap_or(1).clamp(1, rest.len());
+            let ext = if ext { ";e=\"1 2\"" } else { "" };
+            wire.extend_from_slice(format!("{n:X}{ext}\r\n").as_bytes());
+            wire.extend_from_slice(&rest[..n]);
+            wire.extend_from_slice(b"\r\n");
+            rest = &rest[n..];
+        }
+        wire.extend_from_slice(b"0\r\n");
+        wire.extend_from_slice(trailers);
+        wire.extend_from_slice(b"\r\n");
+        wire
+    }
+
+    proptest::proptest! {
+        /// Whatever the upstream sends, how its bytes were cut into reads changes nothing:
+        /// the same payload, the same end, the same trailers, or the same refusal.
+        #[test]
+        fn any_bytes_give_the_same_outcome_however_they_are_cut(
+            wire in proptest::collection::vec(
+                proptest::sample::select(b"0123456789aAfF\r\n; =\"x\t".to_vec()),
+                0..160,
+            ),
+            cuts in proptest::collection::vec(0usize..160, 0..8),
+        ) {
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            proptest::prop_assert_eq!(outcome(&wire, &cuts), outcome(&wire, &[]));
+        }
+
+        /// The same near the chunk-size line's limit: accepted or refused by its length
+        /// alone, not by how it arrived.
+        #[test]
+        fn a_chunk_size_line_near_the_limit_gets_the_same_outcome_however_it_is_cut(
+            ext in (MAX_LINE - 8)..(MAX_LINE + 8),
+            cuts in proptest::collection::vec(0usize..(MAX_LINE + 32), 0..4),
+        ) {
+            let mut wire = b"1;".to_vec();
+            wire.extend(std::iter::repeat_n(b'a', ext));
+            wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let whole = outcome(&wire, &[]);
+            proptest::prop_assert_eq!(whole.is_ok(), ext + 4 <= MAX_LINE);
+            proptest::prop_assert_eq!(outcome(&wire, &cuts), whole);
+        }
+
+        /// A valid chunked body, however chunked and cut, gives back exactly its payload and
+        /// trailers and ends where it ends, before the next message's bytes.
+        #[test]
+        fn a_valid_chunked_body_gives_its_payload_however_it_is_chunked_and_cut(
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            sizes in proptest::collection::vec(1usize..40, 1..6),
+            ext in proptest::bool::ANY,
+            trailer_count in 0usize..3,
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+        ) {
+            let trailers: Vec<u8> =
+                (0..trailer_count).flat_map(|i| format!("x-t{i}: v\r\n").into_bytes()).collect();
+            let mut wire = chunked(&payload, &sizes, ext, &trailers);
+            let end = wire.len();
+            wire.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            proptest::prop_assert_eq!(outcome(&wire, &cuts), Ok((payload, end, true, trailers)));
+        }
     }
 }
