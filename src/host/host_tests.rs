@@ -82,6 +82,31 @@ mod linux {
     }
 
     #[test]
+    fn a_new_host_is_looked_for_among_the_newest_processes_first() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let older: Vec<Child> = (0..200)
+            .map(|_| Command::new("sleep").arg("60").spawn().unwrap())
+            .collect();
+        let (child, _server, peer) = client(&listener);
+        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let mut r = resolver();
+        assert_eq!(resolve(&mut r, peer, local), Some(want));
+        // Pids only say which process is newer until they wrap around.
+        if older.iter().all(|o| o.id() < child.id()) {
+            assert!(
+                r.fd_tables_read < 200,
+                "{} fd tables read before the newest process's",
+                r.fd_tables_read
+            );
+        }
+        for o in older {
+            end(o);
+        }
+        end(child);
+    }
+
+    #[test]
     fn without_sock_diag_the_tcp_table_finds_the_same_host() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let local = listener.local_addr().unwrap();

@@ -82,20 +82,27 @@ pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
     .collect()
 }
 
-/// Ids of the processes run by one of `uids`, in the table's order (ascending: a socket a
-/// child inherited is found at its parent, usually the lower pid, first), at most `max`.
-/// Only a socket's owner can hold it (the TCP table says whose it is), and leaving other
-/// users' processes alone spares reading fd tables that cannot hold it.
-pub fn pids_of(uids: &HashSet<u32>, max: usize) -> Vec<i32> {
-    let Ok(all) = procfs::process::all_processes() else {
+/// Ids of the processes in the table, newest first (descending pids, which is the order
+/// they started in until pids wrap around), at most `max`. Only the directory is read: who
+/// runs each one is asked per process by [`run_by`], as the walk reaches it.
+pub fn pids_newest_first(max: usize) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    all.filter_map(|p| {
-        let p = p.ok()?;
-        uids.contains(&p.uid().ok()?).then_some(p.pid)
-    })
-    .take(max)
-    .collect()
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable_by(|a, b| b.cmp(a));
+    pids.truncate(max);
+    pids
+}
+
+/// Whether `pid` is run by one of `uids` (the owner of its `/proc` directory). Only a
+/// socket's owner can hold it (the socket lookup says whose it is), and leaving other users'
+/// processes alone spares reading fd tables that cannot hold it.
+pub fn run_by(pid: i32, uids: &HashSet<u32>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| uids.contains(&m.uid()))
 }
 
 /// Every process id in the table (for the measurement).
@@ -155,7 +162,9 @@ mod tests {
         let (inode, uid) = client_inode(&rows, peer, local).expect("the client row");
         // SAFETY: getuid cannot fail.
         assert_eq!(uid, unsafe { libc::getuid() });
-        assert!(pids_of(&HashSet::from([uid]), usize::MAX).contains(&me()));
+        assert!(pids_newest_first(usize::MAX).contains(&me()));
+        assert!(run_by(me(), &HashSet::from([uid])));
+        assert!(!run_by(me(), &HashSet::from([uid.wrapping_add(1)])));
         // The server end is another row, with another inode.
         assert_ne!(client_inode(&rows, local, peer).map(|r| r.0), Some(inode));
         let wanted = HashSet::from([inode]);

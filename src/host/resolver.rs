@@ -44,6 +44,8 @@ enum Request {
         peer: SocketAddr,
         local: SocketAddr,
         answer: Answer,
+        /// When the connection was accepted.
+        queued: std::time::Instant,
     },
     Adopt {
         pid: u32,
@@ -108,6 +110,7 @@ impl Handle {
             peer,
             local,
             answer,
+            queued: std::time::Instant::now(),
         };
         match tx.try_send(req) {
             Ok(()) => {
@@ -155,6 +158,8 @@ pub(super) struct Resolver {
     owners: Vec<i32>,
     /// Exact socket lookups; `None` once the interface has failed (then the TCP table).
     pub(super) diag: Option<super::sockdiag::SockDiag>,
+    /// Fd tables read by walks so far (for the debug log and the tests).
+    pub(super) fd_tables_read: u64,
 }
 
 /// One connection to resolve.
@@ -180,6 +185,7 @@ impl Resolver {
             skip,
             owners: Vec::new(),
             diag,
+            fd_tables_read: 0,
         }
     }
 
@@ -195,6 +201,7 @@ impl Resolver {
             let mut conns = Vec::new();
             let mut answers = Vec::new();
             let mut last = None;
+            let mut oldest = None;
             for req in batch {
                 match req {
                     Request::Connection {
@@ -202,7 +209,9 @@ impl Resolver {
                         peer,
                         local,
                         answer,
+                        queued,
                     } => {
+                        oldest = oldest.or(Some(queued));
                         conns.push(Pending {
                             peer,
                             local,
@@ -219,7 +228,18 @@ impl Resolver {
                     }
                 }
             }
+            let (began, read) = (std::time::Instant::now(), self.fd_tables_read);
             self.resolve(&mut conns);
+            if !conns.is_empty() {
+                tracing::debug!(
+                    connections = conns.len(),
+                    unknown = conns.iter().filter(|c| c.host.is_none()).count(),
+                    fd_tables = self.fd_tables_read - read,
+                    queued_ms = oldest.map_or(0.0, |q| (began - q).as_secs_f64() * 1e3),
+                    ms = began.elapsed().as_secs_f64() * 1e3,
+                    "hosts resolved"
+                );
+            }
             for (c, answer) in conns.iter().zip(answers) {
                 answer.send_replace(Some(c.host));
             }
@@ -288,9 +308,30 @@ impl Resolver {
         Some(found)
     }
 
+    /// The highest ancestor of `pid` that holds `inode` too, through its parents while
+    /// they do (never the relay), or `pid`.
+    fn topmost_holder(&self, pid: i32, inode: u64) -> i32 {
+        use super::procfs::{held_among, stat};
+        let one = HashSet::from([inode]);
+        let mut holder = pid;
+        for _ in 0..super::procfs::MAX_DEPTH {
+            match stat(holder) {
+                Some((_, parent))
+                    if parent > 0
+                        && Some(parent) != self.skip
+                        && !held_among(parent, &one).is_empty() =>
+                {
+                    holder = parent
+                }
+                _ => break,
+            }
+        }
+        holder
+    }
+
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
-        use super::procfs::{held_among, pids_of, stat};
+        use super::procfs::{held_among, pids_newest_first, run_by, stat};
         if conns.is_empty() {
             return;
         }
@@ -298,7 +339,9 @@ impl Resolver {
         let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
         let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
         let mut found: Vec<(u64, i32)> = Vec::new();
+        let mut tables = 0;
         let mut look = |pid: i32, wanted: &mut HashSet<u64>| {
+            tables += 1;
             for inode in held_among(pid, wanted) {
                 wanted.remove(&inode);
                 found.push((inode, pid));
@@ -312,14 +355,28 @@ impl Resolver {
             look(pid, &mut wanted);
         }
         if !wanted.is_empty() {
-            for pid in pids_of(&uids, MAX_SCAN) {
+            // Newest first: a host not seen before is almost always a process that started
+            // moments ago (a session's first connection), and a client that makes one
+            // request per connection may close it a few milliseconds after its response:
+            // the walk has to reach its fd table before that, or its host stays unknown
+            // (seen in the shared-relay run: Codex over HTTP, a 2 ms exchange, a 3–6 ms
+            // walk in pid order that found nothing).
+            // Only the listing is read up front; who runs a process is asked as the walk
+            // reaches it.
+            for pid in pids_newest_first(MAX_SCAN) {
                 if wanted.is_empty() {
                     break;
                 }
-                if Some(pid) != self.skip && !known.contains(&pid) {
+                if Some(pid) != self.skip && !known.contains(&pid) && run_by(pid, &uids) {
                     look(pid, &mut wanted);
                 }
             }
+        }
+        self.fd_tables_read += tables;
+        // A socket a child inherited is held by its parent too: the host is the topmost
+        // holder (the walk, newest first, meets the child first).
+        for (inode, pid) in &mut found {
+            *pid = self.topmost_holder(*pid, *inode);
         }
         let mut ids: Vec<(i32, ProcId)> = Vec::new();
         for &(_, pid) in &found {
