@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use procfs::net::TcpNetEntry;
-use procfs::process::{FDTarget, Process};
+use procfs::process::Process;
 
 use super::ProcId;
 
@@ -67,19 +67,40 @@ fn inode_of(
         .map(|(_, _, inode)| inode)
 }
 
-/// The socket inodes `pid` holds, among `wanted`.
+/// The socket inodes `pid` holds, among `wanted`. Descriptors are read from the highest
+/// number down, and the reading stops once every wanted inode is found: a process that
+/// holds thousands of connections (a benchmark's client, a busy host) has just opened the
+/// one being resolved, usually on its highest descriptor, and reading every link of its
+/// table for every new connection made the resolver the relay's busiest thread.
 pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
-    let Ok(p) = Process::new(pid) else {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
-    let Ok(fds) = p.fd() else {
-        return Vec::new();
-    };
-    fds.filter_map(|fd| match fd.ok()?.target {
-        FDTarget::Socket(inode) if wanted.contains(&inode) => Some(inode),
-        _ => None,
-    })
-    .collect()
+    let mut fds: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort_unstable_by(|a, b| b.cmp(a));
+    let mut found = Vec::new();
+    for fd in fds {
+        if found.len() == wanted.len() {
+            break;
+        }
+        let Ok(target) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+            continue;
+        };
+        if let Some(inode) = socket_inode(target.as_os_str().as_encoded_bytes()) {
+            if wanted.contains(&inode) && !found.contains(&inode) {
+                found.push(inode);
+            }
+        }
+    }
+    found
+}
+
+/// The inode of a descriptor's link target `socket:[N]`.
+fn socket_inode(target: &[u8]) -> Option<u64> {
+    let digits = target.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// Ids of the processes in the table, newest first (descending pids, which is the order
@@ -150,6 +171,35 @@ mod tests {
 
     fn me() -> i32 {
         std::process::id() as i32
+    }
+
+    #[test]
+    fn every_wanted_socket_among_many_descriptors_is_found_oldest_and_newest() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let pairs: Vec<_> = (0..50)
+            .map(|_| {
+                let c = std::net::TcpStream::connect(local).unwrap();
+                let (s, peer) = listener.accept().unwrap();
+                (c, s, peer)
+            })
+            .collect();
+        let rows = tcp_table(false);
+        let inode = |peer| client_inode(&rows, peer, local).unwrap().0;
+        let (oldest, newest) = (inode(pairs[0].2), inode(pairs[49].2));
+        let mut got = held_among(me(), &HashSet::from([oldest, newest]));
+        got.sort_unstable();
+        let mut want = vec![oldest, newest];
+        want.sort_unstable();
+        assert_eq!(got, want);
+        // One that is nowhere here: the rest are still found.
+        assert_eq!(
+            held_among(me(), &HashSet::from([oldest, u64::MAX])),
+            vec![oldest]
+        );
+        assert_eq!(socket_inode(b"socket:[12345]"), Some(12345));
+        assert_eq!(socket_inode(b"pipe:[12345]"), None);
+        drop(pairs);
     }
 
     #[test]

@@ -340,7 +340,7 @@ impl Resolver {
         let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
         let mut found: Vec<(u64, i32)> = Vec::new();
         let mut tables = 0;
-        let mut look = |pid: i32, wanted: &mut HashSet<u64>| {
+        let mut look = |pid: i32, wanted: &mut HashSet<u64>, found: &mut Vec<(u64, i32)>| {
             tables += 1;
             for inode in held_among(pid, wanted) {
                 wanted.remove(&inode);
@@ -352,8 +352,10 @@ impl Resolver {
             if wanted.is_empty() {
                 break;
             }
-            look(pid, &mut wanted);
+            look(pid, &mut wanted, &mut found);
         }
+        // Hosts already seen are taken as they were found then; only a new one is climbed.
+        let from_known = found.len();
         if !wanted.is_empty() {
             // Newest first: a host not seen before is almost always a process that started
             // moments ago (a session's first connection), and a client that makes one
@@ -368,14 +370,14 @@ impl Resolver {
                     break;
                 }
                 if Some(pid) != self.skip && !known.contains(&pid) && run_by(pid, &uids) {
-                    look(pid, &mut wanted);
+                    look(pid, &mut wanted, &mut found);
                 }
             }
         }
         self.fd_tables_read += tables;
         // A socket a child inherited is held by its parent too: the host is the topmost
         // holder (the walk, newest first, meets the child first).
-        for (inode, pid) in &mut found {
+        for (inode, pid) in &mut found[from_known..] {
             *pid = self.topmost_holder(*pid, *inode);
         }
         let mut ids: Vec<(i32, ProcId)> = Vec::new();
