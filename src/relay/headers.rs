@@ -5,7 +5,7 @@ use http::header::{self, HeaderMap, HeaderName};
 use http::Request;
 
 /// The hop-by-hop headers of RFC 9110 §7.6.1.
-pub(super) const HOP_BY_HOP: [&str; 6] = [
+const HOP_BY_HOP: [&str; 6] = [
     "connection",
     "proxy-connection",
     "keep-alive",
@@ -14,19 +14,43 @@ pub(super) const HOP_BY_HOP: [&str; 6] = [
     "upgrade",
 ];
 
+/// The comma-separated tokens of a header value, trimmed.
+pub(super) fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(|t| t.trim_ascii())
+}
+
+/// The names the `Connection` header lines among `lines` list, lowercased: hop-by-hop too.
+pub(super) fn connection_names<'a>(
+    lines: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Vec<Vec<u8>> {
+    lines
+        .into_iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
+        .flat_map(|(_, value)| tokens(value).map(<[u8]>::to_ascii_lowercase))
+        .collect()
+}
+
+/// Whether a header passes end to end: neither hop-by-hop nor among the `named` ones.
+pub(super) fn end_to_end(name: &[u8], named: &[Vec<u8>]) -> bool {
+    !HOP_BY_HOP
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+        && !named.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|tok| HeaderName::from_bytes(tok.trim().as_bytes()).ok())
+    let named = connection_names(
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+    );
+    let hop: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| !end_to_end(name.as_str().as_bytes(), &named))
+        .cloned()
         .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
+    for name in hop {
         headers.remove(name);
     }
 }
@@ -37,9 +61,8 @@ pub fn is_upgrade<B>(req: &Request<B>) -> bool {
         .headers()
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|tok| tok.trim().eq_ignore_ascii_case("upgrade"));
+        .flat_map(|v| tokens(v.as_bytes()))
+        .any(|tok| tok.eq_ignore_ascii_case(b"upgrade"));
     connection_upgrade && req.headers().contains_key(header::UPGRADE)
 }
 

@@ -7,8 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header;
-use http::{Request, Response, Version};
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Response, Version};
 use http_body_util::Either;
 use hyper::body::Incoming;
 
@@ -23,14 +23,18 @@ use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::upstream::{Driven, Lease};
 
-/// Starts observing an exchange if its route is observed.
-fn observe_http(state: &State, req: &Request<Incoming>, rest: &str) -> Option<Arc<Tap>> {
+/// Starts observing an exchange (`method`, the path under its mount, the request headers) if
+/// its route is observed. The verbatim path starts its exchanges' observation here too.
+pub(super) fn observe(
+    state: &State,
+    method: &Method,
+    rest: &str,
+    headers: &HeaderMap,
+) -> Option<Tap> {
     state.live.as_ref()?;
-    let plan = observer::plan(req.method().as_str(), rest_path(rest), false, req.headers())?;
-    let encoding = header_str(req.headers(), &header::CONTENT_ENCODING);
-    state
-        .start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
-        .map(Arc::new)
+    let plan = observer::plan(method.as_str(), rest_path(rest), false, headers)?;
+    let encoding = header_str(headers, &header::CONTENT_ENCODING);
+    state.start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
 }
 
 /// Forwards one HTTP exchange to `mount`'s upstream and streams its response back.
@@ -41,7 +45,7 @@ pub async fn forward(
     req: Request<Incoming>,
 ) -> Response<ResBody> {
     let log = ExchangeLog::new(&mount.name, req.method(), rest_path(&rest));
-    let tap = observe_http(&state, &req, &rest);
+    let tap = observe(&state, req.method(), &rest, req.headers()).map(Arc::new);
     let Ok(uri) = mount.upstream_uri(&rest) else {
         return failure::bad_path(&log, &mount.name);
     };

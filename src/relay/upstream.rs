@@ -94,26 +94,73 @@ impl Lease {
     }
 }
 
-struct Idle {
-    lease: Lease,
-    since: Instant,
-}
-
 /// An upstream connection the verbatim path ([`super::verbatim`]) reads and writes itself.
 pub type Stream = TokioIo<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
 
-struct IdleStream {
-    stream: Stream,
-    since: Instant,
+/// Idle connections of one kind per origin key, most recently idle last, each with the time
+/// it became idle.
+struct IdlePool<T>(Mutex<HashMap<Arc<str>, IdleList<T>>>);
+
+/// Connections with the time each became idle.
+type IdleList<T> = Vec<(T, Instant)>;
+
+impl<T> IdlePool<T> {
+    fn new() -> Self {
+        IdlePool(Mutex::new(HashMap::new()))
+    }
+
+    /// The most recently idle connection to `origin` that has not timed out and that
+    /// `usable` accepts; the others looked at are dropped.
+    fn take(
+        &self,
+        origin: &str,
+        timeout: Duration,
+        mut usable: impl FnMut(&mut T) -> bool,
+    ) -> Option<T> {
+        let mut idle = self.0.lock().ok()?;
+        let list = idle.get_mut(origin)?;
+        while let Some((mut conn, since)) = list.pop() {
+            if since.elapsed() < timeout && usable(&mut conn) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps `conn` for the next exchange to `origin`, unless [`MAX_IDLE_PER_ORIGIN`] are
+    /// already kept.
+    fn put(&self, origin: Arc<str>, conn: T, timeout: Duration) {
+        let Ok(mut idle) = self.0.lock() else {
+            return;
+        };
+        let list = idle.entry(origin).or_default();
+        let now = Instant::now();
+        list.retain(|(_, since)| now.duration_since(*since) < timeout);
+        if list.len() < MAX_IDLE_PER_ORIGIN {
+            list.push((conn, now));
+        }
+    }
+
+    /// Drops the connections idle for `timeout` or longer.
+    fn sweep(&self, timeout: Duration) {
+        let Ok(mut idle) = self.0.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        for list in idle.values_mut() {
+            list.retain(|(_, since)| now.duration_since(*since) < timeout);
+        }
+        idle.retain(|_, list| !list.is_empty());
+    }
 }
 
 /// The origins' idle connections and how to open new ones.
 pub struct Upstreams {
     connector: HttpsConnector<HttpConnector>,
     builder: http1::Builder,
-    idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+    idle: IdlePool<Lease>,
     /// The verbatim path's idle connections: bare streams, between two exchanges.
-    idle_streams: Mutex<HashMap<Arc<str>, Vec<IdleStream>>>,
+    idle_streams: IdlePool<Stream>,
     idle_timeout: Duration,
 }
 
@@ -124,8 +171,8 @@ impl Upstreams {
         Arc::new(Upstreams {
             connector,
             builder,
-            idle: Mutex::new(HashMap::new()),
-            idle_streams: Mutex::new(HashMap::new()),
+            idle: IdlePool::new(),
+            idle_streams: IdlePool::new(),
             idle_timeout,
         })
     }
@@ -144,7 +191,8 @@ impl Upstreams {
         set_host(&mut req, &uri);
         origin_form(&mut req);
         loop {
-            let (mut lease, reused) = match self.take(&origin) {
+            let idle = self.idle.take(&origin, self.idle_timeout, |_| true);
+            let (mut lease, reused) = match idle {
                 Some(l) => (l, true),
                 None => (self.connect(&uri, origin.clone()).await?, false),
             };
@@ -171,10 +219,18 @@ impl Upstreams {
         }
     }
 
-    async fn connect(self: &Arc<Self>, uri: &Uri, origin: Arc<str>) -> Result<Lease, BoxError> {
+    /// A new connection to `uri`'s origin (TLS for `https`).
+    async fn open(
+        &self,
+        uri: &Uri,
+    ) -> Result<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>, BoxError> {
         let mut connector = self.connector.clone();
         poll_fn(|cx| connector.poll_ready(cx)).await?;
-        let io = connector.call(uri.clone()).await?;
+        connector.call(uri.clone()).await
+    }
+
+    async fn connect(self: &Arc<Self>, uri: &Uri, origin: Arc<str>) -> Result<Lease, BoxError> {
+        let io = self.open(uri).await?;
         let (sender, conn) = self.builder.handshake(io).await?;
         Ok(Lease {
             sender,
@@ -184,34 +240,11 @@ impl Upstreams {
         })
     }
 
-    /// The most recently idle connection to `origin` that has not timed out.
-    fn take(&self, origin: &str) -> Option<Lease> {
-        let mut idle = self.idle.lock().ok()?;
-        let list = idle.get_mut(origin)?;
-        while let Some(i) = list.pop() {
-            if i.since.elapsed() < self.idle_timeout {
-                return Some(i.lease);
-            }
-        }
-        None
-    }
-
     /// Closes the idle connections that have timed out. Nobody else looks at an origin no
     /// exchange uses any more, so without this its sockets would stay open for good.
     fn sweep(&self) {
-        let now = Instant::now();
-        if let Ok(mut idle) = self.idle.lock() {
-            for list in idle.values_mut() {
-                list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
-            }
-            idle.retain(|_, list| !list.is_empty());
-        }
-        if let Ok(mut idle) = self.idle_streams.lock() {
-            for list in idle.values_mut() {
-                list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
-            }
-            idle.retain(|_, list| !list.is_empty());
-        }
+        self.idle.sweep(self.idle_timeout);
+        self.idle_streams.sweep(self.idle_timeout);
     }
 
     /// The pool key of `uri`'s origin on the calling core (a connection belongs to the
@@ -226,34 +259,18 @@ impl Upstreams {
     /// An idle stream to `origin` that is still open, most recently used first. One the
     /// upstream closed (or wrote to unasked) meanwhile is dropped.
     pub fn take_stream(&self, origin: &str) -> Option<Stream> {
-        let mut idle = self.idle_streams.lock().ok()?;
-        let list = idle.get_mut(origin)?;
-        while let Some(mut i) = list.pop() {
-            if i.since.elapsed() < self.idle_timeout && still_open(&mut i.stream) {
-                return Some(i.stream);
-            }
-        }
-        None
+        self.idle_streams
+            .take(origin, self.idle_timeout, still_open)
     }
 
     /// A fresh stream to `uri`'s origin (TLS for `https`).
     pub async fn connect_stream(&self, uri: &Uri) -> Result<Stream, BoxError> {
-        let mut connector = self.connector.clone();
-        poll_fn(|cx| connector.poll_ready(cx)).await?;
-        Ok(TokioIo::new(connector.call(uri.clone()).await?))
+        Ok(TokioIo::new(self.open(uri).await?))
     }
 
     /// Keeps `stream` for the next exchange to `origin`.
     pub fn put_stream(&self, origin: Arc<str>, stream: Stream) {
-        let Ok(mut idle) = self.idle_streams.lock() else {
-            return;
-        };
-        let list = idle.entry(origin).or_default();
-        let now = Instant::now();
-        list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
-        if list.len() < MAX_IDLE_PER_ORIGIN {
-            list.push(IdleStream { stream, since: now });
-        }
+        self.idle_streams.put(origin, stream, self.idle_timeout);
     }
 
     /// Sweeps every quarter of the idle time (at least every 10 ms) for as long as the pool
@@ -275,15 +292,8 @@ impl Upstreams {
     }
 
     fn put(&self, lease: Lease) {
-        let Ok(mut idle) = self.idle.lock() else {
-            return;
-        };
-        let list = idle.entry(lease.origin.clone()).or_default();
-        let now = Instant::now();
-        list.retain(|i| now.duration_since(i.since) < self.idle_timeout);
-        if list.len() < MAX_IDLE_PER_ORIGIN {
-            list.push(Idle { lease, since: now });
-        }
+        self.idle
+            .put(lease.origin.clone(), lease, self.idle_timeout);
     }
 }
 

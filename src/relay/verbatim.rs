@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -48,9 +48,8 @@ use super::dispatch::rest_path;
 use super::exchange::{ExchangeLog, ResBody};
 use super::failure::{self, Failure, Phase};
 use super::framing::{Chunked, Framing};
-use super::headers::HOP_BY_HOP;
+use super::headers::{connection_names, end_to_end, tokens};
 use super::mounts::{Mount, Mounts};
-use super::observer;
 use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::upstream::{self, Stream, Upstreams};
@@ -173,11 +172,6 @@ fn is(name: &str, want: &str) -> bool {
     name.eq_ignore_ascii_case(want)
 }
 
-/// The comma-separated tokens of a header value.
-fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(|t| t.trim_ascii())
-}
-
 fn parse_length(value: &[u8]) -> Option<u64> {
     let v = value.trim_ascii();
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
@@ -260,27 +254,6 @@ fn owned(lines: &[httparse::Header<'_>]) -> Vec<(Bytes, Bytes)> {
         .collect()
 }
 
-/// The names a `Connection` header lists, lowercased: hop-by-hop too.
-fn connection_names(headers: &[(Bytes, Bytes)]) -> Vec<Vec<u8>> {
-    headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-        .flat_map(|(_, v)| {
-            tokens(v)
-                .map(|t| t.to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Whether a header line passes end to end.
-fn end_to_end(name: &[u8], named: &[Vec<u8>]) -> bool {
-    !HOP_BY_HOP
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
-        && !named.iter().any(|n| name.eq_ignore_ascii_case(n))
-}
-
 /// The request head for the upstream: origin-form target, `Host` from the upstream URL, the
 /// client's other end-to-end header lines as received.
 fn upstream_head(r: &Routed) -> Bytes {
@@ -300,7 +273,7 @@ fn upstream_head(r: &Routed) -> Bytes {
         out.put_slice(host.as_bytes());
         out.put_slice(b"\r\n");
     }
-    let named = connection_names(&r.headers);
+    let named = connection_names(r.headers.iter().map(|(n, v)| (&n[..], &v[..])));
     for (name, value) in &r.headers {
         if name.eq_ignore_ascii_case(b"host") || !end_to_end(name, &named) {
             continue;
@@ -410,7 +383,7 @@ fn client_head(res: &ResponseHead, close: bool) -> BytesMut {
     out.put_u8(b' ');
     out.put_slice(&res.reason);
     out.put_slice(b"\r\n");
-    let named = connection_names(&res.headers);
+    let named = connection_names(res.headers.iter().map(|(n, v)| (&n[..], &v[..])));
     let chunked = matches!(res.framing, Framing::Chunked(_) | Framing::UntilClose);
     for (name, value) in &res.headers {
         if !end_to_end(name, &named) || (chunked && name.eq_ignore_ascii_case(b"content-length")) {
@@ -440,11 +413,7 @@ fn observe(state: &State, r: &Routed) -> Option<Tap> {
             headers.append(n, v);
         }
     }
-    let plan = observer::plan(r.method.as_str(), rest_path(&r.rest), false, &headers)?;
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
-    state.start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
+    super::http::observe(state, &r.method, &r.rest, &headers)
 }
 
 /// Why sending a request did not get a response head.
@@ -452,10 +421,6 @@ enum Unsent {
     /// The client left (or broke) before its request body was complete.
     Client,
     Upstream(Failure),
-}
-
-fn classify(e: &io::Error) -> Failure {
-    Failure::classify(e)
 }
 
 /// One exchange. Returns whether the client connection can carry another.
@@ -547,7 +512,7 @@ async fn send(
     if up.write_all(&head).await.is_err() {
         up = connect(state, &r.uri).await?;
         if let Err(e) = up.write_all(&head).await {
-            return Err(Unsent::Upstream(classify(&e)));
+            return Err(Unsent::Upstream(Failure::classify(&e)));
         }
     }
     let mut pending = Bytes::new();
@@ -601,7 +566,7 @@ fn pump_request(
                     *flushed = false;
                     continue;
                 }
-                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(classify(&e))),
+                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(Failure::classify(&e))),
                 Poll::Pending => return Ok(()),
             }
         }
@@ -609,7 +574,7 @@ fn pump_request(
             // TLS buffers what it is given.
             match Pin::new(&mut *up).poll_flush(cx) {
                 Poll::Ready(Ok(())) => *flushed = true,
-                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(classify(&e))),
+                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(Failure::classify(&e))),
                 Poll::Pending => return Ok(()),
             }
         }
@@ -667,7 +632,9 @@ fn poll_response_head(
         match poll_read_buf(Pin::new(&mut *up), cx, ubuf) {
             Poll::Ready(Ok(0)) => return Poll::Ready(Err(Unsent::Upstream(Failure::Reset))),
             Poll::Ready(Ok(_)) => {}
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(Unsent::Upstream(classify(&e)))),
+            Poll::Ready(Err(e)) => {
+                return Poll::Ready(Err(Unsent::Upstream(Failure::classify(&e))))
+            }
             Poll::Pending => return Poll::Pending,
         }
     }
