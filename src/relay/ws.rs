@@ -139,15 +139,7 @@ where
             Ok(_) => {}
             Err(_) => return (to, End::Broken),
         }
-        let chunk = buf.split().freeze();
-        count.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        if let Some(tap) = tap {
-            tap.send(match flow {
-                Flow::Request => TapMsg::ClientBytes(chunk.clone()),
-                Flow::Response => TapMsg::ServerBytes(chunk.clone()),
-            });
-        }
-        if to.write_all(&chunk).await.is_err() || to.flush().await.is_err() {
+        if !pass(buf.split().freeze(), &mut to, tap, flow, count).await {
             return (to, End::Broken);
         }
     }
@@ -189,39 +181,39 @@ fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
     (Bytes::new(), Box::new(r), Box::new(w))
 }
 
-/// Writes what hyper had read ahead from the other end (a frame sent right behind the
-/// handshake), with its copy to the tap.
-async fn pass_early(
-    early: Bytes,
-    to: &mut Writer,
+/// Passes one read on in full (flushed), counted, with its copy to the tap; `false` if the
+/// other end cannot take it.
+async fn pass<W: AsyncWrite + Unpin>(
+    chunk: Bytes,
+    to: &mut W,
     tap: Option<&Tap>,
     flow: Flow,
     count: &AtomicU64,
 ) -> bool {
-    if early.is_empty() {
-        return true;
-    }
-    count.fetch_add(early.len() as u64, Ordering::Relaxed);
+    count.fetch_add(chunk.len() as u64, Ordering::Relaxed);
     if let Some(tap) = tap {
         tap.send(match flow {
-            Flow::Request => TapMsg::ClientBytes(early.clone()),
-            Flow::Response => TapMsg::ServerBytes(early.clone()),
+            Flow::Request => TapMsg::ClientBytes(chunk.clone()),
+            Flow::Response => TapMsg::ServerBytes(chunk.clone()),
         });
     }
-    to.write_all(&early).await.is_ok() && to.flush().await.is_ok()
+    to.write_all(&chunk).await.is_ok() && to.flush().await.is_ok()
 }
 
 async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &ExchangeLog) {
     let (client_early, cr, mut cw) = open(client);
     let (upstream_early, ur, mut uw) = open(upstream);
     let tap_ref = tap.as_ref();
-    if !pass_early(client_early, &mut uw, tap_ref, Flow::Request, &log.up).await
-        || !pass_early(upstream_early, &mut cw, tap_ref, Flow::Response, &log.down).await
-    {
+    // What hyper had read ahead from either end (a frame sent right behind the handshake)
+    // goes first.
+    let early_passed = (client_early.is_empty()
+        || pass(client_early, &mut uw, tap_ref, Flow::Request, &log.up).await)
+        && (upstream_early.is_empty()
+            || pass(upstream_early, &mut cw, tap_ref, Flow::Response, &log.down).await);
+    if !early_passed {
         log.fail(Failure::Reset);
         return;
     }
-    let tap_ref = tap.as_ref();
     let up = pump(cr, uw, tap_ref, Flow::Request, &log.up);
     let down = pump(ur, cw, tap_ref, Flow::Response, &log.down);
     tokio::pin!(up, down);
