@@ -1,6 +1,7 @@
 //! Relay benchmark (not a test): a scripted upstream and a client on loopback, the same
 //! workloads run direct, through the relay binary (observers on) and through two reference
-//! proxies, nginx and HAProxy, all in the same run, interleaved round by round.
+//! proxies, nginx and HAProxy, all in the same run, interleaved round by round in an order
+//! that turns each round ([`turn`]).
 //!
 //! - added per-event latency for SSE and WebSocket (p50, p99): the upstream stamps each event
 //!   with its send time on CLOCK_MONOTONIC, the client subtracts on receipt;
@@ -10,10 +11,11 @@
 //!   the observed `GET /openai/v1/responses` route;
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
 //!   checked, p99 latency, the proxy's peak RSS (VmHWM, summed over its processes; a fresh
-//!   proxy per run), and the proxy's CPU time over the run (per event relayed); and 200
-//!   concurrent WebSocket streams of the same shape, observed too. Each target runs once per
-//!   round, interleaved, paired with a direct run of the same round, and the row reports
-//!   medians: one run's p99 moved by several times from run to run;
+//!   proxy per run), and the proxy's CPU time over the run (per event relayed, and how much
+//!   of it in the kernel); and 200 concurrent WebSocket streams of the same shape, observed
+//!   too. Each target runs once per round, interleaved, paired with a direct run of the
+//!   same round, and the row reports medians: one run's p99 moved by several times from run
+//!   to run;
 //! - start-up: from spawn to the port accepting and to the first forwarded response, median of
 //!   several starts.
 //!
@@ -376,6 +378,19 @@ fn lat(mut all: Vec<u64>) -> Lat {
     }
 }
 
+/// The order in which round `round` runs `n` targets: the first `fixed` (direct, the pairing
+/// reference) first, then the others turned by one place per round, so that each takes each
+/// place in turn. In a fixed order two copies of the same windowtap binary, one right behind
+/// direct and one further on, differed by 13–16 µs of SSE p50 in three runs out of three:
+/// the place, not the proxy.
+fn turn(n: usize, fixed: usize, round: usize) -> Vec<usize> {
+    let fixed = fixed.min(n);
+    let rest = n - fixed;
+    (0..fixed)
+        .chain((0..rest).map(|k| fixed + (k + round) % rest))
+        .collect()
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -696,15 +711,26 @@ impl Proxy {
 
     /// CPU seconds (user + system) used so far by all of the proxy's processes.
     fn cpu_secs(&self) -> f64 {
+        let (user, kernel) = self.cpu_split();
+        user + kernel
+    }
+
+    /// CPU seconds so far in user mode and in the kernel, over all of the proxy's processes:
+    /// utime and stime, fields 14 and 15 of /proc/PID/stat (12 and 13 after `comm`).
+    fn cpu_split(&self) -> (f64, f64) {
         let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let ticks: u64 = self
+        let (user, kernel) = self
             .pids()
             .into_iter()
             .filter_map(stat_fields)
-            // utime and stime: fields 14 and 15 of /proc/PID/stat, 12 and 13 after `comm`.
-            .map(|f| f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0))
-            .sum();
-        ticks as f64 / tick
+            .map(|f| {
+                (
+                    f.get(11).copied().unwrap_or(0),
+                    f.get(12).copied().unwrap_or(0),
+                )
+            })
+            .fold((0, 0), |(u, k), (du, dk)| (u + du, k + dk));
+        (user as f64 / tick, kernel as f64 / tick)
     }
 
     /// Peak RSS summed over the proxy's processes, in KiB.
@@ -857,16 +883,18 @@ struct Conc {
     p99: Vec<f64>,
     ratio: Vec<f64>,
     cpu_us: Vec<f64>,
+    kernel_us: Vec<f64>,
     rss_mib: f64,
     errors: u64,
 }
 
 impl Conc {
-    fn add(&mut self, errors: u64, p99: f64, ratio: f64, rss_mib: f64, cpu_us: f64) {
+    fn add(&mut self, errors: u64, p99: f64, ratio: f64, rss_mib: f64, cpu_us: (f64, f64)) {
         self.errors += errors;
         self.p99.push(p99);
         self.ratio.push(ratio);
-        self.cpu_us.push(cpu_us);
+        self.cpu_us.push(cpu_us.0 + cpu_us.1);
+        self.kernel_us.push(cpu_us.1);
         self.rss_mib = self.rss_mib.max(rss_mib);
     }
 }
@@ -1027,10 +1055,12 @@ async fn main() {
     let mut ws_unobserved = Vec::new();
     let mut unobserved_flow = Flow::default();
 
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        let order = turn(targets.len(), 1, round);
         // Per-event latency, SSE: 500 small events 1 ms apart per run; windowtap also once on
         // a path no observer watches (forwarding alone).
-        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+        for &i in &order {
+            let (t, out) = (&targets[i], &mut tally[i]);
             if !want("sse") {
                 break;
             }
@@ -1044,7 +1074,8 @@ async fn main() {
             }
         }
         // Per-event latency, WebSocket.
-        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+        for &i in &order {
+            let (t, out) = (&targets[i], &mut tally[i]);
             if !want("ws") {
                 break;
             }
@@ -1058,7 +1089,8 @@ async fn main() {
             }
         }
         // Throughput: 20,000 1 KiB events, as fast as they are taken; the proxy's CPU time.
-        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+        for &i in &order {
+            let (t, out) = (&targets[i], &mut tally[i]);
             if !want("throughput") {
                 break;
             }
@@ -1070,7 +1102,8 @@ async fn main() {
             }
         }
         // The same over WebSocket: 20,000 1 KiB messages answering one `response.create`.
-        for (t, out) in targets.iter().zip(tally.iter_mut()) {
+        for &i in &order {
+            let (t, out) = (&targets[i], &mut tally[i]);
             if !want("ws-throughput") {
                 break;
             }
@@ -1116,7 +1149,7 @@ async fn main() {
         }
         let proto = if ws { "WebSocket" } else { "SSE" };
         println!(
-            "\n{streams} concurrent {proto} streams (50 events 10 ms apart each; medians of {rounds} runs: p99 us, p99 against the same round's direct run, CPU per event; errors summed; peak RSS the highest)"
+            "\n{streams} concurrent {proto} streams (50 events 10 ms apart each; medians of {rounds} runs: p99 us, p99 against the same round's direct run, CPU per event and the part of it in the kernel (each a median on its own); errors summed; peak RSS the highest)"
         );
         let path = if ws { direct.1 } else { direct.0 };
         // windowtap also on a path no observer watches: what observation costs per event.
@@ -1136,21 +1169,23 @@ async fn main() {
         // round: a single run's p99 moved by several times from one run to the next.
         let mut direct_runs = Conc::default();
         let mut results: Vec<Conc> = entries.iter().map(|_| Conc::default()).collect();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let (ed, ld) = concurrent(up.addr, path, ws, streams).await;
-            direct_runs.add(ed, ld.p99_us, 1.0, 0.0, 0.0);
-            for ((kind, _, path), out) in entries.iter().zip(results.iter_mut()) {
+            direct_runs.add(ed, ld.p99_us, 1.0, 0.0, (0.0, 0.0));
+            for i in turn(entries.len(), 0, round) {
+                let ((kind, _, path), out) = (&entries[i], &mut results[i]);
                 let p = Proxy::start(*kind, up.addr).await.expect("started before");
-                let cpu0 = p.cpu_secs();
+                let (user0, kernel0) = p.cpu_split();
                 let (e, l) = concurrent(p.addr, path, ws, streams).await;
-                let cpu = p.cpu_secs() - cpu0;
+                let (user1, kernel1) = p.cpu_split();
                 let rss = p.peak_rss_kib() as f64 / 1024.0;
+                let per_event = |secs: f64| secs * 1e6 / (streams * 50) as f64;
                 out.add(
                     e,
                     l.p99_us,
                     l.p99_us / ld.p99_us,
                     rss,
-                    cpu * 1e6 / (streams * 50) as f64,
+                    (per_event(user1 - user0), per_event(kernel1 - kernel0)),
                 );
             }
         }
@@ -1162,13 +1197,14 @@ async fn main() {
         );
         for ((_, name, _), mut r) in entries.iter().zip(results) {
             println!(
-                "{:<22} p99 {:>9.1}  errors {}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.1} us/event",
+                "{:<22} p99 {:>9.1}  errors {}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.1} us/event  (kernel {:.1})",
                 name,
                 median(&mut r.p99),
                 r.errors,
                 median(&mut r.ratio),
                 r.rss_mib,
-                median(&mut r.cpu_us)
+                median(&mut r.cpu_us),
+                median(&mut r.kernel_us)
             );
         }
     }
@@ -1179,8 +1215,9 @@ async fn main() {
     }
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = proxies.iter().map(|_| Default::default()).collect();
     let starts = if want("startup") { starts } else { 0 };
-    for _ in 0..starts {
-        for ((kind, ..), (accept, first)) in proxies.iter().zip(times.iter_mut()) {
+    for start in 0..starts {
+        for i in turn(proxies.len(), 0, start) {
+            let ((kind, ..), (accept, first)) = (&proxies[i], &mut times[i]);
             let t0 = Instant::now();
             let mut p = Proxy::spawn(*kind, up.addr).expect("started before");
             let a = p.wait_accepting().await.expect("accepting");
