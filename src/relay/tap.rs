@@ -255,12 +255,37 @@ pub struct Tap {
 impl Tap {
     /// Hands one copy to the observer, or drops it if the observer is behind.
     pub fn send(&self, msg: TapMsg) {
-        if Shared::time(&self.shared.overflow_at).is_some() {
-            return;
+        if let Some(stamp) = self.stamp() {
+            stamp.send(msg);
         }
+    }
+
+    /// The moment of a copy whose bytes are about to be written on; the copy itself follows
+    /// with [`Stamp::send`] once they are. The write goes first so that handing the copy over
+    /// (the channel, the doorbell, their atomics) is not between the upstream's bytes and the
+    /// client's; the stamp is taken before, so the copy's time is still when the bytes passed
+    /// (a host that reads the first part of a long write may act before the write returns).
+    /// `None` when the tap has stopped copying.
+    ///
+    /// Only for a tap that one sequence of writes feeds (a response body): copies are queued
+    /// in the order they are sent, and the observer dates each at the latest stamp it has
+    /// seen, so two directions sharing a tap (a WebSocket tunnel) would let a copy stamped
+    /// later, whose write did not wait, pass one whose write waited and date it late.
+    pub fn stamp(&self) -> Option<Stamp<'_>> {
+        if Shared::time(&self.shared.overflow_at).is_some() {
+            return None;
+        }
+        // Held from here until the copy is queued or dropped: the watermark stays at or
+        // before this stamp meanwhile, however long the write takes.
+        self.shared.guard.source().begin();
+        Some(Stamp {
+            tap: self,
+            t: self.clock.now_ms(),
+        })
+    }
+
+    fn queue(&self, t: Millis, msg: TapMsg) {
         let source = self.shared.guard.source();
-        source.begin();
-        let t = self.clock.now_ms();
         let size = msg.size();
         let queued = self.shared.queued_bytes.fetch_add(size, Ordering::SeqCst) + size;
         let sent = queued <= MAX_QUEUED_BYTES && self.tx.try_send((t, msg)).is_ok();
@@ -287,6 +312,29 @@ impl Tap {
             }
             self.shared.wake.notify_one();
         }
+    }
+}
+
+/// A copy's moment, taken before its bytes were written on ([`Tap::stamp`]). It holds the
+/// stream's watermark until [`Stamp::send`] queues the copy; dropped unsent (the write's
+/// future cancelled), it lets go.
+#[must_use = "a stamp holds the watermark until its copy is sent"]
+pub struct Stamp<'a> {
+    tap: &'a Tap,
+    t: Millis,
+}
+
+impl Stamp<'_> {
+    /// Queues the copy with this stamp's time (or drops it, as [`Tap::send`] would).
+    pub fn send(self, msg: TapMsg) {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.tap.queue(this.t, msg);
+    }
+}
+
+impl Drop for Stamp<'_> {
+    fn drop(&mut self) {
+        self.tap.shared.guard.source().done();
     }
 }
 
@@ -961,6 +1009,49 @@ mod tests {
         assert_eq!(word(&rx.recv().await.unwrap().1), "resp");
         drop(tap);
         assert_eq!(word(&rx.recv().await.unwrap().1), "close");
+    }
+
+    #[tokio::test]
+    async fn a_stamp_holds_the_watermark_through_the_write_and_dates_its_copy() {
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
+        let guard = sources.register(&clock);
+        let settings = Settings::new(clock, 8, tx, Stall(false), observers.spawner());
+        let tap = recorded(guard, &clock, vec![mark("open")], settings);
+        assert_eq!(word(&rx.recv().await.unwrap().1), "open");
+        let stamp = tap.stamp().expect("the tap copies");
+        let t = stamp.t;
+        // The write: the copy is not queued yet, and the watermark may not pass its moment.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let w = sources.watermark(clock.now_ms());
+        assert!(w <= t, "watermark {w} passed a stamped copy at {t}");
+        stamp.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
+        let (at, kind) = rx.recv().await.unwrap();
+        assert_eq!(word(&kind), "resp");
+        assert_eq!(
+            at, t,
+            "dated when its bytes passed, not when it was handed over"
+        );
+        // A stamp dropped with its write (the future cancelled) lets go of the watermark.
+        let dropped = tap.stamp().expect("the tap copies");
+        assert!(sources.watermark(clock.now_ms() + 1e6) < clock.now_ms() + 1e6);
+        drop(dropped);
+        for _ in 0..100 {
+            let now = clock.now_ms();
+            if sources.watermark(now) == now {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let now = clock.now_ms();
+        assert_eq!(sources.watermark(now), now, "nothing pending holds it");
+        drop(tap);
+        while rx.recv().await.is_some() {}
     }
 
     #[tokio::test]

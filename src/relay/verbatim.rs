@@ -706,7 +706,8 @@ const MAX_SLICES: usize = 8;
 /// upstream read whatever chunks it held, then the upstream's trailers: chunk boundaries
 /// are hop-by-hop, the payload is the same, and a client decodes one chunk per read instead
 /// of one per event (the bench's client took a fast stream at a third of the speed when it
-/// got the upstream's 1 KiB chunks as they were). The observer gets the payload.
+/// got the upstream's 1 KiB chunks as they were). The observer gets the payload, handed
+/// over after the write and stamped before it ([`Tap::stamp`]).
 async fn pass_body(
     client: &mut Client,
     up: &mut Stream,
@@ -723,6 +724,8 @@ async fn pass_body(
     loop {
         let mut done = framing.is_done();
         let mut clean = true;
+        // The observer's copy of this read, handed over after the write.
+        let mut copy = None;
         if !ubuf.is_empty() && !done {
             let read = ubuf.split().freeze();
             payload.clear();
@@ -742,12 +745,11 @@ async fn pass_body(
                     }
                     joined.freeze()
                 });
-            if let Some(tap) = tap {
-                match (&joined, payload.first()) {
-                    (Some(j), _) => tap.send(TapMsg::ResponseChunk(j.clone())),
-                    (None, Some(one)) => tap.send(TapMsg::ResponseChunk(read.slice(one.clone()))),
-                    (None, None) => {}
-                }
+            if !payload.is_empty() {
+                copy = tap.and_then(Tap::stamp).map(|stamp| match &joined {
+                    Some(j) => (stamp, j.clone()),
+                    None => (stamp, read.slice(payload[0].clone())),
+                });
             }
             if len > 0 {
                 if chunked {
@@ -774,7 +776,11 @@ async fn pass_body(
             }
             out.push(Bytes::from_static(b"\r\n"));
         }
-        if write_all(&mut client.io, &mut out).await.is_err() {
+        let written = write_all(&mut client.io, &mut out).await;
+        if let Some((stamp, bytes)) = copy {
+            stamp.send(TapMsg::ResponseChunk(bytes));
+        }
+        if written.is_err() {
             return BodyEnd::ClientGone;
         }
         if done {

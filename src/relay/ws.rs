@@ -182,7 +182,9 @@ fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
 }
 
 /// Passes one read on in full (flushed), counted, with its copy to the tap; `false` if the
-/// other end cannot take it.
+/// other end cannot take it. The copy goes first, not after the write as on the verbatim
+/// path: both directions feed one tap from one task, and a copy handed over after a write
+/// that waited could follow a later one ([`Tap::stamp`]).
 async fn pass<W: AsyncWrite + Unpin>(
     chunk: Bytes,
     to: &mut W,
