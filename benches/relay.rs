@@ -6,7 +6,9 @@
 //! - added per-event latency for SSE and WebSocket (p50, p99): the upstream stamps each event
 //!   with its send time on CLOCK_MONOTONIC, the client subtracts on receipt;
 //! - throughput for one stream of 20,000 1 KiB SSE events, and each proxy's CPU time
-//!   (utime + stime from /proc, every process of the proxy) per MB relayed over those runs;
+//!   (utime + stime from /proc, every process of the proxy, read once the proxy has stopped
+//!   using CPU after the run: observers finish after the client) per MB relayed over those
+//!   runs;
 //! - the same for one WebSocket `response.create` answered by 20,000 1 KiB text messages, on
 //!   the observed `GET /openai/v1/responses` route;
 //! - 200 and 1,000 concurrent SSE streams of small events 10 ms apart: errors, every byte
@@ -709,12 +711,6 @@ impl Proxy {
         pids
     }
 
-    /// CPU seconds (user + system) used so far by all of the proxy's processes.
-    fn cpu_secs(&self) -> f64 {
-        let (user, kernel) = self.cpu_split();
-        user + kernel
-    }
-
     /// CPU seconds so far in user mode and in the kernel, over all of the proxy's processes:
     /// utime and stime, fields 14 and 15 of /proc/PID/stat (12 and 13 after `comm`).
     fn cpu_split(&self) -> (f64, f64) {
@@ -731,6 +727,24 @@ impl Proxy {
             })
             .fold((0, 0), |(u, k), (du, dk)| (u + du, k + dk));
         (user as f64 / tick, kernel as f64 / tick)
+    }
+
+    /// Waits until the proxy has stopped using CPU (its counter still over 60 ms, at most 3 s)
+    /// and returns [`Proxy::cpu_split`] then. A run's cost is not over when its client has the
+    /// last byte: windowtap's observers take up their queued copies after it, at a lower
+    /// priority. Read at once, that work was left out of windowtap's CPU and ran into the
+    /// next target's run instead.
+    async fn settled_cpu(&self) -> (f64, f64) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut last = self.cpu_split();
+        let mut still = 0;
+        while still < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = self.cpu_split();
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+        }
+        last
     }
 
     /// Peak RSS summed over the proxy's processes, in KiB.
@@ -858,18 +872,26 @@ struct Flow {
 }
 
 impl Flow {
-    /// Runs one stream through `t`, timing it and taking the proxy's CPU time around it.
+    /// Runs one stream through `t`, timing it and taking the proxy's CPU time around it (to
+    /// when the proxy has settled, [`Proxy::settled_cpu`]).
     async fn run(
         &mut self,
         t: &Target,
         what: &str,
         stream: impl std::future::Future<Output = StreamResult>,
     ) {
-        let cpu0 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+        let cpu0 = match &t.proxy {
+            Some(p) => p.settled_cpu().await,
+            None => (0.0, 0.0),
+        };
         let t0 = Instant::now();
         let r = stream.await;
         let secs = t0.elapsed().as_secs_f64();
-        let cpu1 = t.proxy.as_ref().map_or(0.0, Proxy::cpu_secs);
+        let cpu1 = match &t.proxy {
+            Some(p) => p.settled_cpu().await,
+            None => (0.0, 0.0),
+        };
+        let (cpu0, cpu1) = (cpu0.0 + cpu0.1, cpu1.0 + cpu1.1);
         assert!(r.error.is_none(), "{} {what}: {:?}", t.name, r.error);
         self.mbps.push(r.bytes as f64 / secs / 1e6);
         self.cpu_secs += cpu1 - cpu0;
@@ -1175,9 +1197,9 @@ async fn main() {
             for i in turn(entries.len(), 0, round) {
                 let ((kind, _, path), out) = (&entries[i], &mut results[i]);
                 let p = Proxy::start(*kind, up.addr).await.expect("started before");
-                let (user0, kernel0) = p.cpu_split();
+                let (user0, kernel0) = p.settled_cpu().await;
                 let (e, l) = concurrent(p.addr, path, ws, streams).await;
-                let (user1, kernel1) = p.cpu_split();
+                let (user1, kernel1) = p.settled_cpu().await;
                 let rss = p.peak_rss_kib() as f64 / 1024.0;
                 let per_event = |secs: f64| secs * 1e6 / (streams * 50) as f64;
                 out.add(
