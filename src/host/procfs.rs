@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use procfs::net::TcpNetEntry;
-use procfs::process::Process;
+use procfs::process::{FDTarget, Process};
 
 use super::ProcId;
 
@@ -98,10 +98,12 @@ pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
     found
 }
 
-/// The inode of a descriptor's link target `socket:[N]`.
+/// The inode of a descriptor's link target `socket:[N]` (procfs's own reading of the link).
 fn socket_inode(target: &[u8]) -> Option<u64> {
-    let digits = target.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    match std::str::from_utf8(target).ok()?.parse::<FDTarget>() {
+        Ok(FDTarget::Socket(inode)) => Some(inode),
+        _ => None,
+    }
 }
 
 /// Ids of the processes in the table, newest first (descending pids, which is the order
