@@ -737,20 +737,20 @@ async fn pass_body(
             clean = scanned.used == read.len();
             let len: usize = payload.iter().map(|r| r.len()).sum();
             log.down.fetch_add(len as u64, Ordering::Relaxed);
-            let joined =
-                (payload.len() > 1 && (tap.is_some() || payload.len() > MAX_SLICES)).then(|| {
+            // No copy once the tap has stopped copying (an overflow): then no joining for it.
+            let stamp = tap.filter(|_| !payload.is_empty()).and_then(Tap::stamp);
+            let joined = (payload.len() > 1 && (stamp.is_some() || payload.len() > MAX_SLICES))
+                .then(|| {
                     let mut joined = BytesMut::with_capacity(len);
                     for r in &payload {
                         joined.put_slice(&read[r.clone()]);
                     }
                     joined.freeze()
                 });
-            if !payload.is_empty() {
-                copy = tap.and_then(Tap::stamp).map(|stamp| match &joined {
-                    Some(j) => (stamp, j.clone()),
-                    None => (stamp, read.slice(payload[0].clone())),
-                });
-            }
+            copy = stamp.map(|stamp| match &joined {
+                Some(j) => (stamp, j.clone()),
+                None => (stamp, read.slice(payload[0].clone())),
+            });
             if len > 0 {
                 if chunked {
                     out.push(Bytes::from(format!("{len:x}\r\n")));
