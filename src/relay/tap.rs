@@ -652,6 +652,42 @@ mod tests {
         }
     }
 
+    /// A [`Recorder`] tap on a rig: its stream registered and opened (with `opening`) now, at
+    /// `t_open`, its queue `queue` copies long, its observer stalled when `stall`. Keep
+    /// `observers` bound for as long as the test runs: the observer runs there.
+    struct Recording {
+        tap: Tap,
+        t_open: Millis,
+        clock: Clock,
+        sources: Arc<Sources>,
+        rx: mpsc::Receiver<Timed>,
+        observers: Cores,
+    }
+
+    impl Rig {
+        fn recording(self, queue: usize, stall: bool, opening: Vec<EventKind>) -> Recording {
+            let Rig {
+                clock,
+                sources,
+                observers,
+                tx,
+                rx,
+            } = self;
+            let guard = sources.register(&clock);
+            let t_open = clock.now_ms();
+            let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner());
+            let tap = start(guard, t_open, Box::new(Recorder), opening, None, &settings);
+            Recording {
+                tap,
+                t_open,
+                clock,
+                sources,
+                rx,
+                observers,
+            }
+        }
+    }
+
     fn word(k: &EventKind) -> String {
         match k {
             EventKind::ObservationLost { reason, .. } => reason.clone(),
@@ -660,25 +696,13 @@ mod tests {
     }
 
     async fn run_tap(queue: usize, stall: bool, copies: usize) -> (Vec<Timed>, Arc<Sources>) {
-        let Rig {
-            clock,
+        let Recording {
+            tap,
             sources,
-            observers,
-            tx,
             mut rx,
-        } = rig();
-        let guard = sources.register(&clock);
-        let t_open = clock.now_ms();
-        let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner());
-        let tap = start(
-            guard,
-            t_open,
-            Box::new(Recorder),
-            vec![mark("open")],
-            None,
-            &settings,
-        );
-        drop(settings);
+            observers: _observers,
+            ..
+        } = rig().recording(queue, stall, vec![mark("open")]);
         for _ in 0..copies {
             tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));
         }
@@ -751,16 +775,12 @@ mod tests {
 
     #[tokio::test]
     async fn large_copies_overflow_on_bytes_before_the_queue_is_full() {
-        let Rig {
-            clock,
-            sources,
-            observers,
-            tx,
+        let Recording {
+            tap,
             mut rx,
-        } = rig();
-        let guard = sources.register(&clock);
-        let settings = Settings::new(clock, 1000, tx, Stall(true), observers.spawner());
-        let tap = recorded(guard, &clock, vec![], settings);
+            observers: _observers,
+            ..
+        } = rig().recording(1000, true, vec![]);
         let chunk = Bytes::from(vec![0u8; 1 << 20]);
         for _ in 0..10 {
             tap.send(TapMsg::RequestChunk(chunk.clone()));
@@ -1013,16 +1033,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_stamp_holds_the_watermark_through_the_write_and_dates_its_copy() {
-        let Rig {
+        let Recording {
+            tap,
             clock,
             sources,
-            observers,
-            tx,
             mut rx,
-        } = rig();
-        let guard = sources.register(&clock);
-        let settings = Settings::new(clock, 8, tx, Stall(false), observers.spawner());
-        let tap = recorded(guard, &clock, vec![mark("open")], settings);
+            observers: _observers,
+            ..
+        } = rig().recording(8, false, vec![mark("open")]);
         assert_eq!(word(&rx.recv().await.unwrap().1), "open");
         let stamp = tap.stamp().expect("the tap copies");
         let t = stamp.t;
@@ -1056,25 +1074,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_stream_holds_the_watermark_at_its_last_work() {
-        let Rig {
+        let Recording {
+            tap,
+            t_open,
             clock,
             sources,
-            observers,
-            tx,
             mut rx,
-        } = rig();
-        let guard = sources.register(&clock);
-        let t_open = clock.now_ms();
-        let settings = Settings::new(clock, 8, tx, Stall(true), observers.spawner());
-        let tap = start(
-            guard,
-            t_open,
-            Box::new(Recorder),
-            vec![mark("open")],
-            None,
-            &settings,
-        );
-        drop(settings);
+            observers: _observers,
+        } = rig().recording(8, true, vec![mark("open")]);
         tap.send(TapMsg::ClientBytes(Bytes::from_static(b"x")));
         // Its copy is queued and not taken up: nothing after the opening may be released.
         let w = sources.watermark(clock.now_ms() + 1e6);
