@@ -267,10 +267,11 @@ impl Tap {
     /// (a host that reads the first part of a long write may act before the write returns).
     /// `None` when the tap has stopped copying.
     ///
-    /// Only for a tap that one sequence of writes feeds (a response body): copies are queued
-    /// in the order they are sent, and the observer dates each at the latest stamp it has
-    /// seen, so two directions sharing a tap (a WebSocket tunnel) would let a copy stamped
-    /// later, whose write did not wait, pass one whose write waited and date it late.
+    /// Copies are queued in the order they are sent, and the observer dates each at the
+    /// latest stamp it has seen. Where two sequences of writes share a tap (a WebSocket
+    /// tunnel's two directions, in one task), a copy held across a write that waits could be
+    /// queued after a copy stamped later and be dated late; there the copy is sent before the
+    /// task yields (`ws::pass`).
     pub fn stamp(&self) -> Option<Stamp<'_>> {
         if Shared::time(&self.shared.overflow_at).is_some() {
             return None;
@@ -1091,5 +1092,84 @@ mod tests {
         );
         drop(tap);
         while rx.recv().await.is_some() {}
+    }
+
+    /// A writer whose first write waits (and asks to be polled again); later ones take all.
+    struct WaitsOnce(bool);
+
+    impl tokio::io::AsyncWrite for WaitsOnce {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if !std::mem::replace(&mut self.0, true) {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_copy_whose_write_waits_is_queued_before_the_other_direction_goes_on() {
+        use crate::relay::body::Flow;
+        use std::sync::atomic::AtomicU64;
+        let Recording {
+            tap,
+            mut rx,
+            observers: _observers,
+            ..
+        } = rig().recording(8, false, vec![mark("open")]);
+        assert_eq!(word(&rx.recv().await.unwrap().1), "open");
+        let count = AtomicU64::new(0);
+        let (mut waits, mut takes) = (WaitsOnce(false), WaitsOnce(true));
+        {
+            let down = super::super::ws::pass(
+                Bytes::from_static(b"down"),
+                &mut waits,
+                Some(&tap),
+                Flow::Response,
+                &count,
+            );
+            tokio::pin!(down);
+            assert!(futures_util::poll!(down.as_mut()).is_pending());
+            // While the upstream's bytes wait to be written, the client's pass, stamped later.
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            let up = super::super::ws::pass(
+                Bytes::from_static(b"up"),
+                &mut takes,
+                Some(&tap),
+                Flow::Request,
+                &count,
+            );
+            assert!(up.await);
+            assert!(down.await);
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 6);
+        drop(tap);
+        let mut got = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            got.push(ev);
+        }
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(
+            words,
+            ["server", "client", "close"],
+            "queued in stamp order"
+        );
+        assert!(got[0].0 < got[1].0, "each dated by its own stamp");
     }
 }

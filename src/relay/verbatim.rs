@@ -720,6 +720,8 @@ async fn pass_body(
     let chunked = matches!(framing, Framing::Chunked(_) | Framing::UntilClose);
     let mut out: Vec<Bytes> = vec![head.freeze()];
     let mut payload: Vec<Range<usize>> = Vec::new();
+    // The chunk-size lines, cut from one buffer: no allocation per read.
+    let mut lines = BytesMut::new();
     let mut upstream_ended = false;
     loop {
         let mut done = framing.is_done();
@@ -753,7 +755,7 @@ async fn pass_body(
             });
             if len > 0 {
                 if chunked {
-                    out.push(Bytes::from(format!("{len:x}\r\n")));
+                    out.push(chunk_size_line(len, &mut lines));
                 }
                 match joined {
                     Some(j) if payload.len() > MAX_SLICES => out.push(j),
@@ -820,16 +822,36 @@ async fn pass_body(
     }
 }
 
+/// `len` as a chunk-size line (lower-case hex, CRLF), cut from `lines`, which allocates a
+/// block for many lines at a time.
+fn chunk_size_line(len: usize, lines: &mut BytesMut) -> Bytes {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = ((usize::BITS - len.leading_zeros()).div_ceil(4)).max(1) as usize;
+    if lines.capacity() - lines.len() < digits + 2 {
+        lines.reserve(256);
+    }
+    for i in (0..digits).rev() {
+        lines.put_u8(HEX[(len >> (4 * i)) & 0xf]);
+    }
+    lines.put_slice(b"\r\n");
+    lines.split().freeze()
+}
+
+/// Pieces one `writev` takes at most (the head, a chunk-size line, the payload slices of one
+/// read, the end of a chunk and of the body).
+const MAX_IOV: usize = 2 * MAX_SLICES + 8;
+
 /// Writes `bufs` in order, as few system calls as the socket allows; leaves `bufs` empty.
 async fn write_all(io: &mut TcpStream, bufs: &mut Vec<Bytes>) -> io::Result<()> {
     let mut first = 0;
     while first < bufs.len() {
-        let slices: Vec<io::IoSlice<'_>> = bufs[first..]
-            .iter()
-            .take(2 * MAX_SLICES + 8)
-            .map(|b| io::IoSlice::new(b))
-            .collect();
-        let mut n = io.write_vectored(&slices).await?;
+        // On the stack: this runs once per relayed read.
+        let mut slices = [io::IoSlice::new(&[]); MAX_IOV];
+        let count = (bufs.len() - first).min(MAX_IOV);
+        for (slice, buf) in slices.iter_mut().zip(&bufs[first..]) {
+            *slice = io::IoSlice::new(buf);
+        }
+        let mut n = io.write_vectored(&slices[..count]).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }

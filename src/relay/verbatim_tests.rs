@@ -150,3 +150,32 @@ fn the_client_head_keeps_the_status_line_and_end_to_end_lines() {
         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     );
 }
+
+#[test]
+fn chunk_size_lines_are_hex_and_crlf_and_stay_apart() {
+    let mut lines = BytesMut::new();
+    let lens = [
+        0,
+        1,
+        9,
+        10,
+        15,
+        16,
+        255,
+        256,
+        4095,
+        65_536,
+        1 << 40,
+        usize::MAX,
+    ];
+    // Many lines from one buffer: each must keep its bytes once later ones are cut.
+    let mut cut = Vec::new();
+    for _ in 0..200 {
+        for &len in &lens {
+            cut.push(chunk_size_line(len, &mut lines));
+        }
+    }
+    for (line, len) in cut.iter().zip(lens.iter().cycle()) {
+        assert_eq!(&line[..], format!("{len:x}\r\n").as_bytes());
+    }
+}

@@ -2,8 +2,11 @@
 //! received, then raw bytes are spliced both ways. Frames are never parsed or re-framed here,
 //! so negotiated extensions (permessage-deflate) stay end to end.
 
+use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -26,7 +29,7 @@ use super::http::respond;
 use super::mounts::Mount;
 use super::observer;
 use super::state::State;
-use super::tap::{Tap, TapMsg};
+use super::tap::{Stamp, Tap, TapMsg};
 use super::verbatim::Prefixed;
 
 /// After one side has ended cleanly, how long the other may still finish what it is sending.
@@ -182,10 +185,12 @@ fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
 }
 
 /// Passes one read on in full (flushed), counted, with its copy to the tap; `false` if the
-/// other end cannot take it. The copy goes first, not after the write as on the verbatim
-/// path: both directions feed one tap from one task, and a copy handed over after a write
-/// that waited could follow a later one ([`Tap::stamp`]).
-async fn pass<W: AsyncWrite + Unpin>(
+/// other end cannot take it. The copy is stamped before the write and, as on the verbatim
+/// path, handed over after it, unless the write has to wait: then it is handed over before
+/// the wait. Both directions feed one tap from one task, so a copy held across a wait could
+/// be queued after a copy of the other direction stamped later ([`Tap::stamp`]); handed over
+/// before this task yields, copies are queued in the order they were stamped.
+pub(super) async fn pass<W: AsyncWrite + Unpin>(
     chunk: Bytes,
     to: &mut W,
     tap: Option<&Tap>,
@@ -193,13 +198,41 @@ async fn pass<W: AsyncWrite + Unpin>(
     count: &AtomicU64,
 ) -> bool {
     count.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-    if let Some(tap) = tap {
-        tap.send(match flow {
-            Flow::Request => TapMsg::ClientBytes(chunk.clone()),
-            Flow::Response => TapMsg::ServerBytes(chunk.clone()),
-        });
-    }
-    to.write_all(&chunk).await.is_ok() && to.flush().await.is_ok()
+    let mut stamp = tap.and_then(Tap::stamp);
+    let hand_over = |stamp: &mut Option<_>| {
+        if let Some(stamp) = stamp.take() {
+            Stamp::send(
+                stamp,
+                match flow {
+                    Flow::Request => TapMsg::ClientBytes(chunk.clone()),
+                    Flow::Response => TapMsg::ServerBytes(chunk.clone()),
+                },
+            );
+        }
+    };
+    let mut written = 0;
+    let passed = poll_fn(|cx| {
+        while written < chunk.len() {
+            match Pin::new(&mut *to).poll_write(cx, &chunk[written..]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Pending => {
+                    hand_over(&mut stamp);
+                    return Poll::Pending;
+                }
+            }
+        }
+        match Pin::new(&mut *to).poll_flush(cx) {
+            Poll::Ready(r) => Poll::Ready(r.is_ok()),
+            Poll::Pending => {
+                hand_over(&mut stamp);
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    hand_over(&mut stamp);
+    passed
 }
 
 async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &ExchangeLog) {
