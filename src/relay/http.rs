@@ -58,7 +58,7 @@ pub async fn forward(
     let upstream_req = Request::from_parts(parts, body);
 
     let sent = state.upstreams.send(upstream_req);
-    let res = match tokio::time::timeout(state.response_timeout, sent).await {
+    let res = match state.timers.timeout(state.response_timeout, sent).await {
         Err(_) => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::classify(&*e)),
         Ok(Ok(res)) => Ok(res),

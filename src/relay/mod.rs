@@ -33,6 +33,7 @@ pub mod shutdown;
 pub mod sinks;
 pub mod state;
 pub mod tap;
+mod timers;
 pub mod tunnels;
 pub mod upstream;
 mod verbatim;

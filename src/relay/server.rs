@@ -17,6 +17,7 @@ use super::args::RelayConfig;
 use super::limits::{self, Admission, Clients};
 use super::mounts::Mounts;
 use super::state::State;
+use super::timers::Timers;
 use super::tunnels::Tunnels;
 use super::{cores, dispatch, failure, tap, upstream, verbatim};
 use crate::clock::Clock;
@@ -77,7 +78,9 @@ pub struct Running {
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
     let connector = crate::tls::https_connector(&config.extra_roots, config.connect_timeout)?;
-    let client = upstream::client(connector.clone(), config.upstream_idle);
+    // `start` runs on the main runtime: the connections' timers run there.
+    let timers = Timers::new(tokio::runtime::Handle::current());
+    let client = upstream::client(connector.clone(), config.upstream_idle, timers.clone());
     let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
     upstreams.spawn_sweeper();
     let listener =
@@ -129,6 +132,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         ),
         live: Some(live),
         response_timeout: config.response_timeout,
+        timers: timers.clone(),
         tunnels: tunnels.clone(),
         clients: Clients::new(
             config.header_timeout,
@@ -262,6 +266,7 @@ where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let header_timeout = state.clients.header_timeout;
+    let timers = state.timers.clone();
     let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
     let conn = hyper::server::conn::http1::Builder::new()
         .preserve_header_case(true)
@@ -269,7 +274,7 @@ where
         .auto_date_header(false)
         // Without a timer hyper applies no header read timeout at all: slow and idle
         // clients held their connections (and descriptors) for good.
-        .timer(TokioTimer::new())
+        .timer(timers)
         .header_read_timeout(header_timeout)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();

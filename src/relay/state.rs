@@ -9,6 +9,7 @@ use correlator::observe::Budget;
 use super::limits::Clients;
 use super::mounts::Mounts;
 use super::tap;
+use super::timers::Timers;
 use super::tunnels::Tunnels;
 use super::upstream::{self, UpstreamClient};
 use crate::clock::Clock;
@@ -24,6 +25,8 @@ pub struct State {
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
+    /// The timers connections set, kept off the cores ([`super::timers`]).
+    pub(super) timers: Timers,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
     pub tunnels: Arc<Tunnels>,
     /// Client timeouts and the connection cap.

@@ -38,6 +38,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower_service::Service;
 
 use super::body::RelayBody;
+use super::timers::Timers;
 
 type ReqBody = RelayBody<Incoming>;
 type Conn = http1::Connection<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>, ReqBody>;
@@ -49,14 +50,19 @@ pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incomi
 
 /// The pooled upstream client over `connector` (WebSocket handshakes), idle connections
 /// closed after `pool_idle`.
-pub fn client(connector: HttpsConnector<HttpConnector>, pool_idle: Duration) -> UpstreamClient {
+pub(super) fn client(
+    connector: HttpsConnector<HttpConnector>,
+    pool_idle: Duration,
+    timers: Timers,
+) -> UpstreamClient {
     Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
         .pool_idle_timeout(pool_idle)
         // Without a timer the pool never reaps idle connections (only on a later checkout),
         // so a burst of streams left as many upstream sockets open for good: the soak's
         // descriptors never came back down.
-        .pool_timer(hyper_util::rt::TokioTimer::new())
+        // Off the cores, as every timer the relay sets ([`super::timers`]).
+        .pool_timer(timers)
         .build(connector)
 }
 

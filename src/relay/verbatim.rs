@@ -77,7 +77,7 @@ pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Re
             biased;
             // Draining: an idle connection closes at once.
             _ = draining(&mut drain) => return,
-            next = tokio::time::timeout(
+            next = state.timers.timeout(
                 state.clients.header_timeout,
                 client.next_request(&state.mounts),
             ) => next,
@@ -433,11 +433,13 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     let origin = Upstreams::origin_key(&r.uri);
     let mut left = r.body_len;
     let mut ubuf = BytesMut::with_capacity(READ_CHUNK);
-    let sent = tokio::time::timeout(
-        state.response_timeout,
-        send(client, state, &r, &mut left, &mut ubuf, tap.as_ref(), &log),
-    )
-    .await;
+    let sent = state
+        .timers
+        .timeout(
+            state.response_timeout,
+            send(client, state, &r, &mut left, &mut ubuf, tap.as_ref(), &log),
+        )
+        .await;
     let (mut up, mut res) = match sent {
         Ok(Ok(pair)) => pair,
         Ok(Err(Unsent::Client)) => return false,

@@ -30,6 +30,7 @@ use super::mounts::Mount;
 use super::observer;
 use super::state::State;
 use super::tap::{Stamp, Tap, TapMsg};
+use super::timers::Timers;
 use super::verbatim::Prefixed;
 
 /// After one side has ended cleanly, how long the other may still finish what it is sending.
@@ -71,7 +72,9 @@ pub async fn forward_upgrade(
         RelayBody::new(body, Flow::Request, None, log.up.clone()),
     );
 
-    let res = match tokio::time::timeout(state.response_timeout, state.client.request(upstream_req))
+    let res = match state
+        .timers
+        .timeout(state.response_timeout, state.client.request(upstream_req))
         .await
     {
         Err(_) => Err(Failure::Timeout),
@@ -95,6 +98,7 @@ pub async fn forward_upgrade(
         state.start_tap(|stream, out| plan.open_ws(stream, extensions, &state.budget, out))
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
+    let timers = state.timers.clone();
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
     tokio::spawn(state.tunnels.track(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
@@ -104,7 +108,7 @@ pub async fn forward_upgrade(
                 return;
             }
         };
-        splice(client, upstream, tap, &log).await;
+        splice(client, upstream, tap, &log, &timers).await;
     }));
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
@@ -235,7 +239,13 @@ pub(super) async fn pass<W: AsyncWrite + Unpin>(
     passed
 }
 
-async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &ExchangeLog) {
+async fn splice(
+    client: Upgraded,
+    upstream: Upgraded,
+    tap: Option<Tap>,
+    log: &ExchangeLog,
+    timers: &Timers,
+) {
     let (client_early, cr, mut cw) = open(client);
     let (upstream_early, ur, mut uw) = open(upstream);
     let tap_ref = tap.as_ref();
@@ -257,7 +267,7 @@ async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &Ex
             if let End::Eof = end {
                 // The client finished sending: pass the end on, let the upstream finish.
                 let _ = uw.shutdown().await;
-                let _ = tokio::time::timeout(HALF_CLOSE_GRACE, &mut down).await;
+                let _ = timers.timeout(HALF_CLOSE_GRACE, &mut down).await;
             } else {
                 log.fail(Failure::Reset);
             }
@@ -265,7 +275,7 @@ async fn splice(client: Upgraded, upstream: Upgraded, tap: Option<Tap>, log: &Ex
         (mut cw, end) = &mut down => {
             if let End::Eof = end {
                 let _ = cw.shutdown().await;
-                let _ = tokio::time::timeout(HALF_CLOSE_GRACE, &mut up).await;
+                let _ = timers.timeout(HALF_CLOSE_GRACE, &mut up).await;
             } else {
                 log.fail(Failure::Reset);
             }

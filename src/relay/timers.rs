@@ -1,0 +1,174 @@
+//! The relay's timers, kept off the forwarding cores.
+//!
+//! A tokio runtime with a timer pending parks with a timeout, and `epoll_wait` with a timeout
+//! arms a kernel timer each time the thread sleeps and cancels it each time an event wakes it
+//! first. A forwarding core sleeps and wakes once per relayed event, so that pair is paid per
+//! event. Measured with the bench's bare copy loop, the same loop with one idle timer pending
+//! on each of its runtimes added about 4 µs to the SSE p50 and 10 µs to the WebSocket p50 on
+//! the benchmark's VM (docs/performance.md). A relay's cores nearly always have a timer
+//! pending: an idle keep-alive connection waits for its next request under the header
+//! timeout, an exchange waits for its response head under the response timeout, the upstream
+//! pool reaps idle connections on an interval.
+//!
+//! So the timers the relay sets for its connections run on another runtime (the main one):
+//! a core waits for one through a oneshot, and a core with nothing else pending parks with
+//! no timeout. Setting a timer costs a cross-thread hand-off (a task spawned there, aborted
+//! when the wait ends), once per request rather than once per event. A library timer the
+//! relay does not set (a connect timeout inside the connector) still runs on the core's own
+//! driver, for as long as the connect.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+/// Sets timers on the runtime they run on. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Timers {
+    runtime: Handle,
+}
+
+/// The wait has run out.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl Timers {
+    /// Timers kept on `runtime`, which must have its time driver enabled.
+    pub fn new(runtime: Handle) -> Timers {
+        Timers { runtime }
+    }
+
+    /// Resolves at `deadline`.
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        let (tx, fired) = oneshot::channel();
+        let timer = self.runtime.spawn(async move {
+            tokio::time::sleep_until(deadline.into()).await;
+            let _ = tx.send(());
+        });
+        Sleep {
+            fired,
+            timer: timer.abort_handle(),
+        }
+    }
+
+    /// Resolves after `wait`.
+    pub fn sleep(&self, wait: Duration) -> Sleep {
+        self.sleep_until(Instant::now() + wait)
+    }
+
+    /// `work`'s output, or [`Elapsed`] if it takes longer than `wait` (then `work` is
+    /// dropped unfinished).
+    pub async fn timeout<F: Future>(&self, wait: Duration, work: F) -> Result<F::Output, Elapsed> {
+        let sleep = self.sleep(wait);
+        tokio::select! {
+            biased;
+            out = work => Ok(out),
+            () = sleep => Err(Elapsed),
+        }
+    }
+}
+
+/// A timer set with [`Timers`]; dropping it cancels the timer.
+#[derive(Debug)]
+pub struct Sleep {
+    fired: oneshot::Receiver<()>,
+    timer: AbortHandle,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // A timer runtime that has shut down counts as the time being up: a wait never hangs
+        // on a timer nobody can fire.
+        Pin::new(&mut self.fired).poll(cx).map(|_| ())
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        self.timer.abort();
+    }
+}
+
+impl hyper::rt::Sleep for Sleep {}
+
+impl hyper::rt::Timer for Timers {
+    fn sleep(&self, wait: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(Timers::sleep(self, wait))
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(Timers::sleep_until(self, deadline))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A current-thread runtime without a time driver, as a core would be if it had none:
+    /// a timer set there through `Timers` still fires, so it does not use the core's own.
+    fn core_without_time() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_timer_fires_on_its_own_runtime_and_a_timeout_runs_out() {
+        let timers = Timers::new(Handle::current());
+        let (done_tx, done_rx) = oneshot::channel();
+        std::thread::spawn(move || {
+            let core = core_without_time();
+            let out = core.block_on(async move {
+                let start = Instant::now();
+                timers.sleep(Duration::from_millis(20)).await;
+                let slept = start.elapsed();
+                let quick = timers.timeout(Duration::from_secs(60), async { 7 }).await;
+                let slow = timers
+                    .timeout(Duration::from_millis(20), std::future::pending::<()>())
+                    .await;
+                (slept, quick, slow)
+            });
+            let _ = done_tx.send(out);
+        });
+        let (slept, quick, slow) = done_rx.await.unwrap();
+        assert!(slept >= Duration::from_millis(20), "fired early: {slept:?}");
+        assert_eq!(quick, Ok(7));
+        assert_eq!(slow, Err(Elapsed));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_dropped_timer_is_cancelled_where_it_runs() {
+        let timers = Timers::new(Handle::current());
+        let before = Handle::current().metrics().num_alive_tasks();
+        let sleep = timers.sleep(Duration::from_secs(3600));
+        assert_eq!(Handle::current().metrics().num_alive_tasks(), before + 1);
+        drop(sleep);
+        for _ in 0..1000 {
+            if Handle::current().metrics().num_alive_tasks() == before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the hour-long timer still runs after its Sleep was dropped");
+    }
+
+    #[test]
+    fn a_wait_on_a_timer_runtime_that_is_gone_ends() {
+        let main = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let timers = Timers::new(main.handle().clone());
+        let sleep = timers.sleep(Duration::from_secs(3600));
+        drop(main);
+        core_without_time().block_on(sleep);
+    }
+}
