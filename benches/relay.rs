@@ -39,6 +39,10 @@
 //! bound stops observing its stream, which forwarding never waits for): rows measured on
 //! such streams carry less observation work than the others.
 //!
+//! `--idle-clients N` keeps N idle keep-alive connections open to every proxy while the
+//! rows run, renewed each round: a host between two model calls holds one, and a proxy may
+//! keep a timer for it (windowtap's forwarding cores no longer do: src/relay/timers.rs).
+//!
 //! Run: `cargo bench --bench relay` (`-- --quick` for a shorter run, `-- --rounds N`).
 
 #[path = "../tests/support/mod.rs"]
@@ -182,6 +186,32 @@ async fn upstream() -> BenchUpstream {
             sse_response(body)
         }))
     .await
+}
+
+/// A client that sent one request, read its answer, and keeps its connection open without
+/// another, as a host does between two model calls: the proxy holds an idle keep-alive
+/// connection (and whatever timer it keeps for it) while the rows run (`--idle-clients N`).
+async fn idle_client(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"model":"m","stream":true,"messages":[]}"#;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         x-events: 1\r\nx-pad: 8\r\nx-gap-us: 0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (mut seen, mut buf) = (Vec::new(), [0u8; 4096]);
+    // The answer is chunked through every proxy: its last chunk ends it.
+    while !seen.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf))
+            .await
+            .expect("an idle client's answer stalled")
+            .unwrap();
+        assert!(n > 0, "the proxy closed an idle client before answering it");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    tcp
 }
 
 #[derive(Default)]
@@ -1044,6 +1074,7 @@ async fn main() {
     // sse,ws,throughput,ws-throughput,streams,ws-streams,startup` and
     // `--proxies windowtap,nginx,haproxy,floor` (default: all).
     let only = opt("--only");
+    let idle_clients: usize = opt("--idle-clients").map_or(0, |n| n.parse().unwrap());
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let picked = opt("--proxies");
     let starts = if quick { 3 } else { 7 };
@@ -1077,8 +1108,16 @@ async fn main() {
     let mut ws_unobserved = Vec::new();
     let mut unobserved_flow = Flow::default();
 
+    let mut held = Vec::new();
     for round in 0..rounds {
         let order = turn(targets.len(), 1, round);
+        // Fresh each round, so that no proxy's keep-alive timeout closes them mid-row.
+        held.clear();
+        for t in targets.iter().filter(|t| t.name != "direct") {
+            for _ in 0..idle_clients {
+                held.push(idle_client(t.addr, t.sse).await);
+            }
+        }
         // Per-event latency, SSE: 500 small events 1 ms apart per run; windowtap also once on
         // a path no observer watches (forwarding alone).
         for &i in &order {
