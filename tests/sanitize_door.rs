@@ -25,7 +25,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/mod.rs", 3, "the banner, the ingest socket's path, the run summary"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("relay/shutdown.rs", 3, "lost-record counts, the export report"),
-    ("relay/verbatim.rs", 7, "the verbatim path: the traffic itself (request to its upstream, response and the relay's own error answers to the client)"),
+    ("relay/verbatim.rs", 8, "the verbatim path: the traffic itself (request to its upstream, response, its chunk-size lines and the relay's own error answers to the client)"),
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("replay_cmd.rs", 5, "records as `Cleared` lines, the summary and the export report"),
     ("report/mod.rs", 3, "the HTML of cleared records, and counts"),

@@ -11,7 +11,7 @@
 //! pool reaps idle connections on an interval.
 //!
 //! So the timers the relay sets for its connections run on another runtime (the main one):
-//! a core waits for one through a oneshot, and a core with nothing else pending parks with
+//! a core waits for one through its task's `JoinHandle`, and a core with nothing else pending parks with
 //! no timeout. Setting a timer costs a cross-thread hand-off (a task spawned there, aborted
 //! when the wait ends), once per request rather than once per event. A library timer the
 //! relay does not set (a connect timeout inside the connector) still runs on the core's own
@@ -23,8 +23,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 /// Sets timers on the runtime they run on. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -44,15 +43,11 @@ impl Timers {
 
     /// Resolves at `deadline`.
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        let (tx, fired) = oneshot::channel();
+        // The sleep is made inside the task: made here, it would be the calling core's.
         let timer = self.runtime.spawn(async move {
             tokio::time::sleep_until(deadline.into()).await;
-            let _ = tx.send(());
         });
-        Sleep {
-            fired,
-            timer: timer.abort_handle(),
-        }
+        Sleep { timer }
     }
 
     /// Resolves after `wait`.
@@ -75,17 +70,17 @@ impl Timers {
 /// A timer set with [`Timers`]; dropping it cancels the timer.
 #[derive(Debug)]
 pub struct Sleep {
-    fired: oneshot::Receiver<()>,
-    timer: AbortHandle,
+    /// The timer's task on its runtime: it ends when the time is up.
+    timer: JoinHandle<()>,
 }
 
 impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // A timer runtime that has shut down counts as the time being up: a wait never hangs
-        // on a timer nobody can fire.
-        Pin::new(&mut self.fired).poll(cx).map(|_| ())
+        // A timer runtime that has shut down (the task cancelled) counts as the time being
+        // up: a wait never hangs on a timer nobody can fire.
+        Pin::new(&mut self.timer).poll(cx).map(|_| ())
     }
 }
 
@@ -123,7 +118,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_timer_fires_on_its_own_runtime_and_a_timeout_runs_out() {
         let timers = Timers::new(Handle::current());
-        let (done_tx, done_rx) = oneshot::channel();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             let core = core_without_time();
             let out = core.block_on(async move {

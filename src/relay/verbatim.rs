@@ -827,15 +827,12 @@ async fn pass_body(
 /// `len` as a chunk-size line (lower-case hex, CRLF), cut from `lines`, which allocates a
 /// block for many lines at a time.
 fn chunk_size_line(len: usize, lines: &mut BytesMut) -> Bytes {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digits = ((usize::BITS - len.leading_zeros()).div_ceil(4)).max(1) as usize;
-    if lines.capacity() - lines.len() < digits + 2 {
+    use std::fmt::Write as _;
+    // 16 hex digits and CRLF at most: room for one line, or a new block.
+    if lines.capacity() - lines.len() < 18 {
         lines.reserve(256);
     }
-    for i in (0..digits).rev() {
-        lines.put_u8(HEX[(len >> (4 * i)) & 0xf]);
-    }
-    lines.put_slice(b"\r\n");
+    write!(lines, "{len:x}\r\n").expect("a BytesMut grows as it is written");
     lines.split().freeze()
 }
 
