@@ -9,7 +9,8 @@
 //! - [`args`]: the options and the run configuration made from them; [`sinks`]: the record
 //!   and capture files; TLS for upstreams is [`crate::tls`], shared with the OTLP exporter.
 //! - [`server`]: start-up and the accept loop; [`cores`]: the runtimes connections run on;
-//!   [`limits`]: process limits; [`shutdown`]: signals, the drain and the stop.
+//!   [`limits`]: process limits; [`heap`]: the allocator's hold on freed blocks;
+//!   [`shutdown`]: signals, the drain and the stop.
 //! - [`dispatch`]: a request to its mount, then to [`http`] or [`ws`] forwarding;
 //!   [`headers`], [`exchange`] (response body, log line) and [`failure`] (every error
 //!   response, made in one place) are what both share; [`upstream`]: upstream connections;
@@ -24,6 +25,7 @@ pub mod exchange;
 pub mod failure;
 mod framing;
 pub mod headers;
+pub mod heap;
 pub mod http;
 pub mod limits;
 pub mod mounts;
@@ -60,6 +62,7 @@ pub fn init_logging(level: &str) {
 pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     init_logging(&args.log);
     raise_open_files_limit();
+    heap::keep_freed_blocks();
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8787)));

@@ -210,6 +210,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         None => crate::logging::init_to(&args.relay.log, None),
     }
     raise_open_files_limit();
+    crate::relay::heap::keep_freed_blocks();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
