@@ -1035,7 +1035,13 @@ fn print_latency(
     }
 }
 
-fn print_throughput(targets: &[Target], flows: &mut [&mut Flow], what: &str, rounds: usize) {
+fn print_throughput(
+    targets: &[Target],
+    flows: &mut [&mut Flow],
+    unobserved: &mut Flow,
+    what: &str,
+    rounds: usize,
+) {
     println!("\nthroughput (20,000 x 1 KiB {what}, median of {rounds}; target windowtap >= 0.8x direct) and CPU per MB relayed");
     let mbps: Vec<f64> = flows.iter_mut().map(|f| median(&mut f.mbps)).collect();
     for (t, (m, c)) in targets.iter().zip(mbps.iter().zip(flows.iter())) {
@@ -1048,6 +1054,16 @@ fn print_throughput(targets: &[Target], flows: &mut [&mut Flow], what: &str, rou
             "{:<22} {m:>7.1} MB/s {:>5.2}x direct {cpu}",
             t.name,
             m / mbps[0]
+        );
+    }
+    // windowtap on a path no observer watches: what forwarding alone costs per MB.
+    if !unobserved.mbps.is_empty() {
+        let m = median(&mut unobserved.mbps);
+        println!(
+            "{:<22} {m:>7.1} MB/s {:>5.2}x direct {:>6.2} ms CPU/MB",
+            "windowtap unobserved",
+            m / mbps[0],
+            unobserved.cpu_secs * 1000.0 / unobserved.mb
         );
     }
 }
@@ -1107,6 +1123,7 @@ async fn main() {
     let mut unobserved = Vec::new();
     let mut ws_unobserved = Vec::new();
     let mut unobserved_flow = Flow::default();
+    let mut ws_unobserved_flow = Flow::default();
 
     let mut held = Vec::new();
     for round in 0..rounds {
@@ -1170,6 +1187,10 @@ async fn main() {
             }
             let stream = ws_stream(t.addr, t.ws, 20_000, 1024, 0);
             out.ws_flow.run(t, "WS throughput", stream).await;
+            if t.name == "windowtap" && want("unobserved") {
+                let stream = ws_stream(t.addr, "/openai/v1/unobserved", 20_000, 1024, 0);
+                ws_unobserved_flow.run(t, "WS throughput", stream).await;
+            }
         }
     }
 
@@ -1180,21 +1201,23 @@ async fn main() {
     }
     if want("throughput") {
         let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.sse_flow).collect();
-        print_throughput(&targets, &mut flows, "SSE events", rounds);
-        if !unobserved_flow.mbps.is_empty() {
-            println!(
-                "{:<22} {:>7.1} MB/s {:>5.2}x direct {:>6.2} ms CPU/MB",
-                "windowtap unobserved",
-                median(&mut unobserved_flow.mbps),
-                median(&mut unobserved_flow.mbps.clone())
-                    / median(&mut tally[0].sse_flow.mbps.clone()),
-                unobserved_flow.cpu_secs * 1000.0 / unobserved_flow.mb
-            );
-        }
+        print_throughput(
+            &targets,
+            &mut flows,
+            &mut unobserved_flow,
+            "SSE events",
+            rounds,
+        );
     }
     if want("ws-throughput") {
         let mut flows: Vec<&mut Flow> = tally.iter_mut().map(|t| &mut t.ws_flow).collect();
-        print_throughput(&targets, &mut flows, "WebSocket messages", rounds);
+        print_throughput(
+            &targets,
+            &mut flows,
+            &mut ws_unobserved_flow,
+            "WebSocket messages",
+            rounds,
+        );
     }
     // Concurrency: a fresh proxy per run, so its peak RSS is that run's.
     let proxies: Vec<(Kind, &'static str, &'static str)> = targets
