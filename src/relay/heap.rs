@@ -7,11 +7,12 @@
 //! stream). glibc hands the free top of a heap back to the kernel as soon as it exceeds the
 //! trim threshold (128 KiB, raised only when large mapped blocks are freed), and the next
 //! burst's reads touch those pages again: one page fault per 4 KiB, taken on a forwarding
-//! thread inside `recv`. Measured (issue 13, seventh pass): the WebSocket and SSE throughput
-//! rows (`--only ws-throughput,throughput --rounds 4`) cost the relay 7,200–9,300 minor
-//! faults a run, 8.7 % of its CPU samples in `exc_page_fault` (nginx, with its own buffer
-//! pools: 0.5 %); with the threshold at 16 MiB, 2,000 (the start-up's own are ~1,900) and
-//! 1.5 %.
+//! thread inside `recv`. Measured (issue 13, seventh pass, docs/performance.md): 10,400 to
+//! 18,000 minor faults a run of the benchmark's throughput rows (`--only
+//! ws-throughput,throughput --rounds 6`) before, 2,300 to 2,700 after (start-up's own are
+//! ~1,900). The CPU per MB of those rows did not move beyond their spread; the peak memory of
+//! the attack example went from 115 to 99 MiB (likely the fixed mmap threshold below, which
+//! keeps the observers' large decoder blocks out of the heap; not isolated).
 //!
 //! So the relay keeps up to [`KEEP_FREED`] of free heap per glibc arena. Setting it turns
 //! off glibc's sliding mmap threshold, so that is fixed too, at [`MAP_ABOVE`]: blocks above
