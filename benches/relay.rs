@@ -30,9 +30,10 @@
 //! A fourth row, `floor`, is no product: this bench binary re-run as a bare TCP copy loop on
 //! two current-thread tokio runtimes (no HTTP, no pooling, no observation; [`floor_proxy`]).
 //! It is what relaying costs on this machine at the least, the loopback TCP work and system
-//! calls every proxy pays, for reading the others against. windowtap's latency, SSE
-//! throughput and concurrency rows also run once on a path no observer watches (`windowtap
-//! unobserved`), so the cost of observation is measured rather than assumed.
+//! calls every proxy pays, for reading the others against. windowtap's latency,
+//! throughput (SSE and WebSocket) and concurrency rows also run once on a path no observer
+//! watches (`windowtap unobserved`), so the cost of observation is measured rather than
+//! assumed.
 //!
 //! windowtap runs with `--capture`; when one of its processes stops, the bench says how many
 //! of the streams it observed lost their observation (an observer that falls behind its
