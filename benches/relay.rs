@@ -192,27 +192,27 @@ async fn upstream() -> BenchUpstream {
 /// A client that sent one request, read its answer, and keeps its connection open without
 /// another, as a host does between two model calls: the proxy holds an idle keep-alive
 /// connection (and whatever timer it keeps for it) while the rows run (`--idle-clients N`).
-async fn idle_client(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = r#"{"model":"m","stream":true,"messages":[]}"#;
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         x-events: 1\r\nx-pad: 8\r\nx-gap-us: 0\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let (mut seen, mut buf) = (Vec::new(), [0u8; 4096]);
-    // The answer is chunked through every proxy: its last chunk ends it.
-    while !seen.ends_with(b"0\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf))
-            .await
-            .expect("an idle client's answer stalled")
-            .unwrap();
-        assert!(n > 0, "the proxy closed an idle client before answering it");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    tcp
+/// Dropping it closes the connection.
+async fn idle_client(
+    addr: SocketAddr,
+    path: &str,
+) -> hyper::client::conn::http1::SendRequest<Body> {
+    let mut sender = connect(addr).await;
+    let req = request("POST", addr, path)
+        .header("content-type", "application/json")
+        .header("x-events", "1")
+        .header("x-pad", "8")
+        .header("x-gap-us", "0")
+        .body(full(r#"{"model":"m","stream":true,"messages":[]}"#))
+        .unwrap();
+    let res = sender
+        .send_request(req)
+        .await
+        .expect("an idle client's request");
+    collect(res.into_body())
+        .await
+        .expect("an idle client's answer");
+    sender
 }
 
 #[derive(Default)]

@@ -25,7 +25,7 @@ pub mod exchange;
 pub mod failure;
 mod framing;
 pub mod headers;
-pub mod heap;
+mod heap;
 pub mod http;
 pub mod limits;
 pub mod mounts;
@@ -48,7 +48,6 @@ use anyhow::Context;
 
 pub(crate) use args::read_key;
 pub use args::{relay_config, RelayArgs};
-pub use limits::raise_open_files_limit;
 pub use server::{banner, start};
 pub use shutdown::Drain;
 pub(crate) use shutdown::Signals;
@@ -59,10 +58,16 @@ pub fn init_logging(level: &str) {
     crate::logging::init(level);
 }
 
+/// What every relay process sets for itself before it starts (`relay` and `run`): the open
+/// files limit ([`limits`]) and the heap's hold on freed blocks ([`heap`]).
+pub fn prepare_process() {
+    limits::raise_open_files_limit();
+    heap::keep_freed_blocks();
+}
+
 pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     init_logging(&args.log);
-    raise_open_files_limit();
-    heap::keep_freed_blocks();
+    prepare_process();
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8787)));

@@ -12,7 +12,7 @@ use anyhow::Context;
 
 use crate::clock::Clock;
 use crate::relay::mounts::Mount;
-use crate::relay::{raise_open_files_limit, relay_config, start, Drain, RelayArgs, Signals};
+use crate::relay::{prepare_process, relay_config, start, Drain, RelayArgs, Signals};
 
 /// An MCP server the host would start, and whether windowtap observes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,8 +209,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(p) => crate::logging::init_to(&args.relay.log, Some(open_log(p)?)),
         None => crate::logging::init_to(&args.relay.log, None),
     }
-    raise_open_files_limit();
-    crate::relay::heap::keep_freed_blocks();
+    prepare_process();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -420,16 +420,22 @@ pub async fn feed(tx: &Feed, events: &[String]) {
 // A plain HTTP/1.1 client
 // ---------------------------------------------------------------------------------------
 
+/// A client connection to `addr`, its driver spawned: it stays open (idle between requests)
+/// until the sender is dropped.
+pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Body> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
 pub async fn send(
     addr: SocketAddr,
     req: Request<Body>,
 ) -> Result<Response<Incoming>, hyper::Error> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    sender.send_request(req).await
+    connect(addr).await.send_request(req).await
 }
 
 pub fn request(method: &str, addr: SocketAddr, path: &str) -> http::request::Builder {
