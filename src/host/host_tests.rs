@@ -71,10 +71,14 @@ mod linux {
             Some(want),
             "by the host seen before"
         );
-        // Our own connections are never a host's.
+        // Our own connections are never a host's. Another test's child holds a copy of every
+        // fd of this process between its fork and its exec, and may be found holding this
+        // one (seen in a full test run); a process that holds it for good, or this one if
+        // it were not skipped, is found on every try.
         let mine = TcpStream::connect(local).unwrap();
         let (_s, my_peer) = listener.accept().unwrap();
-        assert_eq!(resolve(&mut r, my_peer, local), None);
+        let found: Vec<_> = (0..5).map(|_| resolve(&mut r, my_peer, local)).collect();
+        assert!(found.contains(&None), "{found:?}");
         drop(mine);
         end(child);
         // Gone: its row has no inode any more (or no row at all).
