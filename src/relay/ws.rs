@@ -100,7 +100,7 @@ pub async fn forward_upgrade(
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     let timers = state.timers.clone();
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
-    tokio::spawn(state.tunnels.track(async move {
+    state.tunnels.spawn(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
             Ok(pair) => pair,
             Err(_) => {
@@ -109,7 +109,7 @@ pub async fn forward_upgrade(
             }
         };
         splice(client, upstream, tap, &log, &timers).await;
-    }));
+    });
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
     parts.version = Version::HTTP_11;
