@@ -9,6 +9,10 @@
 //! `*_no_context_takeover` was negotiated). A decompressor with a 32 KiB window reads any
 //! `*_max_window_bits`. Compressed messages are inflated even when their content is not wanted
 //! (binary), because the next message may refer back to them.
+//!
+//! Only a masked payload is copied before it is read (to unmask it). An unmasked one is read
+//! where it lies in the bytes fed, and a whole uncompressed text message in one frame (a
+//! server's usual message) reaches `on_message` without ever being copied.
 
 use flate2::{Decompress, FlushDecompress, Status};
 use thiserror::Error;
