@@ -12,10 +12,10 @@
 //!
 //! So the timers the relay sets for its connections run on another runtime (the main one):
 //! a core waits for one through its task's `JoinHandle`, and a core with nothing else
-//! pending parks with no timeout. Setting a timer costs a cross-thread hand-off (a task spawned there, aborted
-//! when the wait ends), once per request rather than once per event. A library timer the
-//! relay does not set (a connect timeout inside the connector) still runs on the core's own
-//! driver, for as long as the connect.
+//! pending parks with no timeout. Setting a timer costs a cross-thread hand-off (a task
+//! spawned there, aborted when the wait ends), once per request rather than once per event.
+//! A library timer the relay does not set (a connect timeout inside the connector) still
+//! runs on the core's own driver, for as long as the connect.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -204,30 +204,30 @@ impl FrameDecoder {
                     let n = (*remaining).min(bytes.len() as u64) as usize;
                     let whole = n as u64 == *remaining;
                     *remaining -= n as u64;
+                    let pos = std::mem::replace(mask_pos, (*mask_pos + n) & 3);
                     let (seg, rest) = bytes.split_at(n);
                     bytes = rest;
-                    let Some(m) = mask else {
-                        // The server's frames come unmasked: their payload is read where it
-                        // lies, and a whole uncompressed text message in one frame is handed
-                        // on without a copy (most of the volume: one delta per frame).
-                        if whole && fin && opcode == 0x1 && self.take_single_text() {
-                            on_message(Message::Text(seg))?;
-                            continue;
-                        }
-                        self.payload(seg)?;
-                        if whole {
-                            self.end_frame(&mut on_message)?;
-                        }
+                    // The server's frames come unmasked: their payload is read where it lies,
+                    // and a whole uncompressed text message in one frame is handed on without
+                    // a copy (most of the volume: one delta per frame). A masked payload is
+                    // unmasked in the scratch buffer first.
+                    if mask.is_none() && whole && fin && opcode == 0x1 && self.take_single_text() {
+                        on_message(Message::Text(seg))?;
                         continue;
-                    };
-                    let mut unmasked = std::mem::take(&mut self.scratch);
-                    unmasked.clear();
-                    unmasked.extend_from_slice(seg);
-                    for (i, b) in unmasked.iter_mut().enumerate() {
-                        *b ^= m[(*mask_pos + i) & 3];
                     }
-                    *mask_pos = (*mask_pos + n) & 3;
-                    let r = self.payload(&unmasked);
+                    let mut unmasked = std::mem::take(&mut self.scratch);
+                    let payload = match mask {
+                        None => seg,
+                        Some(m) => {
+                            unmasked.clear();
+                            unmasked.extend_from_slice(seg);
+                            for (i, b) in unmasked.iter_mut().enumerate() {
+                                *b ^= m[(pos + i) & 3];
+                            }
+                            &unmasked[..]
+                        }
+                    };
+                    let r = self.payload(payload);
                     self.scratch = unmasked;
                     r?;
                     if whole {
