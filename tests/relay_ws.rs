@@ -442,3 +442,129 @@ async fn bytes_sent_right_behind_either_handshake_are_not_lost() {
         }
     }
 }
+
+/// A raw upstream that answers one upgrade with a 101 and hands the socket to `then`.
+async fn raw_tunnel_upstream<F, Fut>(then: F) -> std::net::SocketAddr
+where
+    F: FnOnce(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let Ok((mut tcp, _)) = listener.accept().await else {
+            return;
+        };
+        read_head(&mut tcp).await;
+        tcp.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: x\r\n\r\n")
+            .await
+            .unwrap();
+        then(tcp).await;
+    });
+    up
+}
+
+/// Reads one HTTP head (nothing behind it is sent before the other side answers).
+async fn read_head(tcp: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut byte))
+            .await
+            .expect("a head within the wait bound")
+            .unwrap();
+        assert!(n > 0, "closed before the end of the head");
+        got.push(byte[0]);
+    }
+    got
+}
+
+/// Opens a tunnel through `relay` to mount `t`, past the 101.
+async fn open_raw_tunnel(relay: &Relay) -> TcpStream {
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"GET /t/tunnel HTTP/1.1\r\nhost: relay\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut tcp).await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    tcp
+}
+
+/// Byte `i` of the test pattern (not periodic at any read size).
+fn pattern(i: usize) -> u8 {
+    (i ^ (i >> 8) ^ (i >> 17)) as u8
+}
+
+#[tokio::test]
+async fn a_reader_that_stops_holds_its_sender_back_and_then_gets_every_byte() {
+    // More than the loopback socket buffers of both hops can hold.
+    const TOTAL: usize = 64 << 20;
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = written.clone();
+    let up = raw_tunnel_upstream(move |mut tcp| async move {
+        let block: Vec<u8> = (0..TOTAL).map(pattern).collect();
+        for chunk in block.chunks(64 * 1024) {
+            if tcp.write_all(chunk).await.is_err() {
+                return;
+            }
+            counter.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+        let _ = tcp.shutdown().await;
+        let mut rest = Vec::new();
+        let _ = tcp.read_to_end(&mut rest).await;
+    })
+    .await;
+    let relay = Relay::start(&[format!("--upstream=t=http://{up}")]);
+    let mut tcp = open_raw_tunnel(&relay).await;
+    // Not reading: the upstream gets as far as the socket buffers and the relay's one
+    // waiting read let it, and no further.
+    let mut last = usize::MAX;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = written.load(std::sync::atomic::Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(
+        last < TOTAL,
+        "the upstream wrote everything to a reader that was not reading"
+    );
+    let mut got = Vec::with_capacity(TOTAL);
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut got))
+        .await
+        .expect("every byte within the wait bound")
+        .unwrap();
+    assert_eq!(got.len(), TOTAL);
+    let first_wrong = got.iter().enumerate().position(|(i, b)| *b != pattern(i));
+    assert_eq!(first_wrong, None, "bytes differ");
+}
+
+#[tokio::test]
+async fn an_end_that_finishes_is_passed_on_and_the_other_may_still_answer() {
+    let up = raw_tunnel_upstream(|mut tcp| async move {
+        let mut question = Vec::new();
+        // Returns only once the client's end has been passed on.
+        tcp.read_to_end(&mut question).await.unwrap();
+        let mut answer = b"answer to ".to_vec();
+        answer.extend_from_slice(&question);
+        tcp.write_all(&answer).await.unwrap();
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+    let relay = Relay::start(&[format!("--upstream=t=http://{up}")]);
+    let mut tcp = open_raw_tunnel(&relay).await;
+    tcp.write_all(b"question").await.unwrap();
+    tcp.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut got))
+        .await
+        .expect("the answer and the end within the wait bound")
+        .unwrap();
+    assert_eq!(got, b"answer to question");
+}

@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
@@ -28,13 +27,11 @@ use super::headers::strip_hop_by_hop;
 use super::http::respond;
 use super::mounts::Mount;
 use super::observer;
+use super::splicer::{PlainEnd, HALF_CLOSE_GRACE};
 use super::state::State;
 use super::tap::{Stamp, Tap, TapMsg};
 use super::timers::Timers;
 use super::verbatim::Prefixed;
-
-/// After one side has ended cleanly, how long the other may still finish what it is sending.
-const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Read buffer per direction.
 const READ_CHUNK: usize = 16 * 1024;
@@ -99,6 +96,7 @@ pub async fn forward_upgrade(
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     let timers = state.timers.clone();
+    let splicers = state.splicers.clone();
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
     state.tunnels.spawn(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
@@ -108,7 +106,12 @@ pub async fn forward_upgrade(
                 return;
             }
         };
-        splice(client, upstream, tap, &log, &timers).await;
+        match (plain(client), plain(upstream)) {
+            (Ok(client), Ok(upstream)) => splicers.splice(client, upstream, tap, log).await,
+            (client, upstream) => {
+                splice(open(client), open(upstream), tap, &log, &timers).await;
+            }
+        }
     });
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
@@ -156,36 +159,58 @@ where
 type Reader = Box<dyn AsyncRead + Unpin + Send>;
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
-/// Splits an upgraded connection into its two directions and the bytes hyper had already
-/// read from it. A plain TCP socket (the client's, an `http` upstream's) is taken out of
-/// hyper's wrappers and split into owned halves: no lock and no dynamic I/O layers between
-/// a read and the socket. Anything else (TLS) is split with a lock, as before.
-fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
+/// An end of a tunnel that is not a plain TCP socket.
+enum Wrapped {
+    /// A TLS upstream, with the bytes hyper had already read from it.
+    Tls(Bytes, Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
+    /// An I/O type nothing here knows (none today).
+    Other(Upgraded),
+}
+
+/// An upgraded connection that is a plain TCP socket (the client's, an `http` upstream's),
+/// taken out of hyper's wrappers with the bytes hyper had already read from it.
+fn plain(end: Upgraded) -> Result<PlainEnd, Wrapped> {
     let end = match end.downcast::<TokioIo<Prefixed>>() {
         Ok(parts) => {
-            let (ahead, tcp) = parts.io.into_inner().into_parts();
+            let (ahead, socket) = parts.io.into_inner().into_parts();
             let mut early = BytesMut::from(&ahead[..]);
             early.extend_from_slice(&parts.read_buf);
-            let (r, w) = tcp.into_split();
-            return (early.freeze(), Box::new(r), Box::new(w));
+            return Ok(PlainEnd {
+                early: early.freeze(),
+                socket,
+            });
         }
         Err(end) => end,
     };
-    let end = match end.downcast::<MaybeHttpsStream<TokioIo<TcpStream>>>() {
+    match end.downcast::<MaybeHttpsStream<TokioIo<TcpStream>>>() {
         Ok(parts) => match parts.io {
-            MaybeHttpsStream::Http(tcp) => {
-                let (r, w) = tcp.into_inner().into_split();
-                return (parts.read_buf, Box::new(r), Box::new(w));
-            }
-            tls => {
-                let (r, w) = tokio::io::split(TokioIo::new(tls));
-                return (parts.read_buf, Box::new(r), Box::new(w));
-            }
+            MaybeHttpsStream::Http(socket) => Ok(PlainEnd {
+                early: parts.read_buf,
+                socket: socket.into_inner(),
+            }),
+            tls => Err(Wrapped::Tls(parts.read_buf, Box::new(tls))),
         },
-        Err(end) => end,
-    };
-    let (r, w) = tokio::io::split(TokioIo::new(end));
-    (Bytes::new(), Box::new(r), Box::new(w))
+        Err(end) => Err(Wrapped::Other(end)),
+    }
+}
+
+/// Splits one end for the tokio splice: a plain socket into owned halves (no lock and no
+/// dynamic I/O layers between a read and the socket), anything else with a lock.
+fn open(end: Result<PlainEnd, Wrapped>) -> (Bytes, Reader, Writer) {
+    match end {
+        Ok(PlainEnd { early, socket }) => {
+            let (r, w) = socket.into_split();
+            (early, Box::new(r), Box::new(w))
+        }
+        Err(Wrapped::Tls(early, tls)) => {
+            let (r, w) = tokio::io::split(TokioIo::new(*tls));
+            (early, Box::new(r), Box::new(w))
+        }
+        Err(Wrapped::Other(end)) => {
+            let (r, w) = tokio::io::split(TokioIo::new(end));
+            (Bytes::new(), Box::new(r), Box::new(w))
+        }
+    }
 }
 
 /// Passes one read on in full (flushed), counted, with its copy to the tap; `false` if the
@@ -239,15 +264,14 @@ pub(super) async fn pass<W: AsyncWrite + Unpin>(
     passed
 }
 
+/// The tokio splice, for a tunnel with a TLS end ([`super::splicer`] takes plain ones).
 async fn splice(
-    client: Upgraded,
-    upstream: Upgraded,
+    (client_early, cr, mut cw): (Bytes, Reader, Writer),
+    (upstream_early, ur, mut uw): (Bytes, Reader, Writer),
     tap: Option<Tap>,
     log: &ExchangeLog,
     timers: &Timers,
 ) {
-    let (client_early, cr, mut cw) = open(client);
-    let (upstream_early, ur, mut uw) = open(upstream);
     let tap_ref = tap.as_ref();
     // What hyper had read ahead from either end (a frame sent right behind the handshake)
     // goes first.
