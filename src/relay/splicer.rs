@@ -141,8 +141,11 @@ impl Splicers {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.loops.len();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let handle = &self.loops[i];
-        if handle.commands.send(Command::Open(id, tunnel)).is_err() {
-            // The loop has stopped (the relay is stopping): the tunnel was dropped, closed.
+        if let Err(std_mpsc::SendError(Command::Open(_, tunnel))) =
+            handle.commands.send(Command::Open(id, tunnel))
+        {
+            // The loop has stopped: the tunnel is closed here, as broken.
+            tunnel.log.fail(Failure::Reset);
             return;
         }
         let _ = handle.waker.wake();
@@ -441,6 +444,9 @@ fn run(mut poll: Poll, inbox: std_mpsc::Receiver<Command>) {
                 tracing::warn!(
                     "a splicing loop could not wait for its sockets; its tunnels are closed"
                 );
+                for tunnel in tunnels.values() {
+                    tunnel.log.fail(Failure::Reset);
+                }
                 return;
             }
         }
