@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -77,7 +77,7 @@ pub(super) struct PlainEnd {
 /// they still splice.
 pub(super) struct Splicers {
     loops: Vec<LoopHandle>,
-    next: AtomicUsize,
+    /// The next tunnel's id; tunnels go to the loops round-robin by id.
     next_id: AtomicU64,
 }
 
@@ -116,7 +116,6 @@ impl Splicers {
         }
         Ok(Splicers {
             loops,
-            next: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
         })
     }
@@ -138,9 +137,8 @@ impl Splicers {
                 return;
             }
         };
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.loops.len();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle = &self.loops[i];
+        let handle = &self.loops[id as usize % self.loops.len()];
         if let Err(std_mpsc::SendError(Command::Open(_, tunnel))) =
             handle.commands.send(Command::Open(id, tunnel))
         {
@@ -525,6 +523,69 @@ fn after_step(
             }
             // The step may have left the read buffer half-split.
             *buf = BytesMut::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Two connected loopback sockets.
+    async fn pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let near = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (near, far) = tokio::join!(near, listener.accept());
+        (near.unwrap(), far.unwrap().0)
+    }
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn a_tunnel_whose_task_is_dropped_is_closed_at_both_ends() {
+        let (mut host, client_end) = pair().await;
+        let (upstream_end, mut upstream) = pair().await;
+        let splicers = Arc::new(Splicers::start(1).unwrap());
+        let log = ExchangeLog::new("t", &http::Method::GET, "/");
+        let task = tokio::spawn({
+            let splicers = splicers.clone();
+            async move {
+                let client = PlainEnd {
+                    early: Bytes::from_static(b"early|"),
+                    socket: client_end,
+                };
+                let upstream = PlainEnd {
+                    early: Bytes::new(),
+                    socket: upstream_end,
+                };
+                splicers.splice(client, upstream, None, log).await;
+            }
+        });
+        host.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 10];
+        tokio::time::timeout(WAIT, upstream.read_exact(&mut got))
+            .await
+            .expect("the bytes within the wait bound")
+            .unwrap();
+        assert_eq!(&got, b"early|ping");
+        upstream.write_all(b"pong").await.unwrap();
+        let mut got = [0u8; 4];
+        tokio::time::timeout(WAIT, host.read_exact(&mut got))
+            .await
+            .expect("the answer within the wait bound")
+            .unwrap();
+        assert_eq!(&got, b"pong");
+
+        // As the registry's cut does.
+        task.abort();
+        let _ = task.await;
+        for end in [&mut host, &mut upstream] {
+            let mut rest = Vec::new();
+            let read = tokio::time::timeout(WAIT, end.read_to_end(&mut rest))
+                .await
+                .expect("the close reaches both ends within the wait bound");
+            assert!(read.is_err() || rest.is_empty(), "{rest:?}");
         }
     }
 }
