@@ -464,7 +464,7 @@ where
     up
 }
 
-/// Reads one HTTP head (nothing behind it is sent before the other side answers).
+/// Reads one HTTP head (nothing is sent behind it before it is answered).
 async fn read_head(tcp: &mut TcpStream) -> Vec<u8> {
     let mut got = Vec::new();
     let mut byte = [0u8; 1];
@@ -482,15 +482,8 @@ async fn read_head(tcp: &mut TcpStream) -> Vec<u8> {
 /// Opens a tunnel through `relay` to mount `t`, past the 101.
 async fn open_raw_tunnel(relay: &Relay) -> TcpStream {
     let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(b"GET /t/tunnel HTTP/1.1\r\nhost: relay\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-        .await
-        .unwrap();
-    let head = read_head(&mut tcp).await;
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{:?}",
-        String::from_utf8_lossy(&head)
-    );
+    let (status, _) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
+    assert_eq!(status, 101);
     tcp
 }
 

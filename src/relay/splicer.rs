@@ -542,6 +542,15 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(10);
 
+    async fn read_exactly(end: &mut tokio::net::TcpStream, n: usize) -> Vec<u8> {
+        let mut got = vec![0u8; n];
+        tokio::time::timeout(WAIT, end.read_exact(&mut got))
+            .await
+            .expect("the bytes within the wait bound")
+            .unwrap();
+        got
+    }
+
     #[tokio::test]
     async fn a_tunnel_whose_task_is_dropped_is_closed_at_both_ends() {
         let (mut host, client_end) = pair().await;
@@ -563,19 +572,9 @@ mod tests {
             }
         });
         host.write_all(b"ping").await.unwrap();
-        let mut got = [0u8; 10];
-        tokio::time::timeout(WAIT, upstream.read_exact(&mut got))
-            .await
-            .expect("the bytes within the wait bound")
-            .unwrap();
-        assert_eq!(&got, b"early|ping");
+        assert_eq!(read_exactly(&mut upstream, 10).await, b"early|ping");
         upstream.write_all(b"pong").await.unwrap();
-        let mut got = [0u8; 4];
-        tokio::time::timeout(WAIT, host.read_exact(&mut got))
-            .await
-            .expect("the answer within the wait bound")
-            .unwrap();
-        assert_eq!(&got, b"pong");
+        assert_eq!(read_exactly(&mut host, 4).await, b"pong");
 
         // As the registry's cut does.
         task.abort();
