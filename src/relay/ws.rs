@@ -1,6 +1,7 @@
 //! WebSocket forwarding: the upgrade request goes upstream, the upstream's `101` comes back as
-//! received, then raw bytes are spliced both ways. Frames are never parsed or re-framed here,
-//! so negotiated extensions (permessage-deflate) stay end to end.
+//! received, then raw bytes are spliced both ways: on a splicing loop ([`super::splicer`])
+//! when both ends are plain TCP, here on the core when one is TLS. Frames are never parsed or
+//! re-framed, so negotiated extensions (permessage-deflate) stay end to end.
 
 use std::future::poll_fn;
 use std::pin::Pin;
