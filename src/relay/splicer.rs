@@ -29,7 +29,9 @@
 //! - A panic while handling one tunnel's event closes that tunnel only.
 //!
 //! Readiness is edge-triggered. A read that returns less than was offered is taken to have
-//! drained the socket (as tokio does): bytes that arrive after it raise a new edge.
+//! drained the socket (as tokio does): bytes that arrive after it raise a new edge. Not so an
+//! end that arrives with the last bytes, in the same edge: once the kernel has said the peer
+//! closed its side, that end is read until the read returns 0.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
