@@ -443,40 +443,31 @@ async fn bytes_sent_right_behind_either_handshake_are_not_lost() {
     }
 }
 
-/// A raw upstream that answers one upgrade with a 101 and hands the socket to `then`.
-async fn raw_tunnel_upstream<F, Fut>(then: F) -> std::net::SocketAddr
+/// An upstream that answers one upgrade with a 101 and hands the upgraded connection to
+/// `then`.
+async fn raw_tunnel_upstream<F, Fut>(then: F) -> Upstream
 where
-    F: FnOnce(TcpStream) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    F: FnOnce(hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let up = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let Ok((mut tcp, _)) = listener.accept().await else {
-            return;
-        };
-        read_head(&mut tcp).await;
-        tcp.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: x\r\n\r\n")
-            .await
-            .unwrap();
-        then(tcp).await;
-    });
-    up
-}
-
-/// Reads one HTTP head (nothing is sent behind it before it is answered).
-async fn read_head(tcp: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, tcp.read(&mut byte))
-            .await
-            .expect("a head within the wait bound")
-            .unwrap();
-        assert!(n > 0, "closed before the end of the head");
-        got.push(byte[0]);
-    }
-    got
+    let then = Arc::new(Mutex::new(Some(then)));
+    Upstream::start(
+        None,
+        handler(move |mut req| {
+            let then = then.lock().unwrap().take();
+            async move {
+                let res = switching(&req, None);
+                let upgrade = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    if let (Ok(up), Some(then)) = (upgrade.await, then) {
+                        then(hyper_util::rt::TokioIo::new(up)).await;
+                    }
+                });
+                res
+            }
+        }),
+    )
+    .await
 }
 
 /// Opens a tunnel through `relay` to mount `t`, past the 101.
@@ -487,20 +478,16 @@ async fn open_raw_tunnel(relay: &Relay) -> TcpStream {
     tcp
 }
 
-/// Byte `i` of the test pattern (not periodic at any read size).
-fn pattern(i: usize) -> u8 {
-    (i ^ (i >> 8) ^ (i >> 17)) as u8
-}
-
 #[tokio::test]
 async fn a_reader_that_stops_holds_its_sender_back_and_then_gets_every_byte() {
     // More than the loopback socket buffers of both hops can hold.
     const TOTAL: usize = 64 << 20;
+    let block = Arc::new(pattern(TOTAL, 13));
+    let sent = block.clone();
     let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = written.clone();
     let up = raw_tunnel_upstream(move |mut tcp| async move {
-        let block: Vec<u8> = (0..TOTAL).map(pattern).collect();
-        for chunk in block.chunks(64 * 1024) {
+        for chunk in sent.chunks(64 * 1024) {
             if tcp.write_all(chunk).await.is_err() {
                 return;
             }
@@ -511,7 +498,7 @@ async fn a_reader_that_stops_holds_its_sender_back_and_then_gets_every_byte() {
         let _ = tcp.read_to_end(&mut rest).await;
     })
     .await;
-    let relay = Relay::start(&[format!("--upstream=t=http://{up}")]);
+    let relay = Relay::start(&["--upstream".into(), up.mount("t", "")]);
     let mut tcp = open_raw_tunnel(&relay).await;
     // Not reading: the upstream gets as far as the socket buffers and the relay's one
     // waiting read let it, and no further.
@@ -534,8 +521,7 @@ async fn a_reader_that_stops_holds_its_sender_back_and_then_gets_every_byte() {
         .expect("every byte within the wait bound")
         .unwrap();
     assert_eq!(got.len(), TOTAL);
-    let first_wrong = got.iter().enumerate().position(|(i, b)| *b != pattern(i));
-    assert_eq!(first_wrong, None, "bytes differ");
+    assert!(got == *block, "bytes differ");
 }
 
 #[tokio::test]
@@ -550,7 +536,7 @@ async fn an_end_that_finishes_is_passed_on_and_the_other_may_still_answer() {
         let _ = tcp.shutdown().await;
     })
     .await;
-    let relay = Relay::start(&[format!("--upstream=t=http://{up}")]);
+    let relay = Relay::start(&["--upstream".into(), up.mount("t", "")]);
     let mut tcp = open_raw_tunnel(&relay).await;
     tcp.write_all(b"question").await.unwrap();
     tcp.shutdown().await.unwrap();

@@ -44,12 +44,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tokio::sync::oneshot;
 
-use super::body::Flow;
 use super::exchange::ExchangeLog;
 use super::failure::Failure;
 use super::tap::{Tap, TapMsg};
@@ -58,8 +57,8 @@ use super::tap::{Tap, TapMsg};
 /// sending.
 pub(super) const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// Bytes offered to each read, as the tokio splice's buffer.
-const READ_CHUNK: usize = 16 * 1024;
+/// Bytes offered to each read, on either splice.
+pub(super) const READ_CHUNK: usize = 16 * 1024;
 
 /// The loop's own token (commands waiting); tunnels use `id * 2 + end`.
 const COMMANDS: Token = Token(usize::MAX);
@@ -248,14 +247,6 @@ impl Tunnel {
         }))
     }
 
-    fn flow(from: usize) -> Flow {
-        if from == CLIENT {
-            Flow::Request
-        } else {
-            Flow::Response
-        }
-    }
-
     fn count(&self, from: usize) -> &AtomicU64 {
         if from == CLIENT {
             &self.log.up
@@ -299,11 +290,9 @@ impl Tunnel {
             if !self.flush(end) {
                 return self.broken();
             }
-            if self.waiting[end].is_empty() && !self.finished[other] {
-                // The other end was not read while these bytes waited.
-                if !self.pump(other, buf) {
-                    return self.broken();
-                }
+            // The other end was not read while these bytes waited.
+            if self.waiting[end].is_empty() && !self.pump(other, buf) {
+                return self.broken();
             }
         }
         if readable && !self.pump(end, buf) {
@@ -322,7 +311,7 @@ impl Tunnel {
                 buf.reserve(READ_CHUNK);
                 buf.resize(READ_CHUNK, 0);
             }
-            let offered = buf.len().min(READ_CHUNK);
+            let offered = buf.len();
             let n = match (&self.ends[from]).read(&mut buf[..offered]) {
                 Ok(0) => {
                     self.finished[from] = true;
@@ -350,49 +339,26 @@ impl Tunnel {
         self.count(from)
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         let stamp = self.tap.as_ref().and_then(Tap::stamp);
-        let mut written = 0;
-        let mut ok = true;
-        while written < chunk.len() {
-            match (&self.ends[to]).write(&chunk[written..]) {
-                Ok(0) => {
-                    ok = false;
-                    break;
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.waiting[to] = chunk.slice(written..);
-                    break;
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
-                    ok = false;
-                    break;
-                }
-            }
+        let written = write_some(&self.ends[to], &chunk);
+        if let Some(n) = written.filter(|n| *n < chunk.len()) {
+            self.waiting[to] = chunk.slice(n..);
         }
         if let Some(stamp) = stamp {
-            stamp.send(match Self::flow(from) {
-                Flow::Request => TapMsg::ClientBytes(chunk),
-                Flow::Response => TapMsg::ServerBytes(chunk),
+            stamp.send(if from == CLIENT {
+                TapMsg::ClientBytes(chunk)
+            } else {
+                TapMsg::ServerBytes(chunk)
             });
         }
-        ok
+        written.is_some()
     }
 
     /// Writes what waits for end `to`; `false` if the write failed.
     fn flush(&mut self, to: usize) -> bool {
-        while !self.waiting[to].is_empty() {
-            match (&self.ends[to]).write(&self.waiting[to]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    let rest = self.waiting[to].slice(n..);
-                    self.waiting[to] = rest;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
+        let Some(n) = write_some(&self.ends[to], &self.waiting[to]) else {
+            return false;
+        };
+        self.waiting[to].advance(n);
         true
     }
 
@@ -423,6 +389,22 @@ impl Tunnel {
         }
         Step::Ended
     }
+}
+
+/// Writes `bytes` to `socket` until all are written or the socket has no room for more:
+/// how many were written, or `None` if the socket failed.
+fn write_some(mut socket: &TcpStream, bytes: &[u8]) -> Option<usize> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match socket.write(&bytes[written..]) {
+            Ok(0) => return None,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(written)
 }
 
 /// The loop: waits for readiness and commands, and handles them, until told to stop.

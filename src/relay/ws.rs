@@ -28,14 +28,11 @@ use super::headers::strip_hop_by_hop;
 use super::http::respond;
 use super::mounts::Mount;
 use super::observer;
-use super::splicer::{PlainEnd, HALF_CLOSE_GRACE};
+use super::splicer::{PlainEnd, HALF_CLOSE_GRACE, READ_CHUNK};
 use super::state::State;
 use super::tap::{Stamp, Tap, TapMsg};
 use super::timers::Timers;
 use super::verbatim::Prefixed;
-
-/// Read buffer per direction.
-const READ_CHUNK: usize = 16 * 1024;
 
 pub async fn forward_upgrade(
     state: Arc<State>,
