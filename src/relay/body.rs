@@ -21,6 +21,16 @@ pub enum Flow {
     Response,
 }
 
+impl Flow {
+    /// The tap's copy of WebSocket bytes flowing this way (either splice).
+    pub(super) fn websocket_copy(self, bytes: Bytes) -> TapMsg {
+        match self {
+            Flow::Request => TapMsg::ClientBytes(bytes),
+            Flow::Response => TapMsg::ServerBytes(bytes),
+        }
+    }
+}
+
 pub struct RelayBody<B> {
     inner: B,
     flow: Flow,

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::Method;
 use http_body_util::{Either, Full};
 
-use super::body::RelayBody;
+use super::body::{Flow, RelayBody};
 use super::failure::Failure;
 use super::mounts::path_template;
 use super::upstream::Driven;
@@ -42,6 +42,14 @@ impl ExchangeLog {
             failed: Arc::new(AtomicBool::new(false)),
             failure: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The counter of bytes flowing `flow`'s way.
+    pub(super) fn bytes(&self, flow: Flow) -> &AtomicU64 {
+        match flow {
+            Flow::Request => &self.up,
+            Flow::Response => &self.down,
+        }
     }
 
     pub fn fail(&self, f: Failure) {

@@ -49,9 +49,10 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tokio::sync::oneshot;
 
+use super::body::Flow;
 use super::exchange::ExchangeLog;
 use super::failure::Failure;
-use super::tap::{Tap, TapMsg};
+use super::tap::Tap;
 
 /// After one end has finished cleanly, how long the other may still finish what it is
 /// sending.
@@ -66,6 +67,9 @@ const COMMANDS: Token = Token(usize::MAX);
 /// The two ends of a tunnel, by index.
 const CLIENT: usize = 0;
 const UPSTREAM: usize = 1;
+
+/// Which way the bytes read from each end flow.
+const FLOW_FROM: [Flow; 2] = [Flow::Request, Flow::Response];
 
 /// One end of a tunnel as the upgrade left it: the bytes hyper had already read from it,
 /// and its socket.
@@ -188,6 +192,8 @@ impl Drop for Splicers {
 #[derive(Debug, PartialEq, Eq)]
 enum Step {
     Open,
+    /// Still open, and one end has just finished: the loop lists it for its grace.
+    Graced,
     Ended,
 }
 
@@ -205,8 +211,6 @@ struct Tunnel {
     /// Early bytes to pass before anything is read, per destination end.
     early: [Bytes; 2],
     grace_until: Option<Instant>,
-    /// On the loop's list of tunnels in their grace.
-    graced: bool,
     tap: Option<Tap>,
     log: Arc<ExchangeLog>,
     /// Dropped when the tunnel ends: its task on the core then returns.
@@ -240,19 +244,10 @@ impl Tunnel {
             // the upstream sent behind its 101 to the client (the tokio splice's order).
             early: [upstream.early, client.early],
             grace_until: None,
-            graced: false,
             tap,
             log,
             _ended: ended,
         }))
-    }
-
-    fn count(&self, from: usize) -> &AtomicU64 {
-        if from == CLIENT {
-            &self.log.up
-        } else {
-            &self.log.down
-        }
     }
 
     /// Registers both ends and passes the early bytes.
@@ -336,7 +331,9 @@ impl Tunnel {
     /// rest waits), with its copy to the tap; `false` if the write failed.
     fn pass(&mut self, from: usize, chunk: Bytes) -> bool {
         let to = 1 - from;
-        self.count(from)
+        let flow = FLOW_FROM[from];
+        self.log
+            .bytes(flow)
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         let stamp = self.tap.as_ref().and_then(Tap::stamp);
         let written = write_some(&self.ends[to], &chunk);
@@ -344,11 +341,7 @@ impl Tunnel {
             self.waiting[to] = chunk.slice(n..);
         }
         if let Some(stamp) = stamp {
-            stamp.send(if from == CLIENT {
-                TapMsg::ClientBytes(chunk)
-            } else {
-                TapMsg::ServerBytes(chunk)
-            });
+            stamp.send(flow.websocket_copy(chunk));
         }
         written.is_some()
     }
@@ -362,8 +355,10 @@ impl Tunnel {
         true
     }
 
-    /// Passes finished ends on and says whether the tunnel is over.
+    /// Passes finished ends on and says whether the tunnel is over or has just entered its
+    /// grace.
     fn settle(&mut self) -> Step {
+        let in_grace = self.grace_until.is_some();
         for from in [CLIENT, UPSTREAM] {
             let to = 1 - from;
             if self.finished[from] && !self.shut[to] && self.waiting[to].is_empty() {
@@ -376,6 +371,8 @@ impl Tunnel {
         }
         if self.shut[CLIENT] && self.shut[UPSTREAM] {
             Step::Ended
+        } else if !in_grace && self.grace_until.is_some() {
+            Step::Graced
         } else {
             Step::Open
         }
@@ -489,14 +486,8 @@ fn after_step(
     buf: &mut BytesMut,
 ) {
     match step {
-        Ok(Step::Open) => {
-            if let Some(t) = tunnels.get_mut(&id) {
-                if t.grace_until.is_some() && !t.graced {
-                    t.graced = true;
-                    graced.push(id);
-                }
-            }
-        }
+        Ok(Step::Open) => {}
+        Ok(Step::Graced) => graced.push(id),
         Ok(Step::Ended) => {
             tunnels.remove(&id);
         }

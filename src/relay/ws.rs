@@ -30,7 +30,7 @@ use super::mounts::Mount;
 use super::observer;
 use super::splicer::{PlainEnd, HALF_CLOSE_GRACE, READ_CHUNK};
 use super::state::State;
-use super::tap::{Stamp, Tap, TapMsg};
+use super::tap::{Stamp, Tap};
 use super::timers::Timers;
 use super::verbatim::Prefixed;
 
@@ -228,13 +228,7 @@ pub(super) async fn pass<W: AsyncWrite + Unpin>(
     let mut stamp = tap.and_then(Tap::stamp);
     let hand_over = |stamp: &mut Option<_>| {
         if let Some(stamp) = stamp.take() {
-            Stamp::send(
-                stamp,
-                match flow {
-                    Flow::Request => TapMsg::ClientBytes(chunk.clone()),
-                    Flow::Response => TapMsg::ServerBytes(chunk.clone()),
-                },
-            );
+            Stamp::send(stamp, flow.websocket_copy(chunk.clone()));
         }
     };
     let mut written = 0;
