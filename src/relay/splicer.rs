@@ -526,6 +526,47 @@ mod tests {
         got
     }
 
+    /// An end that finishes gives the other [`HALF_CLOSE_GRACE`] and no more: a tunnel whose
+    /// upstream never finishes is closed once the grace is over, and not before.
+    #[tokio::test]
+    async fn a_tunnel_in_its_grace_is_closed_when_the_grace_is_over() {
+        let (mut host, client_end) = pair().await;
+        let (upstream_end, mut upstream) = pair().await;
+        let splicers = Splicers::start(1).unwrap();
+        let log = ExchangeLog::new("t", &http::Method::GET, "/");
+        let client = PlainEnd {
+            early: Bytes::new(),
+            socket: client_end,
+        };
+        let upstream_plain = PlainEnd {
+            early: Bytes::new(),
+            socket: upstream_end,
+        };
+        let started = Instant::now();
+        let spliced = splicers.splice(client, upstream_plain, None, log.clone());
+        let host_side = async {
+            host.write_all(b"bye").await.unwrap();
+            host.shutdown().await.unwrap();
+            // The upstream sees the bytes and the end, and keeps its own side open.
+            assert_eq!(read_exactly(&mut upstream, 3).await, b"bye");
+            let mut rest = Vec::new();
+            upstream.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+        };
+        let bound = HALF_CLOSE_GRACE + WAIT;
+        tokio::time::timeout(bound, async { tokio::join!(spliced, host_side) })
+            .await
+            .expect("the tunnel ends once its grace is over");
+        assert!(started.elapsed() >= HALF_CLOSE_GRACE);
+        // Closed at the end of the grace: the host's side reads the end.
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(WAIT, host.read_to_end(&mut rest))
+            .await
+            .expect("the close reaches the host");
+        assert!(read.is_err() || rest.is_empty(), "{rest:?}");
+        drop(upstream);
+    }
+
     #[tokio::test]
     async fn a_tunnel_whose_task_is_dropped_is_closed_at_both_ends() {
         let (mut host, client_end) = pair().await;
