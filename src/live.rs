@@ -218,6 +218,11 @@ impl Sequencer {
         }
     }
 
+    /// Whether no event is held.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
     /// Releases everything (shutdown).
     pub fn release_all(&mut self, mut each: impl FnMut(Event)) {
         while let Some(h) = self.heap.pop() {
@@ -335,6 +340,35 @@ struct Task {
 }
 
 impl Task {
+    /// `capture`: the capture file, with where its header's `end` value is.
+    fn new(
+        clock: Clock,
+        sources: Arc<Sources>,
+        config: Config,
+        pseudo: Pseudonymizer,
+        otlp: Option<crate::otlp::LiveTree>,
+        (capture, end_at): (Option<Box<dyn Capture>>, u64),
+        records_out: RecordsOut,
+    ) -> Task {
+        Task {
+            clock,
+            sources,
+            seq: Sequencer::default(),
+            corr: Correlator::new(config),
+            scrub: Scrub::new(pseudo),
+            door: Door::live(),
+            refused: 0,
+            otlp,
+            capture,
+            records_out,
+            records: Vec::new(),
+            summary: Summary::default(),
+            pushed: false,
+            advanced: None,
+            end_at,
+        }
+    }
+
     fn offer(&mut self, (t, kind): Timed) {
         let kind = self.scrub.event(kind);
         self.seq.offer(t, kind);
@@ -403,6 +437,13 @@ impl Task {
             cap.flush()?;
         }
         self.write_records()
+    }
+
+    /// Whether a round has anything to do: events held for the watermark, or intervals
+    /// whose decision may fall due as time passes. Otherwise a round would only move the
+    /// correlator's clock, which its next push does as well.
+    fn due(&self) -> bool {
+        !self.seq.is_empty() || self.corr.pending() > 0
     }
 
     fn finish(&mut self, rx: &mut mpsc::Receiver<Timed>, ingest: &mut Ingest) -> io::Result<()> {
@@ -516,23 +557,15 @@ pub fn spawn(
     let otlp = cfg
         .otlp
         .map(|(handle, epoch)| crate::otlp::LiveTree::new(handle, epoch, &cfg.correlator));
-    let mut task = Task {
+    let mut task = Task::new(
         clock,
-        sources: sources.clone(),
-        seq: Sequencer::default(),
-        corr: Correlator::new(cfg.correlator),
-        scrub: Scrub::new(cfg.pseudo),
-        door: Door::live(),
-        refused: 0,
+        sources.clone(),
+        cfg.correlator,
+        cfg.pseudo,
         otlp,
-        capture: sinks.capture,
+        (sinks.capture, end_at),
         records_out,
-        records: Vec::new(),
-        summary: Summary::default(),
-        pushed: false,
-        advanced: None,
-        end_at,
-    };
+    );
     let tick = cfg.tick;
     let join = tokio::spawn(async move {
         let mut ingest = Ingest(ingest);
@@ -545,8 +578,16 @@ pub fn spawn(
         // The relay's events end when its last stream has (the drain), but MCP reports may
         // still come until `shutdown`: calls that end during the drain, and those the ingest
         // socket ends `lost` as it closes (docs/design.md §4).
+        //
+        // The timer runs only while a round has something to do (`Task::due`): an idle relay
+        // (nothing held for the watermark, no interval undecided) then waits for its next
+        // event with no timer at all, instead of waking 50 times a second for rounds that
+        // decide nothing. Skipping those rounds changes no decision: the correlator decides
+        // what fell due in between when it is next pushed or advanced, as a replay does.
         let mut relay_open = true;
+        let mut due = false;
         let wait = loop {
+            let was_due = due;
             tokio::select! {
                 w = &mut shutdown => break w.unwrap_or(RECORDS_WAIT),
                 ev = rx.recv(), if relay_open => match ev {
@@ -554,9 +595,18 @@ pub fn spawn(
                     None => relay_open = false,
                 },
                 ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
-                _ = timer.tick() => task.round(&mut rx, &mut ingest)?,
+                _ = timer.tick(), if due => task.round(&mut rx, &mut ingest)?,
+            }
+            due = task.due();
+            if due && !was_due {
+                // The first round a tick after the event that made one due, not at once for
+                // the ticks missed while idle.
+                timer.reset();
             }
         };
+        // One last round at the stop, so the correlator's clock (the capture's `end`, where
+        // open OTLP spans end) has reached it however long the relay was idle before.
+        task.round(&mut rx, &mut ingest)?;
         task.finish(&mut rx, &mut ingest)?;
         if task.seq.late > 0 {
             tracing::debug!(
@@ -851,6 +901,65 @@ mod tests {
         let record: serde_json::Value = serde_json::from_str(live.trim()).unwrap();
         assert_eq!(record["reason"], "unclosed", "{live}");
         assert_eq!(replayed, live);
+    }
+
+    /// The live task's timer runs only while a round is due: with events held for the
+    /// watermark, or an interval that time alone may decide. Once all is decided, an idle
+    /// relay sets no timer.
+    #[tokio::test]
+    async fn rounds_are_due_only_while_something_waits_on_the_clock() {
+        let clock = Clock::start();
+        let sources = Arc::new(Sources::default());
+        let config = Config {
+            close_wait: 30.0,
+            ..Config::default()
+        };
+        let records = Buf::default();
+        let mut task = Task::new(
+            clock,
+            sources,
+            config,
+            Pseudonymizer::new(&[3; 32]),
+            None,
+            (None, 0),
+            RecordsOut::start(Box::new(records.clone()), 1 << 20).unwrap(),
+        );
+        let (_tx, mut rx) = mpsc::channel(1);
+        let mut ingest = Ingest(None);
+        assert!(!task.due(), "a new task waits for nothing");
+
+        // A response whose tool call opens a window, and no continuation.
+        for kind in claude_turn("s1", "q1", vec![], Some("toolu_1")) {
+            task.offer((clock.now_ms(), kind));
+        }
+        assert!(task.due(), "events are held for the watermark");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        task.round(&mut rx, &mut ingest).unwrap();
+        assert!(!task.due(), "every event was fed and no interval waits");
+
+        // An MCP call inside the open window: undecided until close_wait has passed.
+        let start = clock.now_ms();
+        let interval = EventKind::McpInterval {
+            interval: "i1".into(),
+            alias: "probe".into(),
+            tool: "echo".into(),
+            start,
+            end: start + 1.0,
+            outcome: Outcome::Result,
+            hints: Hints::default(),
+            host: None,
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        task.offer((clock.now_ms(), interval));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        task.round(&mut rx, &mut ingest).unwrap();
+        assert!(task.due(), "the interval waits for its window to close");
+        assert_eq!(task.corr.pending(), 1);
+
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        task.round(&mut rx, &mut ingest).unwrap();
+        assert!(!task.due(), "the interval was decided as time passed");
+        assert_eq!(task.summary.total(), 1);
     }
 
     #[test]
