@@ -547,7 +547,7 @@ backend be
 /// The floor proxy (`--floor-proxy LISTEN UPSTREAM`, run by the bench as a process of its
 /// own): two threads, each a current-thread tokio runtime accepting on the same listener (as
 /// nginx's two workers do), each connection copied both ways to a fresh upstream connection
-/// with one 16 KiB buffer per direction. No HTTP parsing (the upstream ignores the `/NAME`
+/// with one buffer per direction ([`floor_read_size`]). No HTTP parsing (the upstream ignores the `/NAME`
 /// prefix), no pooling, no observation: the system calls and loopback TCP work every proxy
 /// here pays, plus the least a tokio task adds. Never returns.
 fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
@@ -556,6 +556,7 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
     socket.set_reuseaddr(true).unwrap();
     socket.bind(listen).expect("binding the floor proxy");
     let listener = socket.listen(LISTEN_BACKLOG).unwrap().into_std().unwrap();
+    let read_size = floor_read_size();
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let listener = listener.try_clone().unwrap();
@@ -580,7 +581,7 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
                             let (ur, uw) = upstream.into_split();
                             let copy = |mut from: tokio::net::tcp::OwnedReadHalf,
                                         mut to: tokio::net::tcp::OwnedWriteHalf| async move {
-                                let mut buf = vec![0u8; 16 * 1024];
+                                let mut buf = vec![0u8; read_size];
                                 while let Ok(n @ 1..) = from.read(&mut buf).await {
                                     if to.write_all(&buf[..n]).await.is_err() {
                                         break;
@@ -599,6 +600,18 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
         let _ = w.join();
     }
     std::process::exit(1)
+}
+
+/// The floor's read size: 16 KiB (windowtap's), or `FLOOR_READ` bytes from the environment,
+/// to see what the read size alone does to a bare loop (nginx reads a page at a time:
+/// `scripts/floor-as-before.sh` runs a floor of another read size in the `windowtap-before`
+/// slot, beside the 16 KiB one).
+fn floor_read_size() -> usize {
+    std::env::var("FLOOR_READ")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(16 * 1024)
 }
 
 /// Listen backlog of the bench's own sockets (the upstream, the floor), as windowtap's:
