@@ -20,6 +20,13 @@
 //! with something pending cannot produce one older than its `last_t` (observers never stamp
 //! backwards). The correlator task reads the marks first and drains its channel after, so
 //! every event older than `W` is in the heap when `W` is used.
+//!
+//! That work (a round) runs on a timer, and the timer runs only while a round is due: events
+//! are held, or an interval is still undecided. A round with neither decides nothing (records
+//! are of intervals), so an idle relay sets no timer at all, and its correlator's clock stays
+//! where the last round left it until the next event; pushing that event first decides what
+//! fell due before it, as a replay of the capture does. At the stop one last round brings the
+//! clock to the stop, as a timer would have.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
