@@ -14,11 +14,12 @@
 //! no system call); a ticker on the observation thread rings the listed streams once per
 //! [`TICK`], where waking a task is a local queue push. A stream's copies are taken up at
 //! most a tick after they passed; the watermark waits for them meanwhile, as for any queued
-//! copy (the live correlator itself decides every 20 ms). After a quiet spell the ticker
-//! parks, and the first stream listed wakes it: one wake per quiet spell, not per copy. A
-//! fast stream whose queue passes a quarter of either bound (copies or bytes) wakes its
-//! observer at once, once until it has caught up, so it never runs into the bound between
-//! ticks. The end of a stream and an overflow also wake its observer at once.
+//! copy (the live correlator itself decides every 20 ms while it has anything to decide).
+//! After a quiet spell the ticker parks, and the first stream listed wakes it: one wake per
+//! quiet spell, not per copy. A fast stream whose queue passes a quarter of either bound
+//! (copies or bytes) wakes its observer at once, once until it has caught up, so it never
+//! runs into the bound between ticks. The end of a stream and an overflow also wake its
+//! observer at once.
 //!
 //! The tick is 5 ms, not 1: the observation thread waking each millisecond met each event
 //! of a stream paced in milliseconds (as the benchmark's are, and its timer's) and added
