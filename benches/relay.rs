@@ -547,9 +547,9 @@ backend be
 /// The floor proxy (`--floor-proxy LISTEN UPSTREAM`, run by the bench as a process of its
 /// own): two threads, each a current-thread tokio runtime accepting on the same listener (as
 /// nginx's two workers do), each connection copied both ways to a fresh upstream connection
-/// with one buffer per direction ([`floor_read_size`]). No HTTP parsing (the upstream ignores the `/NAME`
-/// prefix), no pooling, no observation: the system calls and loopback TCP work every proxy
-/// here pays, plus the least a tokio task adds. Never returns.
+/// with one buffer per direction ([`floor_read_size`]). No HTTP parsing (the upstream
+/// ignores the `/NAME` prefix), no pooling, no observation: the system calls and loopback TCP
+/// work every proxy here pays, plus the least a tokio task adds. Never returns.
 fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let socket = tokio::net::TcpSocket::new_v4().unwrap();

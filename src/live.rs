@@ -585,12 +585,8 @@ pub fn spawn(
         // The relay's events end when its last stream has (the drain), but MCP reports may
         // still come until `shutdown`: calls that end during the drain, and those the ingest
         // socket ends `lost` as it closes (docs/design.md §4).
-        //
-        // The timer runs only while a round has something to do (`Task::due`): an idle relay
-        // (nothing held for the watermark, no interval undecided) then waits for its next
-        // event with no timer at all, instead of waking 50 times a second for rounds that
-        // decide nothing. Skipping those rounds changes no decision: the correlator decides
-        // what fell due in between when it is next pushed or advanced, as a replay does.
+        // The timer runs only while a round is due (`Task::due`; the module doc says why that
+        // moves no decision): an idle relay waits for its next event with no timer at all.
         let mut relay_open = true;
         let mut due = false;
         let wait = loop {
@@ -917,8 +913,10 @@ mod tests {
     async fn rounds_are_due_only_while_something_waits_on_the_clock() {
         let clock = Clock::start();
         let sources = Arc::new(Sources::default());
+        // Long enough that a slow machine's few milliseconds between the steps below never
+        // let the interval fall due before it is looked at.
         let config = Config {
-            close_wait: 30.0,
+            close_wait: 500.0,
             ..Config::default()
         };
         let records = Buf::default();
@@ -944,7 +942,7 @@ mod tests {
         task.round(&mut rx, &mut ingest).unwrap();
         assert!(!task.due(), "every event was fed and no interval waits");
 
-        // An MCP call inside the open window: undecided until close_wait has passed.
+        // An MCP call inside the open window: undecided until `close_wait` has passed.
         let start = clock.now_ms();
         let interval = EventKind::McpInterval {
             interval: "i1".into(),
@@ -963,7 +961,7 @@ mod tests {
         assert!(task.due(), "the interval waits for its window to close");
         assert_eq!(task.corr.pending(), 1);
 
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         task.round(&mut rx, &mut ingest).unwrap();
         assert!(!task.due(), "the interval was decided as time passed");
         assert_eq!(task.summary.total(), 1);
