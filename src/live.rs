@@ -588,9 +588,8 @@ pub fn spawn(
         // The timer runs only while a round is due (`Task::due`; the module doc says why that
         // moves no decision): an idle relay waits for its next event with no timer at all.
         let mut relay_open = true;
-        let mut due = false;
         let wait = loop {
-            let was_due = due;
+            let due = task.due();
             tokio::select! {
                 w = &mut shutdown => break w.unwrap_or(RECORDS_WAIT),
                 ev = rx.recv(), if relay_open => match ev {
@@ -600,8 +599,7 @@ pub fn spawn(
                 ev = ingest.recv() => if let Some(ev) = ev { task.offer(ev) },
                 _ = timer.tick(), if due => task.round(&mut rx, &mut ingest)?,
             }
-            due = task.due();
-            if due && !was_due {
+            if !due && task.due() {
                 // The first round a tick after the event that made one due, not at once for
                 // the ticks missed while idle.
                 timer.reset();

@@ -131,7 +131,7 @@ async fn pump<R, W>(
     mut to: W,
     tap: Option<&Tap>,
     flow: Flow,
-    count: &AtomicU64,
+    log: &ExchangeLog,
 ) -> (W, End)
 where
     R: AsyncRead + Unpin,
@@ -147,7 +147,7 @@ where
             Ok(_) => {}
             Err(_) => return (to, End::Broken),
         }
-        if !pass(buf.split().freeze(), &mut to, tap, flow, count).await {
+        if !pass(buf.split().freeze(), &mut to, tap, flow, log.bytes(flow)).await {
             return (to, End::Broken);
         }
     }
@@ -267,16 +267,21 @@ async fn splice(
     let tap_ref = tap.as_ref();
     // What hyper had read ahead from either end (a frame sent right behind the handshake)
     // goes first.
-    let early_passed = (client_early.is_empty()
-        || pass(client_early, &mut uw, tap_ref, Flow::Request, &log.up).await)
-        && (upstream_early.is_empty()
-            || pass(upstream_early, &mut cw, tap_ref, Flow::Response, &log.down).await);
+    let mut early_passed = true;
+    for (early, to, flow) in [
+        (client_early, &mut uw, Flow::Request),
+        (upstream_early, &mut cw, Flow::Response),
+    ] {
+        if early_passed && !early.is_empty() {
+            early_passed = pass(early, to, tap_ref, flow, log.bytes(flow)).await;
+        }
+    }
     if !early_passed {
         log.fail(Failure::Reset);
         return;
     }
-    let up = pump(cr, uw, tap_ref, Flow::Request, &log.up);
-    let down = pump(ur, cw, tap_ref, Flow::Response, &log.down);
+    let up = pump(cr, uw, tap_ref, Flow::Request, log);
+    let down = pump(ur, cw, tap_ref, Flow::Response, log);
     tokio::pin!(up, down);
     tokio::select! {
         (mut uw, end) = &mut up => {
