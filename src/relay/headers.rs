@@ -19,7 +19,16 @@ pub(super) fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(|t| t.trim_ascii())
 }
 
-/// The names the `Connection` header lines among `lines` list, lowercased: hop-by-hop too.
+/// The headers that say where a message ends and where it goes. `Connection` can never
+/// remove them: a proxy that drops `Content-Length` because `Connection: Content-Length`
+/// names it still sends the body, and the next hop reads that body as a request (or a
+/// response) of its own on a connection that other clients then share: request smuggling.
+/// hyper, nginx and HAProxy ignore such names the same way. (`Transfer-Encoding` is
+/// hop-by-hop anyway: the relay frames the body it forwards itself.)
+const FRAMING: [&str; 3] = ["content-length", "transfer-encoding", "host"];
+
+/// The names the `Connection` header lines among `lines` list, lowercased: hop-by-hop too,
+/// except the [`FRAMING`] names, which no `Connection` line can make hop-by-hop.
 pub(super) fn connection_names<'a>(
     lines: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Vec<Vec<u8>> {
@@ -27,6 +36,7 @@ pub(super) fn connection_names<'a>(
         .into_iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
         .flat_map(|(_, value)| tokens(value).map(<[u8]>::to_ascii_lowercase))
+        .filter(|name| !FRAMING.iter().any(|f| name == f.as_bytes()))
         .collect()
 }
 

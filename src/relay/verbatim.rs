@@ -255,7 +255,9 @@ fn owned(lines: &[httparse::Header<'_>]) -> Vec<(Bytes, Bytes)> {
 }
 
 /// The request head for the upstream: origin-form target, `Host` from the upstream URL, the
-/// client's other end-to-end header lines as received.
+/// client's other end-to-end header lines as received, and the body's length as the relay
+/// parsed it: one `content-length` line where the client's first stood (the relay frames
+/// what it forwards, so the upstream reads the body the relay sends, never more or less).
 fn upstream_head(r: &Routed) -> Bytes {
     let mut out = BytesMut::with_capacity(512);
     out.put_slice(r.method.as_str().as_bytes());
@@ -274,7 +276,15 @@ fn upstream_head(r: &Routed) -> Bytes {
         out.put_slice(b"\r\n");
     }
     let named = connection_names(r.headers.iter().map(|(n, v)| (&n[..], &v[..])));
+    let mut length_written = false;
     for (name, value) in &r.headers {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if !length_written {
+                put_length(&mut out, name, r.body_len);
+                length_written = true;
+            }
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"host") || !end_to_end(name, &named) {
             continue;
         }
@@ -285,6 +295,15 @@ fn upstream_head(r: &Routed) -> Bytes {
     }
     out.put_slice(b"\r\n");
     out.freeze()
+}
+
+/// A `Content-Length` line with the length the relay frames the body with (the name as the
+/// peer spelled it).
+fn put_length(out: &mut BytesMut, name: &[u8], len: u64) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(len.to_string().as_bytes());
+    out.put_slice(b"\r\n");
 }
 
 /// An upstream's response head, as the verbatim path passes it on.
@@ -348,6 +367,12 @@ fn parse_response(buf: &[u8]) -> ResponseParsed {
         }
     }
     let framing = if status == 204 || status == 304 {
+        // No body, whatever the head says; a 204 that announces one (a coding, or a length
+        // other than 0) may still send it, and those bytes would be read as the next
+        // response on this connection: not reused. (A 304's length is the representation's.)
+        if coded || (status == 204 && length.is_some_and(|n| n > 0)) {
+            reusable = false;
+        }
         Framing::Empty
     } else if chunked {
         Framing::Chunked(Chunked::default())
@@ -375,7 +400,9 @@ fn parse_response(buf: &[u8]) -> ResponseParsed {
 }
 
 /// The response head for the client: the upstream's status line and end-to-end header
-/// lines as received, then the framing the body is passed with.
+/// lines as received, then the framing the body is passed with, as the relay parsed it: a
+/// body of known length keeps one `content-length` line (where the upstream's first stood,
+/// with the parsed length), any other body leaves chunked, and a 204 has no length.
 fn client_head(res: &ResponseHead, close: bool) -> BytesMut {
     let mut out = BytesMut::with_capacity(512);
     out.put_slice(b"HTTP/1.1 ");
@@ -385,8 +412,24 @@ fn client_head(res: &ResponseHead, close: bool) -> BytesMut {
     out.put_slice(b"\r\n");
     let named = connection_names(res.headers.iter().map(|(n, v)| (&n[..], &v[..])));
     let chunked = matches!(res.framing, Framing::Chunked(_) | Framing::UntilClose);
+    let mut length_written = false;
     for (name, value) in &res.headers {
-        if !end_to_end(name, &named) || (chunked && name.eq_ignore_ascii_case(b"content-length")) {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            match res.framing {
+                Framing::Length(n) if !length_written => put_length(&mut out, name, n),
+                // A 304's length describes the representation it did not send.
+                Framing::Empty if res.status == 304 && !length_written => {
+                    out.put_slice(name);
+                    out.put_slice(b": ");
+                    out.put_slice(value);
+                    out.put_slice(b"\r\n");
+                }
+                _ => {}
+            }
+            length_written = true;
+            continue;
+        }
+        if !end_to_end(name, &named) {
             continue;
         }
         out.put_slice(name);

@@ -179,3 +179,66 @@ fn chunk_size_lines_are_hex_and_crlf_and_stay_apart() {
         assert_eq!(&line[..], format!("{len:x}\r\n").as_bytes());
     }
 }
+
+#[test]
+fn connection_never_removes_framing_and_lengths_are_the_relays_own() {
+    // `Connection: Content-Length` once dropped the length and still sent the body: the
+    // upstream read the body as a second request (request smuggling).
+    let r = routed(
+        "POST /up/v1/messages HTTP/1.1\r\nHost: relay\r\nConnection: Content-Length, Host, X-Hop\r\n\
+         X-Hop: 1\r\nContent-Length: 7\r\ncontent-length: 07\r\n\r\n",
+    );
+    assert_eq!(r.body_len, 7);
+    assert_eq!(
+        std::str::from_utf8(&upstream_head(&r)).unwrap(),
+        "POST /base/v1/messages HTTP/1.1\r\nhost: 127.0.0.1:9\r\nContent-Length: 7\r\n\r\n"
+    );
+    // The same on the way back: the client gets the length the relay frames the body with.
+    let r = response(
+        "HTTP/1.1 200 OK\r\nConnection: Content-Length, Transfer-Encoding\r\nContent-Length: 5\r\n\
+         X-Kept: 1\r\n\r\n",
+    );
+    assert!(matches!(r.framing, Framing::Length(5)) && r.reusable);
+    assert_eq!(
+        std::str::from_utf8(&client_head(&r, false)).unwrap(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Kept: 1\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_bodyless_status_that_announces_a_body_is_never_reused() {
+    for (head, reusable) in [
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+            false,
+        ),
+        (
+            "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        ),
+        (
+            "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        ),
+        ("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", true),
+        // A 304's length is the representation's, not a body's.
+        (
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+            true,
+        ),
+    ] {
+        let r = response(head);
+        assert!(matches!(r.framing, Framing::Empty), "{head:?}");
+        assert_eq!(r.reusable, reusable, "{head:?}");
+    }
+    let r = response("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n");
+    assert_eq!(
+        std::str::from_utf8(&client_head(&r, false)).unwrap(),
+        "HTTP/1.1 204 No Content\r\n\r\n"
+    );
+    let r = response("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n");
+    assert_eq!(
+        std::str::from_utf8(&client_head(&r, false)).unwrap(),
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"
+    );
+}
