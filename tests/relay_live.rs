@@ -620,3 +620,140 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         relay.log()
     );
 }
+
+/// A client that stops reading an observed SSE response holds up nobody: with its write to
+/// that client waiting, another session's MCP call is still decided (its copy of the stalled
+/// stream was handed over when the write began to wait, so the watermark is not held).
+/// Before, no call of any session was decided until the stalled client read again or left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_holds_up_no_other_decision() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let sent = counted.clone();
+            async move {
+                let stall = req.headers().contains_key("x-stall");
+                let body = read_body(req.into_body()).await;
+                let (tx, out) = channel_body();
+                if stall {
+                    // 256 MiB of pings, more than every buffer between here and a client that
+                    // reads nothing can hold: the relay's write to it must wait.
+                    let ping =
+                        sse_event("ping", &json!({"type":"ping","pad":"x".repeat(64 * 1024)}));
+                    tokio::spawn(async move {
+                        for _ in 0..4096 {
+                            if tx.send(Ok(Bytes::from(ping.clone()))).await.is_err() {
+                                return;
+                            }
+                            sent.fetch_add(ping.len() as u64, Ordering::SeqCst);
+                        }
+                    });
+                } else {
+                    let continues = String::from_utf8_lossy(&body).contains("tool_result");
+                    let text = if continues {
+                        anthropic_text_turn()
+                    } else {
+                        anthropic_tool_turn()
+                    };
+                    tokio::spawn(async move {
+                        let _ = tx.send(Ok(Bytes::from(text))).await;
+                    });
+                }
+                sse_response(out)
+            }
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, _capture) =
+        relay_with_files(&up, "anthropic", dir.path(), &["--close-wait", "200"]);
+
+    // The stalled session: a request, then nothing read, ever (a small receive buffer, so
+    // the relay's own send buffer is what fills).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(relay.addr).await.unwrap();
+    let body = json!({"model":"claude","stream":true,"messages":[]}).to_string();
+    stalled
+        .write_all(
+            format!(
+                "POST /anthropic/v1/messages HTTP/1.1\r\nHost: relay\r\ncontent-type: application/json\r\n\
+                 x-stall: 1\r\nx-claude-code-session-id: stalled\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Until the pipe is full: the upstream's count stops growing (the relay stopped reading
+    // it because its write to the stalled client waits).
+    let mut last = 0;
+    let mut still = 0;
+    let deadline = std::time::Instant::now() + WAIT;
+    while still < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never filled the pipe"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = sent.load(Ordering::SeqCst);
+        still = if now == last && now > 0 { still + 1 } else { 0 };
+        last = now;
+    }
+
+    // Another session's whole tool loop, its MCP call reported on the ingest socket.
+    let history = json!([{"role":"user","content":CANARY}]);
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":history}),
+    )
+    .await;
+    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
+        .await
+        .unwrap();
+    let start_ns = mono_ns();
+    let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let line = format!(
+        "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
+        mono_ns()
+    );
+    sock.write_all(line.as_bytes()).await.unwrap();
+    sock.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    claude_request(
+        &relay,
+        json!({"model":"claude","stream":true,"messages":[
+            {"role":"user","content":CANARY},
+            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
+        ]}),
+    )
+    .await;
+
+    // Decided while the stalled client still reads nothing.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let live = std::fs::read_to_string(&records).unwrap_or_default();
+        if live.contains("\"attributed\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no decision while a client stalls: {live:?} {}",
+            relay.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drop(stalled);
+    drop(sock);
+    assert!(relay.stop().success(), "{}", relay.log());
+}

@@ -52,6 +52,7 @@ use super::headers::{connection_names, end_to_end, tokens};
 use super::mounts::{Mount, Mounts};
 use super::state::State;
 use super::tap::{Tap, TapMsg};
+use super::timers::{Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
 
 /// A request head longer than this goes to hyper (which answers it).
@@ -71,6 +72,7 @@ pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Re
     let mut client = Client {
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
+        timers: state.timers.clone(),
     };
     loop {
         let next = tokio::select! {
@@ -110,6 +112,8 @@ struct Client {
     io: TcpStream,
     /// Bytes read and not yet used: the next request head, body bytes.
     buf: BytesMut,
+    /// Where the send timeout's timer runs.
+    timers: Timers,
 }
 
 enum Next {
@@ -751,8 +755,9 @@ const MAX_SLICES: usize = 8;
 /// upstream read whatever chunks it held, then the upstream's trailers: chunk boundaries
 /// are hop-by-hop, the payload is the same, and a client decodes one chunk per read instead
 /// of one per event (the bench's client took a fast stream at a third of the speed when it
-/// got the upstream's 1 KiB chunks as they were). The observer gets the payload, handed
-/// over after the write and stamped before it ([`Tap::stamp`]).
+/// got the upstream's 1 KiB chunks as they were). The observer gets the payload, stamped
+/// before the write and handed over after it, or as soon as the write has to wait for the
+/// client, so that a client that stops reading holds no watermark ([`Tap::stamp`]).
 async fn pass_body(
     client: &mut Client,
     up: &mut Stream,
@@ -823,11 +828,24 @@ async fn pass_body(
             }
             out.push(Bytes::from_static(b"\r\n"));
         }
-        let written = write_all(&mut client.io, &mut out).await;
-        if let Some((stamp, bytes)) = copy {
-            stamp.send(TapMsg::ResponseChunk(bytes));
-        }
-        if written.is_err() {
+        // The copy is handed over after the write, or as soon as the write has to wait for
+        // the client: a client that stops reading must not hold the watermark (and with it
+        // every decision of every session) while it does. A client that takes nothing for
+        // SEND_TIMEOUT ends the exchange.
+        let mut hand_over = || {
+            if let Some((stamp, bytes)) = copy.take() {
+                stamp.send(TapMsg::ResponseChunk(bytes));
+            }
+        };
+        let written = client
+            .timers
+            .timeout_if_waits(
+                SEND_TIMEOUT,
+                write_all(&mut client.io, &mut out, &mut hand_over),
+            )
+            .await;
+        hand_over();
+        if !matches!(written, Ok(Ok(()))) {
             return BodyEnd::ClientGone;
         }
         if done {
@@ -884,7 +902,12 @@ fn chunk_size_line(len: usize, lines: &mut BytesMut) -> Bytes {
 const MAX_IOV: usize = 2 * MAX_SLICES + 8;
 
 /// Writes `bufs` in order, as few system calls as the socket allows; leaves `bufs` empty.
-async fn write_all(io: &mut TcpStream, bufs: &mut Vec<Bytes>) -> io::Result<()> {
+/// `waits` runs each time the socket cannot take more at once.
+async fn write_all(
+    io: &mut TcpStream,
+    bufs: &mut Vec<Bytes>,
+    waits: &mut impl FnMut(),
+) -> io::Result<()> {
     let mut first = 0;
     while first < bufs.len() {
         // On the stack: this runs once per relayed read.
@@ -893,7 +916,15 @@ async fn write_all(io: &mut TcpStream, bufs: &mut Vec<Bytes>) -> io::Result<()> 
         for (slice, buf) in slices.iter_mut().zip(&bufs[first..]) {
             *slice = io::IoSlice::new(buf);
         }
-        let mut n = io.write_vectored(&slices[..count]).await?;
+        let mut n = match io.try_write_vectored(&slices[..count]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                waits();
+                io.writable().await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }

@@ -31,7 +31,7 @@ use super::observer;
 use super::splicer::{PlainEnd, HALF_CLOSE_GRACE, READ_CHUNK};
 use super::state::State;
 use super::tap::{Stamp, Tap};
-use super::timers::Timers;
+use super::timers::{Timers, SEND_TIMEOUT};
 use super::verbatim::Prefixed;
 
 pub async fn forward_upgrade(
@@ -132,6 +132,7 @@ async fn pump<R, W>(
     tap: Option<&Tap>,
     flow: Flow,
     log: &ExchangeLog,
+    timers: &Timers,
 ) -> (W, End)
 where
     R: AsyncRead + Unpin,
@@ -147,7 +148,13 @@ where
             Ok(_) => {}
             Err(_) => return (to, End::Broken),
         }
-        if !pass(buf.split().freeze(), &mut to, tap, flow, log.bytes(flow)).await {
+        // A peer that takes nothing for SEND_TIMEOUT ends the tunnel (its copy was handed
+        // over when the write began to wait: it holds no watermark meanwhile).
+        let passed = timers.timeout_if_waits(
+            SEND_TIMEOUT,
+            pass(buf.split().freeze(), &mut to, tap, flow, log.bytes(flow)),
+        );
+        if passed.await != Ok(true) {
             return (to, End::Broken);
         }
     }
@@ -273,15 +280,21 @@ async fn splice(
         (upstream_early, &mut cw, Flow::Response),
     ] {
         if early_passed && !early.is_empty() {
-            early_passed = pass(early, to, tap_ref, flow, log.bytes(flow)).await;
+            early_passed = timers
+                .timeout_if_waits(
+                    SEND_TIMEOUT,
+                    pass(early, to, tap_ref, flow, log.bytes(flow)),
+                )
+                .await
+                == Ok(true);
         }
     }
     if !early_passed {
         log.fail(Failure::Reset);
         return;
     }
-    let up = pump(cr, uw, tap_ref, Flow::Request, log);
-    let down = pump(ur, cw, tap_ref, Flow::Response, log);
+    let up = pump(cr, uw, tap_ref, Flow::Request, log, timers);
+    let down = pump(ur, cw, tap_ref, Flow::Response, log, timers);
     tokio::pin!(up, down);
     tokio::select! {
         (mut uw, end) = &mut up => {
