@@ -8,6 +8,7 @@ mod host;
 mod ingest;
 mod live;
 mod logging;
+mod net;
 mod otlp;
 mod ratelimit;
 mod relay;

@@ -93,14 +93,20 @@ impl ExtraRoots {
     }
 }
 
-/// The rustls client configuration for these roots (ring, safe default protocol versions).
+/// The rustls client configuration for these roots (ring, safe default protocol versions),
+/// offering `http/1.1` by ALPN: a server (or a load balancer in front of one) that picks by
+/// ALPN then knows what follows, and one that insists on ALPN does not refuse the handshake.
+/// (hyper-rustls's builder leaves ALPN empty for an HTTP/1-only connector, so the connector
+/// is made from this configuration directly.)
 pub fn client_config(roots: &ExtraRoots) -> Result<rustls::ClientConfig, TlsError> {
-    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots.store())
-    .with_no_client_auth())
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// An HTTP/1.1 connector that speaks `https` with these roots and plain `http` otherwise,
@@ -114,16 +120,18 @@ pub fn https_connector(
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
+    Ok(HttpsConnector::from((http, tls)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_tls_offers_http_1_1_by_alpn() {
+        let config = client_config(&ExtraRoots::none()).unwrap();
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
+    }
 
     #[test]
     fn a_missing_file_is_a_read_error_naming_it() {

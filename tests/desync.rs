@@ -55,6 +55,8 @@ struct Parsed {
 struct Seen {
     requests: Vec<Parsed>,
     rejected: usize,
+    /// Per TLS connection, the protocol ALPN settled on.
+    alpn: Vec<Option<Vec<u8>>>,
 }
 
 /// A hidden response a bad upstream may leave on its connection: a client that gets it
@@ -332,6 +334,8 @@ impl StrictUpstream {
                     match acceptor {
                         Some(a) => {
                             if let Ok(tls) = a.accept(tcp).await {
+                                let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                                seen.lock().unwrap().alpn.push(alpn);
                                 serve_strict(tls, seen).await;
                             }
                         }
@@ -809,12 +813,20 @@ async fn the_tls_upstream_path_neither_smuggles_nor_desynchronizes() {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
     let ca = support::write_file(dir.path(), "ca.pem", &pki.ca_pem);
+    // A server that picks its protocol by ALPN, as the APIs' front ends do.
+    let mut server = (*pki.server).clone();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let server = Arc::new(server);
     let mut failures = Vec::new();
     for (name, attack) in request_attacks().into_iter().take(4) {
-        let up = StrictUpstream::start(Some(pki.server.clone())).await;
+        let up = StrictUpstream::start(Some(server.clone())).await;
         let relay = up.relay(Some(&ca));
         if let Err(e) = request_case(&up, &relay, &attack, 1).await {
             failures.push(format!("{name}: {e}"));
+        }
+        let alpn = up.seen.lock().unwrap().alpn.clone();
+        if alpn.is_empty() || alpn.iter().any(|a| a.as_deref() != Some(b"http/1.1")) {
+            failures.push(format!("{name}: ALPN settled on {alpn:?}, not http/1.1"));
         }
     }
     for case in ["conn-cl", "204-with-length", "bytes-past-the-length"] {

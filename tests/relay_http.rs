@@ -449,6 +449,70 @@ fn the_banner_names_the_overrides_and_remote_listens_are_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
 }
 
+/// What exposes credentials is said once, at the start, naming the risk; a password in an
+/// upstream URL is refused without being echoed.
+#[test]
+fn risky_settings_are_warned_about_and_upstream_passwords_never_printed() {
+    // A clear-text upstream off this machine (never contacted: no request is sent).
+    let mut relay = Relay::start(&[
+        "--upstream".into(),
+        "gw=http://gateway.invalid/v1".into(),
+        "--upstream".into(),
+        "local=http://127.0.0.1:9".into(),
+    ]);
+    let log = relay.log();
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("/gw") && warned[0].contains("unencrypted"),
+        "{log}"
+    );
+    assert!(relay.stop().success());
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args([
+            "relay",
+            "--upstream",
+            "gw=https://me:pw-CANARY-91c@gateway.invalid",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("user name or password"), "{stderr}");
+    assert!(
+        !stderr.contains("CANARY") && !stderr.contains("me:"),
+        "{stderr}"
+    );
+
+    // Listening beyond loopback, as asked: started, and said loudly.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["relay", "--allow-remote", "--listen", "0.0.0.0:0"])
+        .arg("--ingest")
+        .arg(tempfile::tempdir().unwrap().path().join("i.sock"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        let done = line.contains("ChatGPT login");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let remote: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("--allow-remote"))
+        .collect();
+    assert_eq!(remote.len(), 1, "{lines:?}");
+    assert!(remote[0].contains("unencrypted"), "{lines:?}");
+}
+
 #[tokio::test]
 async fn logs_carry_one_line_per_exchange_and_no_secret() {
     let (up, _) = echo_upstream(None).await;

@@ -171,6 +171,20 @@ impl ExportConfig {
     }
 }
 
+impl ExportConfig {
+    /// A warning for headers (a backend's API key, usually) sent in clear text over a
+    /// network: an `http://` endpoint that is not on this machine.
+    pub fn clear_text_warning(&self) -> Option<String> {
+        let uri = &self.endpoint.uri;
+        let loopback = crate::net::is_loopback_host(uri.host().unwrap_or(""));
+        (uri.scheme_str() == Some("http") && !self.headers.is_empty() && !loopback).then(|| {
+            "the endpoint is plain http:// and headers are set (OTEL_EXPORTER_OTLP_HEADERS): \
+             they cross the network unencrypted (use https://)"
+                .to_string()
+        })
+    }
+}
+
 /// The resolved configuration (`None`: no endpoint anywhere, export is off), with warnings
 /// for the user about ignored environment values.
 #[derive(Debug)]
@@ -506,6 +520,26 @@ mod tests {
             .contains(&("service.name".to_string(), "my-agent".to_string())));
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("only http/protobuf"));
+    }
+
+    #[test]
+    fn headers_sent_in_clear_text_off_this_machine_are_warned_about() {
+        for (url, headers, warned) in [
+            ("http://collector.example:4318", true, true),
+            ("http://collector.example:4318", false, false),
+            ("https://collector.example", true, false),
+            ("http://127.0.0.1:4318", true, false),
+            ("http://localhost:4318", true, false),
+        ] {
+            let mut c = ExportConfig::new(Endpoint::from_flag(url).unwrap());
+            if headers {
+                c.headers.push((
+                    HeaderName::from_static("x-api-key"),
+                    HeaderValue::from_static("k"),
+                ));
+            }
+            assert_eq!(c.clear_text_warning().is_some(), warned, "{url} {headers}");
+        }
     }
 
     #[test]

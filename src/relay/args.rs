@@ -31,8 +31,10 @@ pub struct RelayArgs {
     #[arg(long)]
     allow_remote: bool,
     /// Add or replace a mount: requests to /NAME/... go to URL/... (repeatable).
-    #[arg(long = "upstream", value_name = "NAME=URL", value_parser = parse_mount)]
-    upstreams: Vec<Mount>,
+    // Parsed after clap, not by a value parser: clap's error would print the value, and an
+    // upstream URL may hold a password.
+    #[arg(long = "upstream", value_name = "NAME=URL")]
+    upstreams: Vec<String>,
     /// A PEM file of extra root certificates to trust for upstream TLS.
     #[arg(long, value_name = "FILE")]
     upstream_ca: Option<PathBuf>,
@@ -105,10 +107,6 @@ pub struct RelayArgs {
     test_stall_observers: bool,
 }
 
-fn parse_mount(s: &str) -> Result<Mount, String> {
-    Mount::parse_arg(s).map_err(|e| e.to_string())
-}
-
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
     WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
 }
@@ -152,8 +150,28 @@ pub fn relay_config(
     for w in &otlp.warnings {
         eprintln!("windowtap: warning: otlp: {w}");
     }
-    let mut upstreams = args.upstreams.clone();
+    if let Some(w) = otlp.config.as_ref().and_then(|c| c.clear_text_warning()) {
+        eprintln!("windowtap: warning: otlp: {w}");
+    }
+    if !listen.ip().is_loopback() {
+        eprintln!(
+            "windowtap: warning: --allow-remote: listening on {listen}, reachable from other \
+             machines; clients talk to the relay in plain HTTP, so their API keys and prompts \
+             cross the network unencrypted, and anyone who reaches the port can use the relay"
+        );
+    }
+    let mut upstreams = args
+        .upstreams
+        .iter()
+        .map(|a| Mount::parse_arg(a).context("--upstream"))
+        .collect::<anyhow::Result<Vec<Mount>>>()?;
     upstreams.extend(extra_mounts.iter().cloned());
+    for w in Mounts::with_overrides(&upstreams)
+        .iter()
+        .filter_map(Mount::clear_text_warning)
+    {
+        eprintln!("windowtap: warning: {w}");
+    }
     let config = RelayConfig {
         listen,
         mounts: Mounts::with_overrides(&upstreams),

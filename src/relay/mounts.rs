@@ -25,6 +25,12 @@ pub enum MountError {
     BadUrl(String),
     #[error("upstream URL for mount {0:?} must not carry a query or fragment")]
     UrlHasQuery(String),
+    #[error(
+        "upstream URL for mount {0:?} carries a user name or password (user:password@host): \
+         windowtap neither sends nor prints them; give the upstream's credentials to the host \
+         (its API key setting), which sends them as headers"
+    )]
+    UrlHasCredentials(String),
 }
 
 /// One mount: `/NAME/...` is forwarded to `base` + `...`.
@@ -67,6 +73,11 @@ impl Mount {
             .authority()
             .cloned()
             .ok_or_else(|| MountError::BadUrl(name.to_string()))?;
+        // Refused rather than dropped: a password in the URL would otherwise be printed in
+        // the banner and the log, and sent in `Host`.
+        if authority.as_str().contains('@') {
+            return Err(MountError::UrlHasCredentials(name.to_string()));
+        }
         let base_path = uri.path().trim_end_matches('/').to_string();
         Ok(Mount {
             name: name.to_string(),
@@ -170,6 +181,24 @@ fn is_plain_segment(seg: &str) -> bool {
     word || version
 }
 
+impl Mount {
+    /// A warning for a mount whose upstream is reached in clear text over a network: every
+    /// request through it carries its sender's API key and prompt unencrypted. A loopback
+    /// upstream (a local gateway, a test server) gets none.
+    pub fn clear_text_warning(&self) -> Option<String> {
+        if self.scheme != Scheme::HTTP {
+            return None;
+        }
+        (!crate::net::is_loopback_host(self.authority.host())).then(|| {
+            format!(
+                "mount /{} forwards to a plain http:// upstream: API keys and prompts cross the \
+                 network unencrypted (use https:// unless the network is yours)",
+                self.name
+            )
+        })
+    }
+}
+
 impl fmt::Display for Mount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "/{} -> {}", self.name, self.base_url())
@@ -179,6 +208,29 @@ impl fmt::Display for Mount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_an_upstream_url_are_refused_and_never_echoed() {
+        let err = Mount::parse_arg("gw=https://alice:s3cret-pw@gateway.example/v1").unwrap_err();
+        assert_eq!(err, MountError::UrlHasCredentials("gw".into()));
+        assert!(!err.to_string().contains("s3cret-pw"), "{err}");
+        assert!(!err.to_string().contains("alice"), "{err}");
+    }
+
+    #[test]
+    fn only_clear_text_upstreams_off_this_machine_are_warned_about() {
+        for (url, warned) in [
+            ("http://gateway.example/v1", true),
+            ("http://10.0.0.5:8080", true),
+            ("http://127.0.0.1:9", false),
+            ("http://localhost:9", false),
+            ("http://[::1]:9", false),
+            ("https://gateway.example/v1", false),
+        ] {
+            let m = Mount::new("gw", url).unwrap();
+            assert_eq!(m.clear_text_warning().is_some(), warned, "{url}");
+        }
+    }
 
     #[test]
     fn default_mounts_map_paths_under_their_base() {
