@@ -7,7 +7,7 @@
 //! stream). glibc hands the free top of a heap back to the kernel as soon as it exceeds the
 //! trim threshold (128 KiB, raised only when large mapped blocks are freed), and the next
 //! burst's reads touch those pages again: one page fault per 4 KiB, taken on a forwarding
-//! thread inside `recv`. Measured (issue 13, seventh pass, docs/performance.md): 10,400 to
+//! thread inside `recv`. Measured (issue 13; docs/performance.md, "The heap"): 10,400 to
 //! 18,000 minor faults a run of the benchmark's throughput rows (`--only
 //! ws-throughput,throughput --rounds 6`) before, 2,300 to 2,700 after (start-up's own are
 //! ~1,900). The CPU per MB of those rows did not move beyond their spread; the peak memory of

@@ -4,7 +4,8 @@
 //! other, hand a copy to the tap. On the forwarding cores that step runs through tokio's
 //! driver and scheduler: the readiness is dispatched, the task is woken and queued, polled
 //! through its futures, and only then reads. Timed by their own system calls on the
-//! benchmark's VM (`scripts/forwarding-step.sh`, docs/performance.md, ninth pass), a tokio
+//! benchmark's VM (`scripts/forwarding-step.sh`; docs/performance.md, "Plain-TCP tunnels on
+//! event loops of their own"), a tokio
 //! copy loop reached the read 2.4 µs later after `epoll_wait` returned than a bare mio loop,
 //! and went back to `epoll_wait` 1.4 µs later after the write; nginx's loop sat between. So a
 //! tunnel whose two ends are plain TCP (the client's always is; the upstream's when it is an

@@ -23,7 +23,8 @@
 //!
 //! The tick is 5 ms, not 1: the observation thread waking each millisecond met each event
 //! of a stream paced in milliseconds (as the benchmark's are, and its timer's) and added
-//! 10–20 µs to the WebSocket latency p50; at 5 ms it no longer shows (docs/performance.md).
+//! 10–20 µs to the WebSocket latency p50; at 5 ms it no longer shows (docs/performance.md,
+//! "Observation off the forwarding path, and the 5 ms tick").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

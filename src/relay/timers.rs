@@ -5,7 +5,8 @@
 //! first. A forwarding core sleeps and wakes once per relayed event, so that pair is paid per
 //! event. Measured with the bench's bare copy loop, the same loop with one idle timer pending
 //! on each of its runtimes added about 4 µs to the SSE p50 and 10 µs to the WebSocket p50 on
-//! the benchmark's VM (docs/performance.md). A relay's cores nearly always have a timer
+//! the benchmark's VM (docs/performance.md, "Timers off the forwarding cores"). A relay's
+//! cores nearly always have a timer
 //! pending: an idle keep-alive connection waits for its next request under the header
 //! timeout, an exchange waits for its response head under the response timeout, the upstream
 //! pool reaps idle connections on an interval.
