@@ -494,31 +494,17 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The whole loop: a Claude tool turn through the relay, the MCP call reported on the ingest
-/// socket the way `windowtap wrap` reports it, the continuation. The call is attributed live,
-/// and replaying the capture gives the same record.
-// Multi-threaded: the OTLP receiver must keep answering while this thread waits for the
-// relay to stop.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_replay() {
+/// A Claude tool turn through the relay, the MCP call reported on the ingest socket the way
+/// `windowtap wrap` reports it, then the continuation. Returns the ingest connection (a
+/// wrapper's connection that drops ends its running calls).
+async fn claude_tool_loop_with_mcp_call(relay: &Relay) -> tokio::net::UnixStream {
     use tokio::io::AsyncWriteExt;
-    let up = anthropic_upstream(0).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (collector, spans_got) = otlp_support::receiver(false).await;
-    let endpoint = format!("http://{collector}");
-    let (mut relay, records, capture) = relay_with_files(
-        &up,
-        "anthropic",
-        dir.path(),
-        &["--close-wait", "200", "--otlp-endpoint", &endpoint],
-    );
     let history = json!([{"role":"user","content":CANARY}]);
     claude_request(
-        &relay,
+        relay,
         json!({"model":"claude","stream":true,"messages":history}),
     )
     .await;
-
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
         .await
         .unwrap();
@@ -538,7 +524,7 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
     // The report reaches the correlator before the host sends its continuation.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     claude_request(
-        &relay,
+        relay,
         json!({"model":"claude","stream":true,"messages":[
             {"role":"user","content":CANARY},
             {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
@@ -546,6 +532,27 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         ]}),
     )
     .await;
+    sock
+}
+
+/// The whole loop: a Claude tool turn through the relay, the MCP call reported on the ingest
+/// socket the way `windowtap wrap` reports it, the continuation. The call is attributed live,
+/// and replaying the capture gives the same record.
+// Multi-threaded: the OTLP receiver must keep answering while this thread waits for the
+// relay to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_replay() {
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, spans_got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &["--close-wait", "200", "--otlp-endpoint", &endpoint],
+    );
+    let sock = claude_tool_loop_with_mcp_call(&relay).await;
     drop(sock);
     assert!(relay.stop().success(), "{}", relay.log());
 
@@ -706,38 +713,7 @@ async fn a_client_that_stops_reading_holds_up_no_other_decision() {
     }
 
     // Another session's whole tool loop, its MCP call reported on the ingest socket.
-    let history = json!([{"role":"user","content":CANARY}]);
-    claude_request(
-        &relay,
-        json!({"model":"claude","stream":true,"messages":history}),
-    )
-    .await;
-    let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
-        .await
-        .unwrap();
-    let start_ns = mono_ns();
-    let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
-    let line = format!(
-        "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
-    );
-    sock.write_all(line.as_bytes()).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let line = format!(
-        "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
-        mono_ns()
-    );
-    sock.write_all(line.as_bytes()).await.unwrap();
-    sock.flush().await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    claude_request(
-        &relay,
-        json!({"model":"claude","stream":true,"messages":[
-            {"role":"user","content":CANARY},
-            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
-            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
-        ]}),
-    )
-    .await;
+    let sock = claude_tool_loop_with_mcp_call(&relay).await;
 
     // Decided while the stalled client still reads nothing.
     let deadline = std::time::Instant::now() + WAIT;
