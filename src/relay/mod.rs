@@ -23,7 +23,7 @@ pub mod cores;
 pub mod dispatch;
 pub mod exchange;
 pub mod failure;
-mod framing;
+
 pub mod headers;
 mod heap;
 pub mod http;

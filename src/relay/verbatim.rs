@@ -5,11 +5,13 @@
 //! polls. The bench measured what that costs: a bare copy loop relayed an SSE event with
 //! 25–35 µs less added latency than windowtap's hyper path did, and the hyper path
 //! unobserved was no faster than observed, so the cost was forwarding, not observation.
-//! Here a client connection is read by the relay itself: each request head is parsed with
-//! `httparse`, and an exchange it can pass is forwarded on a bare upstream stream: the
+//! Here a client connection is read by the relay itself: each request head is parsed and
+//! decided by the sans-IO [`h1`] crate (which heads the relay frames itself, the heads it
+//! writes on, framed from the parse), and an exchange it can pass is forwarded on a bare
+//! upstream stream: the
 //! request head rewritten as a reverse proxy must (the mount prefix, `Host`, hop-by-hop
 //! headers), the request body passed byte for byte, the response head likewise, and the
-//! response body as it arrives, one write per upstream read. [`super::framing`] follows the
+//! response body as it arrives, one write per upstream read. [`h1::Framing`] follows the
 //! body's framing as the bytes go by: where it ends, which bytes are payload (for the
 //! observer's copy and the client's chunks), the trailers. A body of known length passes byte
 //! for byte; a chunked one leaves as one chunk per upstream read (see [`pass_body`]).
@@ -37,7 +39,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode, Uri};
+use http::{StatusCode, Uri};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -47,20 +49,13 @@ use tokio_util::io::poll_read_buf;
 use super::dispatch::rest_path;
 use super::exchange::{ExchangeLog, ResBody};
 use super::failure::{self, Failure, Phase};
-use super::framing::{Chunked, Framing};
-use super::headers::{connection_names, end_to_end, tokens};
 use super::mounts::{Mount, Mounts};
 use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::timers::{Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
+use h1::{client_head, parse_response, Framing, Parsed, RequestHead, ResponseHead, ResponseParsed};
 
-/// A request head longer than this goes to hyper (which answers it).
-const MAX_HEAD: usize = 64 * 1024;
-/// A response head longer than this is an upstream failure.
-const MAX_RESPONSE_HEAD: usize = 256 * 1024;
-/// Header lines per head the verbatim path parses; more go to hyper.
-const MAX_HEADERS: usize = 128;
 /// Read buffer growth.
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes a client may send ahead (its next request) while its response streams.
@@ -126,12 +121,7 @@ enum Next {
 
 /// A request head the verbatim path takes, with where it goes.
 struct Routed {
-    method: Method,
-    /// Header lines as received, names and values.
-    headers: Vec<(Bytes, Bytes)>,
-    body_len: u64,
-    /// The client asked to close after this exchange.
-    close: bool,
+    head: RequestHead,
     mount: Mount,
     rest: String,
     uri: Uri,
@@ -145,7 +135,7 @@ impl Client {
             if !self.buf.is_empty() {
                 match parse_request(&self.buf, mounts) {
                     Parsed::Partial => {}
-                    Parsed::Hyper => return Next::Hyper,
+                    Parsed::Handover => return Next::Hyper,
                     Parsed::Complete(len, routed) => {
                         self.buf.advance(len);
                         return Next::Request(Box::new(routed));
@@ -166,301 +156,51 @@ impl Client {
     }
 }
 
-enum Parsed<T> {
-    Partial,
-    Hyper,
-    Complete(usize, T),
-}
-
-fn is(name: &str, want: &str) -> bool {
-    name.eq_ignore_ascii_case(want)
-}
-
-fn parse_length(value: &[u8]) -> Option<u64> {
-    let v = value.trim_ascii();
-    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
-}
-
-/// Parses a request head and says whether the verbatim path takes it.
+/// Parses a request head ([`h1::parse_request`]) and routes it: a head `h1` takes whose
+/// path a mount routes is the verbatim path's; anything else is hyper's.
 fn parse_request(buf: &[u8], mounts: &Mounts) -> Parsed<Routed> {
-    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut lines);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return Parsed::Partial,
-        _ => return Parsed::Hyper,
+    let head = match h1::parse_request(buf) {
+        Parsed::Complete(len, head) => (len, head),
+        Parsed::Partial => return Parsed::Partial,
+        Parsed::Handover => return Parsed::Handover,
     };
-    let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else {
-        return Parsed::Hyper;
-    };
-    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
-        return Parsed::Hyper;
-    };
-    if method == Method::CONNECT || method == Method::HEAD || !target.starts_with('/') {
-        return Parsed::Hyper;
-    }
-    let (mut body_len, mut close) = (None, false);
-    for h in req.headers.iter() {
-        let name = h.name;
-        if is(name, "transfer-encoding") || is(name, "expect") || is(name, "upgrade") {
-            return Parsed::Hyper;
-        }
-        if is(name, "content-length") {
-            match (parse_length(h.value), body_len) {
-                (Some(n), None) => body_len = Some(n),
-                (Some(n), Some(m)) if n == m => {}
-                _ => return Parsed::Hyper,
-            }
-        }
-        if is(name, "connection") {
-            for t in tokens(h.value) {
-                if t.eq_ignore_ascii_case(b"upgrade") {
-                    return Parsed::Hyper;
-                }
-                close |= t.eq_ignore_ascii_case(b"close");
-            }
-        }
-    }
-    let Some((mount, rest)) = mounts.route(target) else {
-        return Parsed::Hyper;
+    let (len, head) = head;
+    let Some((mount, rest)) = mounts.route(&head.target) else {
+        return Parsed::Handover;
     };
     let Ok(uri) = mount.upstream_uri(rest) else {
-        return Parsed::Hyper;
+        return Parsed::Handover;
     };
-    let headers = owned(req.headers);
+    let (mount, rest) = (mount.clone(), rest.to_string());
     Parsed::Complete(
         len,
         Routed {
-            method,
-            headers,
-            body_len: body_len.unwrap_or(0),
-            close,
-            mount: mount.clone(),
-            rest: rest.to_string(),
+            head,
+            mount,
+            rest,
             uri,
         },
     )
 }
 
-/// Header lines as received, out of the buffer they were parsed from.
-fn owned(lines: &[httparse::Header<'_>]) -> Vec<(Bytes, Bytes)> {
-    lines
-        .iter()
-        .map(|h| {
-            (
-                Bytes::copy_from_slice(h.name.as_bytes()),
-                Bytes::copy_from_slice(h.value),
-            )
-        })
-        .collect()
-}
-
-/// The request head for the upstream: origin-form target, `Host` from the upstream URL, the
-/// client's other end-to-end header lines as received, and the body's length as the relay
-/// parsed it: one `content-length` line where the client's first stood (the relay frames
-/// what it forwards, so the upstream reads the body the relay sends, never more or less).
+/// The request head for the upstream: origin-form target and `Host` from the upstream URL,
+/// the rest as [`h1::upstream_head`] writes it.
 fn upstream_head(r: &Routed) -> Bytes {
-    let mut out = BytesMut::with_capacity(512);
-    out.put_slice(r.method.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(
-        r.uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .as_bytes(),
-    );
-    out.put_slice(b" HTTP/1.1\r\n");
-    if let Some(host) = upstream::host_value(&r.uri) {
-        out.put_slice(b"host: ");
-        out.put_slice(host.as_bytes());
-        out.put_slice(b"\r\n");
-    }
-    let named = connection_names(r.headers.iter().map(|(n, v)| (&n[..], &v[..])));
-    let mut length_written = false;
-    for (name, value) in &r.headers {
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if !length_written {
-                put_length(&mut out, name, r.body_len);
-                length_written = true;
-            }
-            continue;
-        }
-        if name.eq_ignore_ascii_case(b"host") || !end_to_end(name, &named) {
-            continue;
-        }
-        out.put_slice(name);
-        out.put_slice(b": ");
-        out.put_slice(value);
-        out.put_slice(b"\r\n");
-    }
-    out.put_slice(b"\r\n");
-    out.freeze()
-}
-
-/// A `Content-Length` line with the length the relay frames the body with (the name as the
-/// peer spelled it).
-fn put_length(out: &mut BytesMut, name: &[u8], len: u64) {
-    out.put_slice(name);
-    out.put_slice(b": ");
-    out.put_slice(len.to_string().as_bytes());
-    out.put_slice(b"\r\n");
-}
-
-/// An upstream's response head, as the verbatim path passes it on.
-struct ResponseHead {
-    status: u16,
-    reason: Bytes,
-    headers: Vec<(Bytes, Bytes)>,
-    framing: Framing,
-    /// The upstream connection may carry another exchange once the body has ended.
-    reusable: bool,
-}
-
-enum ResponseParsed {
-    Partial,
-    /// An interim (1xx) response of this many bytes: dropped, as hyper's client drops them.
-    Interim(usize),
-    Complete(usize, ResponseHead),
-    Bad,
-}
-
-fn parse_response(buf: &[u8]) -> ResponseParsed {
-    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut lines);
-    let len = match res.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => {
-            return ResponseParsed::Partial
-        }
-        _ => return ResponseParsed::Bad,
-    };
-    let (Some(status), Some(version)) = (res.code, res.version) else {
-        return ResponseParsed::Bad;
-    };
-    if status == 101 {
-        // Switching protocols was never asked for here.
-        return ResponseParsed::Bad;
-    }
-    if (100..200).contains(&status) {
-        return ResponseParsed::Interim(len);
-    }
-    let mut reusable = version == 1;
-    let (mut chunked, mut coded, mut length) = (false, false, None);
-    for h in res.headers.iter() {
-        if is(h.name, "transfer-encoding") {
-            for t in tokens(h.value) {
-                coded = true;
-                chunked = t.eq_ignore_ascii_case(b"chunked");
-            }
-        } else if is(h.name, "content-length") {
-            match (parse_length(h.value), length) {
-                (Some(n), None) => length = Some(n),
-                (Some(n), Some(m)) if n == m => {}
-                _ => return ResponseParsed::Bad,
-            }
-        } else if is(h.name, "connection") {
-            for t in tokens(h.value) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    reusable = false;
-                }
-            }
-        }
-    }
-    let framing = if status == 204 || status == 304 {
-        // No body, whatever the head says; a 204 that announces one (a coding, or a length
-        // other than 0) may still send it, and those bytes would be read as the next
-        // response on this connection: not reused. (A 304's length is the representation's.)
-        if coded || (status == 204 && length.is_some_and(|n| n > 0)) {
-            reusable = false;
-        }
-        Framing::Empty
-    } else if chunked {
-        Framing::Chunked(Chunked::default())
-    } else if coded {
-        Framing::UntilClose
-    } else if let Some(n) = length {
-        Framing::Length(n)
-    } else {
-        Framing::UntilClose
-    };
-    if matches!(framing, Framing::UntilClose) {
-        reusable = false;
-    }
-    let headers = owned(res.headers);
-    ResponseParsed::Complete(
-        len,
-        ResponseHead {
-            status,
-            reason: Bytes::copy_from_slice(res.reason.unwrap_or("").as_bytes()),
-            headers,
-            framing,
-            reusable,
-        },
-    )
-}
-
-/// The response head for the client: the upstream's status line and end-to-end header
-/// lines as received, then the framing the body is passed with, as the relay parsed it: a
-/// body of known length keeps one `content-length` line (where the upstream's first stood,
-/// with the parsed length), any other body leaves chunked, and a 204 has no length.
-fn client_head(res: &ResponseHead, close: bool) -> BytesMut {
-    let mut out = BytesMut::with_capacity(512);
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(res.status.to_string().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(&res.reason);
-    out.put_slice(b"\r\n");
-    let named = connection_names(res.headers.iter().map(|(n, v)| (&n[..], &v[..])));
-    let chunked = matches!(res.framing, Framing::Chunked(_) | Framing::UntilClose);
-    let mut length_written = false;
-    for (name, value) in &res.headers {
-        if name.eq_ignore_ascii_case(b"content-length") {
-            match res.framing {
-                Framing::Length(n) if !length_written => put_length(&mut out, name, n),
-                // A 304's length describes the representation it did not send.
-                Framing::Empty if res.status == 304 && !length_written => {
-                    out.put_slice(name);
-                    out.put_slice(b": ");
-                    out.put_slice(value);
-                    out.put_slice(b"\r\n");
-                }
-                _ => {}
-            }
-            length_written = true;
-            continue;
-        }
-        if !end_to_end(name, &named) {
-            continue;
-        }
-        out.put_slice(name);
-        out.put_slice(b": ");
-        out.put_slice(value);
-        out.put_slice(b"\r\n");
-    }
-    if chunked {
-        out.put_slice(b"transfer-encoding: chunked\r\n");
-    }
-    if close {
-        out.put_slice(b"connection: close\r\n");
-    }
-    out.put_slice(b"\r\n");
-    out
+    let path = r.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let host = upstream::host_value(&r.uri);
+    h1::upstream_head(&r.head, path, host.as_ref().map(HeaderValue::as_bytes))
 }
 
 /// Starts observing the exchange if its route is observed.
 fn observe(state: &State, r: &Routed) -> Option<Tap> {
     state.live.as_ref()?;
     let mut headers = HeaderMap::new();
-    for (name, value) in &r.headers {
+    for (name, value) in &r.head.headers {
         if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
             headers.append(n, v);
         }
     }
-    super::http::observe(state, &r.method, &r.rest, &headers)
+    super::http::observe(state, &r.head.method, &r.rest, &headers)
 }
 
 /// Why sending a request did not get a response head.
@@ -472,13 +212,13 @@ enum Unsent {
 
 /// One exchange. Returns whether the client connection can carry another.
 async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
-    let log = ExchangeLog::new(&r.mount.name, &r.method, rest_path(&r.rest));
+    let log = ExchangeLog::new(&r.mount.name, &r.head.method, rest_path(&r.rest));
     let tap = observe(state, &r);
-    if let (Some(tap), 0) = (&tap, r.body_len) {
+    if let (Some(tap), 0) = (&tap, r.head.body_len) {
         tap.send(TapMsg::RequestEnd);
     }
     let origin = Upstreams::origin_key(&r.uri);
-    let mut left = r.body_len;
+    let mut left = r.head.body_len;
     let mut ubuf = BytesMut::with_capacity(READ_CHUNK);
     let sent = state
         .timers
@@ -498,7 +238,7 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     // An upstream that answered before the whole request body came: the rest of it is not
     // sent, and neither connection can be reused (nobody knows where the next request starts).
     let body_done = left == 0;
-    let close = r.close || !body_done;
+    let close = r.head.close || !body_done;
     log.status.store(res.status, Ordering::Relaxed);
     if let Some(tap) = &tap {
         let find = |want: &str| {
@@ -699,7 +439,7 @@ async fn answer_failure(
     body_done: bool,
 ) -> bool {
     let res = failure::upstream_failed(log, &r.mount.name, f, Phase::Exchange);
-    let keep = body_done && !r.close;
+    let keep = body_done && !r.head.close;
     write_response(&mut client.io, res, keep).await.is_ok() && keep
 }
 

@@ -1,7 +1,7 @@
 //! HTTP/1.1 body framing, sans I/O: where a message body ends and which of its bytes are
 //! payload, without rewriting anything.
 //!
-//! The verbatim path ([`super::verbatim`]) passes an upstream's response body to the client
+//! The relay's verbatim path passes an upstream's response body to the client
 //! as it arrives and has to know three things: when the body has ended (so that both
 //! connections can carry the next exchange), which bytes are the payload (what the client's
 //! chunks carry, and the observer's copy), and a chunked body's trailers. A [`Framing`]
@@ -24,7 +24,7 @@ const MAX_TRAILERS: usize = 16 * 1024;
 
 /// How a body's end is found.
 #[derive(Debug)]
-pub(super) enum Framing {
+pub enum Framing {
     /// No body (a `204`, a `304`, a request without `Content-Length`).
     Empty,
     /// `Content-Length`: this many bytes are left.
@@ -37,7 +37,7 @@ pub(super) enum Framing {
 
 /// Where a chunked body's reader stands.
 #[derive(Debug, Default)]
-pub(super) struct Chunked {
+pub struct Chunked {
     state: State,
     /// The part of a line (chunk size, CRLF after data, trailer) seen so far.
     line: Vec<u8>,
@@ -57,7 +57,7 @@ enum State {
 
 /// Why a body's framing is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FramingError {
+pub enum FramingError {
     /// A chunk-size line that does not parse, or is too long.
     ChunkSize,
     /// Chunk data not followed by CRLF.
@@ -68,17 +68,17 @@ pub(super) enum FramingError {
 
 /// What one [`Framing::scan`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Scanned {
+pub struct Scanned {
     /// Bytes of the input that belong to the body (all of them unless it ended).
-    pub(super) used: usize,
+    pub used: usize,
     /// The body ended within them.
-    pub(super) done: bool,
+    pub done: bool,
 }
 
 impl Framing {
     /// Reads `buf`, the next bytes of the body's connection: pushes the payload's ranges
     /// (offsets into `buf`) onto `payload` and says how far the body goes.
-    pub(super) fn scan(
+    pub fn scan(
         &mut self,
         buf: &[u8],
         payload: &mut Vec<Range<usize>>,
@@ -114,7 +114,7 @@ impl Framing {
 
     /// The trailer section of a chunked body that has ended (its lines as received, without
     /// the empty line that ends it).
-    pub(super) fn trailers(&self) -> &[u8] {
+    pub fn trailers(&self) -> &[u8] {
         match self {
             Framing::Chunked(c) if c.state == State::Done => &c.trailers,
             _ => &[],
@@ -123,7 +123,7 @@ impl Framing {
 
     /// Whether the body has ended (an `UntilClose` body never has: its end is the
     /// connection's).
-    pub(super) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         match self {
             Framing::Empty => true,
             Framing::Length(left) => *left == 0,

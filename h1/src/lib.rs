@@ -1,0 +1,27 @@
+//! windowtap's HTTP/1.1 data plane, sans I/O: bytes in, decisions out; no socket, no clock.
+//!
+//! The relay forwards every credential its users have, so where a message ends must be
+//! decided once, from what was parsed, and said the same way to the next hop. This crate
+//! holds those decisions, apart from the relay's sockets and tasks, so that they can be read
+//! whole, tested on their own and fuzzed (`fuzz/`, targets `h1_request`, `h1_response`,
+//! `h1_framing`):
+//!
+//! - [`head`]: which request heads the relay forwards itself ([`parse_request`]) and which
+//!   it hands over to hyper; response heads ([`parse_response`]) and how their bodies end;
+//!   the heads it writes on ([`upstream_head`], [`client_head`]), framed from the parse.
+//! - [`framing`]: following a body's framing as its bytes go by ([`Framing::scan`]): where
+//!   it ends, which bytes are payload, the trailers.
+//! - [`headers`]: tokens of a value, hop-by-hop headers, and the framing headers that no
+//!   `Connection` line can make hop-by-hop.
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
+pub mod framing;
+pub mod head;
+pub mod headers;
+
+pub use framing::{Chunked, Framing, FramingError, Scanned};
+pub use head::{
+    client_head, parse_request, parse_response, upstream_head, Parsed, RequestHead, ResponseHead,
+    ResponseParsed,
+};
