@@ -203,6 +203,11 @@ pub fn parse_response(buf: &[u8]) -> ResponseParsed {
     let (Some(status), Some(version)) = (res.code, res.version) else {
         return ResponseParsed::Bad;
     };
+    if status < 100 {
+        // Three digits, but no status (`000`, `099`): no client can read it, and written on
+        // as a number it would not even be three digits. hyper refuses it the same way.
+        return ResponseParsed::Bad;
+    }
     if status == 101 {
         // Switching protocols was never asked for here.
         return ResponseParsed::Bad;

@@ -98,6 +98,9 @@ fn the_response_framing_is_read_as_a_client_reads_it() {
     ));
     for bad in [
         "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        // Found by the h1_response fuzz target: written on as `0`, no client could read it.
+        "HTTP/1.1 000 OK\r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 099 Nearly\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
         "garbage\r\n\r\n",
