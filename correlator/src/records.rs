@@ -509,13 +509,17 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         let ok = match r {
             Reason::Incomplete => true,
             Reason::Ambiguous => candidates >= 2,
-            Reason::Unclosed | Reason::IdentityConflict => candidates == 1,
+            Reason::Unclosed => candidates == 1,
+            // 0 by default (no eligible window contains it, docs/design.md §4 rule 4), 1 under
+            // `--candidates all` (the one containing window, contradicted by a hint).
+            Reason::IdentityConflict => candidates <= 1,
             Reason::NoWindow => candidates == 0,
         };
         if !ok {
             let want = match r {
                 Reason::Ambiguous => "2 or more",
                 Reason::NoWindow => "0",
+                Reason::IdentityConflict => "0 or 1",
                 _ => "exactly 1",
             };
             return Err(fault(
