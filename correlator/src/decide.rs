@@ -34,8 +34,7 @@ use crate::event::{CallKind, Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
 use crate::windows::{
-    Call, Changes, Fit, Identity, LostSpan, Named, Spare, Time, Tracker, WinId, Window,
-    WindowState,
+    Call, Changes, Fit, Identity, LostSpan, Named, Spare, Time, Tracker, WinId, Window, WindowState,
 };
 
 /// How many alias/tool pairs keep their route names cached.
@@ -802,7 +801,11 @@ fn named(tracker: &Tracker, h: &Hints, s: Millis) -> Named {
     if let Some(id) = &h.item_id {
         n = n.and(tracker.named(id, true, s));
     }
-    if let Some(w) = h.call_id.as_ref().and_then(|id| tracker.named(id, false, s)) {
+    if let Some(w) = h
+        .call_id
+        .as_ref()
+        .and_then(|id| tracker.named(id, false, s))
+    {
         n = n.and(Some(w));
     }
     n
@@ -1000,7 +1003,9 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {
         ev.push(Evidence::Host);
     }
-    if calls().any(|c| c.kind != CallKind::Custom && p.names.matches(&c.name, c.namespace.as_deref())) {
+    if calls()
+        .any(|c| c.kind != CallKind::Custom && p.names.matches(&c.name, c.namespace.as_deref()))
+    {
         ev.push(Evidence::Route);
     }
     ev

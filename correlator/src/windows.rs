@@ -507,11 +507,19 @@ impl Tracker {
     /// complete at or before `s` whose call id (`by_item`: item id) is `id`. `None` when the
     /// relay saw no such call by `s`, or its window was dropped (see [`Tracker::forget_before`]).
     pub(crate) fn named(&self, id: &str, by_item: bool, s: Millis) -> Option<WinId> {
-        let index = if by_item { &self.by_item } else { &self.by_call };
+        let index = if by_item {
+            &self.by_item
+        } else {
+            &self.by_call
+        };
         let wid = *index.get(id)?;
         let w = self.windows.get(wid)?;
         let issued = w.calls.iter().any(|c| {
-            let cid = if by_item { c.item.as_deref() } else { Some(&*c.call) };
+            let cid = if by_item {
+                c.item.as_deref()
+            } else {
+                Some(&*c.call)
+            };
             cid == Some(id) && c.at <= s
         });
         issued.then_some(wid)

@@ -607,23 +607,81 @@ fn two_open_windows_are_ambiguous_even_when_the_trace_ends_first() {
     replay_agrees(&events, &Config::default());
 }
 
-/// Observation lost on a stream that was open during the call: `incomplete`, at once.
+/// Observation lost on a stream that was open during the call (thread unknown, so not known
+/// to differ from the call's `thread` hint): `incomplete`, at once. The same call whose
+/// `item_id` names the call of the window it ran in is attributed: the window is seen, so the
+/// lost stream cannot hide another eligible one (docs/design.md §4 rule 1).
 #[test]
-fn lost_observation_during_the_call_is_incomplete() {
+fn lost_observation_during_the_call_is_incomplete_unless_a_hint_names_a_seen_call() {
+    let script = |hints: Hints| {
+        Script::new()
+            .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+            .request(1.0, "a", "qa", None, &[])
+            .start(1.0, "a", "ra", "qa")
+            .call(2.0, "a", "ra", "ca", Some("ia"))
+            .end(3.0, "a", "ra", ResponseStatus::Completed)
+            .open(3.0, "x", Client::Claude, Transport::Http, None)
+            .mcp(6.0, "i1", 4.0, 5.0, hints)
+            .lost(7.0, "x")
+            .request(9.0, "a", "qa2", Some("ra"), &[])
+            .events()
+    };
+    let thread_only = Hints {
+        thread: Some("ta".into()),
+        ..Hints::default()
+    };
+    let events = script(thread_only);
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, Some(Reason::Incomplete));
+    assert_eq!(records[0].decided_at, 7.0);
+    replay_agrees(&events, &Config::default());
+
+    let events = script(codex_hints("ia", "ta"));
+    let records = reference(&events, &Config::default());
+    assert_eq!(records[0].reason, None);
+    assert_eq!(records[0].decided_at, 9.0);
+    replay_agrees(&events, &Config::default());
+    // The literal rule counts every loss.
+    let all = Config {
+        candidates: Candidates::All,
+        ..Config::default()
+    };
+    assert_eq!(reference(&events, &all)[0].reason, Some(Reason::Incomplete));
+    replay_agrees(&events, &all);
+}
+
+/// A loss on a stream whose thread is known and differs from the call's `thread` hint cannot
+/// hide the call's window: it does not count (docs/design.md §4 rule 1), even with no hint
+/// that names a call.
+#[test]
+fn a_loss_on_another_thread_does_not_count() {
     let events = Script::new()
         .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .open(0.0, "b", Client::Codex, Transport::Websocket, Some("tb"))
         .request(1.0, "a", "qa", None, &[])
         .start(1.0, "a", "ra", "qa")
         .call(2.0, "a", "ra", "ca", Some("ia"))
         .end(3.0, "a", "ra", ResponseStatus::Completed)
-        .open(3.0, "x", Client::Claude, Transport::Http, None)
-        .mcp(6.0, "i1", 4.0, 5.0, codex_hints("ia", "ta"))
-        .lost(7.0, "x")
+        .mcp(
+            6.0,
+            "i1",
+            4.0,
+            5.0,
+            Hints {
+                call_id: Some("exec-1".into()),
+                thread: Some("ta".into()),
+                ..Hints::default()
+            },
+        )
+        .lost(7.0, "b")
         .request(9.0, "a", "qa2", Some("ra"), &[])
         .events();
     let records = reference(&events, &Config::default());
-    assert_eq!(records[0].reason, Some(Reason::Incomplete));
-    assert_eq!(records[0].decided_at, 7.0);
+    assert_eq!(records[0].reason, None);
+    assert_eq!(
+        records[0].evidence,
+        vec![Evidence::Containment, Evidence::Thread]
+    );
     replay_agrees(&events, &Config::default());
 }
 
@@ -646,40 +704,58 @@ fn a_broken_candidate_makes_the_answer_incomplete() {
     replay_agrees(&events, &Config::default());
 }
 
-/// docs/design.md §4 rule 1 read literally: a window that broke, on a thread that never sent
-/// another request, makes every later interval `incomplete`, on any thread, even one whose
-/// own window contains it and closed normally.
+/// docs/design.md §4 rule 1: a window that broke, on a thread that never sent another request,
+/// makes a later interval that it could have issued `incomplete`, on any thread, even one
+/// whose own window contains it and closed normally; but not one whose hints leave only
+/// another window (same identity), nor one that ends more than `max_window` after it opened.
 #[test]
-fn a_dead_threads_broken_window_makes_later_calls_everywhere_incomplete() {
-    let events = Script::new()
-        .open(
-            0.0,
-            "dead",
-            Client::Codex,
-            Transport::Websocket,
-            Some("t-dead"),
-        )
-        .request(1.0, "dead", "qd", None, &[])
-        .start(1.0, "dead", "rd", "qd")
-        .call(2.0, "dead", "rd", "cd", Some("id"))
-        .end(3.0, "dead", "rd", ResponseStatus::Failed)
-        .close(3.0, "dead")
-        .open(100.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
-        .request(101.0, "a", "qa", None, &[])
-        .start(101.0, "a", "ra", "qa")
-        .call(102.0, "a", "ra", "ca", Some("ia"))
-        .end(103.0, "a", "ra", ResponseStatus::Completed)
-        .mcp(106.0, "i1", 104.0, 105.0, codex_hints("ia", "ta"))
-        .request(107.0, "a", "qa2", Some("ra"), &[])
-        .close(108.0, "a")
-        .events();
-    let records = reference(&events, &Config::default());
+fn a_dead_threads_broken_window_makes_later_calls_incomplete_unless_identity_or_age_rule_it_out() {
+    let script = |hints: Hints| {
+        Script::new()
+            .open(
+                0.0,
+                "dead",
+                Client::Codex,
+                Transport::Websocket,
+                Some("t-dead"),
+            )
+            .request(1.0, "dead", "qd", None, &[])
+            .start(1.0, "dead", "rd", "qd")
+            .call(2.0, "dead", "rd", "cd", Some("id"))
+            .end(3.0, "dead", "rd", ResponseStatus::Failed)
+            .close(3.0, "dead")
+            .open(100.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+            .request(101.0, "a", "qa", None, &[])
+            .start(101.0, "a", "ra", "qa")
+            .call(102.0, "a", "ra", "ca", Some("ia"))
+            .end(103.0, "a", "ra", ResponseStatus::Completed)
+            .mcp(106.0, "i1", 104.0, 105.0, hints)
+            .request(107.0, "a", "qa2", Some("ra"), &[])
+            .close(108.0, "a")
+            .events()
+    };
+    let no_hints = script(Hints::default());
+    let records = reference(&no_hints, &Config::default());
     assert_eq!(records[0].reason, Some(Reason::Incomplete));
     assert_eq!(records[0].decided_at, 106.0);
-    replay_agrees(&events, &Config::default());
+    replay_agrees(&no_hints, &Config::default());
+    // The item id names ra's call: rd's window is not eligible, its break does not count.
+    let named = script(codex_hints("ia", "ta"));
+    let records = reference(&named, &Config::default());
+    assert_eq!(records[0].reason, None);
+    assert_eq!(records[0].decided_at, 107.0);
+    replay_agrees(&named, &Config::default());
+    // rd opened at 2; with max_window 50 it is older than that at the call's end (105).
+    let short = Config {
+        max_window: 50.0,
+        ..Config::default()
+    };
+    let records = reference(&no_hints, &short);
+    assert_eq!(records[0].reason, None);
+    replay_agrees(&no_hints, &short);
 }
 
-/// The one containing window's response has no call with the hinted item: `identity_conflict`;
+/// The one window that contains the call has no call with the hinted item: `identity_conflict`;
 /// a call that ended after the continuation fits no window: `no_window`.
 #[test]
 fn wrong_hints_conflict_and_late_calls_fit_nothing() {
@@ -702,7 +778,9 @@ fn wrong_hints_conflict_and_late_calls_fit_nothing() {
     assert_eq!(
         got,
         vec![
-            ("wrong-item", Some(Reason::IdentityConflict), 7.0),
+            // The item id names a call the relay did not see: no window is eligible, so it
+            // is decided at its report; the open window pointed at it.
+            ("wrong-item", Some(Reason::IdentityConflict), 5.0),
             ("too-late", Some(Reason::NoWindow), 8.0),
         ]
     );
