@@ -801,12 +801,14 @@ fn named(tracker: &Tracker, h: &Hints, s: Millis) -> Named {
     if let Some(id) = &h.item_id {
         n = n.and(tracker.named(id, true, s));
     }
-    if let Some(w) = h
-        .call_id
-        .as_ref()
-        .and_then(|id| tracker.named(id, false, s))
-    {
-        n = n.and(Some(w));
+    if let Some(id) = &h.call_id {
+        // Usually the call the other hints named: then no lookup.
+        let known = matches!(n, Named::Window(w) if tracker.issued(w, id, false, s));
+        if !known {
+            if let Some(w) = tracker.named(id, false, s) {
+                n = n.and(Some(w));
+            }
+        }
     }
     n
 }

@@ -513,16 +513,23 @@ impl Tracker {
             &self.by_call
         };
         let wid = *index.get(id)?;
-        let w = self.windows.get(wid)?;
-        let issued = w.calls.iter().any(|c| {
-            let cid = if by_item {
-                c.item.as_deref()
-            } else {
-                Some(&*c.call)
-            };
-            cid == Some(id) && c.at <= s
-        });
-        issued.then_some(wid)
+        self.issued(wid, id, by_item, s).then_some(wid)
+    }
+
+    /// Did window `wid`'s response issue a call complete by `s` whose call id (`by_item`: item
+    /// id) is `id`? Ids are unique, so a hint naming a call of a window already found needs no
+    /// lookup in the index.
+    pub(crate) fn issued(&self, wid: WinId, id: &str, by_item: bool, s: Millis) -> bool {
+        self.windows.get(wid).is_some_and(|w| {
+            w.calls.iter().any(|c| {
+                let cid = if by_item {
+                    c.item.as_deref()
+                } else {
+                    Some(&*c.call)
+                };
+                cid == Some(id) && c.at <= s
+            })
+        })
     }
 
     pub(crate) fn lost_spans(&self) -> &[LostSpan] {
@@ -1056,13 +1063,18 @@ impl Tracker {
         let Some(w) = self.windows.get(id) else {
             return;
         };
+        // One lookup each: removed, and put back in the rare case the id moved on.
         for c in &w.calls {
-            if self.by_call.get(&c.call) == Some(&id) {
-                self.by_call.remove(&c.call);
+            if let Some((call, other)) = self.by_call.remove_entry(&c.call) {
+                if other != id {
+                    self.by_call.insert(call, other);
+                }
             }
             if let Some(item) = &c.item {
-                if self.by_item.get(item) == Some(&id) {
-                    self.by_item.remove(item);
+                if let Some((item, other)) = self.by_item.remove_entry(item) {
+                    if other != id {
+                        self.by_item.insert(item, other);
+                    }
                 }
             }
         }
