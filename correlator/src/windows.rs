@@ -126,6 +126,79 @@ impl Spare {
     }
 }
 
+/// Windows by the ids of their calls (or of their items), keyed by a 64-bit hash of the id.
+///
+/// Why a hash: the index holds every held window's calls (tens of thousands on a busy relay,
+/// since closed windows are kept for late reports), and a key that is the id itself is compared
+/// through a pointer on every probe, a cache miss each time on a table that size. A hash is
+/// compared in place. It may point at the wrong window, never at nothing that matters:
+/// every reader checks that the window it gets issued the id ([`Tracker::issued`], the
+/// continuation's check), and an id whose hash another window's different id already holds is
+/// kept by its text in `collided` (checked first, empty in practice), so no id is lost.
+#[derive(Default)]
+struct IdIndex {
+    by_hash: FxHashMap<u64, WinId>,
+    collided: FxHashMap<Arc<str>, WinId>,
+}
+
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    // The unit tests make collisions on purpose (no two real ids are known to collide).
+    #[cfg(test)]
+    if id.starts_with("same-hash-") {
+        return 0;
+    }
+    rustc_hash::FxBuildHasher.hash_one(id)
+}
+
+impl IdIndex {
+    /// The window that may have issued `id` (the caller checks that it did).
+    fn get(&self, id: &str) -> Option<WinId> {
+        if !self.collided.is_empty() {
+            if let Some(w) = self.collided.get(id) {
+                return Some(*w);
+            }
+        }
+        self.by_hash.get(&id_hash(id)).copied()
+    }
+
+    /// Indexes `id` for window `w`. `holds(other)` says whether window `other`, which holds
+    /// the id's hash, has a call with exactly this id: then the id is repeated and the newest
+    /// window takes it (as a continuation would find it), else the hashes collide.
+    fn insert(&mut self, id: &Arc<str>, w: WinId, holds: impl FnOnce(WinId) -> bool) {
+        use std::collections::hash_map::Entry;
+        match self.by_hash.entry(id_hash(id)) {
+            Entry::Vacant(v) => {
+                v.insert(w);
+            }
+            Entry::Occupied(mut o) => {
+                let other = *o.get();
+                if other == w || holds(other) {
+                    o.insert(w);
+                } else {
+                    self.collided.insert(id.clone(), w);
+                }
+            }
+        }
+    }
+
+    /// Forgets `id` for window `w` (not if the id has moved on to another window).
+    fn remove(&mut self, id: &str, w: WinId) {
+        if !self.collided.is_empty() && self.collided.get(id) == Some(&w) {
+            self.collided.remove(id);
+            return;
+        }
+        let h = id_hash(id);
+        if self.by_hash.get(&h) == Some(&w) {
+            self.by_hash.remove(&h);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_hash.len() + self.collided.len()
+    }
+}
+
 /// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
 const MAX_NAMES: usize = 4096;
 
@@ -375,8 +448,8 @@ pub(crate) struct Tracker {
     /// outputs find the open window they continue through it, and an interval's hints find the
     /// call they name (docs/design.md §4 "names"), whichever state its window is in. One map
     /// for both uses, so a call costs one insertion; an entry leaves with its window.
-    by_call: FxHashMap<Arc<str>, WinId>,
-    by_item: FxHashMap<Arc<str>, WinId>,
+    by_call: IdIndex,
+    by_item: IdIndex,
     /// Closed windows in close order (closes happen in time order).
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
@@ -512,7 +585,7 @@ impl Tracker {
         } else {
             &self.by_call
         };
-        let wid = *index.get(id)?;
+        let wid = index.get(id)?;
         self.issued(wid, id, by_item, s).then_some(wid)
     }
 
@@ -609,8 +682,13 @@ impl Tracker {
         }
         for c in outputs {
             if let Some(id) = self.by_call.get(c.as_str()) {
-                if !continued.contains(id) {
-                    continued.push(*id);
+                // The index is by hash: the window must have the call.
+                let issued = self
+                    .windows
+                    .get(id)
+                    .is_some_and(|w| w.calls.iter().any(|x| *x.call == **c));
+                if issued && !continued.contains(&id) {
+                    continued.push(id);
                 }
             }
         }
@@ -653,12 +731,9 @@ impl Tracker {
             return;
         };
         if let Some(id) = rs.window {
+            // Indexed whatever the window's state: a hint may name the call later.
+            self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
-                // Indexed whatever the window's state: a hint may name the call later.
-                self.by_call.insert(call.call.clone(), id);
-                if let Some(item) = &call.item {
-                    self.by_item.insert(item.clone(), id);
-                }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
                 if w.calls.len() < 4 {
@@ -693,8 +768,6 @@ impl Tracker {
             .map(|(_, e, _)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
-        let call_id = call.call.clone();
-        let item_id = call.item.clone();
         let response = rs.name.clone();
         let id = self.windows.insert(Window {
             thread,
@@ -702,7 +775,8 @@ impl Tracker {
             stream,
             response: response.clone(),
             open: t,
-            calls: vec![call],
+            // Room for the one call it opens with (most responses make one or a few).
+            calls: Vec::with_capacity(1),
             state: WindowState::Open,
             request: None,
             response_end: None,
@@ -719,9 +793,9 @@ impl Tracker {
         });
         rs.window = Some(id);
         self.open_by_response.insert(response, id);
-        self.by_call.insert(call_id, id);
-        if let Some(item) = item_id {
-            self.by_item.insert(item, id);
+        self.index_call(&call, id);
+        if let Some(w) = self.windows.get_mut(id) {
+            w.calls.push(call);
         }
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
@@ -730,6 +804,27 @@ impl Tracker {
             .entry(thread_key)
             .or_insert_with(|| spare.take())
             .push(id);
+    }
+
+    /// Indexes a call of window `id` by its call id and item id, before it joins the window's
+    /// calls (so an id the window's earlier calls share is told from a hash collision).
+    fn index_call(&mut self, call: &Call, id: WinId) {
+        let windows = &self.windows;
+        let has = |other: WinId, item: bool| {
+            windows.get(other).is_some_and(|w| {
+                w.calls.iter().any(|c| {
+                    if item {
+                        c.item.is_some() && c.item == call.item
+                    } else {
+                        c.call == call.call
+                    }
+                })
+            })
+        };
+        self.by_call.insert(&call.call, id, |o| has(o, false));
+        if let Some(item) = &call.item {
+            self.by_item.insert(item, id, |o| has(o, true));
+        }
     }
 
     pub(crate) fn response_end(
@@ -1063,19 +1158,10 @@ impl Tracker {
         let Some(w) = self.windows.get(id) else {
             return;
         };
-        // One lookup each: removed, and put back in the rare case the id moved on.
         for c in &w.calls {
-            if let Some((call, other)) = self.by_call.remove_entry(&c.call) {
-                if other != id {
-                    self.by_call.insert(call, other);
-                }
-            }
+            self.by_call.remove(&c.call, id);
             if let Some(item) = &c.item {
-                if let Some((item, other)) = self.by_item.remove_entry(item) {
-                    if other != id {
-                        self.by_item.insert(item, other);
-                    }
-                }
+                self.by_item.remove(item, id);
             }
         }
         self.windows.remove(id);
@@ -1132,7 +1218,8 @@ mod tests {
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
-            calls: Vec::new(),
+            // Room for the one call it opens with (most responses make one or a few).
+            calls: Vec::with_capacity(1),
             state: WindowState::Open,
             request: None,
             response_end: None,
@@ -1162,6 +1249,36 @@ mod tests {
         slab.remove(first);
         assert_eq!(slab.len(), 1);
         assert!(slab.get_mut(second).is_some());
+    }
+
+    #[test]
+    fn ids_whose_hashes_collide_are_all_found() {
+        let mut index = IdIndex::default();
+        let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) =
+            ("same-hash-a".into(), "same-hash-b".into(), "other".into());
+        // Window 1 holds a; window 2's b has the same hash and is not a repeat of a.
+        index.insert(&a, 1, |_| unreachable!("a vacant slot asks nobody"));
+        index.insert(&b, 2, |other| {
+            assert_eq!(other, 1);
+            false
+        });
+        index.insert(&c, 3, |_| unreachable!());
+        assert_eq!(index.get(&a), Some(1));
+        assert_eq!(index.get(&b), Some(2));
+        assert_eq!(index.get(&c), Some(3));
+        assert_eq!(index.len(), 3);
+        // A repeated id moves to the newest window.
+        index.insert(&a, 4, |other| other == 1);
+        assert_eq!(index.get(&a), Some(4));
+        // Removing for a window that no longer holds the id leaves it alone.
+        index.remove(&a, 1);
+        assert_eq!(index.get(&a), Some(4));
+        index.remove(&b, 2);
+        assert_eq!(index.get(&b), Some(4), "only the hash's holder is left");
+        index.remove(&a, 4);
+        index.remove(&c, 3);
+        assert_eq!(index.get(&a), None);
+        assert_eq!(index.len(), 0);
     }
 
     #[test]
