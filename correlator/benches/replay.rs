@@ -189,6 +189,16 @@ struct Workload {
     bursts: bool,
 }
 
+/// Where a burst of subagents is launched: the parent's stream and response, the time, the
+/// parent's thread, and whether the host is Codex.
+struct Launch<'a> {
+    stream: &'a str,
+    response: &'a str,
+    t: f64,
+    parent: &'a Option<String>,
+    codex: bool,
+}
+
 /// Heap key for a time: `f64` bits order like the numbers for non-negative values.
 fn key(t: f64) -> u64 {
     t.to_bits()
@@ -243,12 +253,15 @@ impl Workload {
         &mut self,
         relay: &mut Vec<Event>,
         mcp: &mut Vec<Event>,
-        stream: &str,
-        response: &str,
-        mut t: f64,
-        parent: &Option<String>,
-        codex: bool,
+        from: Launch<'_>,
     ) -> (Vec<String>, f64) {
+        let Launch {
+            stream,
+            response,
+            mut t,
+            parent,
+            codex,
+        } = from;
         let n = 2 + self.rng.below(2) as usize;
         let mut launched = Vec::with_capacity(n);
         let mut done = t;
@@ -482,8 +495,14 @@ impl Workload {
             let mut all_done = 0.0f64;
             if burst {
                 t += self.rng.ms(200.0, 1500.0);
-                let (launched, done) =
-                    self.burst(&mut relay, &mut mcp, &stream, &response, t, &thread, codex);
+                let from = Launch {
+                    stream: &stream,
+                    response: &response,
+                    t,
+                    parent: &thread,
+                    codex,
+                };
+                let (launched, done) = self.burst(&mut relay, &mut mcp, from);
                 all_done = done;
                 outputs.extend(launched);
             }

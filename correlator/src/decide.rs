@@ -2,8 +2,27 @@
 //!
 //! Only *eligible* windows take part: of a host not known to differ from the interval's, with
 //! a call complete by its start that could have issued it (its visible name routes to the
-//! interval's alias and tool, or it is an opaque program call, kind `custom`). With
-//! `--candidates all` every window is eligible and every host counts.
+//! interval's alias and tool, or it is an opaque program call, kind `custom`), and of the
+//! interval's identity: its response issued every call a hint names, and its thread, when
+//! known, is the `thread` hint. With `--candidates all` every window is eligible and every
+//! host counts.
+//!
+//! Identity costs one look at the call index per naming hint, once per interval, and is then
+//! fixed: a hint names a call complete by the interval's start, and every such call is known by
+//! the report, which comes after its end. For the same reason the two other things the
+//! identity decides are fixed when the candidates are gathered, at the report: whether a hint
+//! names a call seen in an eligible window (then no loss counts), and whether a window that
+//! only the identity ruled out was open at the interval's end (`identity_conflict`: a window
+//! open at the report, which is at or after the end, was neither closed nor broken before it,
+//! whatever it does later; one final before the report is judged by its final time). Such a
+//! window is no candidate, so it never delays a decision: a call whose hints leave only its own
+//! window is decided when that window closes, whatever its siblings' windows do.
+//!
+//! A candidate must also have opened no longer than `max_window` before the interval's end: a
+//! window closes or breaks within `max_window` of opening, so an older one cannot contain the
+//! interval, and its break makes nothing `incomplete`. That is what lets the tracker drop
+//! broken windows of threads that never spoke again (see `Tracker::forget_before`), so the
+//! state held, and the work per event, stay flat over a long run.
 //!
 //! Every reported interval waits, pending, until the first moment its answer cannot change:
 //! every candidate window (an eligible one whose first call completed at or before the

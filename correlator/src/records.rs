@@ -697,6 +697,31 @@ mod tests {
     }
 
     #[test]
+    fn identity_conflict_has_no_candidate_by_default_and_one_under_candidates_all() {
+        let record = |candidates| Record {
+            interval: "i1".into(),
+            alias: "probe".into(),
+            tool: "echo".into(),
+            start: 10.0,
+            end: 20.0,
+            reason: Some(Reason::IdentityConflict),
+            evidence: vec![],
+            candidates,
+            window: None,
+            decided_at: 21.0,
+        };
+        for ok in [0, 1] {
+            let line = record(ok).to_line();
+            assert!(read_all(line.as_bytes(), "r.jsonl").is_ok(), "{line}");
+        }
+        let line = record(2).to_line();
+        let err = read_all(line.as_bytes(), "r.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("0 or 1"), "{err}");
+    }
+
+    #[test]
     fn written_records_read_back_identically() {
         let attributed = Record {
             interval: "i1".into(),

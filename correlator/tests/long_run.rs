@@ -138,7 +138,7 @@ fn epoch(k: usize, seed: u64, offset: Millis) -> Epoch {
                 stream: ren(stream),
                 response: ren(response),
                 status: *status,
-                usage: usage.clone(),
+                usage: *usage,
                 stop_reason: *stop_reason,
             },
             EventKind::StreamClose { stream } => EventKind::StreamClose {
