@@ -3,7 +3,7 @@
 //!
 //! That the random traces reach what issue 25 changed was checked by switching each part off in
 //! the correlator alone and running `replay_agrees_with_the_reference` (1,000 traces, both
-//! `--candidates` modes): it failed within the first few dozen traces each time, for the
+//! `--candidates` modes): it failed each time (with a minimised trace), for the
 //! same-identity condition (`Identity::allows` always true), the narrowed losses (every loss of
 //! a host not known to differ counts), each of their two parts alone (the thread hint; a named
 //! call seen in an eligible window), the new `identity_conflict` (no eligible window containing
