@@ -216,6 +216,146 @@ fn reaches_every_outcome(mode: Candidates) {
     );
 }
 
+/// The generator makes what the identity rule (docs/design.md §4) is about, often enough to
+/// matter over a run of the property above: responses launching several subagents at once whose
+/// calls use one tool and overlap, code-mode calls hinted only by a fresh `exec-…` call id and
+/// the thread, hints naming a call the trace never shows, thread hints of another stream's
+/// thread, losses on streams with a known thread, and calls that end more than `max_window`
+/// after a window of their tool opened. And identity decides: some calls are attributed by
+/// default that the literal rule leaves `ambiguous`.
+#[test]
+fn the_generator_makes_what_identity_is_about() {
+    use std::collections::{HashMap, HashSet};
+    let mut n = [0usize; 7];
+    for seed in 0..300 {
+        let g = generate(Shape {
+            seed,
+            hosts: 4,
+            max_turns: 4,
+        });
+        let mut launches: HashMap<&str, usize> = HashMap::new();
+        let mut call_ids = HashSet::new();
+        // Item id -> the thread of the stream whose response issued it.
+        let mut items: HashMap<&str, Option<&str>> = HashMap::new();
+        let mut stream_thread: HashMap<&str, Option<&str>> = HashMap::new();
+        let mut call_times: Vec<Millis> = Vec::new();
+        let mut spans: Vec<(Millis, Millis, &str)> = Vec::new();
+        for ev in &g.events {
+            match &ev.kind {
+                EventKind::StreamOpen { stream, thread, .. } => {
+                    stream_thread.insert(stream, thread.as_deref());
+                }
+                EventKind::ToolCall {
+                    stream,
+                    response,
+                    call,
+                    item,
+                    name,
+                    ..
+                } => {
+                    if ["Agent", "Task", "spawn_agent"].contains(&name.as_str()) {
+                        *launches.entry(response).or_default() += 1;
+                    }
+                    call_ids.insert(call.as_str());
+                    if let Some(i) = item {
+                        items.insert(i, stream_thread.get(stream.as_str()).copied().flatten());
+                    }
+                    call_times.push(ev.t);
+                }
+                EventKind::ObservationLost { stream, .. } => {
+                    n[4] += usize::from(
+                        stream_thread
+                            .get(stream.as_str())
+                            .copied()
+                            .flatten()
+                            .is_some(),
+                    );
+                }
+                EventKind::McpInterval {
+                    start,
+                    end,
+                    hints,
+                    tool,
+                    ..
+                } => {
+                    spans.push((*start, *end, tool));
+                    let only_exec = hints
+                        .call_id
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with("exec-"))
+                        && hints.thread.is_some()
+                        && hints.tool_use_id.is_none()
+                        && hints.item_id.is_none();
+                    n[1] += usize::from(only_exec);
+                    let unseen = hints
+                        .tool_use_id
+                        .as_deref()
+                        .is_some_and(|c| !call_ids.contains(c))
+                        || hints
+                            .item_id
+                            .as_deref()
+                            .is_some_and(|i| !items.contains_key(i));
+                    n[2] += usize::from(unseen);
+                    // A thread hint that is another thread than the one of the call its item
+                    // names.
+                    let item_thread = hints.item_id.as_deref().and_then(|i| items.get(i)).copied();
+                    n[3] += usize::from(matches!(
+                        (hints.thread.as_deref(), item_thread),
+                        (Some(a), Some(Some(b))) if a != b
+                    ));
+                }
+                _ => {}
+            }
+        }
+        n[0] += launches.values().filter(|&&k| k >= 2).count();
+        // Overlapping calls of one tool (a burst's subagents are one source of them).
+        n[5] += spans
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| {
+                spans[i + 1..]
+                    .iter()
+                    .any(|b| a.2 == b.2 && a.0 < b.1 && b.0 < a.1)
+            })
+            .count()
+            .min(1);
+        if g.config.max_window < 1.0e6 {
+            n[6] += spans
+                .iter()
+                .filter(|(_, e, _)| call_times.iter().any(|o| *o < e - g.config.max_window))
+                .count();
+        }
+    }
+    eprintln!(
+        "bursts {}, exec-only hints {}, hints naming calls unseen by their report {}, thread hints differing from their item's thread {}, losses on threads {}, \
+         traces with overlapping calls of one tool {}, calls ending more than max_window after a window opened {}",
+        n[0], n[1], n[2], n[3], n[4], n[5], n[6]
+    );
+    assert!(n.iter().all(|&k| k >= 20), "{n:?}");
+
+    // Identity decides: attributed by default, `ambiguous` under the literal rule.
+    let mut decided_by_identity = 0;
+    for seed in 0..100 {
+        let g = generate(Shape {
+            seed,
+            hosts: 4,
+            max_turns: 4,
+        });
+        let [eligible, all] = both_modes(&g.config);
+        let literal: HashMap<String, Option<Reason>> = reference(&g.events, &all)
+            .into_iter()
+            .map(|r| (r.interval, r.reason))
+            .collect();
+        decided_by_identity += reference(&g.events, &eligible)
+            .iter()
+            .filter(|r| {
+                r.reason.is_none() && literal.get(&r.interval) == Some(&Some(Reason::Ambiguous))
+            })
+            .count();
+    }
+    assert!(decided_by_identity >= 20, "{decided_by_identity}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Determinism and end of trace, on the incremental correlator
 
