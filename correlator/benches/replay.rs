@@ -57,6 +57,14 @@
 //! 1.39 / 1.64. Peak heap 31.7 → 31.5 MiB (1M and 10M alike). The time saved is more than
 //! the instructions: most of it was allocator work and cache misses (`perf` on `run_slice`),
 //! which callgrind counts as a few instructions each.
+//!
+//! Same identity (issues 25 and 28, 2026-12-03; the build before at 8e5ea29): the busy
+//! intervals' own ids now pick their window, so 166,632 of 1M busy events' intervals are
+//! attributed (5 before); callgrind 3,167 → 2,755 instructions per event; streamed busy 1M, five
+//! interleaved runs, medians 2.04 → 2.14 M events/s of CPU; peak heap 31.5 → 34.7 MiB (the
+//! call-id index now covers closed windows too). `REPLAY_BENCH_BURSTS=N` streams the busy
+//! workload with bursts of parallel subagents, `REPLAY_BENCH_PROFILE_BURSTS=N` counts it: 2,565
+//! instructions per event at 100k events, 2,596 at 1M. docs/performance.md has the rest.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cmp::Reverse;
@@ -185,6 +193,18 @@ struct Workload {
     pool: Vec<VecDeque<Event>>,
     relay: Vec<Event>,
     mcp: Vec<Event>,
+    /// One loop in three starts with a burst of parallel subagents (see [`Workload::burst`]).
+    bursts: bool,
+}
+
+/// Where a burst of subagents is launched: the parent's stream and response, the time, the
+/// parent's thread, and whether the host is Codex.
+struct Launch<'a> {
+    stream: &'a str,
+    response: &'a str,
+    t: f64,
+    parent: &'a Option<String>,
+    codex: bool,
 }
 
 /// Heap key for a time: `f64` bits order like the numbers for non-negative values.
@@ -218,7 +238,207 @@ impl Workload {
             pool: Vec::new(),
             relay: Vec::with_capacity(64),
             mcp: Vec::with_capacity(32),
+            bursts: false,
         }
+    }
+
+    /// The same workload with bursts of parallel subagents.
+    fn with_bursts(seed: u64, mean_idle_ms: f64) -> Self {
+        Workload {
+            bursts: true,
+            ..Workload::new(seed, mean_idle_ms)
+        }
+    }
+
+    /// A burst (issue 25): the thread's response at `t` launches two or three subagents at
+    /// once (Claude Code `Agent` calls, Codex `spawn_agent`), each a thread of its own whose
+    /// response calls the same MCP tool, the calls (1–3 s each) overlapping; each subagent
+    /// continues 10–90 ms after its call ends and answers. The Claude subagents' calls carry
+    /// their `tool_use_id`; the Codex ones run the tool from code mode (`exec`) and carry only
+    /// a fresh `exec-…` call id and their thread. Returns the launching calls' ids and when the
+    /// last subagent is done.
+    fn burst(
+        &mut self,
+        relay: &mut Vec<Event>,
+        mcp: &mut Vec<Event>,
+        from: Launch<'_>,
+    ) -> (Vec<String>, f64) {
+        let Launch {
+            stream,
+            response,
+            mut t,
+            parent,
+            codex,
+        } = from;
+        let n = 2 + self.rng.below(2) as usize;
+        let mut launched = Vec::with_capacity(n);
+        let mut done = t;
+        for k in 0..n {
+            t += self.rng.ms(0.0, 0.5);
+            let call = self.id(if codex { "call_" } else { "toolu_" });
+            relay.push(ev(
+                t,
+                EventKind::ToolCall {
+                    stream: stream.into(),
+                    response: response.into(),
+                    call: call.clone(),
+                    item: codex.then(|| self.id("fc_")),
+                    name: if codex { "spawn_agent" } else { "Agent" }.into(),
+                    namespace: None,
+                    kind: if codex {
+                        CallKind::Function
+                    } else {
+                        CallKind::ToolUse
+                    },
+                },
+            ));
+            launched.push(call);
+            // The subagent: its own thread (unknown when the parent's is), its own streams.
+            let thread = parent.as_ref().map(|p| format!("{p}+agent{k}"));
+            let mut u = t + self.rng.ms(5.0, 40.0);
+            let s1 = self.id("sa");
+            let client = if codex { Client::Codex } else { Client::Claude };
+            let transport = if codex {
+                Transport::Websocket
+            } else {
+                Transport::Http
+            };
+            relay.push(ev(u, open(&s1, client, transport, &thread)));
+            let q1 = self.id("q");
+            relay.push(ev(
+                u,
+                EventKind::Request {
+                    stream: s1.clone(),
+                    request: q1.clone(),
+                    previous_response: None,
+                    outputs: Vec::new(),
+                },
+            ));
+            let r1 = self.id("r");
+            u += self.rng.ms(300.0, 900.0);
+            relay.push(ev(
+                u,
+                EventKind::ResponseStart {
+                    stream: s1.clone(),
+                    response: r1.clone(),
+                    request: Some(q1),
+                    model: None,
+                },
+            ));
+            u += self.rng.ms(100.0, 400.0);
+            let sub_call = self.id(if codex { "call_" } else { "toolu_" });
+            relay.push(ev(
+                u,
+                EventKind::ToolCall {
+                    stream: s1.clone(),
+                    response: r1.clone(),
+                    call: sub_call.clone(),
+                    item: codex.then(|| self.id("ctc_")),
+                    name: if codex { "exec" } else { "mcp__probe__echo" }.into(),
+                    namespace: codex.then(|| "functions".into()),
+                    kind: if codex {
+                        CallKind::Custom
+                    } else {
+                        CallKind::ToolUse
+                    },
+                },
+            ));
+            let s = u + self.rng.ms(1.0, 6.0);
+            let e = s + self.rng.ms(1000.0, 3000.0);
+            let interval = self.id("i");
+            mcp.push(ev(
+                s + 0.25,
+                EventKind::McpStart {
+                    interval: interval.clone(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: s,
+                    host: None,
+                },
+            ));
+            let hints = if codex {
+                Hints {
+                    call_id: Some(self.id("exec-")),
+                    thread: thread.clone(),
+                    ..Hints::default()
+                }
+            } else {
+                Hints {
+                    tool_use_id: Some(sub_call.clone()),
+                    ..Hints::default()
+                }
+            };
+            mcp.push(ev(
+                e + 0.5,
+                EventKind::McpInterval {
+                    interval,
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: s,
+                    end: e,
+                    outcome: Outcome::Result,
+                    hints,
+                    host: None,
+                },
+            ));
+            u += self.rng.ms(20.0, 200.0);
+            relay.push(ev(
+                u,
+                EventKind::ResponseEnd {
+                    stream: s1.clone(),
+                    response: r1.clone(),
+                    status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
+                },
+            ));
+            // The continuation (on a new stream over HTTP, on the same WebSocket otherwise),
+            // then the subagent's answer.
+            let s2 = if codex { s1.clone() } else { self.id("sa") };
+            if !codex {
+                relay.push(ev(u + 1.0, EventKind::StreamClose { stream: s1 }));
+            }
+            u = u.max(e) + self.rng.ms(10.0, 90.0);
+            if !codex {
+                relay.push(ev(u, open(&s2, client, transport, &thread)));
+            }
+            let q2 = self.id("q");
+            relay.push(ev(
+                u,
+                EventKind::Request {
+                    stream: s2.clone(),
+                    request: q2.clone(),
+                    previous_response: codex.then(|| r1.clone()),
+                    outputs: vec![sub_call],
+                },
+            ));
+            let r2 = self.id("r");
+            u += self.rng.ms(300.0, 900.0);
+            relay.push(ev(
+                u,
+                EventKind::ResponseStart {
+                    stream: s2.clone(),
+                    response: r2.clone(),
+                    request: Some(q2),
+                    model: None,
+                },
+            ));
+            u += self.rng.ms(20.0, 400.0);
+            relay.push(ev(
+                u,
+                EventKind::ResponseEnd {
+                    stream: s2.clone(),
+                    response: r2,
+                    status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
+                },
+            ));
+            u += 1.0;
+            relay.push(ev(u, EventKind::StreamClose { stream: s2 }));
+            done = done.max(u);
+        }
+        (launched, done)
     }
 
     fn id(&mut self, prefix: &str) -> String {
@@ -274,8 +494,26 @@ impl Workload {
                 },
             ));
             let last_turn = turn + 1 == turns;
-            let calls = if last_turn { 0 } else { 1 + self.rng.below(3) };
+            let burst = self.bursts && turn == 0 && !last_turn && self.rng.below(3) == 0;
+            let calls = if last_turn || burst {
+                0
+            } else {
+                1 + self.rng.below(3)
+            };
             let mut all_done = 0.0f64;
+            if burst {
+                t += self.rng.ms(200.0, 1500.0);
+                let from = Launch {
+                    stream: &stream,
+                    response: &response,
+                    t,
+                    parent: &thread,
+                    codex,
+                };
+                let (launched, done) = self.burst(&mut relay, &mut mcp, from);
+                all_done = done;
+                outputs.extend(launched);
+            }
             for _ in 0..calls {
                 t += self.rng.ms(200.0, 1500.0);
                 let call = self.id(if codex { "call_" } else { "toolu_" });
@@ -531,9 +769,21 @@ fn bench_replay(c: &mut Criterion) {
 /// the peak heap above the baseline. Rates are per second of this thread's CPU time (wall
 /// time in brackets: the machine may be shared).
 fn measure(n: usize, mean_idle_ms: f64) {
+    measure_with(n, mean_idle_ms, false)
+}
+
+/// [`measure`], with bursts of parallel subagents in one loop of three when `bursts`.
+fn measure_with(n: usize, mean_idle_ms: f64, bursts: bool) {
+    let workload = || {
+        if bursts {
+            Workload::with_bursts(7, mean_idle_ms)
+        } else {
+            Workload::new(7, mean_idle_ms)
+        }
+    };
     let base = reset_peak();
     let (w0, c0) = (Instant::now(), cpu_secs());
-    let generated = Workload::new(7, mean_idle_ms)
+    let generated = workload()
         .take(n)
         .fold(0usize, |k, e| k + black_box(&e).t as usize % 2);
     black_box(generated);
@@ -543,7 +793,7 @@ fn measure(n: usize, mean_idle_ms: f64) {
 
     let base = reset_peak();
     let (w0, c0) = (Instant::now(), cpu_secs());
-    let seen = run(Workload::new(7, mean_idle_ms).take(n));
+    let seen = run(workload().take(n));
     let total_wall = w0.elapsed().as_secs_f64();
     let total_cpu = cpu_secs().zip(c0).map(|(b, a)| b - a);
     let peak = PEAK.load(Ordering::Relaxed) - base;
@@ -586,6 +836,14 @@ fn main() {
                 .unwrap_or_else(|_| panic!("{var} takes a number of events, got {v}")),
         )
     };
+    if let Some(n) = count("REPLAY_BENCH_PROFILE_BURSTS") {
+        let events: Vec<Event> = Workload::with_bursts(1, BUSY).take(n).collect();
+        println!(
+            "{n} events with bursts: {} records",
+            black_box(run_slice(&events))
+        );
+        return;
+    }
     if let Some(n) = count("REPLAY_BENCH_PROFILE") {
         let events: Vec<Event> = Workload::new(1, BUSY).take(n).collect();
         let text = trace_text(n);
@@ -598,6 +856,10 @@ fn main() {
     }
     if let Some(n) = count("REPLAY_BENCH_STREAM") {
         measure(n, BUSY);
+        return;
+    }
+    if let Some(n) = count("REPLAY_BENCH_BURSTS") {
+        measure_with(n, BUSY, true);
         return;
     }
     if let Some(n) = count("REPLAY_BENCH_WRITE") {
@@ -633,7 +895,16 @@ fn main() {
             panic!("the workload is not a valid trace: {e}");
         }
         assert!(run_slice(&events) > 0, "the workload reports intervals");
+        let bursts: Vec<Event> = Workload::with_bursts(1, BUSY).take(20_000).collect();
+        let mut text = format!("{}\n", correlator::trace::HEADER);
+        for e in &bursts {
+            text.push_str(&correlator::trace::event_line(e));
+        }
+        if let Err(e) = correlator::trace::read_all(text.as_bytes(), "bursts") {
+            panic!("the workload with bursts is not a valid trace: {e}");
+        }
         measure(20_000, BUSY);
+        measure_with(20_000, BUSY, true);
         return;
     }
     let mut c = Criterion::default().configure_from_args();
@@ -646,4 +917,9 @@ fn main() {
     }
     println!("quiet: ~20 of 10k threads mid-loop");
     measure(1_000_000, QUIET);
+    println!("busy with bursts of parallel subagents (one loop in three)");
+    measure_with(1_000_000, BUSY, true);
+    if std::env::var_os("REPLAY_BENCH_SKIP_10M").is_none() {
+        measure_with(10_000_000, BUSY, true);
+    }
 }

@@ -2,8 +2,27 @@
 //!
 //! Only *eligible* windows take part: of a host not known to differ from the interval's, with
 //! a call complete by its start that could have issued it (its visible name routes to the
-//! interval's alias and tool, or it is an opaque program call, kind `custom`). With
-//! `--candidates all` every window is eligible and every host counts.
+//! interval's alias and tool, or it is an opaque program call, kind `custom`), and of the
+//! interval's identity: its response issued every call a hint names, and its thread, when
+//! known, is the `thread` hint. With `--candidates all` every window is eligible and every
+//! host counts.
+//!
+//! Identity costs one look at the call index per naming hint, once per interval, and is then
+//! fixed: a hint names a call complete by the interval's start, and every such call is known by
+//! the report, which comes after its end. For the same reason the two other things the
+//! identity decides are fixed when the candidates are gathered, at the report: whether a hint
+//! names a call seen in an eligible window (then no loss counts), and whether a window that
+//! only the identity ruled out was open at the interval's end (`identity_conflict`: a window
+//! open at the report, which is at or after the end, was neither closed nor broken before it,
+//! whatever it does later; one final before the report is judged by its final time). Such a
+//! window is no candidate, so it never delays a decision: a call whose hints leave only its own
+//! window is decided when that window closes, whatever its siblings' windows do.
+//!
+//! A candidate must also have opened no longer than `max_window` before the interval's end: a
+//! window closes or breaks within `max_window` of opening, so an older one cannot contain the
+//! interval, and its break makes nothing `incomplete`. That is what lets the tracker drop
+//! broken windows of threads that never spoke again (see `Tracker::forget_before`), so the
+//! state held, and the work per event, stay flat over a long run.
 //!
 //! Every reported interval waits, pending, until the first moment its answer cannot change:
 //! every candidate window (an eligible one whose first call completed at or before the
@@ -30,10 +49,12 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::event::{Event, EventKind, Hints, Millis};
+use crate::event::{CallKind, Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
-use crate::windows::{Call, Changes, LostSpan, Spare, Time, Tracker, WinId, Window, WindowState};
+use crate::windows::{
+    Call, Changes, Fit, Identity, LostSpan, Named, Spare, Time, Tracker, WinId, Window, WindowState,
+};
 
 /// How many alias/tool pairs keep their route names cached.
 const MAX_ROUTES: usize = 4096;
@@ -122,6 +143,23 @@ impl Default for Config {
     }
 }
 
+/// What [`Correlator::held`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Held {
+    /// Intervals reported and not yet decided.
+    pub pending: usize,
+    /// Windows, open and final.
+    pub windows: usize,
+    /// Broken windows kept because they may still make a call `incomplete`.
+    pub broken: usize,
+    /// Spans of streams whose observation was lost.
+    pub lost: usize,
+    /// Call and item ids indexed for continuations and hints.
+    pub ids: usize,
+    /// Threads with a window waiting for their next request.
+    pub threads_awaiting: usize,
+}
+
 struct Pending {
     interval: String,
     alias: String,
@@ -138,6 +176,18 @@ struct Pending {
     /// and are let go.
     windows: Vec<WinId>,
     open: usize,
+    /// The window its naming hints leave (docs/design.md §4 "same identity"; `Any` under
+    /// `--candidates all`, where hints only contradict). Fixed when its candidates are
+    /// gathered: every call complete by its start is known by its report.
+    named: Named,
+    /// A hint names a call observed in an eligible window: then no other stream can hide an
+    /// eligible window, and no loss makes it `incomplete` (§4 rule 1).
+    names_eligible: bool,
+    /// A window eligible by host and route alone but ruled out by its identity, opened by its
+    /// start (response mode: completed by it) and no longer than `max_window` before its end,
+    /// was open at its end (§4 rule 4). Fixed at gathering, which comes after its end: a
+    /// window open then was neither closed nor broken before it, whatever it does later.
+    pointed_at: bool,
     /// Identifies its one live queue entry; older entries are stale.
     generation: u32,
     /// The window whose changes wake it, if any.
@@ -256,6 +306,20 @@ impl Correlator {
         self.tracker.window_count()
     }
 
+    /// How much state the correlator holds, by kind (for tests and memory reports: it
+    /// should follow the traffic of the last `retain` + `max_window`, not the run's length).
+    pub fn held(&self) -> Held {
+        let [windows, broken, lost, ids, threads_awaiting] = self.tracker.sizes();
+        Held {
+            pending: self.pending.len(),
+            windows,
+            broken,
+            lost,
+            ids,
+            threads_awaiting,
+        }
+    }
+
     /// Applies one event. First decides everything due strictly before `ev.t`. An event older
     /// than the current time (which a live caller must not send) is applied at the current time.
     pub fn push(&mut self, ev: &Event, out: &mut Vec<Record>) {
@@ -350,7 +414,7 @@ impl Correlator {
                 let call = Call {
                     at: t,
                     call: call.as_str().into(),
-                    item: item.clone(),
+                    item: item.as_deref().map(Arc::from),
                     name: tr.intern(name),
                     namespace: namespace.as_deref().map(|n| tr.intern(n)),
                     kind: *kind,
@@ -402,6 +466,9 @@ impl Correlator {
                         names,
                         windows: Vec::new(),
                         open: 0,
+                        named: Named::Any,
+                        names_eligible: false,
+                        pointed_at: false,
                         generation: 0,
                         attached: None,
                     },
@@ -472,6 +539,9 @@ impl Correlator {
         if self.ungathered.is_empty() {
             return;
         }
+        let all = self.config.candidates == Candidates::All;
+        let response_mode = self.config.window_open == WindowOpen::Response;
+        let max_window = self.config.max_window;
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
         for &seq in &ungathered {
@@ -481,19 +551,61 @@ impl Correlator {
             let (s, e) = (p.start, p.end);
             let mut found = std::mem::take(&mut self.scratch);
             let tr = &mut self.tracker;
+            if !all {
+                p.named = named(tr, &p.hints, s);
+            }
+            let identity = Identity {
+                named: p.named,
+                thread: p.hints.thread.as_deref(),
+            };
             found.extend(tr.open_candidates(s));
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
             // Only eligible windows stay, in order (the open ones first), each held until the
             // interval is decided. Into a vector a decided interval gave back, when there is one.
+            // Every window gathered opened by s and is open or closed at or after e, so one
+            // that identity rules out is pointed at (rule 4) if it also passes the age and
+            // response-mode conditions.
             let mut windows = self.spare.take();
             p.open = 0;
+            let mut pointed_at = false;
             for (i, &id) in found.iter().enumerate() {
-                if tr.hold_if_eligible(id, p.host.as_ref(), &p.names, s) {
-                    windows.push(id);
-                    p.open += usize::from(i < open);
+                match tr.fit(id, p.host.as_ref(), &p.names, s, &identity) {
+                    Some(Fit::Eligible) => {
+                        tr.hold(id);
+                        windows.push(id);
+                        p.open += usize::from(i < open);
+                    }
+                    Some(Fit::RuledOut) if !pointed_at => {
+                        pointed_at = tr
+                            .window(id)
+                            .is_some_and(|w| points(w, s, e, max_window, response_mode));
+                    }
+                    _ => {}
                 }
             }
+            // Rule 4 also counts a ruled-out window that broke at or after e. Broken windows
+            // are in break order: only the newest are looked at.
+            if !all && !pointed_at && identity_rules_out(&identity) {
+                found.clear();
+                found.extend(
+                    tr.broken_windows()
+                        .rev()
+                        .take_while(|(_, w)| w.final_at().is_some_and(|b| b >= e))
+                        .filter(|(_, w)| points(w, s, e, max_window, response_mode))
+                        .map(|(id, _)| id),
+                );
+                pointed_at = found.iter().any(|&id| {
+                    tr.fit(id, p.host.as_ref(), &p.names, s, &identity) == Some(Fit::RuledOut)
+                });
+            }
+            p.pointed_at = pointed_at;
+            p.names_eligible = match p.named {
+                Named::Window(id) => {
+                    tr.fit(id, p.host.as_ref(), &p.names, s, &identity) == Some(Fit::Eligible)
+                }
+                _ => false,
+            };
             p.windows = windows;
             found.clear();
             self.scratch = found;
@@ -561,7 +673,7 @@ impl Correlator {
         p.generation = p.generation.wrapping_add(1);
         p.attached = None;
         let all = self.config.candidates == Candidates::All;
-        let next = if incomplete(&self.tracker, p, at, all) {
+        let next = if incomplete(&self.tracker, p, at, all, self.config.max_window) {
             Next::Decide
         } else {
             next_step(p, &mut self.tracker, cw, at)
@@ -628,7 +740,7 @@ impl Correlator {
         // Exactly one candidate, and it contains the interval.
         let only = first.filter(|_| candidates == 1);
         let all = self.config.candidates == Candidates::All;
-        let reason = if incomplete(&self.tracker, &p, at, all) {
+        let reason = if incomplete(&self.tracker, &p, at, all, self.config.max_window) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
@@ -636,8 +748,12 @@ impl Correlator {
             Some(Reason::Unclosed)
         } else {
             match only {
+                // No eligible window contains it; one its identity ruled out was open
+                // throughout it (or still is).
+                None if p.pointed_at => Some(Reason::IdentityConflict),
                 None => Some(Reason::NoWindow),
-                Some(w) if conflicts(&p, w) => Some(Reason::IdentityConflict),
+                // `--candidates all`: the one window contains it, and a hint contradicts.
+                Some(w) if all && conflicts(&p, w) => Some(Reason::IdentityConflict),
                 Some(_) => None,
             }
         };
@@ -686,37 +802,103 @@ fn hosts_differ(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
     matches!((a, b), (Some(a), Some(b)) if a != b)
 }
 
-/// docs/design.md §4 "eligible": could window `w` hold interval `p`? Same host (or one unknown),
-/// and a call complete by `p`'s start that routes to its alias and tool, or an opaque program
-/// call (kind `custom`), which may call any tool. Under `--candidates all`, every window.
-fn eligible(all: bool, p: &Pending, w: &Window) -> bool {
+/// Both threads known and different (a loss's stream thread against an interval's `thread`
+/// hint).
+fn threads_differ(a: Option<&str>, b: Option<&Arc<str>>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a != &**b)
+}
+
+/// docs/design.md §4 "names": the window whose response issued every call that `h` names
+/// among the calls complete by `s`. A `tool_use_id` or `item_id` that matches none names a
+/// call the relay did not see (no window issued it); a `call_id` that matches none names
+/// nothing (Codex code mode's fresh `exec-…` ids).
+fn named(tracker: &Tracker, h: &Hints, s: Millis) -> Named {
+    let mut n = Named::Any;
+    if let Some(id) = &h.tool_use_id {
+        n = n.and(tracker.named(id, false, s));
+    }
+    if let Some(id) = &h.item_id {
+        n = n.and(tracker.named(id, true, s));
+    }
+    if let Some(id) = &h.call_id {
+        // Usually the call the other hints named: then no lookup.
+        let known = matches!(n, Named::Window(w) if tracker.issued(w, id, false, s));
+        if !known {
+            if let Some(w) = tracker.named(id, false, s) {
+                n = n.and(Some(w));
+            }
+        }
+    }
+    n
+}
+
+/// Can an identity rule any window out? Only with a naming hint or a `thread` hint.
+fn identity_rules_out(identity: &Identity<'_>) -> bool {
+    identity.named != Named::Any || identity.thread.is_some()
+}
+
+/// Rule 4's timing for window `w` and interval [s, e]: opened by s (response mode: its
+/// response completed by s), no longer than `max_window` before e, and not final before e.
+fn points(w: &Window, s: Millis, e: Millis, max_window: Millis, response_mode: bool) -> bool {
+    let by_start = if response_mode {
+        w.completed_at.is_some_and(|c| c <= s)
+    } else {
+        w.open <= s
+    };
+    let not_final_before_end = match w.state {
+        WindowState::Open => true,
+        WindowState::Closed(t) | WindowState::Broken(t) => t >= e,
+    };
+    by_start && w.open >= e - max_window && not_final_before_end
+}
+
+/// docs/design.md §4 "eligible": could window `w` (handle `id`) hold interval `p`? Same host
+/// (or one unknown), a call complete by `p`'s start that routes to its alias and tool or is an
+/// opaque program call (kind `custom`), which may call any tool, and the same identity. Under
+/// `--candidates all`, every window.
+fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
     if all {
         return true;
     }
-    !hosts_differ(p.host.as_ref(), w.host.as_ref()) && w.first_call_for(&p.names) <= p.start
+    let identity = Identity {
+        named: p.named,
+        thread: p.hints.thread.as_deref(),
+    };
+    !hosts_differ(p.host.as_ref(), w.host.as_ref())
+        && w.first_call_for(&p.names) <= p.start
+        && identity.allows(id, w)
 }
 
-/// docs/design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose host
-/// is not known to differ from its own, or an eligible window that opened by its start and
-/// broke with no request of its thread in between.
+/// docs/design.md §4 rule 1, at time `at`: a loss on a stream open during the interval whose
+/// host is not known to differ from its own and whose thread is not known to differ from its
+/// `thread` hint, unless a hint names a call observed in an eligible window (then no other
+/// stream can hide an eligible window); or a candidate (an eligible window that opened by its
+/// start and no longer than `max_window` before its end) that broke with no request of its
+/// thread in between. Under `--candidates all`, every loss and every window that opened by its
+/// start and within `max_window` of its end.
 #[inline]
-fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool) -> bool {
+fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window: Millis) -> bool {
     if p.start < tracker.forgotten_before() {
         return true;
     }
-    let counts = |l: &LostSpan| all || !hosts_differ(p.host.as_ref(), l.host.as_ref());
+    let counts = |l: &LostSpan| {
+        all || (!p.names_eligible
+            && !hosts_differ(p.host.as_ref(), l.host.as_ref())
+            && !threads_differ(p.hints.thread.as_deref(), l.thread.as_ref()))
+    };
     let lost = tracker.lost_spans().iter().any(|l| {
         l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start) && counts(l)
     });
     if lost {
         return true;
     }
-    tracker.broken_windows().any(|w| {
+    tracker.broken_windows().any(|(id, w)| {
         let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
         broken_by
             && w.open <= p.start
+            && w.open >= p.end - max_window
             && !w.next_request.is_some_and(|q| q <= p.start)
-            && eligible(all, p, w)
+            && eligible(all, p, id, w)
     })
 }
 
@@ -787,41 +969,52 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
     }
 }
 
-/// Rule 4: a hint that names something other than the one containing window.
+/// Rule 4 under `--candidates all`: the one window that contains `p`, but its `tool_use_id` or
+/// `item_id` names no call of that window's response (among the calls complete by its start,
+/// as "names" says), or its `thread` hint is not the window's thread.
 fn conflicts(p: &Pending, w: &Window) -> bool {
     let h = &p.hints;
+    let by_start = |c: &&Call| c.at <= p.start;
     if let Some(id) = &h.tool_use_id {
-        if !w.calls.iter().any(|c| *c.call == **id) {
+        if !w.calls.iter().filter(by_start).any(|c| *c.call == **id) {
             return true;
         }
     }
     if let Some(item) = &h.item_id {
-        if !w.calls.iter().any(|c| c.item.as_ref() == Some(item)) {
+        if !w
+            .calls
+            .iter()
+            .filter(by_start)
+            .any(|c| c.item.as_deref() == Some(item.as_str()))
+        {
             return true;
         }
     }
     matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a != **b)
 }
 
-/// What agreed between an attributed interval and its window, in record order.
+/// What agreed between an attributed interval and its window, in record order. Hints and
+/// routes are read off the window's calls complete by the interval's start (docs/design.md
+/// §4 "names", "route").
 fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     let h = &p.hints;
+    let calls = || w.calls.iter().filter(|c| c.at <= p.start);
     let mut ev = vec![Evidence::Containment];
     if h.tool_use_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
+        .is_some_and(|id| calls().any(|c| *c.call == **id))
     {
         ev.push(Evidence::ToolUseId);
     }
     if h.item_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| c.item.as_ref() == Some(id)))
+        .is_some_and(|id| calls().any(|c| c.item.as_deref() == Some(id.as_str())))
     {
         ev.push(Evidence::ItemId);
     }
     if h.call_id
         .as_ref()
-        .is_some_and(|id| w.calls.iter().any(|c| *c.call == **id))
+        .is_some_and(|id| calls().any(|c| *c.call == **id))
     {
         ev.push(Evidence::CallId);
     }
@@ -831,9 +1024,8 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {
         ev.push(Evidence::Host);
     }
-    if w.calls
-        .iter()
-        .any(|c| p.names.matches(&c.name, c.namespace.as_deref()))
+    if calls()
+        .any(|c| c.kind != CallKind::Custom && p.names.matches(&c.name, c.namespace.as_deref()))
     {
         ev.push(Evidence::Route);
     }

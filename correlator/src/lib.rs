@@ -36,7 +36,7 @@ pub mod sanitize;
 pub mod trace;
 mod windows;
 
-pub use decide::{replay, Candidates, Config, Correlator, WindowOpen};
+pub use decide::{replay, Candidates, Config, Correlator, Held, WindowOpen};
 pub use event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, StopReason,
     Transport, Usage,

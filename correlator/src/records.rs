@@ -509,13 +509,17 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         let ok = match r {
             Reason::Incomplete => true,
             Reason::Ambiguous => candidates >= 2,
-            Reason::Unclosed | Reason::IdentityConflict => candidates == 1,
+            Reason::Unclosed => candidates == 1,
+            // 0 by default (no eligible window contains it, docs/design.md §4 rule 4), 1 under
+            // `--candidates all` (the one containing window, contradicted by a hint).
+            Reason::IdentityConflict => candidates <= 1,
             Reason::NoWindow => candidates == 0,
         };
         if !ok {
             let want = match r {
                 Reason::Ambiguous => "2 or more",
                 Reason::NoWindow => "0",
+                Reason::IdentityConflict => "0 or 1",
                 _ => "exactly 1",
             };
             return Err(fault(
@@ -690,6 +694,31 @@ mod tests {
             s.to_string(),
             "5 intervals: 3 attributed, 2 abstained (incomplete 0, ambiguous 2, unclosed 0, identity_conflict 0, no_window 0)"
         );
+    }
+
+    #[test]
+    fn identity_conflict_has_no_candidate_by_default_and_one_under_candidates_all() {
+        let record = |candidates| Record {
+            interval: "i1".into(),
+            alias: "probe".into(),
+            tool: "echo".into(),
+            start: 10.0,
+            end: 20.0,
+            reason: Some(Reason::IdentityConflict),
+            evidence: vec![],
+            candidates,
+            window: None,
+            decided_at: 21.0,
+        };
+        for ok in [0, 1] {
+            let line = record(ok).to_line();
+            assert!(read_all(line.as_bytes(), "r.jsonl").is_ok(), "{line}");
+        }
+        let line = record(2).to_line();
+        let err = read_all(line.as_bytes(), "r.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("0 or 1"), "{err}");
     }
 
     #[test]

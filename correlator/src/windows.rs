@@ -126,6 +126,79 @@ impl Spare {
     }
 }
 
+/// Windows by the ids of their calls (or of their items), keyed by a 64-bit hash of the id.
+///
+/// Why a hash: the index holds every held window's calls (tens of thousands on a busy relay,
+/// since closed windows are kept for late reports), and a key that is the id itself is compared
+/// through a pointer on every probe, a cache miss each time on a table that size. A hash is
+/// compared in place. It may point at the wrong window, never at nothing that matters:
+/// every reader checks that the window it gets issued the id ([`Tracker::issued`], the
+/// continuation's check), and an id whose hash another window's different id already holds is
+/// kept by its text in `collided` (checked first, empty in practice), so no id is lost.
+#[derive(Default)]
+struct IdIndex {
+    by_hash: FxHashMap<u64, WinId>,
+    collided: FxHashMap<Arc<str>, WinId>,
+}
+
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    // The unit tests make collisions on purpose (no two real ids are known to collide).
+    #[cfg(test)]
+    if id.starts_with("same-hash-") {
+        return 0;
+    }
+    rustc_hash::FxBuildHasher.hash_one(id)
+}
+
+impl IdIndex {
+    /// The window that may have issued `id` (the caller checks that it did).
+    fn get(&self, id: &str) -> Option<WinId> {
+        if !self.collided.is_empty() {
+            if let Some(w) = self.collided.get(id) {
+                return Some(*w);
+            }
+        }
+        self.by_hash.get(&id_hash(id)).copied()
+    }
+
+    /// Indexes `id` for window `w`. `holds(other)` says whether window `other`, which holds
+    /// the id's hash, has a call with exactly this id: then the id is repeated and the newest
+    /// window takes it (as a continuation would find it), else the hashes collide.
+    fn insert(&mut self, id: &Arc<str>, w: WinId, holds: impl FnOnce(WinId) -> bool) {
+        use std::collections::hash_map::Entry;
+        match self.by_hash.entry(id_hash(id)) {
+            Entry::Vacant(v) => {
+                v.insert(w);
+            }
+            Entry::Occupied(mut o) => {
+                let other = *o.get();
+                if other == w || holds(other) {
+                    o.insert(w);
+                } else {
+                    self.collided.insert(id.clone(), w);
+                }
+            }
+        }
+    }
+
+    /// Forgets `id` for window `w` (not if the id has moved on to another window).
+    fn remove(&mut self, id: &str, w: WinId) {
+        if !self.collided.is_empty() && self.collided.get(id) == Some(&w) {
+            self.collided.remove(id);
+            return;
+        }
+        let h = id_hash(id);
+        if self.by_hash.get(&h) == Some(&w) {
+            self.by_hash.remove(&h);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_hash.len() + self.collided.len()
+    }
+}
+
 /// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
 const MAX_NAMES: usize = 4096;
 
@@ -171,7 +244,7 @@ pub(crate) struct Call {
     /// When the call item was complete.
     pub(crate) at: Millis,
     pub(crate) call: Arc<str>,
-    pub(crate) item: Option<String>,
+    pub(crate) item: Option<Arc<str>>,
     /// Tool names and namespaces repeat across windows: interned (see [`Tracker::intern`]).
     pub(crate) name: Arc<str>,
     pub(crate) namespace: Option<Arc<str>>,
@@ -251,12 +324,66 @@ impl Window {
     }
 
     /// The time the window became final, if it has.
-    fn final_at(&self) -> Option<Millis> {
+    pub(crate) fn final_at(&self) -> Option<Millis> {
         match self.state {
             WindowState::Open => None,
             WindowState::Closed(t) | WindowState::Broken(t) => Some(t),
         }
     }
+}
+
+/// Which window a hint of an interval leaves (docs/design.md §4 "same identity": the window
+/// whose response issued every call a hint names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Named {
+    /// No hint names a call: identity leaves every window (but the thread's).
+    Any,
+    /// Every call the hints name is one of this window's response.
+    Window(WinId),
+    /// A hint names a call the relay did not see by the interval's start, or two hints name
+    /// calls of two responses: no window issued them all.
+    NoWindow,
+}
+
+impl Named {
+    /// Adds one more named call's window (`None`: a call the relay did not see).
+    pub(crate) fn and(self, window: Option<WinId>) -> Named {
+        match (self, window) {
+            (_, None) | (Named::NoWindow, _) => Named::NoWindow,
+            (Named::Any, Some(w)) => Named::Window(w),
+            (Named::Window(a), Some(b)) if a == b => self,
+            (Named::Window(_), Some(_)) => Named::NoWindow,
+        }
+    }
+}
+
+/// An interval's identity: the window its naming hints leave, and its `thread` hint.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Identity<'a> {
+    pub(crate) named: Named,
+    pub(crate) thread: Option<&'a str>,
+}
+
+impl Identity<'_> {
+    /// Does the identity leave window `w` (handle `id`)? It must have issued every named call,
+    /// and its thread, when known, must be the `thread` hint, when given.
+    pub(crate) fn allows(&self, id: WinId, w: &Window) -> bool {
+        let named = match self.named {
+            Named::Any => true,
+            Named::Window(n) => n == id,
+            Named::NoWindow => false,
+        };
+        named && !matches!((self.thread, &w.thread), (Some(a), Some(b)) if a != &**b)
+    }
+}
+
+/// How a window stands for an interval: not eligible by host or route, eligible by those
+/// alone but ruled out by the interval's identity, or eligible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fit {
+    No,
+    RuledOut,
+    Eligible,
 }
 
 struct StreamState {
@@ -281,8 +408,9 @@ struct ResponseState {
 #[derive(Debug, Clone)]
 pub(crate) struct LostSpan {
     pub(crate) stream: String,
-    /// The stream's host, when known.
+    /// The stream's host and thread, when known.
     pub(crate) host: Option<Arc<str>>,
+    pub(crate) thread: Option<Arc<str>>,
     pub(crate) open: Millis,
     pub(crate) close: Option<Millis>,
     pub(crate) lost_at: Millis,
@@ -314,9 +442,14 @@ pub(crate) struct Tracker {
     /// `max_window`, and adding a constant keeps the order (float addition is monotone), so
     /// the first open window is the first to expire. No second ordered set to keep in step.
     open: Vec<(Time, WinId)>,
-    /// Open windows by their response id and by their calls' ids (for continuations).
+    /// Open windows by their response id (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
-    open_by_call: FxHashMap<Arc<str>, WinId>,
+    /// Every held window (open or final) by its calls' ids and by their item ids: a request's
+    /// outputs find the open window they continue through it, and an interval's hints find the
+    /// call they name (docs/design.md §4 "names"), whichever state its window is in. One map
+    /// for both uses, so a call costs one insertion; an entry leaves with its window.
+    by_call: IdIndex,
+    by_item: IdIndex,
     /// Closed windows in close order (closes happen in time order).
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
@@ -436,8 +569,40 @@ impl Tracker {
         })
     }
 
-    pub(crate) fn broken_windows(&self) -> impl Iterator<Item = &Window> + '_ {
-        self.broken.iter().filter_map(|id| self.windows.get(*id))
+    /// Broken windows, in break order, with their handles.
+    pub(crate) fn broken_windows(&self) -> impl DoubleEndedIterator<Item = (WinId, &Window)> + '_ {
+        self.broken
+            .iter()
+            .filter_map(|id| Some((*id, self.windows.get(*id)?)))
+    }
+
+    /// The window whose response issued the call a hint names (docs/design.md §4): a call
+    /// complete at or before `s` whose call id (`by_item`: item id) is `id`. `None` when the
+    /// relay saw no such call by `s`, or its window was dropped (see [`Tracker::forget_before`]).
+    pub(crate) fn named(&self, id: &str, by_item: bool, s: Millis) -> Option<WinId> {
+        let index = if by_item {
+            &self.by_item
+        } else {
+            &self.by_call
+        };
+        let wid = index.get(id)?;
+        self.issued(wid, id, by_item, s).then_some(wid)
+    }
+
+    /// Did window `wid`'s response issue a call complete by `s` whose call id (`by_item`: item
+    /// id) is `id`? Ids are unique, so a hint naming a call of a window already found needs no
+    /// lookup in the index.
+    pub(crate) fn issued(&self, wid: WinId, id: &str, by_item: bool, s: Millis) -> bool {
+        self.windows.get(wid).is_some_and(|w| {
+            w.calls.iter().any(|c| {
+                let cid = if by_item {
+                    c.item.as_deref()
+                } else {
+                    Some(&*c.call)
+                };
+                cid == Some(id) && c.at <= s
+            })
+        })
     }
 
     pub(crate) fn lost_spans(&self) -> &[LostSpan] {
@@ -516,16 +681,25 @@ impl Tracker {
             }
         }
         for c in outputs {
-            if let Some(id) = self.open_by_call.get(c.as_str()) {
-                if !continued.contains(id) {
-                    continued.push(*id);
+            if let Some(id) = self.by_call.get(c.as_str()) {
+                // The index is by hash: the window must have the call.
+                let issued = self
+                    .windows
+                    .get(id)
+                    .is_some_and(|w| w.calls.iter().any(|x| *x.call == **c));
+                if issued && !continued.contains(&id) {
+                    continued.push(id);
                 }
             }
         }
         for &id in &continued {
-            let compatible = match (&thread, self.windows.get(id).map(|w| &w.thread)) {
-                (Some(a), Some(Some(b))) => a == b,
-                _ => true,
+            // `by_call` also holds final windows: only an open one can be continued.
+            let compatible = match self.windows.get(id) {
+                Some(w) if w.is_open() => match (&thread, &w.thread) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                },
+                _ => false,
             };
             if compatible {
                 self.close(id, t, request);
@@ -557,10 +731,9 @@ impl Tracker {
             return;
         };
         if let Some(id) = rs.window {
+            // Indexed whatever the window's state: a hint may name the call later.
+            self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
-                if w.is_open() {
-                    self.open_by_call.insert(call.call.clone(), id);
-                }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
                 if w.calls.len() < 4 {
@@ -595,7 +768,6 @@ impl Tracker {
             .map(|(_, e, _)| *e)
             .fold(f64::NEG_INFINITY, f64::max);
 
-        let call_id = call.call.clone();
         let response = rs.name.clone();
         let id = self.windows.insert(Window {
             thread,
@@ -603,7 +775,8 @@ impl Tracker {
             stream,
             response: response.clone(),
             open: t,
-            calls: vec![call],
+            // Room for the one call it opens with (most responses make one or a few).
+            calls: Vec::with_capacity(1),
             state: WindowState::Open,
             request: None,
             response_end: None,
@@ -620,7 +793,10 @@ impl Tracker {
         });
         rs.window = Some(id);
         self.open_by_response.insert(response, id);
-        self.open_by_call.insert(call_id, id);
+        self.index_call(&call, id);
+        if let Some(w) = self.windows.get_mut(id) {
+            w.calls.push(call);
+        }
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
         let spare = &mut self.spare_lists;
@@ -628,6 +804,27 @@ impl Tracker {
             .entry(thread_key)
             .or_insert_with(|| spare.take())
             .push(id);
+    }
+
+    /// Indexes a call of window `id` by its call id and item id, before it joins the window's
+    /// calls (so an id the window's earlier calls share is told from a hash collision).
+    fn index_call(&mut self, call: &Call, id: WinId) {
+        let windows = &self.windows;
+        let has = |other: WinId, item: bool| {
+            windows.get(other).is_some_and(|w| {
+                w.calls.iter().any(|c| {
+                    if item {
+                        c.item.is_some() && c.item == call.item
+                    } else {
+                        c.call == call.call
+                    }
+                })
+            })
+        };
+        self.by_call.insert(&call.call, id, |o| has(o, false));
+        if let Some(item) = &call.item {
+            self.by_item.insert(item, id, |o| has(o, true));
+        }
     }
 
     pub(crate) fn response_end(
@@ -693,6 +890,7 @@ impl Tracker {
         self.lost.push(LostSpan {
             stream: stream.to_string(),
             host: st.host.clone(),
+            thread: st.thread.clone(),
             open: st.open,
             close: None,
             lost_at: t,
@@ -768,42 +966,52 @@ impl Tracker {
         self.reported_now.push((start, end, host));
     }
 
-    /// Takes window `id` as a candidate of a pending interval (one more reference: it stays
-    /// until the interval is decided) if it is eligible for it: every window under
-    /// `--candidates all`; else one whose host is not known to differ from the interval's
-    /// `host`, with a call complete by `start` that could have issued the interval's tool of
-    /// visible `names` (docs/design.md §4; [`Window::first_call_for`], remembered for the window
-    /// until it gets another call). One lookup of the window for both.
+    /// How window `id` stands for an interval of `host`, alias and tool of visible `names`,
+    /// starting at `start`, with `identity` (docs/design.md §4 "eligible"): every window under
+    /// `--candidates all`; else its host must not be known to differ, its response must have a
+    /// call complete by `start` that could have issued the tool ([`Window::first_call_for`],
+    /// remembered for the window until it gets another call), and then the identity decides
+    /// between eligible and ruled out. `None` for a window no longer held.
     #[inline]
-    pub(crate) fn hold_if_eligible(
+    pub(crate) fn fit(
         &mut self,
         id: WinId,
         host: Option<&Arc<str>>,
         names: &Arc<Names>,
         start: Millis,
-    ) -> bool {
+        identity: &Identity<'_>,
+    ) -> Option<Fit> {
         let all = self.all_hosts;
-        let Some(w) = self.windows.get_mut(id) else {
-            return false;
-        };
-        let eligible = all || {
-            let same_host = !matches!((host, &w.host), (Some(a), Some(b)) if a != b);
-            same_host && {
-                let first = match &w.route_memo {
-                    Some((n, at)) if Arc::ptr_eq(n, names) => *at,
-                    _ => {
-                        let at = w.first_call_for(names);
-                        w.route_memo = Some((names.clone(), at));
-                        at
-                    }
-                };
-                first <= start
+        let w = self.windows.get_mut(id)?;
+        if all {
+            return Some(Fit::Eligible);
+        }
+        if matches!((host, &w.host), (Some(a), Some(b)) if a != b) {
+            return Some(Fit::No);
+        }
+        let first = match &w.route_memo {
+            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
+            _ => {
+                let at = w.first_call_for(names);
+                w.route_memo = Some((names.clone(), at));
+                at
             }
         };
-        if eligible {
+        Some(if first > start {
+            Fit::No
+        } else if identity.allows(id, w) {
+            Fit::Eligible
+        } else {
+            Fit::RuledOut
+        })
+    }
+
+    /// A pending interval takes window `id` as a candidate: it stays until the interval is
+    /// decided (see [`Tracker::unref`]).
+    pub(crate) fn hold(&mut self, id: WinId) {
+        if let Some(w) = self.windows.get_mut(id) {
             w.refs += 1;
         }
-        eligible
     }
 
     /// The first moment at or after `from` at which window `id` could be given up, if it can
@@ -841,14 +1049,6 @@ impl Tracker {
             self.open.remove(at);
         }
         self.open_by_response.remove(&w.response);
-        for c in &w.calls {
-            // One lookup: removed, and put back in the rare case it names another window.
-            if let Some((call, other)) = self.open_by_call.remove_entry(&c.call) {
-                if other != id {
-                    self.open_by_call.insert(call, other);
-                }
-            }
-        }
         Some(w)
     }
 
@@ -879,9 +1079,26 @@ impl Tracker {
         ch.global = true;
     }
 
-    /// Drops what no decision about an interval starting at or after `horizon` can need:
-    /// windows final before it (unless broken with no later request of their thread), lost
-    /// spans closed before it, and windows no longer waited on.
+    /// Drops what no decision about an interval starting at or after `horizon` can need
+    /// (docs/design.md §4; such an interval ends at or after `horizon` too):
+    /// - a window closed before `horizon`: it cannot contain the interval (it closed before
+    ///   its end), nor point at it for `identity_conflict` (that needs a window neither
+    ///   closed nor broken before the end);
+    /// - a broken window that opened more than `max_window` before `horizon`: it opened more
+    ///   than `max_window` before the interval's end, so it is no candidate and cannot make
+    ///   it `incomplete`; nor one that broke before `horizon` after a request of its thread
+    ///   (it can make nothing `incomplete`, and broke before the end);
+    /// - a lost span whose stream closed before `horizon`: the stream was not open during the
+    ///   interval.
+    ///
+    /// So however long the run, what is held is what the last `retain` + `max_window` of
+    /// traffic left (plus what is open). A window a pending interval holds stays until it is
+    /// decided. The one thing this gives up: the calls of a dropped window can no longer be
+    /// named by a hint (docs/design.md §4 "names"), so a hint naming one reads as naming an
+    /// unseen call (`tool_use_id`, `item_id`) or nothing (`call_id`). That takes an MCP call
+    /// that started after its call's window closed (or more than `max_window` after it
+    /// opened) and was reported more than `retain` after that: a host runs a call as soon as
+    /// its item is complete and the continuation follows the call's end.
     pub(crate) fn forget_before(&mut self, horizon: Millis) {
         if horizon <= self.forgotten_before {
             return;
@@ -893,13 +1110,14 @@ impl Tracker {
             self.closed.pop_front();
             self.drop_window_if_unwaited(id);
         }
-        let windows = &self.windows;
+        let (windows, max_window) = (&self.windows, self.max_window);
         let mut keep = VecDeque::with_capacity(self.broken.len());
         let mut dropped = Vec::new();
         for id in self.broken.drain(..) {
             let Some(w) = windows.get(id) else { continue };
-            let gone = w.final_at().is_some_and(|b| b < horizon)
+            let spoke = w.final_at().is_some_and(|b| b < horizon)
                 && w.next_request.is_some_and(|q| q < horizon);
+            let gone = spoke || w.open + max_window < horizon;
             if gone {
                 dropped.push(id);
             } else {
@@ -931,6 +1149,21 @@ impl Tracker {
                 }
             }
         }
+        self.remove_window(id);
+    }
+
+    /// Drops window `id` and its calls' entries in the id indexes (those that still point
+    /// to it: a duplicated id may have moved on to a later window).
+    fn remove_window(&mut self, id: WinId) {
+        let Some(w) = self.windows.get(id) else {
+            return;
+        };
+        for c in &w.calls {
+            self.by_call.remove(&c.call, id);
+            if let Some(item) = &c.item {
+                self.by_item.remove(item, id);
+            }
+        }
         self.windows.remove(id);
     }
 
@@ -951,13 +1184,25 @@ impl Tracker {
             WindowState::Open => true,
         };
         if !indexed {
-            self.windows.remove(id);
+            self.remove_window(id);
         }
     }
 
     /// How many windows the tracker holds (for tests and memory reports).
     pub(crate) fn window_count(&self) -> usize {
         self.windows.len()
+    }
+
+    /// How much of each kind of state the tracker holds: windows (open and final), broken
+    /// windows, lost spans, indexed call and item ids, threads awaiting a request.
+    pub(crate) fn sizes(&self) -> [usize; 5] {
+        [
+            self.windows.len(),
+            self.broken.len(),
+            self.lost.len(),
+            self.by_call.len() + self.by_item.len(),
+            self.awaiting_request.len(),
+        ]
     }
 }
 
@@ -973,7 +1218,8 @@ mod tests {
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
-            calls: Vec::new(),
+            // Room for the one call it opens with (most responses make one or a few).
+            calls: Vec::with_capacity(1),
             state: WindowState::Open,
             request: None,
             response_end: None,
@@ -1003,6 +1249,36 @@ mod tests {
         slab.remove(first);
         assert_eq!(slab.len(), 1);
         assert!(slab.get_mut(second).is_some());
+    }
+
+    #[test]
+    fn ids_whose_hashes_collide_are_all_found() {
+        let mut index = IdIndex::default();
+        let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) =
+            ("same-hash-a".into(), "same-hash-b".into(), "other".into());
+        // Window 1 holds a; window 2's b has the same hash and is not a repeat of a.
+        index.insert(&a, 1, |_| unreachable!("a vacant slot asks nobody"));
+        index.insert(&b, 2, |other| {
+            assert_eq!(other, 1);
+            false
+        });
+        index.insert(&c, 3, |_| unreachable!());
+        assert_eq!(index.get(&a), Some(1));
+        assert_eq!(index.get(&b), Some(2));
+        assert_eq!(index.get(&c), Some(3));
+        assert_eq!(index.len(), 3);
+        // A repeated id moves to the newest window.
+        index.insert(&a, 4, |other| other == 1);
+        assert_eq!(index.get(&a), Some(4));
+        // Removing for a window that no longer holds the id leaves it alone.
+        index.remove(&a, 1);
+        assert_eq!(index.get(&a), Some(4));
+        index.remove(&b, 2);
+        assert_eq!(index.get(&b), Some(4), "only the hash's holder is left");
+        index.remove(&a, 4);
+        index.remove(&c, 3);
+        assert_eq!(index.get(&a), None);
+        assert_eq!(index.len(), 0);
     }
 
     #[test]

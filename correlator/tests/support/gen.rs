@@ -5,6 +5,14 @@
 //! are not MCP) that runs nested inside the parent's window; calls name several MCP servers and
 //! tools in each host's own naming, tools that are not MCP, and Codex code mode's `exec`.
 //!
+//! What the identity rule (docs/design.md §4 "same identity") is about is made on purpose: a
+//! response launching two or three subagents at once whose calls use one tool and overlap;
+//! code-mode calls whose only hints are a fresh `exec-…` call id and the thread; hints naming
+//! another call, or one the relay never saw (made up, or complete only after the call
+//! started); thread hints of another thread of the trace or of none; lost streams on the
+//! trace's threads, on other threads and on unknown ones; and `max_window`s short enough that
+//! windows opened longer than that before a later call's end are common.
+//!
 //! Each "agent" (a thread's relay traffic, one MCP call, a side request, some noise) writes its
 //! own events in time order; the agents are then merged with ties broken at random, so
 //! equal times from different agents land in any file order while each agent's own order
@@ -221,8 +229,21 @@ impl Gen {
         }
     }
 
+    /// A Codex `thread` hint: mostly the call's own thread; sometimes another thread of the
+    /// trace (a sibling's, a stranger's), one no stream has, or none.
+    fn thread_hint(&mut self, own: &Option<String>) -> Option<String> {
+        match self.rng.below(20) {
+            0..=11 => own.clone(),
+            12..=13 if !self.threads.is_empty() => Some(self.rng.pick(&self.threads)),
+            14 => Some(self.rng.pick(&["thA".to_string(), "thB".to_string()])),
+            _ => None,
+        }
+    }
+
     /// The MCP side of one executed call: an optional `mcp_start`, then (almost always) the
     /// `mcp_interval` report.
+    /// A subagent of a burst (`focus`: the tool its siblings call too) runs calls long enough
+    /// that its siblings' overlap them.
     fn mcp_call(
         &mut self,
         host: Host,
@@ -230,9 +251,10 @@ impl Gen {
         thread: &Option<String>,
         start: Millis,
         host_id: &Option<String>,
+        focus: Option<usize>,
     ) -> Millis {
         let s = start;
-        let e = s + self.steps(3);
+        let e = s + self.steps(3) + if focus.is_some() { 4.0 } else { 0.0 };
         self.spans.push((s, e));
         let report = if self.rng.chance(15) {
             e + 5.0 + self.rng.below(60) as f64 * 0.5
@@ -240,9 +262,11 @@ impl Gen {
             e + self.steps(1)
         };
         let interval = self.id("i");
-        // Mostly the tool the call named; code mode, orphans and a few others any tool.
-        let which = match call.what {
-            Asks::Mcp(i) if self.rng.chance(88) => i,
+        // Mostly the tool the call named (a burst's code-mode calls its siblings' tool);
+        // code mode, orphans and a few others any tool.
+        let which = match (call.what, focus) {
+            (Asks::Mcp(i), _) if self.rng.chance(88) => i,
+            (Asks::AnyMcp, Some(i)) if self.rng.chance(80) => i,
             _ => self.rng.below(TOOLS.len()),
         };
         let (alias, tool) = (TOOLS[which].0.to_string(), TOOLS[which].1.to_string());
@@ -276,6 +300,16 @@ impl Gen {
                 tool_use_id: self.hint(Some(call.call.clone()), |o| Some(o.call.clone())),
                 ..Hints::default()
             },
+            // Code mode: a call made from the `exec` program carries only a fresh `exec-…`
+            // call id (one the model never saw) and the thread.
+            Host::CodexWs | Host::CodexHttp if call.what == Asks::AnyMcp && self.rng.chance(45) => {
+                let thread = self.thread_hint(thread);
+                Hints {
+                    call_id: Some(self.id("exec-")),
+                    thread,
+                    ..Hints::default()
+                }
+            }
             Host::CodexWs | Host::CodexHttp => {
                 let item_id = self.hint(call.item.clone(), |o| o.item.clone());
                 let call_id = match self.rng.below(10) {
@@ -283,11 +317,7 @@ impl Gen {
                     5..=7 => Some(self.id("exec-")),
                     _ => None,
                 };
-                let thread = match self.rng.below(10) {
-                    0..=5 => thread.clone(),
-                    6 => Some(self.rng.pick(&["thA".to_string(), "thB".to_string()])),
-                    _ => None,
-                };
+                let thread = self.thread_hint(thread);
                 Hints {
                     tool_use_id: None,
                     item_id,
@@ -416,11 +446,13 @@ impl Gen {
             Some(self.rng.pick(&self.host_ids))
         };
         let at = self.rng.below(self.spread) as f64 * 0.5;
-        self.thread(host, thread, host_id, at, max_turns, 0);
+        self.thread(host, thread, host_id, at, max_turns, 0, None);
     }
 
     /// A thread's turns from `at`; returns when its last event was. A subagent (`depth` > 0)
-    /// shares its parent's host process.
+    /// shares its parent's host process. A subagent launched in a burst with its siblings has
+    /// a `focus`: the one MCP tool all of them call, in their first turn at least.
+    #[allow(clippy::too_many_arguments)]
     fn thread(
         &mut self,
         host: Host,
@@ -429,6 +461,7 @@ impl Gen {
         at: Millis,
         max_turns: usize,
         depth: usize,
+        focus: Option<usize>,
     ) -> Millis {
         let mut a = Agent::at(at);
         let mut ws: Option<String> = None;
@@ -494,16 +527,41 @@ impl Gen {
             );
             // A tool loop ends with a plain answer; a last response with calls leaves a window
             // that nothing ever closes.
-            let n_calls = if turn + 1 == turns && !self.trouble(8) {
+            // A burst: one response launching two or three subagents at once (Claude Code's
+            // parallel `Agent` calls, Codex's `spawn_agent` twice), which all call one tool.
+            let burst = depth == 0 && turn + 1 < turns && self.rng.chance(15);
+            let n_calls = if burst {
+                2 + self.rng.below(2)
+            } else if focus.is_some() && turn == 0 {
+                1 + self.rng.below(2)
+            } else if turn + 1 == turns && !self.trouble(8) {
                 0
             } else {
                 self.rng.pick(&[0, 1, 1, 1, 1, 2, 2, 2, 3])
             };
+            let burst_tool = if self.rng.chance(70) {
+                0
+            } else {
+                self.rng.below(TOOLS.len())
+            };
             let mut calls = Vec::new();
             for _ in 0..n_calls {
-                let dt = self.steps(2);
+                let dt = if burst {
+                    self.rng.pick(&[0.0, 0.0, 0.25])
+                } else {
+                    self.steps(2)
+                };
                 let roll = self.rng.below(100);
-                let what = if roll < 10 && depth < 2 {
+                let what = if burst {
+                    Asks::Subagent
+                } else if let Some(tool) = focus.filter(|_| turn == 0 || roll < 60) {
+                    // Code mode runs the tool from a program as often as not.
+                    if host != Host::ClaudeHttp && self.rng.chance(40) {
+                        Asks::AnyMcp
+                    } else {
+                        Asks::Mcp(tool)
+                    }
+                } else if roll < 10 && depth < 2 {
                     Asks::Subagent
                 } else if roll < 18 {
                     Asks::NotMcp
@@ -601,6 +659,8 @@ impl Gen {
             // through the wrapper, a subagent as a thread of its own (nested inside this
             // window until it is done), other tools without any MCP call.
             let mut all_done = a.t;
+            // Siblings of a burst start together (each a step or two after its call item).
+            let burst_focus = burst.then_some(burst_tool);
             for c in &calls {
                 match c.what {
                     Asks::NotMcp => {}
@@ -612,10 +672,20 @@ impl Gen {
                             (_, _) if self.rng.chance(85) => Some(self.id("th")),
                             _ => None,
                         };
+                        if let Some(th) = &child {
+                            self.threads.push(th.clone());
+                        }
                         let start = c.t + self.steps(2);
                         let turns = 1 + self.rng.below(max_turns.min(3));
-                        let done =
-                            self.thread(host, child, host_id.clone(), start, turns, depth + 1);
+                        let done = self.thread(
+                            host,
+                            child,
+                            host_id.clone(),
+                            start,
+                            turns,
+                            depth + 1,
+                            burst_focus,
+                        );
                         all_done = all_done.max(done);
                     }
                     Asks::Mcp(_) | Asks::AnyMcp => {
@@ -625,7 +695,7 @@ impl Gen {
                             } else {
                                 c.t + self.steps(1)
                             };
-                            let e = self.mcp_call(host, c, &thread, start, &host_id);
+                            let e = self.mcp_call(host, c, &thread, start, &host_id, focus);
                             all_done = all_done.max(e);
                         }
                     }
@@ -763,7 +833,14 @@ impl Gen {
         };
         let mut a = Agent::at(open_at);
         let host_id = self.some_host();
-        let stream = self.open_stream(&mut a, 0.0, Host::ClaudeHttp, &None, &host_id);
+        // Its thread: unknown, one of the trace's (it may hide that thread's windows), or
+        // another one (it cannot hide a window of a call whose thread hint differs).
+        let thread = match self.rng.below(3) {
+            0 => None,
+            1 if !self.threads.is_empty() => Some(self.rng.pick(&self.threads)),
+            _ => Some(self.id("th-lossy")),
+        };
+        let stream = self.open_stream(&mut a, 0.0, Host::CodexHttp, &thread, &host_id);
         let dt = match close_at {
             Some(c) => (c - open_at) / 2.0,
             None => self.steps(3),
@@ -795,7 +872,7 @@ impl Gen {
         };
         let host = self.rng.pick(&[Host::ClaudeHttp, Host::CodexWs]);
         let host_id = self.some_host();
-        self.mcp_call(host, &fake, &None, start, &host_id);
+        self.mcp_call(host, &fake, &None, start, &host_id, None);
     }
 
     /// One of the trace's hosts, or an unknown one.
@@ -867,8 +944,10 @@ pub fn generate(shape: Shape) -> Generated {
         } else {
             WindowOpen::Call
         },
-        max_window: if g.trouble(15) {
-            g.rng.pick(&[2.0, 5.0, 12.5, 30.0])
+        // Short ones break windows; the longer ones leave windows that opened more than
+        // `max_window` before a later call's end without breaking most of them.
+        max_window: if g.trouble(15) || g.rng.chance(20) {
+            g.rng.pick(&[2.0, 5.0, 12.5, 30.0, 60.0, 120.0, 250.0])
         } else {
             1.0e6
         },
@@ -895,8 +974,10 @@ pub fn generate(shape: Shape) -> Generated {
             g.cross_thread_continuation();
         }
     }
-    if g.trouble(12) {
-        g.lossy_stream(span);
+    if g.trouble(12) || g.rng.chance(10) {
+        for _ in 0..1 + g.rng.below(2) {
+            g.lossy_stream(span);
+        }
     }
     for _ in 0..g.rng.below(3) {
         g.orphan_call(span);

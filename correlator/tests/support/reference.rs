@@ -9,15 +9,23 @@
 //! The points the text leaves open are read as the lead's brief states them (numbered 1–11
 //! there); the comments below cite those numbers as "brief n".
 //!
-//! Hosts and eligibility (docs/design.md §3 "Host", §4 "eligible") are read as written: a window is
-//! eligible for an interval when the hosts do not differ (a null host never rules anything
-//! out) and its response has a call complete by the interval's start that routes to the
-//! interval's alias and tool, or is `custom`; only eligible windows are candidates, contain it
-//! or break it into `incomplete`; a loss counts only on a stream whose host does not differ
-//! from the interval's; an MCP call counts for a window's give-up only if its host does not
-//! differ from the window's. A candidate is given up at the first moment T (at or after
-//! `close_wait` past the interval's end) at which the conditions hold, before the report or
-//! not, and stays so. Under `--candidates all` every window is eligible and every host counts.
+//! Hosts, identity and eligibility (docs/design.md §3 "Host", §4 "names", "eligible") are read
+//! as written: a hint names a call among those complete by the interval's start (a
+//! `tool_use_id` or `item_id` always, a `call_id` only when it equals an observed call's id);
+//! a window is eligible for an interval when the hosts do not differ (a null host never rules
+//! anything out), its response has a call complete by the interval's start that routes to the
+//! interval's alias and tool or is `custom`, its response issued every named call, and its
+//! thread, when known, equals a `thread` hint. A candidate is an eligible window that opened
+//! by the start and no longer than `max_window` before the end; only candidates contain the
+//! interval or break it into `incomplete`. A loss counts only on a stream whose host and thread
+//! are not known to differ from the interval's host and `thread` hint, and none counts when a
+//! hint names a call observed in an eligible window. `identity_conflict` is read as "no
+//! eligible window contains it, and a window that only the identity ruled out was open
+//! throughout it, or still is" (see [`World::pointed_at`]). An MCP call counts for a window's
+//! give-up only if its host does not differ from the window's. A candidate is given up at the
+//! first moment T (at or after `close_wait` past the interval's end) at which the conditions
+//! hold, before the report or not, and stays so. Under `--candidates all` every window is
+//! eligible, every loss and host counts, and a hint only contradicts the one containing window.
 //! Routing is written out here again from the text (Claude's normalization, Codex's sanitizing
 //! and SHA-1 suffixes) for the short names the generator uses; the 128-byte cap never applies
 //! to them.
@@ -374,12 +382,15 @@ impl World<'_> {
         self.config.candidates == Candidates::All
     }
 
-    /// §4 "eligible": same host (or one unknown), and a call complete by the interval's start
-    /// that routes to its alias and tool or is `custom`. Every window, with `--candidates all`.
+    /// §4 "eligible": same host (or one unknown), a call complete by the interval's start
+    /// that routes to its alias and tool or is `custom`, and the same identity. Every window,
+    /// with `--candidates all`.
     fn eligible(&self, w: &Window, iv: &Interval) -> bool {
-        if self.all() {
-            return true;
-        }
+        self.all() || (self.eligible_by_host_and_route(w, iv) && self.same_identity(w, iv))
+    }
+
+    /// The first two conditions of §4 "eligible" alone.
+    fn eligible_by_host_and_route(&self, w: &Window, iv: &Interval) -> bool {
         if differ(&w.host, &iv.host) {
             return false;
         }
@@ -388,6 +399,80 @@ impl World<'_> {
                 && (c.kind == CallKind::Custom
                     || routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
         })
+    }
+
+    /// §4 "names": the responses that issued a call complete at or before the interval's start
+    /// (on any stream) whose call id (`item`: item id) equals `id`.
+    fn issuers(&self, id: &str, item: bool, s: Millis) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .responses
+            .iter()
+            .filter(|(_, r)| {
+                r.calls.iter().any(|c| {
+                    let cid = if item {
+                        c.item.as_deref()
+                    } else {
+                        Some(c.call.as_str())
+                    };
+                    c.t <= s && cid == Some(id)
+                })
+            })
+            .map(|(r_id, _)| r_id.as_str())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The calls the interval's hints name, each as the responses that issued it (an empty
+    /// list: a call the relay did not see). A `tool_use_id` or `item_id` always names a call;
+    /// a `call_id` only when it equals an observed call's id.
+    fn named_calls(&self, iv: &Interval) -> Vec<Vec<&str>> {
+        let h = &iv.hints;
+        let mut named = Vec::new();
+        if let Some(id) = &h.tool_use_id {
+            named.push(self.issuers(id, false, iv.s));
+        }
+        if let Some(id) = &h.item_id {
+            named.push(self.issuers(id, true, iv.s));
+        }
+        if let Some(id) = &h.call_id {
+            let issuers = self.issuers(id, false, iv.s);
+            if !issuers.is_empty() {
+                named.push(issuers);
+            }
+        }
+        named
+    }
+
+    /// §4 "same identity": W's response issued every call a hint names, and a `thread` hint
+    /// equals W's thread when that is known.
+    fn same_identity(&self, w: &Window, iv: &Interval) -> bool {
+        let issued_all = self
+            .named_calls(iv)
+            .iter()
+            .all(|issuers| issuers.contains(&w.response.as_str()));
+        let thread_ok = match (&iv.hints.thread, &w.thread) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        issued_all && thread_ok
+    }
+
+    /// §4 rule 1's exception: a hint names a call that was observed in an eligible window.
+    fn names_a_call_in_an_eligible_window(&self, iv: &Interval) -> bool {
+        self.named_calls(iv).iter().any(|issuers| {
+            issuers.iter().any(|r| {
+                self.windows
+                    .iter()
+                    .any(|w| w.response == *r && self.eligible(w, iv))
+            })
+        })
+    }
+
+    /// §4 "candidate": eligible, its first call complete by s, opened no longer than
+    /// `max_window` before e (both modes).
+    fn candidate(&self, w: &Window, iv: &Interval) -> bool {
+        w.open <= iv.s && w.open >= iv.e - self.config.max_window && self.eligible(w, iv)
     }
 
     /// Brief 2: does request `q` continue response `r`?
@@ -529,25 +614,29 @@ impl World<'_> {
         self.first_give_up(wi, k).is_some_and(|g| g <= t)
     }
 
-    /// Brief 6: `incomplete` holds at `t` for interval `iv` (losses of its host or unknown
-    /// ones; eligible windows).
+    /// §4 rule 1: `incomplete` holds at `t` for interval `iv`: a loss on a stream open during
+    /// it, of a host not known to differ and a thread not known to differ from its `thread`
+    /// hint, unless a hint names a call observed in an eligible window (every loss counts with
+    /// `--candidates all`); or a candidate broke, its thread silent from its open to s.
     fn incomplete(&self, iv: &Interval, t: Millis) -> bool {
-        let lost = self.streams.values().any(|st| {
-            let span_end = match st.close_t {
-                Some(c) if c <= t => c,
-                _ => Millis::INFINITY,
-            };
-            st.open_t <= iv.e
-                && span_end >= iv.s
-                && st.lost.iter().any(|&l| l <= t)
-                && (self.all() || !differ(&st.host, &iv.host))
-        });
+        let hidden_possible = self.all() || !self.names_a_call_in_an_eligible_window(iv);
+        let lost = hidden_possible
+            && self.streams.values().any(|st| {
+                let span_end = match st.close_t {
+                    Some(c) if c <= t => c,
+                    _ => Millis::INFINITY,
+                };
+                st.open_t <= iv.e
+                    && span_end >= iv.s
+                    && st.lost.iter().any(|&l| l <= t)
+                    && (self.all()
+                        || (!differ(&st.host, &iv.host) && !differ(&st.thread, &iv.hints.thread)))
+            });
         if lost {
             return true;
         }
         self.windows.iter().any(|w| {
-            w.open <= iv.s
-                && self.eligible(w, iv)
+            self.candidate(w, iv)
                 && w.broken_by(t)
                 && !self
                     .requests
@@ -630,7 +719,7 @@ impl World<'_> {
             .windows
             .iter()
             .enumerate()
-            .filter(|(_, w)| w.open <= iv.s && self.eligible(w, iv))
+            .filter(|(_, w)| self.candidate(w, iv))
             .collect();
         let incomplete = self.incomplete(iv, t);
         if !incomplete && !forced {
@@ -671,18 +760,24 @@ impl World<'_> {
         } else if c.len() >= 2 {
             Some(Reason::Ambiguous)
         } else if c.is_empty() {
-            Some(Reason::NoWindow)
+            if !self.all() && self.pointed_at(iv, t) {
+                Some(Reason::IdentityConflict)
+            } else {
+                Some(Reason::NoWindow)
+            }
         } else if !c[0].closed_by(t) {
             Some(Reason::Unclosed)
+        } else if self.all() {
+            self.identity(iv, c[0])
         } else {
-            self.identity(iv, c[0], t)
+            None
         };
         if reason.is_some() {
             record.reason = reason;
             return Some(record);
         }
         let w = c[0];
-        record.evidence = self.evidence(iv, w, t);
+        record.evidence = self.evidence(iv, w);
         let (close_t, request) = w.close.clone().expect("closed");
         record.window = Some(WindowRef {
             thread: w.thread.clone(),
@@ -695,24 +790,47 @@ impl World<'_> {
         Some(record)
     }
 
-    /// R's calls known at `t`.
-    fn calls_by<'a>(&'a self, w: &Window, t: Millis) -> impl Iterator<Item = &'a Call> {
+    /// §4 rule 4 (default mode): a window eligible by host and route alone that the
+    /// interval's identity rules out, opened at or before s (response mode: its response
+    /// completed at or before s) and no longer than `max_window` before e, that had neither
+    /// closed nor broken before e by the decision at `t`. Read as a window the identity rules
+    /// out ("the timing points at a response that the call's own identity rules out"): an
+    /// eligible window that broke after e is no identity's doing.
+    fn pointed_at(&self, iv: &Interval, t: Millis) -> bool {
+        self.windows.iter().any(|w| {
+            let by_start = match self.config.window_open {
+                WindowOpen::Call => w.open <= iv.s,
+                WindowOpen::Response => self.completed_at(w).is_some_and(|c| c <= iv.s),
+            };
+            let final_before_end = w.close.as_ref().is_some_and(|(c, _)| *c < iv.e && *c <= t)
+                || w.broke.is_some_and(|b| b < iv.e && b <= t);
+            by_start
+                && w.open >= iv.e - self.config.max_window
+                && !final_before_end
+                && self.eligible_by_host_and_route(w, iv)
+                && !self.same_identity(w, iv)
+        })
+    }
+
+    /// R's calls complete at or before the interval's start: the ones a hint can name (§4
+    /// "names") and a route can be read off.
+    fn calls_by<'a>(&'a self, w: &Window, s: Millis) -> impl Iterator<Item = &'a Call> {
         self.responses[&w.response]
             .calls
             .iter()
-            .filter(move |c| c.t <= t)
+            .filter(move |c| c.t <= s)
     }
 
-    /// Brief 7: a hint that contradicts the one containing window.
-    fn identity(&self, iv: &Interval, w: &Window, t: Millis) -> Option<Reason> {
+    /// §4 rule 4 with `--candidates all`: a hint that contradicts the one containing window.
+    fn identity(&self, iv: &Interval, w: &Window) -> Option<Reason> {
         let h = &iv.hints;
         if let Some(id) = &h.tool_use_id {
-            if !self.calls_by(w, t).any(|c| &c.call == id) {
+            if !self.calls_by(w, iv.s).any(|c| &c.call == id) {
                 return Some(Reason::IdentityConflict);
             }
         }
         if let Some(id) = &h.item_id {
-            if !self.calls_by(w, t).any(|c| c.item.as_ref() == Some(id)) {
+            if !self.calls_by(w, iv.s).any(|c| c.item.as_ref() == Some(id)) {
                 return Some(Reason::IdentityConflict);
             }
         }
@@ -727,19 +845,20 @@ impl World<'_> {
     /// Brief 8. How a model-visible name maps to an MCP alias and tool is `correlator::resolves`'s
     /// business (tested on its own); which calls are asked, and where `route` goes, is the
     /// rule's.
-    fn evidence(&self, iv: &Interval, w: &Window, t: Millis) -> Vec<Evidence> {
+    fn evidence(&self, iv: &Interval, w: &Window) -> Vec<Evidence> {
         let h = &iv.hints;
         let mut ev = vec![Evidence::Containment];
+        let s = iv.s;
         let names_call = |id: &Option<String>| {
             id.as_ref()
-                .is_some_and(|id| self.calls_by(w, t).any(|c| &c.call == id))
+                .is_some_and(|id| self.calls_by(w, s).any(|c| &c.call == id))
         };
         if names_call(&h.tool_use_id) {
             ev.push(Evidence::ToolUseId);
         }
         if h.item_id
             .as_ref()
-            .is_some_and(|id| self.calls_by(w, t).any(|c| c.item.as_ref() == Some(id)))
+            .is_some_and(|id| self.calls_by(w, s).any(|c| c.item.as_ref() == Some(id)))
         {
             ev.push(Evidence::ItemId);
         }
@@ -756,10 +875,10 @@ impl World<'_> {
                 ev.push(Evidence::Host);
             }
         }
-        if self
-            .calls_by(w, t)
-            .any(|c| routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
-        {
+        if self.calls_by(w, s).any(|c| {
+            c.kind != CallKind::Custom
+                && routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool)
+        }) {
             ev.push(Evidence::Route);
         }
         ev
