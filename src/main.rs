@@ -16,6 +16,7 @@ mod report;
 mod run;
 mod stdout;
 mod tls;
+mod trace_file;
 mod wrap;
 
 use clap::{Parser, Subcommand};
