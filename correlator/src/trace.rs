@@ -288,17 +288,18 @@ mod fast {
         v2_keys: bool,
     }
 
-    /// Whether any of the eight bytes of `w` is `"`, `\\` or a control byte (below 0x20): the
-    /// classic "has a zero byte" test (exact about whether there is one) on `w` XOR each of the
-    /// two bytes, and its "has a byte less than n" form for the control bytes.
-    fn special(w: u64) -> bool {
+    /// Flags (the high bit of a byte) where the eight bytes of `w` (little-endian) are `"`, `\\`
+    /// or a control byte (below 0x20): the classic "has a zero byte" test on `w` XOR each of the
+    /// two bytes, and its "has a byte less than n" form for the control bytes. Non-zero exactly
+    /// when there is one, and its lowest flag is the first.
+    fn special(w: u64) -> u64 {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
         let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
         let quote = zero(w ^ (ONES * u64::from(b'"')));
         let backslash = zero(w ^ (ONES * u64::from(b'\\')));
         let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        quote | backslash | control != 0
+        quote | backslash | control
     }
 
     #[test]
@@ -308,11 +309,20 @@ mod fast {
                 let mut word = [b'a'; 8];
                 word[at] = byte;
                 let want = byte == b'"' || byte == b'\\' || byte < 0x20;
-                assert_eq!(special(u64::from_le_bytes(word)), want, "{byte:#x} at {at}");
+                let flags = special(u64::from_le_bytes(word));
+                assert_eq!(flags != 0, want, "{byte:#x} at {at}");
+                if want {
+                    assert_eq!(flags.trailing_zeros() / 8, at as u32, "{byte:#x} at {at}");
+                }
             }
         }
         // Bytes of UTF-8 sequences (0x80 and up) are never special, whatever their neighbours.
-        assert!(!special(u64::from_le_bytes(*b"\xe2\x80\x94a\xff\x80 ~")));
+        assert_eq!(special(u64::from_le_bytes(*b"\xe2\x80\x94a\xff\x80 ~")), 0);
+        // Two special bytes: the first is found, whatever follows it.
+        assert_eq!(
+            special(u64::from_le_bytes(*b"ab\"\x00\\\"\x1fc")).trailing_zeros() / 8,
+            2
+        );
     }
 
     /// Powers of ten up to 10^18 (a number has at most 18 digits here), each an exact `f64`.
@@ -374,8 +384,11 @@ mod fast {
             // and keys are 4 to 20 bytes: memchr's setup cost more than it saved), then byte by
             // byte to the one that does.
             while let Some(word) = b.get(end..end + 8) {
-                let w = u64::from_le_bytes(word.try_into().ok()?);
-                if special(w) {
+                let found = special(u64::from_le_bytes(word.try_into().ok()?));
+                if found != 0 {
+                    // The lowest flagged byte is the first special one (a false flag can only
+                    // follow a true one, where the subtraction borrowed).
+                    end += found.trailing_zeros() as usize / 8;
                     break;
                 }
                 end += 8;
