@@ -224,13 +224,16 @@ fn replay_file(
         }
         Ok(())
     };
-    while let Some(ev) = trace.next_event() {
-        let ev = ev.map_err(Stop::Trace)?;
+    while let Some(next) = trace.next_event() {
+        let ev = match next {
+            Ok(ref ev) => ev,
+            Err(e) => return Err(Stop::Trace(e)),
+        };
         let c = match &mut correlator {
             Some(c) => c,
             None => correlator.insert(Correlator::new(config_for(args, trace.options()))),
         };
-        c.push(&ev, &mut out);
+        c.push(ev, &mut out);
         if !out.is_empty() {
             drain(&mut out)?;
         }

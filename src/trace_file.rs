@@ -145,13 +145,10 @@ impl TraceFile {
                 }
             }
         }
-        match next? {
-            Ok(ev) => Some(Ok(ev)),
-            Err(e) => {
-                self.failed = true;
-                Some(Err(e.into()))
-            }
+        if let Some(Err(_)) = &next {
+            self.failed = true;
         }
+        next.map(|r| r.map_err(Into::into))
     }
 }
 

@@ -926,22 +926,27 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 }
                 None => return None,
             };
-            let parsed = if self.header_seen {
-                match fast::event(line, self.version) {
-                    Some(ev) => self.validator.check(&ev).map(|()| Some(ev)),
-                    None => object(line).and_then(|obj| {
-                        parse_event(&obj, self.version)
-                            .and_then(|ev| self.validator.check(&ev).map(|()| Some(ev)))
-                    }),
+            if !self.header_seen {
+                match object(line).and_then(|obj| self.header_line(obj)) {
+                    Ok(()) => continue,
+                    Err(f) => return Some(Err(self.lines.fail(f))),
                 }
-            } else {
-                object(line).and_then(|obj| self.header_line(obj).map(|()| None))
-            };
-            match parsed {
-                Ok(Some(ev)) => return Some(Ok(ev)),
-                Ok(None) => continue,
-                Err(f) => return Some(Err(self.lines.fail(f))),
             }
+            // The fast path first; anything it does not take, the strict path decides.
+            if let Some(ev) = fast::event(line, self.version) {
+                return Some(match self.validator.check(&ev) {
+                    Ok(()) => Ok(ev),
+                    Err(f) => Err(self.lines.fail(f)),
+                });
+            }
+            let ev = object(line).and_then(|obj| parse_event(&obj, self.version));
+            return Some(match ev {
+                Ok(ev) => match self.validator.check(&ev) {
+                    Ok(()) => Ok(ev),
+                    Err(f) => Err(self.lines.fail(f)),
+                },
+                Err(f) => Err(self.lines.fail(f)),
+            });
         }
     }
 }
