@@ -116,9 +116,9 @@ fn config_for(args: &ReplayArgs, header: Option<&HeaderOptions>) -> Config {
 }
 
 /// Where records go: stdout (or a pipe or device named by `-o`), or `FILE.partial` renamed to
-/// `FILE` once every trace has read cleanly. Either way records leave as they are decided; what tells a complete output from
-/// one cut short by a bad trace is the exit code and the error lines, and for a file also its
-/// name (`FILE` is only ever a complete output).
+/// `FILE` once every trace has read cleanly. Either way records leave as they are decided;
+/// what tells a complete output from one cut short by a bad trace is the exit code and the
+/// error lines, and for a file also its name (`FILE` is only ever a complete output).
 enum Sink {
     Stdout(BufWriter<crate::stdout::Stdout>),
     Direct(BufWriter<File>),
@@ -277,8 +277,8 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut sink = Sink::open(args.output.as_ref())?;
     let mut summary = Summary::default();
     let door = Door::replay();
-    let good: Vec<&PathBuf> = inputs.iter().filter_map(|f| f.as_ref().ok()).collect();
-    let names = trace_names(&good);
+    let listed: Vec<&PathBuf> = inputs.iter().filter_map(|f| f.as_ref().ok()).collect();
+    let names = trace_names(&listed);
     let mut bad = 0usize;
     let mut names = names.into_iter();
     // A reused line buffer: one allocation for the run, not one per record.
@@ -295,7 +295,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         };
         let name = names.next().flatten();
         // OTLP needs a trace's records beside its events (read again once it is done), so
-        // only an export holds them; plain replay keeps none.
+        // only an export holds them (the README says so); plain replay keeps none.
         let mut kept: Vec<Record> = Vec::new();
         let w = sink.writer();
         let mut emit = |r: &Record| -> anyhow::Result<()> {
@@ -364,7 +364,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         ),
         None => eprintln!(
-            "windowtap: error: {whole}: the records written are incomplete (each bad trace's stop at its bad line)"
+            "windowtap: error: {whole}: the records written are incomplete (a bad trace's records stop at its bad line)"
         ),
     }
     Ok(ExitCode::FAILURE)

@@ -1576,4 +1576,42 @@ mod tests {
         assert_eq!(err.line, 2);
         assert!(err.problem.to_string().contains("UTF-8"));
     }
+
+    /// An input that hands out at most a few bytes per read, as a pipe may.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// Lines are read in place from a buffer: lines cut across reads, a line longer than the
+    /// buffer, CRLF endings, blank lines and a last line without its break read as they do
+    /// whole, and a bad line is still named by its number.
+    #[test]
+    fn lines_cut_across_reads_or_longer_than_the_buffer_read_as_whole() {
+        let long = "x".repeat(700 * 1024);
+        let text = format!(
+            "{{\"type\":\"trace\",\"version\":2,\"note\":\"{long}\"}}\r\n\n  \n{OPEN}\r\n{}\n\n{}",
+            r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"stream_close","t":3,"stream":"s1"}"#,
+        );
+        let whole = read(&text).unwrap();
+        assert_eq!(whole.len(), 3);
+        for step in [1, 3, 7, 4096, 300 * 1024] {
+            let input = std::io::BufReader::with_capacity(5, Trickle(text.as_bytes(), step));
+            assert_eq!(read_all(input, "t.jsonl").unwrap(), whole, "step {step}");
+        }
+        let bad = format!("{text}\n{{\"type\":\"wat\",\"t\":4}}\n");
+        for step in [1, 7, 300 * 1024] {
+            let input = std::io::BufReader::with_capacity(5, Trickle(bad.as_bytes(), step));
+            let err = read_all(input, "t.jsonl").unwrap_err();
+            assert_eq!(err.line, 8, "step {step}");
+            assert_eq!(err.field, Some("type"));
+        }
+    }
 }
