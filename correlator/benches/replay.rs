@@ -59,10 +59,10 @@
 //! which callgrind counts as a few instructions each.
 //!
 //! `windowtap replay` end to end (issue 28, 2026-12-03, a slower VM; 8e5ea29 → the replay
-//! branch; docs/performance.md has the runs): it now streams, so its peak RSS is 39.4–39.9 MB
+//! branch; docs/performance.md has the runs): it now streams, so its peak RSS is 39.4–39.8 MB
 //! for 1M, 10M and 30M busy events alike (before: 139 MB for 1M, 1.2 GB for 10M), and reads
-//! lines in place: 1M busy events in 0.79–0.85 s of CPU (1.18–1.27 M events per CPU-second)
-//! against 1.03–1.17 s before, interleaved. The correlator alone (`REPLAY_BENCH_STREAM`) ran
+//! lines in place: 1M busy events in 0.82–0.88 s of CPU (1.14–1.22 M events per CPU-second)
+//! against 1.07–1.20 s before, five interleaved runs. The correlator alone (`REPLAY_BENCH_STREAM`) ran
 //! at 2.24 M events per CPU-second on the same VM.
 
 use std::alloc::{GlobalAlloc, Layout, System};
