@@ -34,22 +34,43 @@ pub(crate) fn push_opt_str(out: &mut String, s: Option<&str>) {
 /// others in the shortest form that reads back to the same `f64`.
 pub fn push_ms(out: &mut String, t: f64) {
     if t.fract() == 0.0 && t.abs() < 9.0e15 {
-        let _ = write!(out, "{}", t as i64);
+        if t < 0.0 {
+            out.push('-');
+        }
+        push_u64(out, t.abs() as u64);
     } else if let Some(hundredths) = hundredths(t) {
         // Times are often quarter or tenth milliseconds: written without the general
         // shortest-decimal search, to the same text.
-        let _ = write!(out, "{}.", hundredths / 100);
-        let frac = hundredths % 100;
-        if frac % 10 == 0 {
-            let _ = write!(out, "{}", frac / 10);
-        } else {
-            let _ = write!(out, "{frac:02}");
+        push_u64(out, hundredths / 100);
+        out.push('.');
+        let frac = (hundredths % 100) as u8;
+        out.push(char::from(b'0' + frac / 10));
+        if frac % 10 != 0 {
+            out.push(char::from(b'0' + frac % 10));
         }
     } else if t.is_finite() {
         // Rust's `Display` for f64 is the shortest round-tripping decimal, never exponent form.
         let _ = write!(out, "{t}");
     } else {
         out.push_str("null");
+    }
+}
+
+/// Appends `n` in decimal. (Records carry six numbers each: `write!`'s formatting machinery
+/// was a visible part of writing them.)
+pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
     }
 }
 
@@ -92,6 +113,20 @@ mod tests {
             push_ms(&mut s, *t);
             assert_eq!(&s, want, "{t}");
             assert_eq!(s.parse::<f64>().unwrap(), *t);
+        }
+    }
+
+    #[test]
+    fn whole_numbers_are_written_as_display_writes_them() {
+        for n in [0u64, 1, 9, 10, 99, 100, 7187, 1 << 53, u64::MAX] {
+            let mut s = String::new();
+            push_u64(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
+        for t in [-0.0, -1.0, -7187.0, 8.9e15, -8.9e15] {
+            let mut s = String::new();
+            push_ms(&mut s, t);
+            assert_eq!(s, format!("{}", t as i64), "{t}");
         }
     }
 
