@@ -541,10 +541,11 @@ mod fast {
         }
     }
 
-    /// One line's fields; `None` if it is not a flat object of known keys, each once, with
-    /// values of the expected JSON type.
-    fn scan(line: &str) -> Option<Line<'_>> {
-        let mut l = Line::default();
+    /// Reads one line's fields into `l`; `None` if it is not a flat object of known keys, each
+    /// once, with values of the expected JSON type. (The caller's `l` rather than a returned
+    /// one: a `Line` is several hundred bytes, and handing it out through an `Option` copied
+    /// it.)
+    fn scan<'a>(line: &'a str, l: &mut Line<'a>) -> Option<()> {
         let mut sc = Scan { s: line, i: 0 };
         let mut seen = 0u32;
         sc.eat(b'{')?;
@@ -601,7 +602,7 @@ mod fast {
         }
         sc.i += 1;
         // Nothing but whitespace may follow the object.
-        (sc.peek().is_none()).then_some(l)
+        (sc.peek().is_none()).then_some(())
     }
 
     /// The same range check as `Fields::time`.
@@ -616,7 +617,8 @@ mod fast {
     /// The event on this line if it is plainly a good one; `None` to let the strict path
     /// decide. Mirrors `parse_event` field for field.
     pub(super) fn event(line: &str, version: super::Version) -> Option<Event> {
-        let l = scan(line)?;
+        let mut l = Line::default();
+        scan(line, &mut l)?;
         if version == super::Version::V1 && l.v2_keys {
             return None;
         }
