@@ -62,7 +62,7 @@
 //! branch; docs/performance.md has the runs): it now streams, so its peak RSS is 39.4–39.8 MB
 //! for 1M, 10M and 30M busy events alike (before: 139 MB for 1M, 1.2 GB for 10M), and reads
 //! lines in place: 1M busy events in 0.82–0.88 s of CPU (1.14–1.22 M events per CPU-second)
-//! against 1.07–1.20 s before, five interleaved runs. The correlator alone (`REPLAY_BENCH_STREAM`) ran
+//! against 1.09–1.21 s before, five interleaved runs. The correlator alone (`REPLAY_BENCH_STREAM`) ran
 //! at 2.24 M events per CPU-second on the same VM.
 
 use std::alloc::{GlobalAlloc, Layout, System};
