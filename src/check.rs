@@ -7,13 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use correlator::records::RecordReader;
-use correlator::trace::TraceReader;
 use serde_json::Value;
+
+use crate::trace_file::{files, TraceFile};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
 A file whose first line is a trace header ({\"type\":\"trace\",…}) is read as a trace (version 2 or 1), any \
-other as records v1. A directory means every *.jsonl file directly in it. Prints \
+other as records v1, with the readers `replay` and `report` use: a trace that `check` passes replays, \
+header options included. An empty file is not a trace (a trace begins with its header line), and \
+`check` says so, as `replay` does. A directory means every *.jsonl file directly in it. Prints \
 `FILE: ok (N events)` or `FILE: ok (N records)` for each valid file, and \
 `FILE:LINE: field `x`: message` for the first error of each invalid one; exits 1 if any file \
 is invalid.
@@ -40,8 +43,11 @@ fn kind_of(path: &Path) -> std::io::Result<Kind> {
     loop {
         line.clear();
         // A read error (or invalid UTF-8) is left to the reader, which names the line.
+        // An empty file is not a trace (a trace begins with its header line), and the trace
+        // reader says so, as it does for `replay`: an empty records file (no intervals) has
+        // nothing to check, and a file cannot say which of the two it was meant to be.
         if input.read_line(&mut line).unwrap_or(0) == 0 {
-            return Ok(Kind::Records);
+            return Ok(Kind::Trace);
         }
         if !line.trim().is_empty() {
             break;
@@ -58,18 +64,20 @@ fn kind_of(path: &Path) -> std::io::Result<Kind> {
 fn check_file(path: &Path) -> Result<String, String> {
     let name = path.display().to_string();
     let kind = kind_of(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let file = File::open(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let input = BufReader::with_capacity(1 << 16, file);
     match kind {
         Kind::Trace => {
+            // The reader `replay` uses, header options included: one verdict for both.
+            let mut trace = TraceFile::open(path).map_err(|e| e.to_string())?;
             let mut n = 0usize;
-            for ev in TraceReader::new(input, name.clone()) {
+            while let Some(ev) = trace.next_event() {
                 ev.map_err(|e| e.to_string())?;
                 n += 1;
             }
             Ok(format!("{name}: ok ({n} events)"))
         }
         Kind::Records => {
+            let file = File::open(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+            let input = BufReader::with_capacity(1 << 16, file);
             let mut n = 0usize;
             for r in RecordReader::new(input, name.clone()) {
                 r.map_err(|e| e.to_string())?;
@@ -78,38 +86,6 @@ fn check_file(path: &Path) -> Result<String, String> {
             Ok(format!("{name}: ok ({n} records)"))
         }
     }
-}
-
-/// The files named by the inputs, directories expanded to their `*.jsonl` files in name order.
-fn files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
-    let mut out = Vec::new();
-    for input in inputs {
-        if !input.is_dir() {
-            out.push(Ok(input.clone()));
-            continue;
-        }
-        match std::fs::read_dir(input) {
-            Err(e) => out.push(Err(format!(
-                "{}: cannot read directory: {e}",
-                input.display()
-            ))),
-            Ok(entries) => {
-                let mut found: Vec<PathBuf> = entries
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
-                    .collect();
-                found.sort();
-                if found.is_empty() {
-                    out.push(Err(format!(
-                        "{}: no *.jsonl files in this directory",
-                        input.display()
-                    )));
-                }
-                out.extend(found.into_iter().map(Ok));
-            }
-        }
-    }
-    out
 }
 
 pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {

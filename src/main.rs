@@ -17,6 +17,7 @@ mod report;
 mod run;
 mod stdout;
 mod tls;
+mod trace_file;
 mod wrap;
 
 use clap::{Parser, Subcommand};

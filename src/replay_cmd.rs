@@ -1,23 +1,32 @@
 //! `windowtap replay`: the correlator over captured or hand-written traces, offline.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use correlator::records::Summary;
 use correlator::sanitize::Door;
-use correlator::trace::TraceReader;
-use correlator::{Candidates, Config, Correlator, WindowOpen};
-use serde_json::Value;
+use correlator::{Candidates, Config, Correlator, Record, WindowOpen};
 
 use crate::otlp;
+use crate::trace_file::{HeaderOptions, TraceFile};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
 Options not given on the command line are read from the trace header when it has them \
 (`close_wait`, `window_open`, `max_window`, `candidates`), else the defaults apply.
+
+Records are written as they are decided (memory follows what is open at once, not the length \
+of the trace). A bad trace (the first bad line, named with its file, line and field, as \
+`windowtap check` names it) stops that trace; the others are still replayed. The records \
+decided before the bad line are written too, so an output is complete only when the exit \
+code is 0: on any bad trace it is 1, with one error line per bad trace and a last error line \
+saying the records are incomplete. With `-o FILE` the records go to `FILE.partial`, renamed \
+to `FILE` only when every trace read cleanly; otherwise `FILE.partial` stays and `FILE` is \
+not touched, so `FILE` is only ever a complete output (a FILE that is a pipe or a device, \
+such as /dev/null, is written directly, like stdout).
 
 Examples:
   windowtap replay traces/
@@ -44,7 +53,8 @@ pub struct ReplayArgs {
     /// issued the MCP call), or all, as the literal rule [default: eligible].
     #[arg(long, value_name = "eligible|all", value_parser = parse_candidates)]
     candidates: Option<Candidates>,
-    /// Write records here instead of stdout (`-`: stdout).
+    /// Write records here instead of stdout (`-`: stdout), by way of `FILE.partial`, renamed to
+    /// `FILE` when every trace has read cleanly.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -59,36 +69,15 @@ fn parse_candidates(s: &str) -> Result<Candidates, String> {
     Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`"))
 }
 
-/// Every trace file named by the inputs, directories expanded.
-fn trace_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for input in inputs {
-        let meta = std::fs::metadata(input).with_context(|| format!("{}", input.display()))?;
-        if meta.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(input)
-                .with_context(|| format!("reading directory {}", input.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
-                .collect();
-            found.sort();
-            if found.is_empty() {
-                bail!(
-                    "{}: no *.jsonl trace files in this directory",
-                    input.display()
-                );
-            }
-            files.extend(found);
-        } else {
-            files.push(input.clone());
-        }
-    }
-    Ok(files)
+/// Every trace file named by the inputs, directories expanded (as `check` does).
+fn trace_files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
+    crate::trace_file::files(inputs)
 }
 
 /// What each record says it came from when several traces are replayed at once (records v1
 /// `trace`): the file's name, without its directory; a name given twice gets `#2`, `#3`, …
 /// One trace alone names none, so its records are byte for byte those of a live run.
-fn trace_names(files: &[PathBuf]) -> Vec<Option<String>> {
+fn trace_names(files: &[&PathBuf]) -> Vec<Option<String>> {
     if files.len() < 2 {
         return vec![None; files.len()];
     }
@@ -107,133 +96,164 @@ fn trace_names(files: &[PathBuf]) -> Vec<Option<String>> {
         .collect()
 }
 
-fn number_option(
-    header: &serde_json::Map<String, Value>,
-    key: &str,
-    file: &Path,
-) -> anyhow::Result<Option<f64>> {
-    match header.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
-            _ => bail!(
-                "{}:1: header field `{key}` must be a number >= 0",
-                file.display()
-            ),
-        },
-        Some(_) => bail!(
-            "{}:1: header field `{key}` must be a number",
-            file.display()
-        ),
-    }
-}
-
 /// The options for one trace: the command line first, then the trace header, then defaults.
-fn config_for(
-    args: &ReplayArgs,
-    header: Option<&serde_json::Map<String, Value>>,
-    file: &Path,
-) -> anyhow::Result<Config> {
+fn config_for(args: &ReplayArgs, header: Option<&HeaderOptions>) -> Config {
     let mut c = Config::default();
-    if let Some(h) = header {
-        if let Some(v) = number_option(h, "close_wait", file)? {
-            c.close_wait = v;
-        }
-        if let Some(v) = number_option(h, "max_window", file)? {
-            c.max_window = v;
-        }
-        match h.get("window_open") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => {
-                // The header is input: its value is shown only as `quote` lets it out.
-                c.window_open = WindowOpen::parse(s).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{}:1: header field `window_open`: `{}` is not `call` or `response`",
-                        file.display(),
-                        correlator::sanitize::quote(s)
-                    )
-                })?
-            }
-            Some(_) => bail!(
-                "{}:1: header field `window_open` must be a string",
-                file.display()
-            ),
-        }
-        match h.get("candidates") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => {
-                c.candidates = parse_candidates(s).map_err(|e| {
-                    anyhow::anyhow!("{}:1: header field `candidates`: {e}", file.display())
-                })?
-            }
-            Some(_) => bail!(
-                "{}:1: header field `candidates` must be a string",
-                file.display()
-            ),
-        }
-    }
-    if let Some(v) = args.close_wait {
+    let h = header.cloned().unwrap_or_default();
+    if let Some(v) = args.close_wait.or(h.close_wait) {
         c.close_wait = v;
     }
-    if let Some(v) = args.max_window {
+    if let Some(v) = args.max_window.or(h.max_window) {
         c.max_window = v;
     }
-    if let Some(v) = args.window_open {
+    if let Some(v) = args.window_open.or(h.window_open) {
         c.window_open = v;
     }
-    if let Some(v) = args.candidates {
+    if let Some(v) = args.candidates.or(h.candidates) {
         c.candidates = v;
     }
-    Ok(c)
+    c
 }
 
-/// One replayed trace: its records, and the wall-clock time of its clock's 0 if the header
-/// says (`epoch_unix_ms`), for OTLP span times.
-pub struct Replayed {
-    pub records: Vec<correlator::Record>,
-    pub epoch_unix_ms: Option<f64>,
+/// Where records go: stdout (or a pipe or device named by `-o`), or `FILE.partial` renamed to
+/// `FILE` once every trace has read cleanly. Either way records leave as they are decided;
+/// what tells a complete output from one cut short by a bad trace is the exit code and the
+/// error lines, and for a file also its name (`FILE` is only ever a complete output).
+enum Sink {
+    Stdout(BufWriter<crate::stdout::Stdout>),
+    Direct(BufWriter<File>),
+    File {
+        partial: PathBuf,
+        dest: PathBuf,
+        w: BufWriter<File>,
+    },
 }
 
-/// Replays one trace; the records are returned only when the whole trace read cleanly.
-pub fn replay_file(file: &Path, args: &ReplayArgs) -> anyhow::Result<Replayed> {
-    let f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let mut reader = TraceReader::new(
-        BufReader::with_capacity(1 << 16, f),
-        file.display().to_string(),
-    );
+impl Sink {
+    fn open(output: Option<&PathBuf>) -> anyhow::Result<Sink> {
+        Ok(match output.filter(|p| p.as_os_str() != "-") {
+            None => Sink::Stdout(BufWriter::with_capacity(1 << 16, crate::stdout::stdout())),
+            // A pipe or a device (`-o /dev/null`) cannot be renamed onto: it is written
+            // directly, as stdout is, and the exit code tells.
+            Some(dest) if std::fs::metadata(dest).is_ok_and(|m| !m.file_type().is_file()) => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dest)
+                    .with_context(|| format!("opening {}", dest.display()))?;
+                Sink::Direct(BufWriter::with_capacity(1 << 16, f))
+            }
+            Some(dest) => {
+                let mut partial = dest.clone().into_os_string();
+                partial.push(".partial");
+                let partial = PathBuf::from(partial);
+                let f = File::create(&partial)
+                    .with_context(|| format!("creating {}", partial.display()))?;
+                Sink::File {
+                    partial,
+                    dest: dest.clone(),
+                    w: BufWriter::with_capacity(1 << 16, f),
+                }
+            }
+        })
+    }
+
+    fn writer(&mut self) -> &mut dyn Write {
+        match self {
+            Sink::Stdout(w) => w,
+            Sink::Direct(w) => w,
+            Sink::File { w, .. } => w,
+        }
+    }
+
+    /// Flushes, and for a file gives it its name: `FILE` when `complete`, else it stays
+    /// `FILE.partial`, whose path is returned.
+    fn close(self, complete: bool) -> anyhow::Result<Option<PathBuf>> {
+        match self {
+            Sink::Stdout(mut w) => {
+                w.flush().context("writing records")?;
+                Ok(None)
+            }
+            Sink::Direct(mut w) => {
+                w.flush().context("writing records")?;
+                Ok(None)
+            }
+            Sink::File { partial, dest, w } => {
+                let f = w
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .with_context(|| format!("writing {}", partial.display()))?;
+                f.sync_all()
+                    .with_context(|| format!("writing {}", partial.display()))?;
+                drop(f);
+                if !complete {
+                    return Ok(Some(partial));
+                }
+                std::fs::rename(&partial, &dest).with_context(|| {
+                    format!("renaming {} to {}", partial.display(), dest.display())
+                })?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// What stopped a trace: the trace itself (reported, the run goes on with the next) or the
+/// output (the run stops).
+enum Stop {
+    Trace(anyhow::Error),
+    Output(anyhow::Error),
+}
+
+/// Replays one trace, handing each record to `emit` as soon as it is decided, so memory
+/// follows what is open at once, not the trace's length. On a bad line the trace stops there:
+/// the records decided before it stand (a live run would have written them at that point)
+/// and nothing after it is guessed. Returns the header's options (for OTLP). `last`: no trace
+/// follows, so the correlator's memory is left to the process's end.
+fn replay_file(
+    file: &Path,
+    args: &ReplayArgs,
+    last: bool,
+    emit: &mut dyn FnMut(&Record) -> anyhow::Result<()>,
+) -> Result<HeaderOptions, Stop> {
+    let mut trace = TraceFile::open(file).map_err(Stop::Trace)?;
     let mut out = Vec::new();
     let mut correlator: Option<Correlator> = None;
-    while let Some(ev) = reader.next() {
-        let ev = ev?;
+    let mut drain = |out: &mut Vec<Record>| -> Result<(), Stop> {
+        for r in out.drain(..) {
+            emit(&r).map_err(Stop::Output)?;
+        }
+        Ok(())
+    };
+    while let Some(next) = trace.next_event() {
+        let ev = match next {
+            Ok(ref ev) => ev,
+            Err(e) => return Err(Stop::Trace(e)),
+        };
         let c = match &mut correlator {
             Some(c) => c,
-            None => correlator.insert(Correlator::new(config_for(args, reader.header(), file)?)),
+            None => correlator.insert(Correlator::new(config_for(args, trace.options()))),
         };
-        c.push(&ev, &mut out);
+        c.push(ev, &mut out);
+        if !out.is_empty() {
+            drain(&mut out)?;
+        }
     }
+    let options = trace.options().cloned().unwrap_or_default();
     if let Some(c) = &mut correlator {
         // A live capture says how far the relay's clock got: decisions it took while idle,
         // after the last event, happen at the same times here.
-        if let Some(end) = reader
-            .header()
-            .and_then(|h| h.get("end"))
-            .and_then(Value::as_f64)
-        {
+        if let Some(end) = options.end {
             c.advance(end, &mut out);
         }
         c.finish(&mut out);
-    } else {
-        // A header with no events: still check its options.
-        config_for(args, reader.header(), file)?;
+        drain(&mut out)?;
     }
-    let epoch_unix_ms = match reader.header() {
-        Some(h) => number_option(h, "epoch_unix_ms", file)?,
-        None => None,
-    };
-    Ok(Replayed {
-        records: out,
-        epoch_unix_ms,
-    })
+    if last {
+        // The process ends next: handing the correlator's state back one allocation at a time
+        // (thousands of threads' chains) was 3 % of a replay's CPU.
+        std::mem::forget(correlator);
+    }
+    Ok(options)
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -245,7 +265,7 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
     }
-    let files = trace_files(&args.inputs)?;
+    let inputs = trace_files(&args.inputs);
     let resolved = args.otlp.resolve()?;
     for w in &resolved.warnings {
         eprintln!("windowtap: warning: otlp: {w}");
@@ -254,39 +274,65 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .config
         .map(otlp::BlockingExporter::start)
         .transpose()?;
-    let mut sink: Box<dyn Write> = match args.output.as_ref().filter(|p| p.as_os_str() != "-") {
-        Some(p) => Box::new(BufWriter::new(
-            File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(BufWriter::new(crate::stdout::stdout())),
-    };
+    let mut sink = Sink::open(args.output.as_ref())?;
     let mut summary = Summary::default();
     let door = Door::replay();
-    let names = trace_names(&files);
-    for (file, name) in files.iter().zip(&names) {
-        let replayed = replay_file(file, &args)?;
-        let records = &replayed.records;
-        let mut cleared = Vec::with_capacity(records.len());
-        for r in records {
+    let listed: Vec<&PathBuf> = inputs.iter().filter_map(|f| f.as_ref().ok()).collect();
+    let names = trace_names(&listed);
+    let mut bad = 0usize;
+    let mut names = names.into_iter();
+    // A reused line buffer: one allocation for the run, not one per record.
+    let mut line = String::with_capacity(512);
+    for (k, input) in inputs.iter().enumerate() {
+        let last = k + 1 == inputs.len();
+        let file = match input {
+            Ok(f) => f,
+            Err(e) => {
+                bad += 1;
+                eprintln!("windowtap: error: {e}");
+                continue;
+            }
+        };
+        let name = names.next().flatten();
+        // OTLP needs a trace's records beside its events (read again once it is done), so
+        // only an export holds them (the README says so); plain replay keeps none.
+        let mut kept: Vec<Record> = Vec::new();
+        let w = sink.writer();
+        let mut emit = |r: &Record| -> anyhow::Result<()> {
             summary.add(r);
-            let c = door
-                .record_from(r, name.as_deref())
+            line.clear();
+            door.write_record(r, name.as_deref(), &mut line)
                 .with_context(|| format!("{}: a record", file.display()))?;
-            sink.write_all(c.line().as_bytes())
-                .context("writing records")?;
-            cleared.push(c);
-        }
+            w.write_all(line.as_bytes()).context("writing records")?;
+            if exporter.is_some() {
+                kept.push(r.clone());
+            }
+            Ok(())
+        };
+        let options = match replay_file(file, &args, last, &mut emit) {
+            Ok(o) => o,
+            Err(Stop::Output(e)) => return Err(e),
+            Err(Stop::Trace(e)) => {
+                bad += 1;
+                eprintln!("windowtap: error: {e:#}");
+                continue;
+            }
+        };
         // Records first: export may wait for queue room (bounded), the records never do.
         if let Some(e) = &exporter {
-            let epoch = otlp::replay_epoch(replayed.epoch_unix_ms, records, otlp::now_unix_nanos());
+            let cleared = kept
+                .iter()
+                .map(|r| door.record_from(r, name.as_deref()))
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("{}: a record", file.display()))?;
+            let epoch = otlp::replay_epoch(options.epoch_unix_ms, &kept, otlp::now_unix_nanos());
             otlp::offline::trace_spans(file, &cleared, epoch, |s| {
                 e.span(s);
             })
             .with_context(|| format!("{}: reading it again for OTLP", file.display()))?;
         }
     }
-    sink.flush().context("writing records")?;
-    drop(sink);
+    let left = sink.close(bad == 0)?;
     eprintln!("{summary}");
     if let Some(e) = exporter {
         // Export is best effort: a collector that is down costs spans, not the exit code.
@@ -298,5 +344,28 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             eprintln!("{line}");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    if bad == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Said last, so that it is the line a reader sees: the records written include those of
+    // the good traces and, of each bad one, those decided before its bad line.
+    let whole = if bad == 1 {
+        "1 trace is bad (above)".to_string()
+    } else {
+        format!("{bad} traces are bad (above)")
+    };
+    match left {
+        Some(partial) => eprintln!(
+            "windowtap: error: {whole}: the records are incomplete and were left in {} ({} was not written)",
+            partial.display(),
+            args.output
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        ),
+        None => eprintln!(
+            "windowtap: error: {whole}: the records written are incomplete (a bad trace's records stop at its bad line)"
+        ),
+    }
+    Ok(ExitCode::FAILURE)
 }

@@ -261,3 +261,128 @@ fn candidates_come_from_the_command_line_then_the_header() {
     let out = windowtap(&["replay", t, "--candidates", "some"]);
     assert!(!out.status.success());
 }
+
+/// One verdict: over a directory of good and bad traces, `check` and `replay` call the same
+/// files bad, in the same words; `replay` still replays the good ones (and a bad one's records
+/// decided before its bad line), and exits 1 with a last line saying the records are
+/// incomplete. With `-o FILE` those records are left in `FILE.partial` and `FILE` is not
+/// written; with only good traces `FILE` holds exactly what stdout would.
+#[test]
+fn replay_and_check_agree_on_a_directory_and_replay_goes_on_past_a_bad_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    write(&traces, "a.jsonl", &codex_single_call());
+    // Bad halfway: its interval is decided (at 7278, once a later event has come) before the
+    // bad line, a second close of the stream.
+    write(
+        &traces,
+        "b.jsonl",
+        &(codex_single_call().replace("\"i1\"", "\"i2\"")
+            + r#"{"type":"stream_close","t":7300,"stream":"s1"}"#
+            + "\n"
+            + r#"{"type":"stream_close","t":7400,"stream":"s1"}"#
+            + "\n"),
+    );
+    write(&traces, "c.jsonl", "");
+    write(
+        &traces,
+        "d.jsonl",
+        &codex_single_call().replacen(
+            HEADER,
+            r#"{"type":"trace","version":1,"close_wait":"soon"}"#,
+            1,
+        ),
+    );
+    write(
+        &traces,
+        "e.jsonl",
+        &codex_single_call().replace("\"i1\"", "\"i5\""),
+    );
+    let t = traces.to_str().unwrap();
+
+    let check = windowtap(&["check", t]);
+    assert_eq!(check.status.code(), Some(1));
+    let check_errors: Vec<String> = String::from_utf8(check.stderr)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(check_errors.len(), 3, "{check_errors:?}");
+    for (line, (file, at)) in check_errors.iter().zip([
+        ("b.jsonl", ":10: field `stream`: stream `s1` is not open"),
+        ("c.jsonl", ":1: empty trace"),
+        ("d.jsonl", ":1: header field `close_wait`"),
+    ]) {
+        let want = format!("{}{at}", traces.join(file).display());
+        assert!(line.starts_with(&want), "{line} (wanted {want}…)");
+    }
+
+    let replay = windowtap(&["replay", t]);
+    assert_eq!(replay.status.code(), Some(1));
+    let stderr = String::from_utf8(replay.stderr).unwrap();
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("windowtap: error: "))
+        .collect();
+    assert_eq!(said.len(), 4, "{stderr}");
+    assert_eq!(
+        said[..3],
+        check_errors[..],
+        "one verdict, in the same words"
+    );
+    assert!(
+        said[3].starts_with("3 traces are bad (above): the records written are incomplete"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("3 intervals: 3 attributed"),
+        "the summary counts what was written: {stderr}"
+    );
+    let stdout = String::from_utf8(replay.stdout).unwrap();
+    let from: Vec<(&str, &str)> = stdout
+        .lines()
+        .map(|l| {
+            let field = |k: &str| {
+                let at = l.find(&format!("\"{k}\":\"")).unwrap() + k.len() + 4;
+                &l[at..at + l[at..].find('"').unwrap()]
+            };
+            (field("trace"), field("interval"))
+        })
+        .collect();
+    assert_eq!(
+        from,
+        [("a.jsonl", "i1"), ("b.jsonl", "i2"), ("e.jsonl", "i5")]
+    );
+
+    // -o FILE: the same records, left as FILE.partial; FILE is not written.
+    let records = dir.path().join("records.jsonl");
+    let partial = dir.path().join("records.jsonl.partial");
+    let out = windowtap(&["replay", t, "-o", records.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!records.exists());
+    assert_eq!(std::fs::read_to_string(&partial).unwrap(), stdout);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "left in {} ({} was not written)",
+            partial.display(),
+            records.display()
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(&partial).unwrap();
+
+    // Only good traces: FILE, no FILE.partial, the bytes stdout gets.
+    let (a, e) = (traces.join("a.jsonl"), traces.join("e.jsonl"));
+    let (a, e) = (a.to_str().unwrap(), e.to_str().unwrap());
+    let out = windowtap(&["replay", a, e, "-o", records.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!partial.exists());
+    let to_stdout = windowtap(&["replay", a, e]);
+    assert_eq!(std::fs::read(&records).unwrap(), to_stdout.stdout);
+}

@@ -34,13 +34,58 @@ pub(crate) fn push_opt_str(out: &mut String, s: Option<&str>) {
 /// others in the shortest form that reads back to the same `f64`.
 pub fn push_ms(out: &mut String, t: f64) {
     if t.fract() == 0.0 && t.abs() < 9.0e15 {
-        let _ = write!(out, "{}", t as i64);
+        if t < 0.0 {
+            out.push('-');
+        }
+        push_u64(out, t.abs() as u64);
+    } else if let Some(hundredths) = hundredths(t) {
+        // Times are often quarter or tenth milliseconds: written without the general
+        // shortest-decimal search, to the same text.
+        push_u64(out, hundredths / 100);
+        out.push('.');
+        let frac = (hundredths % 100) as u8;
+        out.push(char::from(b'0' + frac / 10));
+        if frac % 10 != 0 {
+            out.push(char::from(b'0' + frac % 10));
+        }
     } else if t.is_finite() {
         // Rust's `Display` for f64 is the shortest round-tripping decimal, never exponent form.
         let _ = write!(out, "{t}");
     } else {
         out.push_str("null");
     }
+}
+
+/// Appends `n` in decimal. (Records carry six numbers each: `write!`'s formatting machinery
+/// was a visible part of writing them.)
+pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+/// `t` as a whole number of hundredths, when it is the `f64` nearest to one (what parsing its
+/// two-decimal text gives) and small enough that no shorter decimal is as near: below 2^40
+/// (35 years of milliseconds) two doubles are less than 0.00025 apart, so a decimal with fewer
+/// places, 0.01 or more away, reads back to another double. Then that two-decimal text, its
+/// trailing zero dropped, is the shortest that reads back to `t`: what `Display` writes.
+fn hundredths(t: f64) -> Option<u64> {
+    if !(0.0..1_099_511_627_776.0).contains(&t) {
+        return None;
+    }
+    let h = (t * 100.0).round();
+    // Both exact doubles (h < 2^47), so the quotient is the correctly rounded h/100.
+    (h / 100.0 == t).then_some(h as u64)
 }
 
 /// Appends `"key":` (the key is a fixed ASCII word).
@@ -68,6 +113,39 @@ mod tests {
             push_ms(&mut s, *t);
             assert_eq!(&s, want, "{t}");
             assert_eq!(s.parse::<f64>().unwrap(), *t);
+        }
+    }
+
+    #[test]
+    fn whole_numbers_are_written_as_display_writes_them() {
+        for n in [0u64, 1, 9, 10, 99, 100, 7187, 1 << 53, u64::MAX] {
+            let mut s = String::new();
+            push_u64(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
+        for t in [-0.0, -1.0, -7187.0, 8.9e15, -8.9e15] {
+            let mut s = String::new();
+            push_ms(&mut s, t);
+            assert_eq!(s, format!("{}", t as i64), "{t}");
+        }
+    }
+
+    #[test]
+    fn hundredths_are_written_as_display_writes_them() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Quarter and hundredth milliseconds over many magnitudes, and arbitrary doubles.
+            let t = match i % 3 {
+                0 => (x % 10u64.pow(1 + (i % 13) as u32)) as f64 / 4.0,
+                1 => (x % 10u64.pow(1 + (i % 14) as u32)) as f64 / 100.0,
+                _ => f64::from_bits(x >> 2) % 1e12,
+            };
+            let mut s = String::new();
+            push_ms(&mut s, t);
+            assert_eq!(s, format!("{t}"), "{t:e}");
         }
     }
 

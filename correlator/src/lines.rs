@@ -357,13 +357,26 @@ pub(crate) fn object(line: &str) -> Result<Map<String, Value>, Fault> {
 
 /// The lines of a JSON Lines input, one JSON object at a time, blank lines skipped. After the
 /// first error it yields nothing more: a reader never guesses past a bad line.
+///
+/// Lines are read in place from one buffer of the input's bytes and handed out as borrowed
+/// text: no line is copied or allocated (reading lines was most of replay's cost; a long line
+/// only grows the buffer). A line is checked as UTF-8 on its own, so a bad byte is named by
+/// its line, as `BufRead::read_line` named it.
 pub(crate) struct LineSource<R> {
     input: R,
     source_name: String,
     line_no: usize,
-    buf: String,
-    failed: bool,
+    /// `buf[start..end]` is read and not yet handed out.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    failed: std::cell::Cell<bool>,
 }
+
+/// The buffer's first size: many lines per read, and large enough that the input's own
+/// buffer (a `BufReader`) is bypassed when it is empty.
+const BUF: usize = 256 * 1024;
 
 impl<R: BufRead> LineSource<R> {
     pub(crate) fn new(input: R, source_name: String) -> Self {
@@ -371,53 +384,101 @@ impl<R: BufRead> LineSource<R> {
             input,
             source_name,
             line_no: 0,
-            buf: String::new(),
-            failed: false,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            eof: false,
+            failed: std::cell::Cell::new(false),
         }
     }
 
     /// The next non-blank line as an object; `None` at the end or after an error.
     pub(crate) fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
-        if let Err(e) = self.next_line()? {
-            return Some(Err(e));
-        }
-        Some(object(self.line()).map_err(|f| self.fail(f)))
+        let parsed = match self.next_line()? {
+            Ok(line) => object(line),
+            Err(e) => return Some(Err(e)),
+        };
+        Some(parsed.map_err(|f| self.fail(f)))
     }
 
-    /// Moves to the next non-blank line, whose text [`LineSource::line`] then gives; `None` at
-    /// the end or after an error. (Lets a reader try a faster typed parse before [`object`].)
-    pub(crate) fn next_line(&mut self) -> Option<Result<(), LineError>> {
-        if self.failed {
+    /// The byte range of the next raw line (up to, not including, its `\n`), or `None` at
+    /// the end of the input.
+    fn raw_line(&mut self) -> std::io::Result<Option<(usize, usize)>> {
+        let mut scanned = self.start;
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[scanned..self.end]) {
+                let range = (self.start, scanned + i);
+                self.start = scanned + i + 1;
+                return Ok(Some(range));
+            }
+            scanned = self.end;
+            if self.eof {
+                // The last line may lack its line break.
+                if self.start < self.end {
+                    let range = (self.start, self.end);
+                    self.start = self.end;
+                    return Ok(Some(range));
+                }
+                return Ok(None);
+            }
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                scanned -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                let grown = (self.buf.len() * 2).max(BUF);
+                self.buf.resize(grown, 0);
+            }
+            match self.input.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next non-blank line, without its line break; `None` at the end or after an error.
+    /// (Lets a reader try a faster typed parse before [`object`].)
+    pub(crate) fn next_line(&mut self) -> Option<Result<&str, LineError>> {
+        if self.failed.get() {
             return None;
         }
-        loop {
-            self.buf.clear();
+        let (start, end) = loop {
             self.line_no += 1;
-            match self.input.read_line(&mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let (start, end) = match self.raw_line() {
+                Ok(Some(range)) => range,
+                Ok(None) => return None,
                 Err(e) => return Some(Err(self.fail(read_fault(&e)))),
+            };
+            let bytes = &self.buf[start..end];
+            // The usual line begins with `{` and is not blank: checked as UTF-8 once, below.
+            if bytes.first() == Some(&b'{') {
+                break (start, end);
             }
-            if self.buf.trim().is_empty() {
-                continue;
+            match std::str::from_utf8(bytes) {
+                Err(_) => return Some(Err(self.fail(line_fault(Problem::NotUtf8)))),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(_) => break (start, end),
             }
-            return Some(Ok(()));
+        };
+        match std::str::from_utf8(&self.buf[start..end]) {
+            Ok(text) => Some(Ok(text.trim_end_matches(['\n', '\r']))),
+            Err(_) => Some(Err(self.fail(line_fault(Problem::NotUtf8)))),
         }
     }
 
-    /// The current line, without its line break.
-    pub(crate) fn line(&self) -> &str {
-        self.buf.trim_end_matches(['\n', '\r'])
-    }
-
-    /// Ends the input with `f` at the current line.
-    pub(crate) fn fail(&mut self, f: Fault) -> LineError {
-        self.failed = true;
+    /// Ends the input with `f` at the current line. (Through a shared borrow, so that a
+    /// reader can fail while it still holds the line.)
+    pub(crate) fn fail(&self, f: Fault) -> LineError {
+        self.failed.set(true);
         f.at(&self.source_name, self.line_no)
     }
 
     pub(crate) fn failed(&self) -> bool {
-        self.failed
+        self.failed.get()
     }
 }
 

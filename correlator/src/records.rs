@@ -185,7 +185,7 @@ impl Record {
             push_str(out, e.as_str());
         }
         out.push_str("],\"candidates\":");
-        out.push_str(&self.candidates.to_string());
+        crate::json::push_u64(out, self.candidates as u64);
         out.push_str(",\"window\":");
         match &self.window {
             None => out.push_str("null"),

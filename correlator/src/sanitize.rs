@@ -529,6 +529,23 @@ impl Door {
         r: &'r Record,
         trace: Option<&str>,
     ) -> Result<Cleared<'r>, Refused> {
+        let mut s = String::with_capacity(320);
+        self.write_record(r, trace, &mut s)?;
+        Ok(Cleared {
+            record: r,
+            line: Line(s),
+        })
+    }
+
+    /// [`Door::record_from`]'s line appended to `out` (with its newline), for a writer that
+    /// reuses one buffer rather than allocate a line per record; `out` is unchanged when the
+    /// record is refused.
+    pub fn write_record(
+        &self,
+        r: &Record,
+        trace: Option<&str>,
+        out: &mut String,
+    ) -> Result<(), Refused> {
         if let Some(t) = trace {
             Self::name("trace", t)?;
         }
@@ -541,13 +558,9 @@ impl Door {
             self.id("window.response", &w.response)?;
             self.opt_id("window.request", w.request.as_deref())?;
         }
-        let mut s = String::with_capacity(320);
-        r.write_json_from(trace, &mut s);
-        s.push('\n');
-        Ok(Cleared {
-            record: r,
-            line: Line(s),
-        })
+        r.write_json_from(trace, out);
+        out.push('\n');
+        Ok(())
     }
 
     /// A metadata line (a trace header): a JSON object whose values are numbers, booleans,
