@@ -482,7 +482,21 @@ async fn responses_ws_upstream() -> Upstream {
 /// The fake codex through `windowtap run`, its model traffic sent where `model_args` (the
 /// host's `-c` overrides) and `run_args` point it.
 async fn run_codex(run_args: Vec<String>, model_args: Vec<String>) -> (tempfile::TempDir, Run) {
+    run_codex_with_config(run_args, model_args, None).await
+}
+
+/// `run_codex` with `config` as `$CODEX_HOME/config.toml`.
+async fn run_codex_with_config(
+    run_args: Vec<String>,
+    model_args: Vec<String>,
+    config: Option<String>,
+) -> (tempfile::TempDir, Run) {
     let dir = tempfile::tempdir().unwrap();
+    if let Some(config) = config {
+        let home = dir.path().join("codex-home");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("config.toml"), config).unwrap();
+    }
     let gates = dir.path().join("gates");
     std::fs::create_dir_all(&gates).unwrap();
     let mut host_args = vec![
@@ -588,6 +602,35 @@ async fn a_codex_custom_provider_gets_its_own_mount_and_its_loop_is_attributed()
     )
     .await;
     assert!(run.stderr.contains("/codex-fake"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+}
+
+/// The user's own `openai_base_url` (issue 27, item 1), given with `-c` or in
+/// `$CODEX_HOME/config.toml`, is where the traffic goes: the upstream of the mount run points
+/// Codex at. Nothing here can reach api.openai.com, so a run that sent the traffic there
+/// instead has no loop to attribute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_openai_base_url_is_the_upstream_of_the_mount_codex_goes_through() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let url = format!("http://{}/v1", up.addr);
+    let (_dir, run) = run_codex(
+        s(&["--codex-auth", "api"]),
+        s(&["-c", &format!("openai_base_url=\"{url}\"")]),
+    )
+    .await;
+    assert!(run.stderr.contains("/codex-openai"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+
+    let (_dir, run) = run_codex_with_config(
+        s(&["--codex-auth", "chatgpt"]),
+        Vec::new(),
+        Some(format!("openai_base_url = \"{url}\"\n")),
+    )
+    .await;
+    assert!(run.stderr.contains("/codex-openai"), "{}", run.stderr);
     assert_codex_loop_attributed(&run);
 }
 

@@ -186,10 +186,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // The mounts do not depend on the relay's address: plan once to learn them.
         let probe = codex::plan(&host_args, &codex_home, &wrap, "http://relay", auth)?;
         for (name, url) in probe.mounts {
-            mounts.push(
-                Mount::new(&name, &url)
-                    .map_err(|e| anyhow::anyhow!("model provider base_url: {e}"))?,
-            );
+            mounts
+                .push(Mount::new(&name, &url).map_err(|e| anyhow::anyhow!("codex base URL: {e}"))?);
         }
     }
 
