@@ -748,6 +748,94 @@ async fn a_server_inherited_from_the_projects_mcp_json_is_wrapped_and_attributed
     assert_eq!(run.records[0]["alias"], "gate");
 }
 
+/// A project `.mcp.json` written for the relay on its own (examples/mcp/claude.mcp.json as
+/// written, its server swapped for the gate server) given to run: the server is wrapped once,
+/// so its one call has one record (issue 27, item 4). `windowtap` is on the PATH, as the
+/// example assumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let example: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/claude.mcp.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut server = example["mcpServers"]["everything"].clone();
+    assert_eq!(server["command"], "windowtap");
+    let mut args: Vec<Value> = server["args"].as_array().unwrap().clone();
+    let at = args.iter().position(|a| a == "--").unwrap();
+    args.truncate(at + 1);
+    args[2] = json!("gate");
+    args.extend([
+        json!("python3"),
+        json!(gate_server()),
+        json!("--dir"),
+        json!(gates.display().to_string()),
+    ]);
+    server["args"] = json!(args);
+    write_file(
+        dir.path(),
+        ".mcp.json",
+        &json!({"mcpServers": {"gate": server}}).to_string(),
+    );
+    let host_args = vec![
+        host("claude"),
+        "-p".to_string(),
+        CANARY.to_string(),
+        "--gate-dir".to_string(),
+        gates.display().to_string(),
+        "--scenario".to_string(),
+        "single".to_string(),
+    ];
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_windowtap"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path_var = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(
+            &path,
+            &[],
+            &host_args,
+            &[("ANTHROPIC_BASE_URL", base), ("PATH", path_var)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.records.len(),
+        1,
+        "one call, one record: {}",
+        run.records_text
+    );
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert!(
+        run.stderr
+            .contains("was declared under `windowtap wrap` already"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
     if !python() {

@@ -171,6 +171,7 @@ fn wrap_config(
                         })?,
                     Some(_) => bail!("claude: {origin}: server `{name}`: `args` must be an array"),
                 };
+                let rewrapped = wrap.already_wrapped(&command, &args).is_some();
                 let (cmd, wargs) = wrap.command(name, &command, &args);
                 def.insert("command".into(), Value::String(cmd));
                 def.insert(
@@ -182,6 +183,7 @@ fn wrap_config(
                     origin: origin.to_string(),
                     observed: true,
                     note: None,
+                    rewrapped,
                 });
             }
             (kind, _) => servers.push(Server {
@@ -189,6 +191,7 @@ fn wrap_config(
                 origin: origin.to_string(),
                 observed: false,
                 note: Some(format!("{kind} server, not a stdio one")),
+                rewrapped: false,
             }),
         }
     }
@@ -415,6 +418,63 @@ mod tests {
         .unwrap();
         assert_eq!(p.args, s(&["--strict-mcp-config", "-p", "hi"]));
         assert!(p.servers.is_empty());
+    }
+
+    #[test]
+    fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        // examples/mcp/claude.mcp.json as written, and one with the wrapper's own path.
+        let config = r#"{"mcpServers":{
+            "everything":{"command":"windowtap","args":["wrap","--alias","everything","--","npx","-y","@modelcontextprotocol/server-everything"]},
+            "other":{"command":"/opt/windowtap","args":["wrap","--alias","x","--ingest","/elsewhere.sock","--","srv","a"]},
+            "plain":{"command":"srv"}}}"#;
+        let p = super::plan(
+            &s(&["--strict-mcp-config", "--mcp-config", config]),
+            &no_sources(dir.path()),
+            &wrap(),
+            out.path(),
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&p.args[2]).unwrap()).unwrap();
+        assert_eq!(v["mcpServers"]["everything"]["command"], "/opt/windowtap");
+        assert_eq!(
+            v["mcpServers"]["everything"]["args"],
+            serde_json::json!([
+                "wrap",
+                "--alias",
+                "everything",
+                "--ingest",
+                "/run/wt.sock",
+                "--",
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-everything"
+            ])
+        );
+        assert_eq!(
+            v["mcpServers"]["other"]["args"],
+            serde_json::json!([
+                "wrap",
+                "--alias",
+                "other",
+                "--ingest",
+                "/run/wt.sock",
+                "--",
+                "srv",
+                "a"
+            ]),
+            "the host's name for the server is the alias, and run's socket the one reported to"
+        );
+        let rewrapped: Vec<(&str, bool)> = p
+            .servers
+            .iter()
+            .map(|s| (s.alias.as_str(), s.rewrapped))
+            .collect();
+        assert_eq!(
+            rewrapped,
+            [("everything", true), ("other", true), ("plain", false)]
+        );
     }
 
     #[test]

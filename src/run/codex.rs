@@ -218,6 +218,7 @@ pub fn plan(
                     origin: "codex config".into(),
                     observed: false,
                     note: Some("remote (url) server, not a stdio one".into()),
+                    rewrapped: false,
                 });
                 continue;
             };
@@ -230,6 +231,7 @@ pub fn plan(
                     .with_context(|| format!("codex: mcp_servers.{name}.args must be strings"))?,
                 Some(_) => bail!("codex: mcp_servers.{name}.args must be an array"),
             };
+            let rewrapped = wrap.already_wrapped(command, &args).is_some();
             let (cmd, wargs) = wrap.command(name, command, &args);
             let key = format!("mcp_servers.{}", toml_key(name));
             extra.push("-c".into());
@@ -244,6 +246,7 @@ pub fn plan(
                 origin: "codex config".into(),
                 observed: true,
                 note: None,
+                rewrapped,
             });
         }
     }
@@ -497,6 +500,29 @@ mod tests {
         let bad = s(&["exec", "-c", "openai_base_url=3", "x"]);
         let e = super::plan(&bad, home.path(), &wrap(), RELAY, Auth::Auto).unwrap_err();
         assert!(format!("{e:#}").contains("must be a string URL"), "{e:#}");
+    }
+
+    #[test]
+    fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+        let home = tempfile::tempdir().unwrap();
+        // examples/mcp/codex.config.toml as written.
+        let example = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/codex.config.toml"),
+        )
+        .unwrap();
+        std::fs::write(home.path().join("config.toml"), example).unwrap();
+        let p = super::plan(
+            &s(&["exec", "x"]),
+            home.path(),
+            &wrap(),
+            RELAY,
+            Auth::ApiKey,
+        )
+        .unwrap();
+        assert!(p.args.contains(
+            &r#"mcp_servers.everything.args=["wrap", "--alias", "everything", "--ingest", "/run/wt.sock", "--", "npx", "-y", "@modelcontextprotocol/server-everything"]"#.to_string()
+        ), "{:?}", p.args);
+        assert!(p.servers.iter().all(|s| s.rewrapped), "{:?}", p.servers);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Server {
     pub observed: bool,
     /// Why it is not observed.
     pub note: Option<String>,
+    /// It was declared under `windowtap wrap` already (a configuration written for the relay
+    /// on its own): run wraps it once, with its own socket.
+    pub rewrapped: bool,
 }
 
 /// How to run a server under the wrapper.
@@ -35,8 +38,14 @@ pub struct WrapWith {
 }
 
 impl WrapWith {
-    /// The command and arguments that run `command args…` under `windowtap wrap`.
+    /// The command and arguments that run `command args…` under `windowtap wrap`. A server
+    /// already declared as `windowtap wrap … -- SERVER…` is wrapped once: the inner server
+    /// gets run's wrapper, not a second one (two wrappers, both reporting to run's socket
+    /// through the `WINDOWTAP_INGEST` run gives the host, would count every call twice).
     pub fn command(&self, alias: &str, command: &str, args: &[String]) -> (String, Vec<String>) {
+        if let Some((inner, inner_args)) = self.already_wrapped(command, args) {
+            return self.command(alias, inner, inner_args);
+        }
         let mut wargs = vec![
             "wrap".to_string(),
             "--alias".to_string(),
@@ -48,6 +57,26 @@ impl WrapWith {
         ];
         wargs.extend(args.iter().cloned());
         (self.exe.display().to_string(), wargs)
+    }
+
+    /// The server inside `command args…` when that is `windowtap wrap [options] -- SERVER…`:
+    /// `windowtap` by name (as the ready configs in examples/mcp/ say it) or this very
+    /// executable by path.
+    pub fn already_wrapped<'a>(
+        &self,
+        command: &str,
+        args: &'a [String],
+    ) -> Option<(&'a str, &'a [String])> {
+        let path = Path::new(command);
+        let ours = path.file_name().is_some_and(|n| n == "windowtap")
+            || (path.is_absolute()
+                && std::fs::canonicalize(path).ok() == std::fs::canonicalize(&self.exe).ok());
+        if !ours || args.first().map(String::as_str) != Some("wrap") {
+            return None;
+        }
+        let at = args.iter().position(|a| a == "--")?;
+        let (inner, rest) = args[at + 1..].split_first()?;
+        Some((inner.as_str(), rest))
     }
 }
 
@@ -290,6 +319,13 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(p) = &log_path {
             eprintln!("windowtap run: log in {}", p.display());
+        }
+        for s in servers.iter().filter(|s| s.rewrapped) {
+            eprintln!(
+                "windowtap run: MCP server `{}` ({}) was declared under `windowtap wrap` already: \
+                 run wrapped it once, reporting to its own socket",
+                s.alias, s.origin
+            );
         }
         for s in servers.iter().filter(|s| !s.observed) {
             eprintln!(
