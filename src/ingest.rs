@@ -197,6 +197,17 @@ pub fn connect_verified(
 
 /// The uid of the process at the other end of a connected Unix socket.
 fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
+    peer_cred(s).map(|c| c.uid)
+}
+
+/// The pid of the process at the other end of a connected Unix socket (the relay, for a
+/// wrapper), as the kernel says.
+pub fn peer_pid(s: &std::os::unix::net::UnixStream) -> Option<u32> {
+    peer_cred(s).ok().map(|c| c.pid as u32)
+}
+
+/// The peer credentials (`SO_PEERCRED`) of a connected Unix socket.
+fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<libc::ucred> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {
         pid: 0,
@@ -218,7 +229,7 @@ fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 /// The path to listen on: `explicit` as given, else [`default_path`] with its private

@@ -8,6 +8,7 @@ mod host;
 mod ingest;
 mod live;
 mod logging;
+mod mcp_tally;
 mod otlp;
 mod ratelimit;
 mod relay;

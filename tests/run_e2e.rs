@@ -1213,3 +1213,195 @@ async fn the_example_mcp_configs_wrap_their_server_for_a_standalone_relay() {
     assert_eq!(rs[0]["decision"], "attributed", "{text}");
     assert_eq!(rs[0]["alias"], "gate");
 }
+
+/// examples/mcp/codex.config.toml as written, its server swapped for the gate server (the
+/// table's key and `--alias` both `gate`): what a user puts in `$CODEX_HOME/config.toml`.
+fn example_codex_config(gates: &Path) -> toml::Table {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/codex.config.toml"),
+    )
+    .unwrap();
+    let mut config: toml::Table = text.parse().unwrap();
+    let servers = config["mcp_servers"].as_table_mut().unwrap();
+    let mut server = servers.remove("everything").unwrap();
+    let table = server.as_table_mut().unwrap();
+    let args = table["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a.as_str() == Some("--")).unwrap();
+    let mut args: Vec<toml::Value> = args[..=at].to_vec();
+    args[2] = "gate".into();
+    for a in [
+        gate_server(),
+        "--dir".to_string(),
+        gates.display().to_string(),
+    ] {
+        args.push(a.into());
+    }
+    table.insert("args".into(), toml::Value::Array(args));
+    servers.insert("gate".into(), server);
+    config
+}
+
+/// The scripted codex on its own (no `run`), pointed at `relay` as its banner says, with
+/// `config` as `$CODEX_HOME/config.toml` and `env` on top of a user's environment whose
+/// `TMPDIR` is `tmpdir` (where the other relay's default socket is). `windowtap` is on the
+/// PATH, as the example assumes. Returns the host's stderr (the wrapper's goes there too).
+fn codex_alone(
+    dir: &Path,
+    relay: &Relay,
+    config: &toml::Table,
+    tmpdir: &Path,
+    env: &[(&str, String)],
+) -> String {
+    let gates = dir.join("gates");
+    let home = dir.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("config.toml"), config.to_string()).unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_windowtap")).parent().unwrap();
+    let out = Command::new(host("codex"))
+        .args(["exec", "--gate-dir"])
+        .arg(&gates)
+        .arg("-c")
+        .arg(format!(
+            "openai_base_url=\"http://{}/openai/v1\"",
+            relay.addr
+        ))
+        .arg("go")
+        .env("CODEX_HOME", &home)
+        .env("HOME", dir)
+        .env("TMPDIR", tmpdir)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WINDOWTAP_INGEST")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .output()
+        .expect("the scripted codex");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+fn attributions(records: &Path) -> Vec<Value> {
+    std::fs::read_to_string(records)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "attribution")
+        .collect()
+}
+
+/// Two relays of one user side by side (issue 27, item 2): the other one on the default
+/// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
+/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
+/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
+/// record here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut other = Relay::start_at_default(&[], tmp.path());
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("openai", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let config = example_codex_config(&dir.path().join("gates"));
+    std::fs::create_dir_all(dir.path().join("gates")).unwrap();
+    let ingest = relay.ingest.display().to_string();
+    let stderr = codex_alone(
+        dir.path(),
+        &relay,
+        &config,
+        tmp.path(),
+        &[("WINDOWTAP_INGEST", ingest)],
+    );
+    let relay_pid = relay.pid();
+    assert!(relay.stop().success(), "{}", relay.log());
+    assert!(other.stop().success(), "{}", other.log());
+    let rs = attributions(&records);
+    assert_eq!(rs.len(), 1, "{}\n{}\n{}", stderr, relay.log(), other.log());
+    assert_eq!(rs[0]["decision"], "attributed", "{rs:?}");
+    assert!(
+        stderr.contains(&format!(
+            "`gate` reports its calls to the relay with pid {} through its ingest socket {}",
+            relay_pid,
+            relay.ingest.display()
+        )),
+        "the wrapper says which relay: {stderr}"
+    );
+    assert!(!relay.log().contains("got no report"), "{}", relay.log());
+}
+
+/// The same two relays, with a Codex config that does not forward WINDOWTAP_INGEST (as the
+/// README's was): the wrapper reports to the other relay and says so, and this relay's stop
+/// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut other = Relay::start_at_default(&[], tmp.path());
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("openai", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let mut config = example_codex_config(&dir.path().join("gates"));
+    config["mcp_servers"]["gate"]
+        .as_table_mut()
+        .unwrap()
+        .remove("env_vars");
+    std::fs::create_dir_all(dir.path().join("gates")).unwrap();
+    let ingest = relay.ingest.display().to_string();
+    let stderr = codex_alone(
+        dir.path(),
+        &relay,
+        &config,
+        tmp.path(),
+        &[("WINDOWTAP_INGEST", ingest)],
+    );
+    let other_pid = other.pid();
+    assert!(relay.stop().success(), "{}", relay.log());
+    assert!(other.stop().success(), "{}", other.log());
+    assert!(attributions(&records).is_empty(), "{}", relay.log());
+    assert!(
+        stderr.contains(&format!(
+            "reports its calls to the relay with pid {}",
+            other_pid
+        )),
+        "the wrapper says which relay: {stderr}"
+    );
+    let log = relay.log();
+    assert!(
+        log.contains(
+            "1 model tool call to MCP tools (mcp__gate__wait \u{d7}1) got no report from a wrapper"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("--ingest {}", relay.ingest.display())),
+        "{log}"
+    );
+}

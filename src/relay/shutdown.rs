@@ -22,6 +22,8 @@ pub enum Drain {
 #[derive(Debug)]
 pub struct Stopped {
     pub summary: Summary,
+    /// Model tool calls to MCP tools that no wrapper reported (`crate::mcp_tally`).
+    pub unreported: crate::mcp_tally::Unreported,
     pub how: Drain,
 }
 
@@ -113,6 +115,7 @@ impl Running {
             f.sync_all().context("fsyncing records or capture")?;
         }
         let summary = finished.summary;
+        let unreported = finished.unreported;
         let tail = finished.records;
         if tail.lost() > 0 {
             eprintln!(
@@ -143,7 +146,11 @@ impl Running {
                 eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
             }
         }
-        Ok(Stopped { summary, how })
+        Ok(Stopped {
+            summary,
+            unreported,
+            how,
+        })
     }
 }
 

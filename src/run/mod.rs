@@ -314,6 +314,9 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let summary = stopped.summary;
         eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
+        if let Some(text) = stopped.unreported.describe(crate::mcp_tally::Setting::Run) {
+            eprintln!("windowtap run: warning: {text}");
+        }
         if let Some(p) = &records_path {
             eprintln!("windowtap run: records in {}", p.display());
         }
