@@ -83,6 +83,10 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let running = start(config, Clock::start(), sinks).await?;
         eprint!("{}", banner(running.addr, &running.mounts));
         if let Some(sock) = &running.ingest_socket {
+            // For `windowtap env`: which relay this socket belongs to.
+            if let Err(e) = crate::ingest::write_note(sock.path(), running.addr) {
+                tracing::warn!(error = %e, "could not write the note beside the ingest socket; `windowtap env` cannot pair it with this relay");
+            }
             if sock.path() == crate::ingest::default_path() {
                 eprintln!(
                     "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
