@@ -836,6 +836,46 @@ async fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
     );
 }
 
+/// An upstream nobody listens on (issue 27, item 5): the summary says how many exchanges
+/// failed, with which class and where that mount goes, and the log has the exchange as WARN.
+#[test]
+fn the_summary_says_how_many_exchanges_failed_and_why() {
+    if !python() {
+        return;
+    }
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let run = windowtap_run(
+        dir.path(),
+        &[],
+        &args,
+        &[("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))],
+    );
+    assert!(!run.status.success(), "the host could not get an answer");
+    assert!(
+        run.stderr.contains(&format!(
+            "windowtap run: warning: 1 exchange failed, so the host got the relay's 502/504 answer \
+             (or a broken stream) instead of the model's: refused 1 on /anthropic \
+             (http://127.0.0.1:{port}: nothing accepts connections there)"
+        )),
+        "{}",
+        run.stderr
+    );
+    let failed: Vec<&str> = run
+        .log
+        .lines()
+        .filter(|l| l.contains("failure=refused"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", run.log);
+    assert!(failed[0].contains(" WARN "), "{}", failed[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
     if !python() {

@@ -111,8 +111,12 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             .ingest_socket
             .as_ref()
             .map(|s| s.path().to_path_buf());
+        let mounts = running.mounts.clone();
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
+        if let Some(text) = crate::run::failures_summary(&mounts) {
+            eprintln!("windowtap relay: warning: {text}");
+        }
         if let Some(text) = stopped
             .unreported
             .describe(crate::mcp_tally::Setting::Relay {

@@ -80,6 +80,51 @@ impl WrapWith {
     }
 }
 
+/// What each failure word means for a person looking at the summary.
+fn failure_hint(word: &str) -> &'static str {
+    match word {
+        "refused" => "nothing accepts connections there",
+        "dns" => "its host name could not be resolved: no network, or a mistyped URL",
+        "tls" => "the TLS handshake failed (a private CA needs --upstream-ca)",
+        "timeout" => "it did not answer in time",
+        "reset" => "it closed the connection before a complete response",
+        "broken" => "the stream broke off mid-way, on one side or the other",
+        _ => "the request to it failed",
+    }
+}
+
+/// The stop's line on failed exchanges, or `None` when none failed: how many, by mount and
+/// failure word, where that mount goes (scheme, host and port only: a base URL's path or
+/// userinfo may hold a credential) and what the word means. Without it an unreachable
+/// upstream showed only in the log.
+pub fn failures_summary(mounts: &crate::relay::mounts::Mounts) -> Option<String> {
+    let failed = crate::relay::exchange::failed_exchanges();
+    let total: u64 = failed.iter().map(|(_, _, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let parts: Vec<String> = failed
+        .iter()
+        .map(|(mount, word, n)| {
+            let to = mounts
+                .get(mount)
+                .map(|m| {
+                    let auth = m.authority.as_str();
+                    let host = auth.rsplit('@').next().unwrap_or(auth);
+                    format!(" ({}://{host}: {})", m.scheme, failure_hint(word))
+                })
+                .unwrap_or_default();
+            format!("{word} {n} on /{mount}{to}")
+        })
+        .collect();
+    Some(format!(
+        "{total} exchange{} failed, so the host got the relay's 502/504 answer (or a broken \
+         stream) instead of the model's: {}; each is a WARN line in the log",
+        if total == 1 { "" } else { "s" },
+        parts.join("; ")
+    ))
+}
+
 /// Which host `windowtap run` launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Host {
@@ -301,6 +346,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         };
+        let mounts_now = running.mounts.clone();
         let stopped = match waited {
             Ok(_) => running.stop_with(signals.next()).await?,
             Err(signo) => {
@@ -314,6 +360,9 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let summary = stopped.summary;
         eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
+        if let Some(text) = failures_summary(&mounts_now) {
+            eprintln!("windowtap run: warning: {text}");
+        }
         if let Some(text) = stopped.unreported.describe(crate::mcp_tally::Setting::Run) {
             eprintln!("windowtap run: warning: {text}");
         }
