@@ -90,7 +90,14 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         alias: args.alias.clone(),
         prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
         observer: Mutex::new(Observer::new()),
-        reporter: Reporter::start(paths, args.ingest.is_none(), args.alias.clone()),
+        reporter: Reporter::start(
+            paths,
+            args.ingest.is_none(),
+            // A socket given as an argument was chosen for this wrapper (`windowtap run` gives
+            // its own): nothing to tell. One found in the environment or at a default place
+            // may be another relay's, so where the reports go is said.
+            (!ingest_in_args()).then(|| args.alias.clone()),
+        ),
     });
 
     let server_in = child.stdin.take().context("server stdin")?;
@@ -143,6 +150,14 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         (None, None) => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Whether `--ingest` was given on the command line (rather than through the environment).
+fn ingest_in_args() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--ingest" || a.to_string_lossy().starts_with("--ingest="))
 }
 
 /// A standard descriptor as an unbuffered file that is never closed by us.
@@ -259,7 +274,7 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn start(paths: Vec<PathBuf>, check_dirs: bool, alias: String) -> Reporter {
+    fn start(paths: Vec<PathBuf>, check_dirs: bool, tell: Option<String>) -> Reporter {
         let (tx, rx) = mpsc::sync_channel::<Option<(String, String)>>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -273,7 +288,7 @@ impl Reporter {
                     conn: None,
                     last_try: None,
                     warned: false,
-                    alias,
+                    tell,
                     told: None,
                 };
                 // Connected (or warned) at the start, not at the first call: which relay the
@@ -366,8 +381,8 @@ struct Link {
     conn: Option<UnixStream>,
     last_try: Option<Instant>,
     warned: bool,
-    /// The server's alias, for saying where its reports go.
-    alias: String,
+    /// The server's alias, when where its reports go is to be said.
+    tell: Option<String>,
     /// The socket and relay pid last said, so that a reconnection to the same relay is quiet.
     told: Option<(PathBuf, Option<u32>)>,
 }
@@ -424,6 +439,7 @@ impl Link {
     /// Says which relay the reports go to: two relays of one user each have a socket, and a
     /// wrapper that found the wrong one would otherwise lose every call without a word.
     fn tell(&mut self, path: &std::path::Path, pid: Option<u32>) {
+        let Some(alias) = &self.tell else { return };
         let now = (path.to_path_buf(), pid);
         if self.told.as_ref() == Some(&now) {
             return;
@@ -434,7 +450,7 @@ impl Link {
         };
         eprintln!(
             "windowtap wrap: `{}` reports its calls to {relay} through its ingest socket {} (--ingest or {} to choose another)",
-            self.alias,
+            alias,
             path.display(),
             ingest::ENV
         );

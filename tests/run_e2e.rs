@@ -707,10 +707,17 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.stderr
     );
     assert!(
-        run.stderr
-            .contains("1 intervals: 1 attributed, 0 abstained"),
+        run.stderr.contains("1 interval: 1 attributed, 0 abstained"),
         "{}",
         run.stderr
+    );
+    // The host exited by itself: no signal was sent, and the log does not say one was.
+    assert!(
+        run.log
+            .contains("draining: no new connections; a signal stops at once")
+            && !run.log.contains("a second signal"),
+        "{}",
+        run.log
     );
     assert!(
         run.stderr.contains("MCP server `docs` (")
@@ -936,7 +943,12 @@ async fn sigterm_to_run_is_passed_on_to_the_host() {
     // The host died of the SIGTERM run passed on; run itself finished cleanly.
     assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.log.contains("a second signal stops at once"),
+        "{}",
+        run.log
+    );
+    assert!(
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -965,7 +977,7 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
     .await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -1028,7 +1040,7 @@ async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() 
     assert!(run.stderr.contains("stopping at once"), "{}", run.stderr);
     // The loop that ended before the signals is decided, and both files are whole.
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -1131,7 +1143,7 @@ async fn in_a_terminal_only_the_host_writes_while_it_runs_and_the_log_goes_besid
         log.contains(" exchange"),
         "the relay's exchange lines: {log}"
     );
-    assert!(after.contains("1 intervals: 1 attributed"), "{after}");
+    assert!(after.contains("1 interval: 1 attributed"), "{after}");
 }
 
 /// `run --help` says where records go and which socket wrappers report on, and nothing that
@@ -1443,5 +1455,166 @@ async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
     assert!(
         log.contains(&format!("--ingest {}", relay.ingest.display())),
         "{log}"
+    );
+}
+
+/// `windowtap` with `args`, bounded; its exit status and stderr.
+fn windowtap(args: &[&str]) -> (ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(args)
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let status = wait_bounded(&mut child).expect("windowtap finishes");
+    (status, reader.join().unwrap())
+}
+
+/// Messages that say what to do (issue 27, item 9), each for a mistake a new user makes.
+#[test]
+fn mistakes_are_answered_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let sock = sock.to_str().unwrap();
+
+    // The host before `--`: where it goes, and never the arguments (a prompt) echoed.
+    let (status, stderr) = windowtap(&["run", "claude", "-p", "CANARY-ARG"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the host goes after `--`")
+            && stderr.contains("windowtap run [OPTIONS] -- claude …"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("CANARY-ARG"), "{stderr}");
+
+    let (status, stderr) = windowtap(&["relay", "--close-wait", "abc"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("give a number of milliseconds, such as 1000"),
+        "{stderr}"
+    );
+
+    // An output whose directory is not there.
+    let missing = dir.path().join("missing");
+    let records = missing.join("r.jsonl");
+    let (status, stderr) = windowtap(&[
+        "relay",
+        "--listen",
+        "127.0.0.1:0",
+        "--ingest",
+        sock,
+        "--records",
+        records.to_str().unwrap(),
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the directory {} does not exist; create it first (mkdir -p {})",
+            missing.display(),
+            missing.display()
+        )),
+        "{stderr}"
+    );
+
+    // A port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (status, stderr) = windowtap(&[
+        "relay",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--ingest",
+        sock,
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("port {port} is in use"))
+            && stderr.contains("--listen 127.0.0.1:PORT"),
+        "{stderr}"
+    );
+    drop(taken);
+}
+
+/// `--listen localhost:PORT` is loopback, as a person means it.
+#[test]
+fn listen_on_localhost_is_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["relay", "--listen", "localhost:0", "--ingest"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    // SAFETY: kill only sends a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_bounded(&mut child).expect("the relay stops");
+    assert!(
+        first.starts_with("windowtap relay listening on http://127.0.0.1:"),
+        "{first}"
+    );
+    assert!(status.success());
+}
+
+/// Without --records, run names its records by a readable UTC time, not epoch milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_records_are_named_by_a_readable_utc_time() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("run")
+            .arg("--")
+            .args(&args)
+            .current_dir(&path)
+            .env("HOME", &path)
+            .env("XDG_STATE_HOME", &path)
+            .env("ANTHROPIC_BASE_URL", base)
+            .env_remove("WINDOWTAP_INGEST")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("windowtap"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let records: Vec<&String> = names.iter().filter(|n| n.ends_with(".jsonl")).collect();
+    assert_eq!(records.len(), 1, "{names:?}");
+    let stamp = records[0]
+        .strip_prefix("records-")
+        .and_then(|n| n.strip_suffix("Z.jsonl"))
+        .unwrap_or_else(|| panic!("{names:?}"));
+    // YYYY-MM-DDTHH-MM-SS
+    let shape: String = stamp
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999-99-99T99-99-99", "{names:?}");
+    assert!(
+        stderr.contains(&format!(
+            "records in {}",
+            dir.path().join("windowtap").join(records[0]).display()
+        )),
+        "{stderr}"
     );
 }

@@ -52,13 +52,24 @@ impl Running {
         let connections = self.draining.receiver_count();
         let streams = self.sources.len();
         let tunnels = self.tunnels.len();
-        tracing::info!(
-            connections,
-            streams,
-            tunnels,
-            drain_ms = self.drain.as_millis() as u64,
-            "draining: no new connections; a second signal stops at once"
-        );
+        let drain_ms = self.drain.as_millis() as u64;
+        if self.signalled {
+            tracing::info!(
+                connections,
+                streams,
+                tunnels,
+                drain_ms,
+                "draining: no new connections; a second signal stops at once"
+            );
+        } else {
+            tracing::info!(
+                connections,
+                streams,
+                tunnels,
+                drain_ms,
+                "draining: no new connections; a signal stops at once"
+            );
+        }
         let draining = &self.draining;
         let sources = &self.sources;
         let open_tunnels = &self.tunnels;

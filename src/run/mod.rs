@@ -185,11 +185,48 @@ fn default_records_path() -> anyhow::Result<PathBuf> {
         .unwrap_or_else(std::env::temp_dir)
         .join("windowtap");
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
-    let stamp = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
+        .map(|d| d.as_secs())
         .unwrap_or(0);
-    Ok(base.join(format!("records-{stamp}.jsonl")))
+    Ok(free_name(&base, &utc_stamp(now)))
+}
+
+/// `records-STAMP.jsonl` in `dir`, or `records-STAMP-2.jsonl` and on when a run in the same
+/// second took that name (or its log's), so that no run writes over another's.
+fn free_name(dir: &Path, stamp: &str) -> PathBuf {
+    let taken = |p: &Path| p.exists() || log_path_beside(p).exists();
+    let first = dir.join(format!("records-{stamp}.jsonl"));
+    if !taken(&first) {
+        return first;
+    }
+    (2..)
+        .map(|n| dir.join(format!("records-{stamp}-{n}.jsonl")))
+        .find(|p| !taken(p))
+        .expect("some name is free")
+}
+
+/// A UTC time as a person reads it and a file name can hold (no `:`), sorting as it reads:
+/// `2026-12-03T10-15-30Z`.
+fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// The log beside the records: the same name with the extension `.log`.
@@ -213,7 +250,7 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating the log file {}", path.display()))
+        .map_err(|e| crate::advice::create_failed("the log file", path, e))
 }
 
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -326,10 +363,12 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // on, and makes run a stopping one: from then on, and once the host has exited (the
         // relay draining), another signal stops at once, like the relay's second signal.
         let mut stopping = false;
+        let mut signalled = false;
         let waited = loop {
             tokio::select! {
                 s = child.wait() => break Ok(s.context("waiting for the host")?),
                 signo = signals.next() => {
+                    signalled = true;
                     if signo == libc::SIGTERM {
                         if let Some(pid) = child.id() {
                             // SAFETY: kill only sends a signal to the child we started.
@@ -347,6 +386,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let mounts_now = running.mounts.clone();
+        let mut running = running;
+        running.signalled = signalled || waited.is_err();
         let stopped = match waited {
             Ok(_) => running.stop_with(signals.next()).await?,
             Err(signo) => {
@@ -401,4 +442,25 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         drop(dir);
         anyhow::Ok(ExitCode::from(code.clamp(0, 255) as u8))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_named_by_a_readable_utc_time() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00-00-00Z");
+        assert_eq!(utc_stamp(1_796_294_130), "2026-12-03T10-35-30Z");
+        let dir = tempfile::tempdir().unwrap();
+        let first = free_name(dir.path(), "2026-12-03T10-35-30Z");
+        assert_eq!(first, dir.path().join("records-2026-12-03T10-35-30Z.jsonl"));
+        std::fs::write(&first, "").unwrap();
+        assert_eq!(
+            free_name(dir.path(), "2026-12-03T10-35-30Z"),
+            dir.path().join("records-2026-12-03T10-35-30Z-2.jsonl"),
+            "a run in the same second gets a name of its own"
+        );
+    }
 }
