@@ -168,8 +168,8 @@ impl Unreported {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "the one it printed at start".to_string());
                 format!(
-                    "its MCP server does not run under `windowtap wrap`; or its wrapper reported \
-                     to another relay's ingest socket (this relay's is {sock}: give it to the \
+                    "its MCP server does not run under `windowtap wrap` (a remote, HTTP one never \
+                     can); or its wrapper reported to another relay's ingest socket (this relay's is {sock}: give it to the \
                      wrapper as `--ingest {sock}` in the server's args, or set {env} for it; \
                      Codex passes no environment to MCP servers unless the server's table says \
                      `env_vars = [\"{env}\"]` or has it in `env`); or the host did not run the \
@@ -177,8 +177,9 @@ impl Unreported {
                     env = crate::ingest::ENV
                 )
             }
-            Setting::Run => "its MCP server was declared where run does not look (run reads \
-                 --mcp-config, ~/.claude.json and .mcp.json for Claude Code; \
+            Setting::Run => "its MCP server is a remote (HTTP) one, which no wrapper observes \
+                 (run names those it found); or it was declared where run does not look \
+                 (run reads --mcp-config, ~/.claude.json and .mcp.json for Claude Code; \
                  $CODEX_HOME/config.toml and -c for Codex), so it ran unwrapped; or the host \
                  did not run the call (denied, interrupted, timed out)"
                 .to_string(),

@@ -867,9 +867,10 @@ fn the_summary_says_how_many_exchanges_failed_and_why() {
     assert!(!run.status.success(), "the host could not get an answer");
     assert!(
         run.stderr.contains(&format!(
-            "windowtap run: warning: 1 exchange failed, so the host got the relay's 502/504 answer \
-             (or a broken stream) instead of the model's: refused 1 on /anthropic \
-             (http://127.0.0.1:{port}: nothing accepts connections there)"
+            "windowtap run: warning: 1 exchange failed upstream, so the host got the relay's \
+             502/504 answer instead of the model's: refused 1 on /anthropic \
+             (http://127.0.0.1:{port}: nothing accepts connections there); each is a line with \
+             failure= in the log"
         )),
         "{}",
         run.stderr
