@@ -23,8 +23,9 @@ Examples:
   windowtap relay --records records.jsonl --capture trace.jsonl
   windowtap relay --upstream anthropic=https://gateway.example/anthropic")]
 pub struct RelayArgs {
-    /// Address to listen on, loopback only unless --allow-remote [default: 127.0.0.1:8787 for
-    /// `relay`, an ephemeral loopback port for `run`].
+    /// Address to listen on: IP:PORT, localhost:PORT or PORT (both 127.0.0.1); loopback only
+    /// unless --allow-remote [default: 127.0.0.1:8787 for `relay`, an ephemeral loopback port
+    /// for `run`].
     #[arg(long, value_name = "ADDR", value_parser = crate::advice::parse_listen)]
     pub listen: Option<SocketAddr>,
     /// Allow a non-loopback --listen address.
