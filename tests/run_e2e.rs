@@ -634,6 +634,42 @@ async fn the_users_openai_base_url_is_the_upstream_of_the_mount_codex_goes_throu
     assert_codex_loop_attributed(&run);
 }
 
+/// Claude Code applies its settings' `env` over its environment, so an ANTHROPIC_BASE_URL in
+/// `~/.claude/settings.json` sent the real Claude Code past run's relay to the upstream
+/// directly (no exchange observed, the call `no_window`). That URL is the user's choice: it
+/// becomes the upstream, and a `--settings` of run's points the host at the relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_url_in_claudes_settings_is_the_upstream_and_the_host_goes_through_the_relay() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    write_file(
+        &dir.path().join(".claude"),
+        "settings.json",
+        &json!({"env": {"ANTHROPIC_BASE_URL": format!("http://{}", up.addr)}}).to_string(),
+    );
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || windowtap_run(&path, &[], &args, &[]))
+        .await
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert!(
+        run.log.contains(" exchange"),
+        "the relay saw the traffic: {}",
+        run.log
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows() {
     if !python() {

@@ -301,12 +301,25 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // Upstreams the host was already pointed at become the relay's upstreams.
     let mut mounts: Vec<Mount> = Vec::new();
+    let claude_sources = claude::Sources {
+        user_config: std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude.json")),
+        user_settings: std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".claude/settings.json")),
+        cwd: std::env::current_dir().context("reading the working directory")?,
+    };
     if host == Host::Claude {
-        if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
-            mounts.push(
-                Mount::new("anthropic", &url)
-                    .map_err(|e| anyhow::anyhow!("ANTHROPIC_BASE_URL: {e}"))?,
-            );
+        // Claude Code's settings `env` wins over its environment: a base URL set there is the
+        // one the user chose (and run points the host at the relay with a --settings of its
+        // own, `claude::point_settings`); else the environment's.
+        let chosen = match claude::settings_base_url(&host_args, &claude_sources)? {
+            Some((url, origin)) => Some((url, format!("ANTHROPIC_BASE_URL in {origin}"))),
+            None => std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .map(|u| (u, "ANTHROPIC_BASE_URL".to_string())),
+        };
+        if let Some((url, origin)) = chosen {
+            mounts
+                .push(Mount::new("anthropic", &url).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
         }
     }
     let codex_home = codex::default_home();
@@ -352,15 +365,11 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let base = format!("http://{}", running.addr);
         let (argv, env, servers, target) = match host {
             Host::Claude => {
-                let sources = claude::Sources {
-                    user_config: std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".claude.json")),
-                    cwd: std::env::current_dir().context("reading the working directory")?,
-                };
-                let plan = claude::plan(&host_args, &sources, &wrap, dir.path())?;
+                let plan = claude::plan(&host_args, &claude_sources, &wrap, dir.path())?;
                 let url = format!("{base}/anthropic");
+                let args = claude::point_settings(plan.args, &claude_sources, dir.path(), &url)?;
                 (
-                    plan.args,
+                    args,
                     vec![("ANTHROPIC_BASE_URL".to_string(), url.clone())],
                     plan.servers,
                     url,
