@@ -22,9 +22,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use correlator::{CallKind, EventKind};
 
-/// Calls remembered one by one, past which only their number is kept (a relay whose servers
-/// are never wrapped still holds a bounded amount).
-const MAX_TRACKED: usize = 100_000;
+/// Calls remembered one by one, past which only their number is kept: a relay whose servers
+/// are never wrapped holds at most this many (two pseudonyms and a name each, about 2 MB).
+const MAX_TRACKED: usize = 10_000;
 
 /// The tally: MCP-routed model calls waiting for a report.
 #[derive(Debug, Default)]
