@@ -18,20 +18,25 @@ pub enum Host {
 #[command(after_help = "\
 Prints shell lines (sh, bash, zsh) to evaluate: for Claude Code an `export \
 ANTHROPIC_BASE_URL=…`; for Codex, which ignores OPENAI_BASE_URL, a shell function `codex` \
-that passes `-c openai_base_url=…` on every run. Both also export WINDOWTAP_INGEST when the \
-relay's ingest socket is known, for MCP servers run under `windowtap wrap`.
+that passes `-c openai_base_url=…` on every run. Both also export WINDOWTAP_INGEST, the \
+relay's ingest socket, for MCP servers run under `windowtap wrap`.
+
+The URL and the socket always belong to one relay: with a socket (--ingest, WINDOWTAP_INGEST, \
+or a relay at the default place) the URL is that relay's, and a --relay naming another relay \
+is refused, saying which relay the socket belongs to.
 
 Examples:
   eval \"$(windowtap env claude)\" && claude
-  eval \"$(windowtap env codex --relay http://127.0.0.1:9000)\" && codex")]
+  eval \"$(windowtap env codex --ingest /run/user/1000/wt-b.sock)\" && codex")]
 pub struct EnvArgs {
     /// Which host to point at the relay.
     pub host: Host,
-    /// The relay's address, as it printed it.
-    #[arg(long, default_value = "http://127.0.0.1:8787", value_name = "URL")]
-    pub relay: String,
+    /// The relay's address, as it printed it [default: the relay listening on the ingest
+    /// socket, else http://127.0.0.1:8787].
+    #[arg(long, value_name = "URL")]
+    pub relay: Option<String>,
     /// The relay's ingest socket, for wrapped MCP servers [default: the relay's default path,
-    /// when a socket is there].
+    /// when a relay listens there].
     #[arg(long, env = ingest::ENV, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
     /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
@@ -39,15 +44,15 @@ pub struct EnvArgs {
     pub codex_auth: String,
 }
 
+/// Where `--relay` points when nothing says otherwise: `windowtap relay`'s default address.
+const DEFAULT_RELAY: &str = "http://127.0.0.1:8787";
+
 pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
-    let relay = relay_base(&args.relay)?;
-    let ingest = args.ingest.or_else(|| {
-        let p = ingest::default_path();
-        std::fs::symlink_metadata(&p)
-            .ok()
-            .filter(|m| m.file_type().is_socket())
-            .map(|_| p)
-    });
+    if let Some(url) = &args.relay {
+        relay_base(url)?;
+    }
+    let (relay, ingest) = pair(args.relay.as_deref(), args.ingest)?;
+    let relay = relay_base(&relay)?;
     let chatgpt = match args.codex_auth.as_str() {
         "api" => false,
         "chatgpt" => true,
@@ -60,6 +65,77 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let text = lines(host, relay, ingest.as_ref().and_then(|p| p.to_str()));
     crate::stdout::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The relay URL and the ingest socket to print, which belong to one relay: the socket's
+/// relay says which URL that is (the note it keeps beside its socket, held against the pid
+/// the kernel gives for the socket's listener). Without a socket only the URL is printed, and
+/// a comment says to export the socket the relay printed.
+fn pair(relay: Option<&str>, given: Option<PathBuf>) -> anyhow::Result<(String, Option<PathBuf>)> {
+    let explicit = given.is_some();
+    let socket = given.or_else(|| {
+        let p = ingest::default_path();
+        std::fs::symlink_metadata(&p)
+            .ok()
+            .filter(|m| m.file_type().is_socket())
+            .map(|_| p)
+    });
+    let Some(socket) = socket else {
+        return Ok((relay.unwrap_or(DEFAULT_RELAY).to_string(), None));
+    };
+    let shown = socket.display();
+    match ingest::socket_owner(&socket, !explicit) {
+        ingest::SocketOwner::Relay(note) => {
+            let own = format!("http://{}", note.listen);
+            match relay {
+                Some(url) if !same_listener(url, note.listen) => anyhow::bail!(
+                    "the ingest socket {shown} belongs to the relay on {own} (pid {}), not to \
+                     {url}: printing both would send the host to one relay and its MCP reports \
+                     to another. Give the socket of the relay on {url} (--ingest PATH or {}; it \
+                     printed it when it started), or leave out --relay to use the relay on {own}",
+                    note.pid,
+                    ingest::ENV
+                ),
+                _ => Ok((relay.map(str::to_string).unwrap_or(own), Some(socket))),
+            }
+        }
+        // A default socket nobody answers on is a stale one: as if there were none.
+        ingest::SocketOwner::Unreachable(_) if !explicit => {
+            Ok((relay.unwrap_or(DEFAULT_RELAY).to_string(), None))
+        }
+        ingest::SocketOwner::Unreachable(why) => anyhow::bail!(
+            "no relay can be reached on the ingest socket {shown} ({why}): start the relay with \
+             --ingest {shown} first, or give the socket the running relay printed"
+        ),
+        ingest::SocketOwner::Unknown { pid } => anyhow::bail!(
+            "cannot tell which relay listens on the ingest socket {shown}{}: it keeps no note \
+             of its address beside the socket ({}), as `windowtap relay` does (a `windowtap \
+             run` keeps its socket to itself). Give the socket of a `windowtap relay`",
+            pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+            ingest::note_path(&socket).display()
+        ),
+    }
+}
+
+/// Whether `url` names the relay listening on `listen`: the same port, and the same address
+/// (`localhost` for a loopback one).
+fn same_listener(url: &str, listen: std::net::SocketAddr) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    let Some(port) = uri.port_u16() else {
+        return false;
+    };
+    let host = uri
+        .host()
+        .unwrap_or("")
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let host_ok = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip == listen.ip(),
+        Err(_) => host.eq_ignore_ascii_case("localhost") && listen.ip().is_loopback(),
+    };
+    port == listen.port() && host_ok
 }
 
 /// The relay URL without a trailing slash, refused if it could not sit inside the quotes of a
@@ -156,6 +232,16 @@ mod tests {
             out.contains("# For wrapped MCP servers: export WINDOWTAP_INGEST="),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_url_names_a_listener_by_address_and_port() {
+        let l: std::net::SocketAddr = "127.0.0.1:18102".parse().unwrap();
+        assert!(same_listener("http://127.0.0.1:18102", l));
+        assert!(same_listener("http://localhost:18102/", l));
+        assert!(!same_listener("http://127.0.0.1:8787", l));
+        assert!(!same_listener("http://127.0.0.2:18102", l));
+        assert!(!same_listener("http://127.0.0.1", l));
     }
 
     #[test]

@@ -197,6 +197,17 @@ pub fn connect_verified(
 
 /// The uid of the process at the other end of a connected Unix socket.
 fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
+    peer_cred(s).map(|c| c.uid)
+}
+
+/// The pid of the process at the other end of a connected Unix socket (the relay, for a
+/// wrapper), as the kernel says.
+pub fn peer_pid(s: &std::os::unix::net::UnixStream) -> Option<u32> {
+    peer_cred(s).ok().map(|c| c.pid as u32)
+}
+
+/// The peer credentials (`SO_PEERCRED`) of a connected Unix socket.
+fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<libc::ucred> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {
         pid: 0,
@@ -218,7 +229,7 @@ fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 /// The path to listen on: `explicit` as given, else [`default_path`] with its private
@@ -291,6 +302,77 @@ impl Drop for IngestHandle {
     fn drop(&mut self) {
         self.task.abort();
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(note_path(&self.path));
+    }
+}
+
+/// The note beside a relay's ingest socket (`<socket>.relay`) saying which relay listens on
+/// it: `windowtap env` reads it so that the URL and the socket it prints belong to one relay
+/// (two relays of one user each have their own).
+pub fn note_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".relay");
+    PathBuf::from(name)
+}
+
+/// What the note says: the relay's pid and listen address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RelayNote {
+    pub pid: u32,
+    pub listen: std::net::SocketAddr,
+}
+
+/// Writes the note for the relay listening on `listen` (0600: its own user's business). Its
+/// removal goes with the socket's, when the [`IngestHandle`] is dropped.
+pub fn write_note(socket: &Path, listen: std::net::SocketAddr) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let note = RelayNote {
+        pid: std::process::id(),
+        listen,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(note_path(socket))?;
+    f.write_all(
+        format!(
+            "{}\n",
+            serde_json::to_string(&note).map_err(std::io::Error::other)?
+        )
+        .as_bytes(),
+    )
+}
+
+/// Who listens on an ingest socket, as far as can be known.
+#[derive(Debug)]
+pub enum SocketOwner {
+    /// A relay whose note agrees with the kernel about its pid.
+    Relay(RelayNote),
+    /// Nobody can be reached there (no socket, nothing listening, or not to be trusted).
+    Unreachable(String),
+    /// Something of this user's listens, but no note says which relay it is (a note missing,
+    /// or left by another process: a `windowtap run`, or an older windowtap).
+    Unknown { pid: Option<u32> },
+}
+
+/// Asks who listens on `socket`: connects (as a wrapper would, verifying it is this user's;
+/// `check_dir` for a default place) and holds the note's pid against the peer's.
+pub fn socket_owner(socket: &Path, check_dir: bool) -> SocketOwner {
+    let stream = match connect_verified(socket, check_dir) {
+        Ok(s) => s,
+        Err(e) => return SocketOwner::Unreachable(e.to_string()),
+    };
+    let pid = peer_pid(&stream);
+    drop(stream);
+    let note = std::fs::read_to_string(note_path(socket))
+        .ok()
+        .and_then(|t| serde_json::from_str::<RelayNote>(t.trim()).ok());
+    match note {
+        Some(n) if Some(n.pid) == pid => SocketOwner::Relay(n),
+        _ => SocketOwner::Unknown { pid },
     }
 }
 

@@ -339,6 +339,8 @@ struct Task {
     otlp: Option<crate::otlp::LiveTree>,
     records: Vec<Record>,
     summary: Summary,
+    /// MCP-routed model calls and the reports that account for them.
+    tally: crate::mcp_tally::McpTally,
     pushed: bool,
     /// How far the correlator's clock was advanced with no event.
     advanced: Option<Millis>,
@@ -370,6 +372,7 @@ impl Task {
             records_out,
             records: Vec::new(),
             summary: Summary::default(),
+            tally: Default::default(),
             pushed: false,
             advanced: None,
             end_at,
@@ -389,6 +392,7 @@ impl Task {
             }
         }
         self.corr.push(&ev, &mut self.records);
+        self.tally.event(&ev.kind);
         if let Some(otlp) = &mut self.otlp {
             otlp.event(&ev);
         }
@@ -528,6 +532,8 @@ const RECORDS_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Finished {
     pub summary: Summary,
+    /// Model tool calls to MCP tools that no wrapper reported.
+    pub unreported: crate::mcp_tally::Unreported,
     /// What became of the records (all written, unless the output was not read).
     pub records: RecordsTail,
 }
@@ -616,8 +622,16 @@ pub fn spawn(
             );
         }
         let records = task.records_out.finish(wait).await;
+        let unreported = task.tally.unreported();
+        if unreported.calls > 0 {
+            tracing::warn!(
+                calls = unreported.calls,
+                "model tool calls to MCP tools got no wrapper report: no record says where they ran"
+            );
+        }
         Ok(Finished {
             summary: task.summary,
+            unreported,
             records,
         })
     });

@@ -1,6 +1,7 @@
 //! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
+mod advice;
 mod check;
 mod clock;
 mod env_cmd;
@@ -8,6 +9,7 @@ mod host;
 mod ingest;
 mod live;
 mod logging;
+mod mcp_tally;
 mod net;
 mod otlp;
 mod ratelimit;
@@ -51,8 +53,44 @@ enum Command {
     Ingest(ingest::IngestArgs),
 }
 
+/// For `windowtap run claude …` (the `--` left out), which clap can only call an unexpected
+/// argument: the host's name (never its arguments, which may hold a prompt), to say where it
+/// goes.
+fn host_before_dashes(e: &clap::Error) -> Option<&'static str> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    if std::env::args().nth(1).as_deref() != Some("run") {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let name = std::path::Path::new(arg).file_name()?.to_str()?;
+    if name.starts_with("claude") {
+        Some("claude")
+    } else if name.starts_with("codex") {
+        Some("codex")
+    } else {
+        None
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if let Some(host) = host_before_dashes(&e) {
+                eprintln!(
+                    "windowtap: error: the host goes after `--`, with its arguments, so that they \
+                     are its own and not run's: windowtap run [OPTIONS] -- {host} …"
+                );
+                return std::process::ExitCode::from(2);
+            }
+            e.exit()
+        }
+    };
     let result = match cli.command {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay::main(args),

@@ -87,10 +87,17 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     signals.forward_to(pid, reaped.clone());
 
     let session = Arc::new(Session {
-        alias: args.alias,
+        alias: args.alias.clone(),
         prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
         observer: Mutex::new(Observer::new()),
-        reporter: Reporter::start(paths, args.ingest.is_none()),
+        reporter: Reporter::start(
+            paths,
+            args.ingest.is_none(),
+            // A socket given as an argument was chosen for this wrapper (`windowtap run` gives
+            // its own): nothing to tell. One found in the environment or at a default place
+            // may be another relay's, so where the reports go is said.
+            (!ingest_in_args()).then(|| args.alias.clone()),
+        ),
     });
 
     let server_in = child.stdin.take().context("server stdin")?;
@@ -143,6 +150,14 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         (None, None) => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Whether `--ingest` was given on the command line (rather than through the environment).
+fn ingest_in_args() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--ingest" || a.to_string_lossy().starts_with("--ingest="))
 }
 
 /// A standard descriptor as an unbuffered file that is never closed by us.
@@ -259,7 +274,7 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn start(paths: Vec<PathBuf>, check_dirs: bool) -> Reporter {
+    fn start(paths: Vec<PathBuf>, check_dirs: bool, tell: Option<String>) -> Reporter {
         let (tx, rx) = mpsc::sync_channel::<Option<(String, String)>>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -273,7 +288,12 @@ impl Reporter {
                     conn: None,
                     last_try: None,
                     warned: false,
+                    tell,
+                    told: None,
                 };
+                // Connected (or warned) at the start, not at the first call: which relay the
+                // reports go to is said before anything depends on it.
+                link.connect();
                 while let Ok(Some((call, line))) = rx.recv() {
                     if link.send(line.as_bytes()) {
                         c.sent(&call);
@@ -361,35 +381,17 @@ struct Link {
     conn: Option<UnixStream>,
     last_try: Option<Instant>,
     warned: bool,
+    /// The server's alias, when where its reports go is to be said.
+    tell: Option<String>,
+    /// The socket and relay pid last said, so that a reconnection to the same relay is quiet.
+    told: Option<(PathBuf, Option<u32>)>,
 }
 
 impl Link {
     /// Sends one line; false if it had to be dropped.
     fn send(&mut self, line: &[u8]) -> bool {
         if self.conn.is_none() && self.last_try.is_none_or(|t| t.elapsed() >= RETRY) {
-            self.last_try = Some(Instant::now());
-            let mut failure = None;
-            let mut refused = None;
-            for path in &self.paths {
-                match ingest::connect_verified(path, self.check_dirs) {
-                    Ok(s) => {
-                        let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
-                        self.conn = Some(s);
-                        break;
-                    }
-                    Err(ingest::ConnectError::Untrusted(why)) => {
-                        refused = refused.or(Some((path.clone(), why)));
-                    }
-                    Err(ingest::ConnectError::Io(e)) => failure = failure.or(Some(e)),
-                }
-            }
-            if self.conn.is_none() {
-                if let Some((path, why)) = refused {
-                    self.refuse(&path, &why);
-                } else if let Some(e) = failure {
-                    self.warn(&e);
-                }
-            }
+            self.connect();
         }
         let Some(conn) = &mut self.conn else {
             return false;
@@ -403,6 +405,56 @@ impl Link {
                 false
             }
         }
+    }
+
+    /// Tries each path once; says which relay it reached, or warns once why none.
+    fn connect(&mut self) {
+        self.last_try = Some(Instant::now());
+        let mut failure = None;
+        let mut refused = None;
+        let mut reached = None;
+        for path in &self.paths {
+            match ingest::connect_verified(path, self.check_dirs) {
+                Ok(s) => {
+                    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                    reached = Some((path.clone(), ingest::peer_pid(&s)));
+                    self.conn = Some(s);
+                    break;
+                }
+                Err(ingest::ConnectError::Untrusted(why)) => {
+                    refused = refused.or(Some((path.clone(), why)));
+                }
+                Err(ingest::ConnectError::Io(e)) => failure = failure.or(Some(e)),
+            }
+        }
+        if let Some((path, pid)) = reached {
+            self.tell(&path, pid);
+        } else if let Some((path, why)) = refused {
+            self.refuse(&path, &why);
+        } else if let Some(e) = failure {
+            self.warn(&e);
+        }
+    }
+
+    /// Says which relay the reports go to: two relays of one user each have a socket, and a
+    /// wrapper that found the wrong one would otherwise lose every call without a word.
+    fn tell(&mut self, path: &std::path::Path, pid: Option<u32>) {
+        let Some(alias) = &self.tell else { return };
+        let now = (path.to_path_buf(), pid);
+        if self.told.as_ref() == Some(&now) {
+            return;
+        }
+        let relay = match pid {
+            Some(pid) => format!("the relay with pid {pid}"),
+            None => "the relay".to_string(),
+        };
+        eprintln!(
+            "windowtap wrap: `{}` reports its calls to {relay} through its ingest socket {} (--ingest or {} to choose another)",
+            alias,
+            path.display(),
+            ingest::ENV
+        );
+        self.told = Some(now);
     }
 
     /// Says once that a socket was refused: reports must not go where another user may read

@@ -2,8 +2,12 @@
 //! `codex` so that it goes through the relay, `eval "$(windowtap env claude)"` exports
 //! `ANTHROPIC_BASE_URL`.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
+
+use support::Relay;
 
 /// Runs `script` in bash with `dir` first on PATH and `dir` as CODEX_HOME and HOME.
 fn bash(dir: &Path, script: &str) -> std::process::Output {
@@ -75,15 +79,114 @@ fn eval_of_env_codex_defines_a_codex_that_goes_through_the_relay() {
 #[test]
 fn eval_of_env_claude_exports_the_base_url_and_the_ingest_socket() {
     let dir = tempfile::tempdir().unwrap();
+    let mut relay = Relay::start(&[]);
     let out = bash(
         dir.path(),
-        r#"set -e; eval "$(windowtap env claude --ingest /run/x/ingest.sock)"; printf '%s\n' "$ANTHROPIC_BASE_URL" "$WINDOWTAP_INGEST""#,
+        &format!(
+            r#"set -e; eval "$(windowtap env claude --ingest {})"; printf '%s\n' "$ANTHROPIC_BASE_URL" "$WINDOWTAP_INGEST""#,
+            relay.ingest.display()
+        ),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "http://127.0.0.1:8787/anthropic\n/run/x/ingest.sock\n"
+        format!(
+            "http://{}/anthropic\n{}\n",
+            relay.addr,
+            relay.ingest.display()
+        ),
+        "the URL is the relay's that listens on the socket"
     );
+    relay.stop();
+}
+
+/// `windowtap env` in a shell whose default ingest socket is under `tmpdir`.
+fn env_cmd(tmpdir: &Path, args: &[&str], ingest: Option<&Path>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_windowtap"));
+    cmd.arg("env")
+        .args(args)
+        .env("TMPDIR", tmpdir)
+        .env("HOME", tmpdir)
+        .env("CODEX_HOME", tmpdir)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WINDOWTAP_INGEST");
+    if let Some(p) = ingest {
+        cmd.env("WINDOWTAP_INGEST", p);
+    }
+    cmd.output().expect("windowtap env")
+}
+
+/// Two relays of one user side by side (issue 27, item 3): one on the default ingest socket,
+/// one on a socket of its own. What `env` prints always belongs to one of them: the URL of the
+/// relay whose socket it exports, and a --relay naming the other is refused, saying why.
+#[test]
+fn with_two_relays_env_prints_the_url_and_socket_of_one_relay_or_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first = Relay::start_at_default(&[], tmp.path());
+    let mut second = Relay::start(&[]);
+
+    // The second relay's URL with no socket named: the default socket is the first's.
+    let url = format!("http://{}", second.addr);
+    let out = env_cmd(tmp.path(), &["claude", "--relay", &url], None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused, not paired: {stdout}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "the ingest socket {} belongs to the relay on http://{} (pid {}), not to {url}",
+            first.ingest.display(),
+            first.addr,
+            first.pid()
+        )),
+        "{stderr}"
+    );
+
+    // The second relay's socket (as `eval` of its lines exports it): its own URL.
+    let out = env_cmd(tmp.path(), &["claude"], Some(&second.ingest));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "export ANTHROPIC_BASE_URL=http://{}/anthropic\nexport WINDOWTAP_INGEST='{}'\n",
+            second.addr,
+            second.ingest.display()
+        )
+    );
+
+    // Nothing named: the relay on the default socket, URL and socket both.
+    let out = env_cmd(tmp.path(), &["codex", "--codex-auth", "api"], None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "openai_base_url=\"http://{}/openai/v1\"",
+            first.addr
+        )) && stdout.contains(&format!(
+            "export WINDOWTAP_INGEST='{}'",
+            first.ingest.display()
+        )),
+        "{stdout}"
+    );
+
+    // A socket nobody listens on is refused, not printed.
+    second.stop();
+    let out = env_cmd(tmp.path(), &["claude"], Some(&second.ingest));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no relay can be reached on the ingest socket"),
+        "{stderr}"
+    );
+    first.stop();
 }

@@ -61,7 +61,7 @@ fn a_trace_replays_to_its_record_and_a_summary() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
-        "1 intervals: 1 attributed, 0 abstained (incomplete 0, ambiguous 0, unclosed 0, identity_conflict 0, no_window 0)"
+        "1 interval: 1 attributed, 0 abstained (incomplete 0, ambiguous 0, unclosed 0, identity_conflict 0, no_window 0)"
     );
 }
 

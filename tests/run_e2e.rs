@@ -482,7 +482,21 @@ async fn responses_ws_upstream() -> Upstream {
 /// The fake codex through `windowtap run`, its model traffic sent where `model_args` (the
 /// host's `-c` overrides) and `run_args` point it.
 async fn run_codex(run_args: Vec<String>, model_args: Vec<String>) -> (tempfile::TempDir, Run) {
+    run_codex_with_config(run_args, model_args, None).await
+}
+
+/// `run_codex` with `config` as `$CODEX_HOME/config.toml`.
+async fn run_codex_with_config(
+    run_args: Vec<String>,
+    model_args: Vec<String>,
+    config: Option<String>,
+) -> (tempfile::TempDir, Run) {
     let dir = tempfile::tempdir().unwrap();
+    if let Some(config) = config {
+        let home = dir.path().join("codex-home");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("config.toml"), config).unwrap();
+    }
     let gates = dir.path().join("gates");
     std::fs::create_dir_all(&gates).unwrap();
     let mut host_args = vec![
@@ -591,6 +605,71 @@ async fn a_codex_custom_provider_gets_its_own_mount_and_its_loop_is_attributed()
     assert_codex_loop_attributed(&run);
 }
 
+/// The user's own `openai_base_url` (issue 27, item 1), given with `-c` or in
+/// `$CODEX_HOME/config.toml`, is where the traffic goes: the upstream of the mount run points
+/// Codex at. Nothing here can reach api.openai.com, so a run that sent the traffic there
+/// instead has no loop to attribute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_openai_base_url_is_the_upstream_of_the_mount_codex_goes_through() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let url = format!("http://{}/v1", up.addr);
+    let (_dir, run) = run_codex(
+        s(&["--codex-auth", "api"]),
+        s(&["-c", &format!("openai_base_url=\"{url}\"")]),
+    )
+    .await;
+    assert!(run.stderr.contains("/codex-openai"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+
+    let (_dir, run) = run_codex_with_config(
+        s(&["--codex-auth", "chatgpt"]),
+        Vec::new(),
+        Some(format!("openai_base_url = \"{url}\"\n")),
+    )
+    .await;
+    assert!(run.stderr.contains("/codex-openai"), "{}", run.stderr);
+    assert_codex_loop_attributed(&run);
+}
+
+/// Claude Code applies its settings' `env` over its environment, so an ANTHROPIC_BASE_URL in
+/// `~/.claude/settings.json` sent the real Claude Code past run's relay to the upstream
+/// directly (no exchange observed, the call `no_window`). That URL is the user's choice: it
+/// becomes the upstream, and a `--settings` of run's points the host at the relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_url_in_claudes_settings_is_the_upstream_and_the_host_goes_through_the_relay() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    write_file(
+        &dir.path().join(".claude"),
+        "settings.json",
+        &json!({"env": {"ANTHROPIC_BASE_URL": format!("http://{}", up.addr)}}).to_string(),
+    );
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || windowtap_run(&path, &[], &args, &[]))
+        .await
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert!(
+        run.log.contains(" exchange"),
+        "the relay saw the traffic: {}",
+        run.log
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_calls_of_a_parent_and_its_subagent_go_to_their_own_windows() {
     if !python() {
@@ -664,10 +743,17 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.stderr
     );
     assert!(
-        run.stderr
-            .contains("1 intervals: 1 attributed, 0 abstained"),
+        run.stderr.contains("1 interval: 1 attributed, 0 abstained"),
         "{}",
         run.stderr
+    );
+    // The host exited by itself: no signal was sent, and the log does not say one was.
+    assert!(
+        run.log
+            .contains("draining: no new connections; a signal stops at once")
+            && !run.log.contains("a second signal"),
+        "{}",
+        run.log
     );
     assert!(
         run.stderr.contains("MCP server `docs` (")
@@ -703,6 +789,135 @@ async fn a_server_inherited_from_the_projects_mcp_json_is_wrapped_and_attributed
         run.records_text
     );
     assert_eq!(run.records[0]["alias"], "gate");
+}
+
+/// A project `.mcp.json` written for the relay on its own (examples/mcp/claude.mcp.json as
+/// written, its server swapped for the gate server) given to run: the server is wrapped once,
+/// so its one call has one record (issue 27, item 4). `windowtap` is on the PATH, as the
+/// example assumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let example: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/claude.mcp.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut server = example["mcpServers"]["everything"].clone();
+    assert_eq!(server["command"], "windowtap");
+    let mut args: Vec<Value> = server["args"].as_array().unwrap().clone();
+    let at = args.iter().position(|a| a == "--").unwrap();
+    args.truncate(at + 1);
+    args[2] = json!("gate");
+    args.extend([
+        json!("python3"),
+        json!(gate_server()),
+        json!("--dir"),
+        json!(gates.display().to_string()),
+    ]);
+    server["args"] = json!(args);
+    write_file(
+        dir.path(),
+        ".mcp.json",
+        &json!({"mcpServers": {"gate": server}}).to_string(),
+    );
+    let host_args = vec![
+        host("claude"),
+        "-p".to_string(),
+        CANARY.to_string(),
+        "--gate-dir".to_string(),
+        gates.display().to_string(),
+        "--scenario".to_string(),
+        "single".to_string(),
+    ];
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_windowtap"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path_var = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(
+            &path,
+            &[],
+            &host_args,
+            &[("ANTHROPIC_BASE_URL", base), ("PATH", path_var)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.records.len(),
+        1,
+        "one call, one record: {}",
+        run.records_text
+    );
+    assert_eq!(
+        run.records[0]["decision"], "attributed",
+        "{}",
+        run.records_text
+    );
+    assert!(
+        run.stderr
+            .contains("was declared under `windowtap wrap` already"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// An upstream nobody listens on (issue 27, item 5): the summary says how many exchanges
+/// failed, with which class and where that mount goes, and the log has the exchange as WARN.
+#[test]
+fn the_summary_says_how_many_exchanges_failed_and_why() {
+    if !python() {
+        return;
+    }
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let run = windowtap_run(
+        dir.path(),
+        &[],
+        &args,
+        &[("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))],
+    );
+    assert!(!run.status.success(), "the host could not get an answer");
+    assert!(
+        run.stderr.contains(&format!(
+            "windowtap run: warning: 1 exchange failed upstream, so the host got the relay's \
+             502/504 answer instead of the model's: refused 1 on /anthropic \
+             (http://127.0.0.1:{port}: nothing accepts connections there); each is a line with \
+             failure= in the log"
+        )),
+        "{}",
+        run.stderr
+    );
+    let failed: Vec<&str> = run
+        .log
+        .lines()
+        .filter(|l| l.contains("failure=refused"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", run.log);
+    assert!(failed[0].contains(" WARN "), "{}", failed[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -765,7 +980,12 @@ async fn sigterm_to_run_is_passed_on_to_the_host() {
     // The host died of the SIGTERM run passed on; run itself finished cleanly.
     assert_eq!(run.status.code(), Some(128 + 15), "{}", run.stderr);
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.log.contains("a second signal stops at once"),
+        "{}",
+        run.log
+    );
+    assert!(
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -794,7 +1014,7 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
     .await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -857,7 +1077,7 @@ async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() 
     assert!(run.stderr.contains("stopping at once"), "{}", run.stderr);
     // The loop that ended before the signals is decided, and both files are whole.
     assert!(
-        run.stderr.contains("1 intervals: 1 attributed"),
+        run.stderr.contains("1 interval: 1 attributed"),
         "{}",
         run.stderr
     );
@@ -960,7 +1180,7 @@ async fn in_a_terminal_only_the_host_writes_while_it_runs_and_the_log_goes_besid
         log.contains(" exchange"),
         "the relay's exchange lines: {log}"
     );
-    assert!(after.contains("1 intervals: 1 attributed"), "{after}");
+    assert!(after.contains("1 interval: 1 attributed"), "{after}");
 }
 
 /// `run --help` says where records go and which socket wrappers report on, and nothing that
@@ -1081,4 +1301,357 @@ async fn the_example_mcp_configs_wrap_their_server_for_a_standalone_relay() {
     assert_eq!(rs.len(), 1, "{text}");
     assert_eq!(rs[0]["decision"], "attributed", "{text}");
     assert_eq!(rs[0]["alias"], "gate");
+}
+
+/// examples/mcp/codex.config.toml as written, its server swapped for the gate server (the
+/// table's key and `--alias` both `gate`): what a user puts in `$CODEX_HOME/config.toml`.
+fn example_codex_config(gates: &Path) -> toml::Table {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/codex.config.toml"),
+    )
+    .unwrap();
+    let mut config: toml::Table = text.parse().unwrap();
+    let servers = config["mcp_servers"].as_table_mut().unwrap();
+    let mut server = servers.remove("everything").unwrap();
+    let table = server.as_table_mut().unwrap();
+    let args = table["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a.as_str() == Some("--")).unwrap();
+    let mut args: Vec<toml::Value> = args[..=at].to_vec();
+    args[2] = "gate".into();
+    for a in [
+        gate_server(),
+        "--dir".to_string(),
+        gates.display().to_string(),
+    ] {
+        args.push(a.into());
+    }
+    table.insert("args".into(), toml::Value::Array(args));
+    servers.insert("gate".into(), server);
+    config
+}
+
+/// The scripted codex on its own (no `run`), pointed at `relay` as its banner says, with
+/// `config` as `$CODEX_HOME/config.toml` and `env` on top of a user's environment whose
+/// `TMPDIR` is `tmpdir` (where the other relay's default socket is). `windowtap` is on the
+/// PATH, as the example assumes. Returns the host's stderr (the wrapper's goes there too).
+fn codex_alone(
+    dir: &Path,
+    relay: &Relay,
+    config: &toml::Table,
+    tmpdir: &Path,
+    env: &[(&str, String)],
+) -> String {
+    let gates = dir.join("gates");
+    let home = dir.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("config.toml"), config.to_string()).unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_windowtap")).parent().unwrap();
+    let out = Command::new(host("codex"))
+        .args(["exec", "--gate-dir"])
+        .arg(&gates)
+        .arg("-c")
+        .arg(format!(
+            "openai_base_url=\"http://{}/openai/v1\"",
+            relay.addr
+        ))
+        .arg("go")
+        .env("CODEX_HOME", &home)
+        .env("HOME", dir)
+        .env("TMPDIR", tmpdir)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WINDOWTAP_INGEST")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .output()
+        .expect("the scripted codex");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+fn attributions(records: &Path) -> Vec<Value> {
+    std::fs::read_to_string(records)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "attribution")
+        .collect()
+}
+
+/// Two relays of one user side by side (issue 27, item 2): the other one on the default
+/// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
+/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
+/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
+/// record here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut other = Relay::start_at_default(&[], tmp.path());
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("openai", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let config = example_codex_config(&dir.path().join("gates"));
+    std::fs::create_dir_all(dir.path().join("gates")).unwrap();
+    let ingest = relay.ingest.display().to_string();
+    let stderr = codex_alone(
+        dir.path(),
+        &relay,
+        &config,
+        tmp.path(),
+        &[("WINDOWTAP_INGEST", ingest)],
+    );
+    let relay_pid = relay.pid();
+    assert!(relay.stop().success(), "{}", relay.log());
+    assert!(other.stop().success(), "{}", other.log());
+    let rs = attributions(&records);
+    assert_eq!(rs.len(), 1, "{}\n{}\n{}", stderr, relay.log(), other.log());
+    assert_eq!(rs[0]["decision"], "attributed", "{rs:?}");
+    assert!(
+        stderr.contains(&format!(
+            "`gate` reports its calls to the relay with pid {} through its ingest socket {}",
+            relay_pid,
+            relay.ingest.display()
+        )),
+        "the wrapper says which relay: {stderr}"
+    );
+    assert!(!relay.log().contains("got no report"), "{}", relay.log());
+}
+
+/// The same two relays, with a Codex config that does not forward WINDOWTAP_INGEST (as the
+/// README's was): the wrapper reports to the other relay and says so, and this relay's stop
+/// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
+    if !python_with_tomllib() {
+        return;
+    }
+    let up = responses_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut other = Relay::start_at_default(&[], tmp.path());
+    let records = dir.path().join("records.jsonl");
+    let mut relay = Relay::start(&[
+        "--upstream".to_string(),
+        up.mount("openai", ""),
+        "--records".to_string(),
+        records.display().to_string(),
+        "--close-wait".to_string(),
+        "200".to_string(),
+    ]);
+    let mut config = example_codex_config(&dir.path().join("gates"));
+    config["mcp_servers"]["gate"]
+        .as_table_mut()
+        .unwrap()
+        .remove("env_vars");
+    std::fs::create_dir_all(dir.path().join("gates")).unwrap();
+    let ingest = relay.ingest.display().to_string();
+    let stderr = codex_alone(
+        dir.path(),
+        &relay,
+        &config,
+        tmp.path(),
+        &[("WINDOWTAP_INGEST", ingest)],
+    );
+    let other_pid = other.pid();
+    assert!(relay.stop().success(), "{}", relay.log());
+    assert!(other.stop().success(), "{}", other.log());
+    assert!(attributions(&records).is_empty(), "{}", relay.log());
+    assert!(
+        stderr.contains(&format!(
+            "reports its calls to the relay with pid {}",
+            other_pid
+        )),
+        "the wrapper says which relay: {stderr}"
+    );
+    let log = relay.log();
+    assert!(
+        log.contains(
+            "1 model tool call to MCP tools (mcp__gate__wait \u{d7}1) got no report from a wrapper"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("--ingest {}", relay.ingest.display())),
+        "{log}"
+    );
+}
+
+/// `windowtap` with `args`, bounded; its exit status and stderr.
+fn windowtap(args: &[&str]) -> (ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(args)
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let status = wait_bounded(&mut child).expect("windowtap finishes");
+    (status, reader.join().unwrap())
+}
+
+/// Messages that say what to do (issue 27, item 9), each for a mistake a new user makes.
+#[test]
+fn mistakes_are_answered_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let sock = sock.to_str().unwrap();
+
+    // The host before `--`: where it goes, and never the arguments (a prompt) echoed.
+    let (status, stderr) = windowtap(&["run", "claude", "-p", "CANARY-ARG"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the host goes after `--`")
+            && stderr.contains("windowtap run [OPTIONS] -- claude …"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("CANARY-ARG"), "{stderr}");
+
+    let (status, stderr) = windowtap(&["relay", "--close-wait", "abc"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("give a number of milliseconds, such as 1000"),
+        "{stderr}"
+    );
+
+    // An output whose directory is not there.
+    let missing = dir.path().join("missing");
+    let records = missing.join("r.jsonl");
+    let (status, stderr) = windowtap(&[
+        "relay",
+        "--listen",
+        "127.0.0.1:0",
+        "--ingest",
+        sock,
+        "--records",
+        records.to_str().unwrap(),
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the directory {} does not exist; create it first (mkdir -p {})",
+            missing.display(),
+            missing.display()
+        )),
+        "{stderr}"
+    );
+
+    // A port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (status, stderr) = windowtap(&[
+        "relay",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--ingest",
+        sock,
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("port {port} is in use"))
+            && stderr.contains("--listen 127.0.0.1:PORT"),
+        "{stderr}"
+    );
+    drop(taken);
+}
+
+/// `--listen localhost:PORT` is loopback, as a person means it.
+#[test]
+fn listen_on_localhost_is_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["relay", "--listen", "localhost:0", "--ingest"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    // SAFETY: kill only sends a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_bounded(&mut child).expect("the relay stops");
+    assert!(
+        first.starts_with("windowtap relay listening on http://127.0.0.1:"),
+        "{first}"
+    );
+    assert!(status.success());
+}
+
+/// Without --records, run names its records by a readable UTC time, not epoch milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_records_are_named_by_a_readable_utc_time() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("run")
+            .arg("--")
+            .args(&args)
+            .current_dir(&path)
+            .env("HOME", &path)
+            .env("XDG_STATE_HOME", &path)
+            .env("ANTHROPIC_BASE_URL", base)
+            .env_remove("WINDOWTAP_INGEST")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("windowtap"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let records: Vec<&String> = names.iter().filter(|n| n.ends_with(".jsonl")).collect();
+    assert_eq!(records.len(), 1, "{names:?}");
+    let stamp = records[0]
+        .strip_prefix("records-")
+        .and_then(|n| n.strip_suffix("Z.jsonl"))
+        .unwrap_or_else(|| panic!("{names:?}"));
+    // YYYY-MM-DDTHH-MM-SS
+    let shape: String = stamp
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999-99-99T99-99-99", "{names:?}");
+    assert!(
+        stderr.contains(&format!(
+            "records in {}",
+            dir.path().join("windowtap").join(records[0]).display()
+        )),
+        "{stderr}"
+    );
 }

@@ -14,15 +14,15 @@ use std::path::{Path, PathBuf};
 const REVIEWED: &[(&str, usize, &str)] = &[
     ("check.rs", 2, "verdicts on the user's files; faults quote input only via sanitize::quote"),
     ("env_cmd.rs", 1, "the override lines: a relay URL and fixed text"),
-    ("ingest.rs", 4, "the debug command: trace lines as door `Line`s, its socket path, counts"),
+    ("ingest.rs", 5, "the debug command: trace lines as door `Line`s, its socket path, counts; the note beside the socket: the relay's pid and listen address"),
     ("live.rs", 3, "capture lines from the door, the header via `Door::meta`, the padded end"),
     ("live/records_out.rs", 1, "records as door `Line`s, on the writer thread"),
     ("logging.rs", 4, "the one log formatter, by the door's log policy"),
-    ("main.rs", 1, "the error at the edge: our messages; readers quote input via sanitize::quote"),
+    ("main.rs", 2, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments"),
     ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
     ("otlp/export.rs", 1, "gzip of the protobuf of spans the tree built from door-cleared events and records"),
     ("relay/args.rs", 1, "the OTLP set-up's warnings: fixed text and an endpoint as scheme://host:port"),
-    ("relay/mod.rs", 3, "the banner, the ingest socket's path, the run summary"),
+    ("relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("relay/shutdown.rs", 3, "lost-record counts, the export report"),
     ("relay/verbatim.rs", 8, "the verbatim path: the traffic itself (request to its upstream, response, its chunk-size lines and the relay's own error answers to the client)"),
@@ -31,8 +31,8 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("report/mod.rs", 3, "the HTML of cleared records, and counts"),
     ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
-    ("run/mod.rs", 7, "the run summary (counts, the records path), signal notices naming the host program"),
-    ("wrap.rs", 7, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid"),
+    ("run/mod.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
+    ("wrap.rs", 8, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to"),
 ];
 
 const WRITES: &[&str] = &[

@@ -1,5 +1,7 @@
 //! `windowtap env`: the lines that point a host at a running relay.
 
+mod support;
+
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_windowtap");
@@ -29,27 +31,31 @@ fn claude_is_pointed_at_the_anthropic_mount_of_the_default_relay() {
     );
 }
 
+/// The URL and the socket of one running relay (`env` refuses a pair it cannot tie to one).
 #[test]
 fn codex_gets_a_function_for_its_login_and_the_ingest_path_when_given() {
+    let mut relay = support::Relay::start(&[]);
+    let url = format!("http://{}", relay.addr);
+    let sock = relay.ingest.display().to_string();
     for (auth, mount) in [("api", "openai/v1"), ("chatgpt", "chatgpt")] {
-        let (ok, out, _) = env(&[
+        let (ok, out, err) = env(&[
             "codex",
             "--relay",
-            "http://127.0.0.1:9999",
+            &url,
             "--ingest",
-            "/run/x/ingest.sock",
+            &sock,
             "--codex-auth",
             auth,
         ]);
-        assert!(ok);
+        assert!(ok, "{err}");
         assert!(
             out.contains(&format!(
-                "codex() {{ command codex -c 'openai_base_url=\"http://127.0.0.1:9999/{mount}\"' \"$@\"; }}"
+                "codex() {{ command codex -c 'openai_base_url=\"{url}/{mount}\"' \"$@\"; }}"
             )),
             "{out}"
         );
         assert!(
-            out.contains("export WINDOWTAP_INGEST='/run/x/ingest.sock'"),
+            out.contains(&format!("export WINDOWTAP_INGEST='{sock}'")),
             "{out}"
         );
         // Every line is shell: a comment, an export or the function.
@@ -60,6 +66,7 @@ fn codex_gets_a_function_for_its_login_and_the_ingest_path_when_given() {
             "{out}"
         );
     }
+    relay.stop();
 }
 
 #[test]

@@ -258,10 +258,11 @@ impl Summary {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let abstained: usize = self.abstained.iter().sum();
+        let total = self.total();
         write!(
             f,
-            "{} intervals: {} attributed, {} abstained (",
-            self.total(),
+            "{total} interval{}: {} attributed, {} abstained (",
+            if total == 1 { "" } else { "s" },
             self.attributed,
             abstained
         )?;
@@ -693,6 +694,14 @@ mod tests {
         assert_eq!(
             s.to_string(),
             "5 intervals: 3 attributed, 2 abstained (incomplete 0, ambiguous 2, unclosed 0, identity_conflict 0, no_window 0)"
+        );
+        let one = Summary {
+            attributed: 1,
+            abstained: [0; 5],
+        };
+        assert!(
+            one.to_string().starts_with("1 interval: 1 attributed"),
+            "{one}"
         );
     }
 

@@ -1,5 +1,6 @@
 //! What every exchange shares, HTTP or WebSocket: the response body type and its log line.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,24 +60,55 @@ impl ExchangeLog {
     }
 }
 
+/// Failed exchanges of this process, by mount and failure word, for the stop's summary: an
+/// unreachable upstream otherwise shows only in the log, one line per exchange.
+static FAILED: std::sync::Mutex<BTreeMap<(String, &'static str), u64>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Failed exchanges so far: (mount, failure word, how many), by mount then word.
+pub fn failed_exchanges() -> Vec<(String, &'static str, u64)> {
+    let failed = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+    failed
+        .iter()
+        .map(|((mount, word), n)| (mount.clone(), *word, *n))
+        .collect()
+}
+
 impl Drop for ExchangeLog {
     fn drop(&mut self) {
         // A fixed word of ours when something failed, and no field at all when nothing did.
-        let failure = match self.failure.lock().ok().and_then(|g| *g) {
+        let upstream = self.failure.lock().ok().and_then(|g| *g);
+        let failure = match upstream {
             Some(f) => Some(f.as_str()),
             None if self.failed.load(Ordering::Relaxed) => Some("broken"),
             None => None,
         };
-        tracing::info!(
-            mount = %self.mount,
-            method = %self.method,
-            path = %self.path,
-            status = self.status.load(Ordering::Relaxed),
-            bytes_up = self.up.load(Ordering::Relaxed),
-            bytes_down = self.down.load(Ordering::Relaxed),
-            ms = self.started.elapsed().as_secs_f64() * 1000.0,
-            failure,
-            "exchange"
-        );
+        if let Some(word) = failure {
+            let mut failed = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+            *failed.entry((self.mount.clone(), word)).or_default() += 1;
+        }
+        macro_rules! line {
+            ($level:ident) => {
+                tracing::$level!(
+                    mount = %self.mount,
+                    method = %self.method,
+                    path = %self.path,
+                    status = self.status.load(Ordering::Relaxed),
+                    bytes_up = self.up.load(Ordering::Relaxed),
+                    bytes_down = self.down.load(Ordering::Relaxed),
+                    ms = self.started.elapsed().as_secs_f64() * 1000.0,
+                    failure,
+                    "exchange"
+                )
+            };
+        }
+        // The upstream could not be reached or failed: the host got our 502/504, not the
+        // model's answer, which someone must see. A stream broken mid-way (either side may
+        // have gone) stays informational.
+        if upstream.is_some() {
+            line!(warn);
+        } else {
+            line!(info);
+        }
     }
 }

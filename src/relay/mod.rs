@@ -83,15 +83,48 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let running = start(config, Clock::start(), sinks).await?;
         eprint!("{}", banner(running.addr, &running.mounts));
         if let Some(sock) = &running.ingest_socket {
-            eprintln!(
-                "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
-                sock.path().display(),
-                crate::ingest::ENV
-            );
+            // For `windowtap env`: which relay this socket belongs to.
+            if let Err(e) = crate::ingest::write_note(sock.path(), running.addr) {
+                tracing::warn!(error = %e, "could not write the note beside the ingest socket; `windowtap env` cannot pair it with this relay");
+            }
+            if sock.path() == crate::ingest::default_path() {
+                eprintln!(
+                    "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
+                    sock.path().display(),
+                    crate::ingest::ENV
+                );
+            } else {
+                // Not where a wrapper looks by itself: say how to tell it, host by host.
+                eprintln!(
+                    "MCP servers run under `windowtap wrap` report to {p}, which is not the \
+                     default place: give it to each wrapper, as `--ingest {p}` in its args or \
+                     {env}={p} in its environment (`eval \"$(windowtap env claude|codex)\"` \
+                     exports it; Codex passes it on to a server only if the server's table \
+                     says env_vars = [\"{env}\"])",
+                    p = sock.path().display(),
+                    env = crate::ingest::ENV
+                );
+            }
         }
         signals.next().await;
+        let ingest = running
+            .ingest_socket
+            .as_ref()
+            .map(|s| s.path().to_path_buf());
+        let mounts = running.mounts.clone();
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
+        if let Some(text) = crate::run::failures_summary(&mounts) {
+            eprintln!("windowtap relay: warning: {text}");
+        }
+        if let Some(text) = stopped
+            .unreported
+            .describe(crate::mcp_tally::Setting::Relay {
+                ingest: ingest.as_deref(),
+            })
+        {
+            eprintln!("windowtap relay: warning: {text}");
+        }
         anyhow::Ok(match stopped.how {
             Drain::Drained | Drain::Cut => ExitCode::SUCCESS,
             Drain::AtOnce(signo) => ExitCode::from((128 + signo).clamp(0, 255) as u8),

@@ -53,6 +53,9 @@ pub struct Running {
     pub ingest_socket: Option<crate::ingest::IngestHandle>,
     /// Who the hosts are (`windowtap run` adopts the host it spawns).
     pub hosts: crate::host::Hosts,
+    /// Whether the stop follows a signal (the relay's always does; `run`'s may follow its
+    /// host's exit instead), so that the drain's log line says "a second signal" only then.
+    pub signalled: bool,
     pub(super) stop_accepting: oneshot::Sender<()>,
     pub(super) server: tokio::task::JoinHandle<()>,
     /// Set to `true` to have every connection finish its request in flight and close;
@@ -85,7 +88,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
     upstreams.spawn_sweeper();
     let listener =
-        listen(config.listen).with_context(|| format!("listening on {}", config.listen))?;
+        listen(config.listen).map_err(|e| crate::advice::listen_failed(config.listen, e))?;
     let addr = listener.local_addr()?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
     let (stop_live, live_stopped) = oneshot::channel::<Duration>();
@@ -168,6 +171,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         ingest,
         ingest_socket,
         hosts,
+        signalled: true,
         stop_accepting,
         server,
         draining,

@@ -22,6 +22,8 @@ pub enum Drain {
 #[derive(Debug)]
 pub struct Stopped {
     pub summary: Summary,
+    /// Model tool calls to MCP tools that no wrapper reported (`crate::mcp_tally`).
+    pub unreported: crate::mcp_tally::Unreported,
     pub how: Drain,
 }
 
@@ -50,13 +52,24 @@ impl Running {
         let connections = self.draining.receiver_count();
         let streams = self.sources.len();
         let tunnels = self.tunnels.len();
-        tracing::info!(
-            connections,
-            streams,
-            tunnels,
-            drain_ms = self.drain.as_millis() as u64,
-            "draining: no new connections; a second signal stops at once"
-        );
+        let drain_ms = self.drain.as_millis() as u64;
+        if self.signalled {
+            tracing::info!(
+                connections,
+                streams,
+                tunnels,
+                drain_ms,
+                "draining: no new connections; a second signal stops at once"
+            );
+        } else {
+            tracing::info!(
+                connections,
+                streams,
+                tunnels,
+                drain_ms,
+                "draining: no new connections; a signal stops at once"
+            );
+        }
         let draining = &self.draining;
         let sources = &self.sources;
         let open_tunnels = &self.tunnels;
@@ -113,6 +126,7 @@ impl Running {
             f.sync_all().context("fsyncing records or capture")?;
         }
         let summary = finished.summary;
+        let unreported = finished.unreported;
         let tail = finished.records;
         if tail.lost() > 0 {
             eprintln!(
@@ -143,7 +157,11 @@ impl Running {
                 eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
             }
         }
-        Ok(Stopped { summary, how })
+        Ok(Stopped {
+            summary,
+            unreported,
+            how,
+        })
     }
 }
 

@@ -13,8 +13,8 @@ use crate::live::{self, Sinks};
 /// that the file can be fsynced once its writer (owned by the correlator task) has flushed
 /// its last line. `/dev/null`, a FIFO or a terminal has nothing to make durable (and fsync on
 /// one fails with EINVAL, which would turn a clean stop into an error).
-fn create_synced(path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+fn create_synced(what: &str, path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
+    let file = File::create(path).map_err(|e| crate::advice::create_failed(what, path, e))?;
     let regular = file.metadata().is_ok_and(|m| m.is_file());
     if regular {
         sync.push(
@@ -30,7 +30,7 @@ fn open_sink(
     sync: &mut Vec<File>,
 ) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(match path {
-        Some(p) => Box::new(BufWriter::new(create_synced(p, sync)?)),
+        Some(p) => Box::new(BufWriter::new(create_synced("the records file", p, sync)?)),
         None => Box::new(std::io::stdout()),
     })
 }
@@ -42,14 +42,16 @@ pub fn open(
     capture: Option<&PathBuf>,
 ) -> anyhow::Result<(Sinks, Vec<File>)> {
     let mut sync = Vec::new();
-    let sinks =
-        Sinks {
-            records: open_sink(records, &mut sync)?,
-            capture: match capture {
-                Some(p) => Some(Box::new(BufWriter::new(create_synced(p, &mut sync)?))
-                    as Box<dyn live::Capture>),
-                None => None,
-            },
-        };
+    let sinks = Sinks {
+        records: open_sink(records, &mut sync)?,
+        capture: match capture {
+            Some(p) => Some(Box::new(BufWriter::new(create_synced(
+                "the capture file",
+                p,
+                &mut sync,
+            )?)) as Box<dyn live::Capture>),
+            None => None,
+        },
+    };
     Ok((sinks, sync))
 }

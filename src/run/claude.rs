@@ -25,6 +25,8 @@ pub struct Plan {
 pub struct Sources {
     /// `~/.claude.json` (user scope, and per-project "local" scope under `projects`).
     pub user_config: Option<PathBuf>,
+    /// `~/.claude/settings.json` (the user's settings, whose `env` may set the base URL).
+    pub user_settings: Option<PathBuf>,
     /// The working directory (for `.mcp.json` and the local scope).
     pub cwd: PathBuf,
 }
@@ -117,6 +119,130 @@ pub fn plan(
     Ok(Plan { args: out, servers })
 }
 
+/// The `--settings` value given on the command line, if any (`--settings V` or `--settings=V`).
+fn settings_arg(args: &[String]) -> Option<&str> {
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let args = &args[..end];
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--settings" {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            a.strip_prefix("--settings=")
+        }
+    })
+}
+
+/// A settings value: inline JSON or a file. `None` for a file that is not there or not JSON
+/// (Claude Code goes on without it).
+fn read_settings(v: &str) -> Option<Value> {
+    if v.trim_start().starts_with('{') {
+        return serde_json::from_str(v).ok();
+    }
+    serde_json::from_str(&std::fs::read_to_string(v).ok()?).ok()
+}
+
+/// The `ANTHROPIC_BASE_URL` Claude Code's settings set, with where: the `env` of its settings
+/// is applied over the process environment, so a base URL there wins over the one `run` puts
+/// in the host's environment, and the host would talk to its upstream directly, past the
+/// relay, with nothing observed. Scopes, most binding first: `--settings`, the project's
+/// `.claude/settings.local.json` and `.claude/settings.json`, then `~/.claude/settings.json`.
+/// (Managed settings, above all of these, are an administrator's and not read here.)
+pub fn settings_base_url(
+    args: &[String],
+    sources: &Sources,
+) -> anyhow::Result<Option<(String, String)>> {
+    let mut scopes: Vec<(String, Option<Value>)> = Vec::new();
+    if let Some(v) = settings_arg(args) {
+        let value = read_settings(v)
+            .with_context(|| "claude: --settings is neither a JSON string nor a JSON file")?;
+        scopes.push(("--settings".to_string(), Some(value)));
+    }
+    for rel in [".claude/settings.local.json", ".claude/settings.json"] {
+        let path = sources.cwd.join(rel);
+        scopes.push((rel.to_string(), read_settings(&path.display().to_string())));
+    }
+    if let Some(p) = &sources.user_settings {
+        scopes.push((
+            "~/.claude/settings.json".to_string(),
+            read_settings(&p.display().to_string()),
+        ));
+    }
+    for (origin, value) in scopes {
+        let url = value
+            .as_ref()
+            .and_then(|v| v.get("env"))
+            .and_then(|e| e.get("ANTHROPIC_BASE_URL"))
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty());
+        if let Some(url) = url {
+            return Ok(Some((url.to_string(), origin)));
+        }
+    }
+    Ok(None)
+}
+
+/// When the settings set the base URL (see [`settings_base_url`]), the host's arguments with
+/// the relay's URL in a `--settings` that wins over them: the user's own `--settings` as a
+/// private copy with `env.ANTHROPIC_BASE_URL` replaced, or a `--settings` of run's own.
+/// Otherwise the arguments unchanged (the environment reaches the host).
+pub fn point_settings(
+    args: Vec<String>,
+    sources: &Sources,
+    dir: &Path,
+    relay_url: &str,
+) -> anyhow::Result<Vec<String>> {
+    if settings_base_url(&args, sources)?.is_none() {
+        return Ok(args);
+    }
+    let path = dir.join("settings.json");
+    let mut settings = settings_arg(&args)
+        .and_then(read_settings)
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let Some(obj) = settings.as_object_mut() else {
+        bail!("claude: --settings must be a JSON object");
+    };
+    let env = obj
+        .entry("env")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(env) = env.as_object_mut() else {
+        bail!("claude: the `env` of --settings must be an object");
+    };
+    env.insert(
+        "ANTHROPIC_BASE_URL".to_string(),
+        Value::String(relay_url.to_string()),
+    );
+    write_private(&path, &settings)?;
+    let path = path.display().to_string();
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut replaced = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if i < end && !replaced && a == "--settings" {
+            out.push(a.clone());
+            out.push(path.clone());
+            replaced = true;
+            i += 2;
+            continue;
+        }
+        if i < end && !replaced && a.starts_with("--settings=") {
+            out.push(format!("--settings={path}"));
+            replaced = true;
+            i += 1;
+            continue;
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    if !replaced {
+        let at = out.iter().position(|a| a == "--").unwrap_or(out.len());
+        out.insert(at, path);
+        out.insert(at, "--settings".to_string());
+    }
+    Ok(out)
+}
+
 /// A `--mcp-config` value is a JSON string or a path; anything else ends the value list.
 fn looks_like_config(v: &str) -> bool {
     v.trim_start().starts_with('{') || Path::new(v).is_file()
@@ -171,6 +297,7 @@ fn wrap_config(
                         })?,
                     Some(_) => bail!("claude: {origin}: server `{name}`: `args` must be an array"),
                 };
+                let rewrapped = wrap.already_wrapped(&command, &args).is_some();
                 let (cmd, wargs) = wrap.command(name, &command, &args);
                 def.insert("command".into(), Value::String(cmd));
                 def.insert(
@@ -182,6 +309,7 @@ fn wrap_config(
                     origin: origin.to_string(),
                     observed: true,
                     note: None,
+                    rewrapped,
                 });
             }
             (kind, _) => servers.push(Server {
@@ -189,6 +317,7 @@ fn wrap_config(
                 origin: origin.to_string(),
                 observed: false,
                 note: Some(format!("{kind} server, not a stdio one")),
+                rewrapped: false,
             }),
         }
     }
@@ -271,6 +400,7 @@ mod tests {
     fn no_sources(dir: &Path) -> Sources {
         Sources {
             user_config: None,
+            user_settings: None,
             cwd: dir.to_path_buf(),
         }
     }
@@ -391,6 +521,7 @@ mod tests {
         .unwrap();
         let sources = Sources {
             user_config: Some(user),
+            user_settings: None,
             cwd: project.path().to_path_buf(),
         };
         let out = tempfile::tempdir().unwrap();
@@ -415,6 +546,141 @@ mod tests {
         .unwrap();
         assert_eq!(p.args, s(&["--strict-mcp-config", "-p", "hi"]));
         assert!(p.servers.is_empty());
+    }
+
+    #[test]
+    fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        // examples/mcp/claude.mcp.json as written, and one with the wrapper's own path.
+        let config = r#"{"mcpServers":{
+            "everything":{"command":"windowtap","args":["wrap","--alias","everything","--","npx","-y","@modelcontextprotocol/server-everything"]},
+            "other":{"command":"/opt/windowtap","args":["wrap","--alias","x","--ingest","/elsewhere.sock","--","srv","a"]},
+            "plain":{"command":"srv"}}}"#;
+        let p = super::plan(
+            &s(&["--strict-mcp-config", "--mcp-config", config]),
+            &no_sources(dir.path()),
+            &wrap(),
+            out.path(),
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&p.args[2]).unwrap()).unwrap();
+        assert_eq!(v["mcpServers"]["everything"]["command"], "/opt/windowtap");
+        assert_eq!(
+            v["mcpServers"]["everything"]["args"],
+            serde_json::json!([
+                "wrap",
+                "--alias",
+                "everything",
+                "--ingest",
+                "/run/wt.sock",
+                "--",
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-everything"
+            ])
+        );
+        assert_eq!(
+            v["mcpServers"]["other"]["args"],
+            serde_json::json!([
+                "wrap",
+                "--alias",
+                "other",
+                "--ingest",
+                "/run/wt.sock",
+                "--",
+                "srv",
+                "a"
+            ]),
+            "the host's name for the server is the alias, and run's socket the one reported to"
+        );
+        let rewrapped: Vec<(&str, bool)> = p
+            .servers
+            .iter()
+            .map(|s| (s.alias.as_str(), s.rewrapped))
+            .collect();
+        assert_eq!(
+            rewrapped,
+            [("everything", true), ("other", true), ("plain", false)]
+        );
+    }
+
+    #[test]
+    fn a_base_url_in_the_settings_is_the_upstream_and_a_settings_flag_points_at_the_relay() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let user = home.path().join("settings.json");
+        std::fs::write(
+            &user,
+            r#"{"env":{"ANTHROPIC_BASE_URL":"https://user.example"},"model":"x"}"#,
+        )
+        .unwrap();
+        let sources = Sources {
+            user_config: None,
+            user_settings: Some(user),
+            cwd: project.path().to_path_buf(),
+        };
+        let args = s(&["-p", "hi"]);
+        assert_eq!(
+            settings_base_url(&args, &sources).unwrap(),
+            Some((
+                "https://user.example".to_string(),
+                "~/.claude/settings.json".to_string()
+            ))
+        );
+        // The project's local settings win over the user's.
+        std::fs::create_dir(project.path().join(".claude")).unwrap();
+        std::fs::write(
+            project.path().join(".claude/settings.local.json"),
+            r#"{"env":{"ANTHROPIC_BASE_URL":"https://local.example"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            settings_base_url(&args, &sources).unwrap().unwrap().0,
+            "https://local.example"
+        );
+        let pointed =
+            point_settings(args.clone(), &sources, out.path(), "http://relay/anthropic").unwrap();
+        let copy = out.path().join("settings.json").display().to_string();
+        assert_eq!(pointed, s(&["-p", "hi", "--settings", &copy]));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&copy).unwrap()).unwrap();
+        assert_eq!(v["env"]["ANTHROPIC_BASE_URL"], "http://relay/anthropic");
+
+        // The user's own --settings: the most binding scope, replaced by a copy pointing at
+        // the relay that keeps the rest.
+        let out = tempfile::tempdir().unwrap();
+        let given = s(&[
+            "--settings",
+            r#"{"env":{"ANTHROPIC_BASE_URL":"https://flag.example","K":"V"}}"#,
+            "-p",
+            "hi",
+        ]);
+        assert_eq!(
+            settings_base_url(&given, &sources).unwrap().unwrap().0,
+            "https://flag.example"
+        );
+        let pointed =
+            point_settings(given, &sources, out.path(), "http://relay/anthropic").unwrap();
+        let copy = out.path().join("settings.json").display().to_string();
+        assert_eq!(pointed, s(&["--settings", &copy, "-p", "hi"]));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&copy).unwrap()).unwrap();
+        assert_eq!(v["env"]["ANTHROPIC_BASE_URL"], "http://relay/anthropic");
+        assert_eq!(v["env"]["K"], "V");
+
+        // Nothing in the settings: the arguments stay as they are.
+        let out = tempfile::tempdir().unwrap();
+        let args = s(&["-p", "hi"]);
+        assert_eq!(
+            point_settings(
+                args.clone(),
+                &no_sources(out.path()),
+                out.path(),
+                "http://r"
+            )
+            .unwrap(),
+            args
+        );
     }
 
     #[test]

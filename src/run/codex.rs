@@ -4,7 +4,9 @@
 //! `-c key=value` overrides, which it applies in order. windowtap merges both the same way,
 //! then appends overrides of its own: `openai_base_url` to the relay, and for every stdio
 //! server `mcp_servers.NAME.command` / `.args` running the original command under the wrapper.
-//! A custom `model_provider` with its own `base_url` is sent through a mount of its own.
+//! A custom `model_provider` with its own `base_url`, or an `openai_base_url` the user set
+//! (in `config.toml` or with `-c`), is sent through a mount of its own whose upstream is that
+//! URL: the user's key goes where the user sent it, never to a default upstream instead.
 
 use std::path::{Path, PathBuf};
 
@@ -184,21 +186,25 @@ pub fn plan(
             ));
             url
         }
-        _ => {
-            let chatgpt = match auth {
-                Auth::ChatGpt => true,
-                Auth::ApiKey => false,
-                Auth::Auto => uses_chatgpt_login(codex_home),
-            };
-            let url = if chatgpt {
-                format!("{relay}/chatgpt")
-            } else {
-                format!("{relay}/openai/v1")
-            };
-            extra.push("-c".into());
-            extra.push(format!("openai_base_url={}", Value::String(url.clone())));
-            url
-        }
+        _ => match config.get("openai_base_url") {
+            // The user's own base URL (a gateway, a proxy, a local model server) is where their
+            // key is meant to go: it becomes the upstream of a mount of its own, and Codex is
+            // pointed at that mount. Overriding it with the relay's default mount would send
+            // their traffic, and their key, to api.openai.com instead.
+            Some(Value::String(upstream)) => {
+                let mount = USER_BASE_MOUNT.to_string();
+                mounts.push((mount.clone(), upstream.trim_end_matches('/').to_string()));
+                let url = format!("{relay}/{mount}");
+                extra.push("-c".into());
+                extra.push(format!("openai_base_url={}", Value::String(url.clone())));
+                url
+            }
+            Some(_) => bail!(
+                "codex: openai_base_url (from {} or -c) must be a string URL",
+                config_path.display()
+            ),
+            None => default_base(relay, codex_home, auth, &mut extra),
+        },
     };
 
     if let Some(Value::Table(table)) = config.get("mcp_servers") {
@@ -212,6 +218,7 @@ pub fn plan(
                     origin: "codex config".into(),
                     observed: false,
                     note: Some("remote (url) server, not a stdio one".into()),
+                    rewrapped: false,
                 });
                 continue;
             };
@@ -224,6 +231,7 @@ pub fn plan(
                     .with_context(|| format!("codex: mcp_servers.{name}.args must be strings"))?,
                 Some(_) => bail!("codex: mcp_servers.{name}.args must be an array"),
             };
+            let rewrapped = wrap.already_wrapped(command, &args).is_some();
             let (cmd, wargs) = wrap.command(name, command, &args);
             let key = format!("mcp_servers.{}", toml_key(name));
             extra.push("-c".into());
@@ -238,6 +246,7 @@ pub fn plan(
                 origin: "codex config".into(),
                 observed: true,
                 note: None,
+                rewrapped,
             });
         }
     }
@@ -253,6 +262,26 @@ pub fn plan(
         mounts,
         base_url,
     })
+}
+
+/// The mount name for a base URL the user gave Codex (`openai_base_url`).
+pub const USER_BASE_MOUNT: &str = "codex-openai";
+
+/// Codex's own endpoint through the relay: `/chatgpt` for a ChatGPT login, else `/openai/v1`.
+fn default_base(relay: &str, codex_home: &Path, auth: Auth, extra: &mut Vec<String>) -> String {
+    let chatgpt = match auth {
+        Auth::ChatGpt => true,
+        Auth::ApiKey => false,
+        Auth::Auto => uses_chatgpt_login(codex_home),
+    };
+    let url = if chatgpt {
+        format!("{relay}/chatgpt")
+    } else {
+        format!("{relay}/openai/v1")
+    };
+    extra.push("-c".into());
+    extra.push(format!("openai_base_url={}", Value::String(url.clone())));
+    url
 }
 
 /// Codex's home: $CODEX_HOME, else ~/.codex.
@@ -428,6 +457,72 @@ mod tests {
         assert!(p.args.contains(
             &r#"model_providers.fake.base_url="http://127.0.0.1:9000/codex-fake""#.to_string()
         ));
+    }
+
+    #[test]
+    fn the_users_openai_base_url_becomes_the_upstream_of_the_mount_codex_is_pointed_at() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(
+            home.path().join("config.toml"),
+            "openai_base_url = \"https://gateway.example/v1/\"\n",
+        )
+        .unwrap();
+        for auth in [Auth::ApiKey, Auth::ChatGpt] {
+            let p = super::plan(&s(&["exec", "x"]), home.path(), &wrap(), RELAY, auth).unwrap();
+            assert_eq!(
+                p.mounts,
+                vec![(
+                    "codex-openai".to_string(),
+                    "https://gateway.example/v1".to_string()
+                )]
+            );
+            assert_eq!(p.base_url, "http://127.0.0.1:9000/codex-openai");
+            assert_eq!(
+                p.args.last().unwrap(),
+                r#"openai_base_url="http://127.0.0.1:9000/codex-openai""#
+            );
+        }
+        // A -c override wins over config.toml, as in Codex.
+        let args = s(&[
+            "exec",
+            "-c",
+            r#"openai_base_url="http://127.0.0.1:4000""#,
+            "x",
+        ]);
+        let p = super::plan(&args, home.path(), &wrap(), RELAY, Auth::Auto).unwrap();
+        assert_eq!(
+            p.mounts,
+            vec![(
+                "codex-openai".to_string(),
+                "http://127.0.0.1:4000".to_string()
+            )]
+        );
+        let bad = s(&["exec", "-c", "openai_base_url=3", "x"]);
+        let e = super::plan(&bad, home.path(), &wrap(), RELAY, Auth::Auto).unwrap_err();
+        assert!(format!("{e:#}").contains("must be a string URL"), "{e:#}");
+    }
+
+    #[test]
+    fn a_server_already_under_windowtap_wrap_is_wrapped_once() {
+        let home = tempfile::tempdir().unwrap();
+        // examples/mcp/codex.config.toml as written.
+        let example = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/codex.config.toml"),
+        )
+        .unwrap();
+        std::fs::write(home.path().join("config.toml"), example).unwrap();
+        let p = super::plan(
+            &s(&["exec", "x"]),
+            home.path(),
+            &wrap(),
+            RELAY,
+            Auth::ApiKey,
+        )
+        .unwrap();
+        assert!(p.args.contains(
+            &r#"mcp_servers.everything.args=["wrap", "--alias", "everything", "--ingest", "/run/wt.sock", "--", "npx", "-y", "@modelcontextprotocol/server-everything"]"#.to_string()
+        ), "{:?}", p.args);
+        assert!(p.servers.iter().all(|s| s.rewrapped), "{:?}", p.servers);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Server {
     pub observed: bool,
     /// Why it is not observed.
     pub note: Option<String>,
+    /// It was declared under `windowtap wrap` already (a configuration written for the relay
+    /// on its own): run wraps it once, with its own socket.
+    pub rewrapped: bool,
 }
 
 /// How to run a server under the wrapper.
@@ -35,8 +38,14 @@ pub struct WrapWith {
 }
 
 impl WrapWith {
-    /// The command and arguments that run `command args…` under `windowtap wrap`.
+    /// The command and arguments that run `command args…` under `windowtap wrap`. A server
+    /// already declared as `windowtap wrap … -- SERVER…` is wrapped once: the inner server
+    /// gets run's wrapper, not a second one (two wrappers, both reporting to run's socket
+    /// through the `WINDOWTAP_INGEST` run gives the host, would count every call twice).
     pub fn command(&self, alias: &str, command: &str, args: &[String]) -> (String, Vec<String>) {
+        if let Some((inner, inner_args)) = self.already_wrapped(command, args) {
+            return self.command(alias, inner, inner_args);
+        }
         let mut wargs = vec![
             "wrap".to_string(),
             "--alias".to_string(),
@@ -49,6 +58,93 @@ impl WrapWith {
         wargs.extend(args.iter().cloned());
         (self.exe.display().to_string(), wargs)
     }
+
+    /// The server inside `command args…` when that is `windowtap wrap [options] -- SERVER…`:
+    /// `windowtap` by name (as the ready configs in examples/mcp/ say it) or this very
+    /// executable by path.
+    pub fn already_wrapped<'a>(
+        &self,
+        command: &str,
+        args: &'a [String],
+    ) -> Option<(&'a str, &'a [String])> {
+        let path = Path::new(command);
+        let ours = path.file_name().is_some_and(|n| n == "windowtap")
+            || (path.is_absolute()
+                && std::fs::canonicalize(path).ok() == std::fs::canonicalize(&self.exe).ok());
+        if !ours || args.first().map(String::as_str) != Some("wrap") {
+            return None;
+        }
+        let at = args.iter().position(|a| a == "--")?;
+        let (inner, rest) = args[at + 1..].split_first()?;
+        Some((inner.as_str(), rest))
+    }
+}
+
+/// What each failure word means for a person looking at the summary.
+fn failure_hint(word: &str) -> &'static str {
+    match word {
+        "refused" => "nothing accepts connections there",
+        "dns" => "its host name could not be resolved: no network, or a mistyped URL",
+        "tls" => "the TLS handshake failed (a private CA needs --upstream-ca)",
+        "timeout" => "it did not answer in time",
+        "reset" => "it closed the connection before a complete response",
+        _ => "the request to it failed",
+    }
+}
+
+/// The stop's line on failed exchanges, or `None` when none failed: how many, by mount and
+/// failure word, where that mount goes (scheme, host and port only: a base URL's path or
+/// userinfo may hold a credential) and what the word means. Upstream failures (the host got
+/// the relay's 502/504) come first; streams that broke off mid-way are said apart, since either
+/// side may have ended them (a turn the user cancelled does). Without it an unreachable
+/// upstream showed only in the log.
+pub fn failures_summary(mounts: &crate::relay::mounts::Mounts) -> Option<String> {
+    let failed = crate::relay::exchange::failed_exchanges();
+    let part = |(mount, word, n): &(String, &'static str, u64)| {
+        let to = mounts
+            .get(mount)
+            .map(|m| {
+                let auth = m.authority.as_str();
+                let host = auth.rsplit('@').next().unwrap_or(auth);
+                format!(" ({}://{host}: {})", m.scheme, failure_hint(word))
+            })
+            .unwrap_or_default();
+        format!("{word} {n} on /{mount}{to}")
+    };
+    let (broken, upstream): (Vec<_>, Vec<_>) = failed.iter().partition(|f| f.1 == "broken");
+    let count = |v: &[&(String, &'static str, u64)]| v.iter().map(|f| f.2).sum::<u64>();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let mut says = Vec::new();
+    let n = count(&upstream);
+    if n > 0 {
+        let parts: Vec<String> = upstream.iter().map(|f| part(f)).collect();
+        says.push(format!(
+            "{n} exchange{} failed upstream, so the host got the relay's 502/504 answer instead \
+             of the model's: {}",
+            plural(n),
+            parts.join("; ")
+        ));
+    }
+    let n = count(&broken);
+    if n > 0 {
+        let mounts: Vec<String> = broken
+            .iter()
+            .map(|f| format!("{} on /{}", f.2, f.0))
+            .collect();
+        says.push(format!(
+            "{n} stream{} broke off mid-way ({}; either side may have ended it, as a cancelled \
+             turn does)",
+            plural(n),
+            mounts.join(", ")
+        ));
+    }
+    if says.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}; each is a line with failure= in the log",
+        says.join(". ")
+    ))
 }
 
 /// Which host `windowtap run` launches.
@@ -111,11 +207,48 @@ fn default_records_path() -> anyhow::Result<PathBuf> {
         .unwrap_or_else(std::env::temp_dir)
         .join("windowtap");
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
-    let stamp = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
+        .map(|d| d.as_secs())
         .unwrap_or(0);
-    Ok(base.join(format!("records-{stamp}.jsonl")))
+    Ok(free_name(&base, &utc_stamp(now)))
+}
+
+/// `records-STAMP.jsonl` in `dir`, or `records-STAMP-2.jsonl` and on when a run in the same
+/// second took that name (or its log's), so that no run writes over another's.
+fn free_name(dir: &Path, stamp: &str) -> PathBuf {
+    let taken = |p: &Path| p.exists() || log_path_beside(p).exists();
+    let first = dir.join(format!("records-{stamp}.jsonl"));
+    if !taken(&first) {
+        return first;
+    }
+    (2..)
+        .map(|n| dir.join(format!("records-{stamp}-{n}.jsonl")))
+        .find(|p| !taken(p))
+        .expect("some name is free")
+}
+
+/// A UTC time as a person reads it and a file name can hold (no `:`), sorting as it reads:
+/// `2026-12-03T10-15-30Z`.
+fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// The log beside the records: the same name with the extension `.log`.
@@ -139,7 +272,7 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating the log file {}", path.display()))
+        .map_err(|e| crate::advice::create_failed("the log file", path, e))
 }
 
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -168,12 +301,25 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // Upstreams the host was already pointed at become the relay's upstreams.
     let mut mounts: Vec<Mount> = Vec::new();
+    let claude_sources = claude::Sources {
+        user_config: std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude.json")),
+        user_settings: std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".claude/settings.json")),
+        cwd: std::env::current_dir().context("reading the working directory")?,
+    };
     if host == Host::Claude {
-        if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
-            mounts.push(
-                Mount::new("anthropic", &url)
-                    .map_err(|e| anyhow::anyhow!("ANTHROPIC_BASE_URL: {e}"))?,
-            );
+        // Claude Code's settings `env` wins over its environment: a base URL set there is the
+        // one the user chose (and run points the host at the relay with a --settings of its
+        // own, `claude::point_settings`); else the environment's.
+        let chosen = match claude::settings_base_url(&host_args, &claude_sources)? {
+            Some((url, origin)) => Some((url, format!("ANTHROPIC_BASE_URL in {origin}"))),
+            None => std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .map(|u| (u, "ANTHROPIC_BASE_URL".to_string())),
+        };
+        if let Some((url, origin)) = chosen {
+            mounts
+                .push(Mount::new("anthropic", &url).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
         }
     }
     let codex_home = codex::default_home();
@@ -186,10 +332,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // The mounts do not depend on the relay's address: plan once to learn them.
         let probe = codex::plan(&host_args, &codex_home, &wrap, "http://relay", auth)?;
         for (name, url) in probe.mounts {
-            mounts.push(
-                Mount::new(&name, &url)
-                    .map_err(|e| anyhow::anyhow!("model provider base_url: {e}"))?,
-            );
+            mounts
+                .push(Mount::new(&name, &url).map_err(|e| anyhow::anyhow!("codex base URL: {e}"))?);
         }
     }
 
@@ -221,15 +365,11 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let base = format!("http://{}", running.addr);
         let (argv, env, servers, target) = match host {
             Host::Claude => {
-                let sources = claude::Sources {
-                    user_config: std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".claude.json")),
-                    cwd: std::env::current_dir().context("reading the working directory")?,
-                };
-                let plan = claude::plan(&host_args, &sources, &wrap, dir.path())?;
+                let plan = claude::plan(&host_args, &claude_sources, &wrap, dir.path())?;
                 let url = format!("{base}/anthropic");
+                let args = claude::point_settings(plan.args, &claude_sources, dir.path(), &url)?;
                 (
-                    plan.args,
+                    args,
                     vec![("ANTHROPIC_BASE_URL".to_string(), url.clone())],
                     plan.servers,
                     url,
@@ -254,10 +394,12 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // on, and makes run a stopping one: from then on, and once the host has exited (the
         // relay draining), another signal stops at once, like the relay's second signal.
         let mut stopping = false;
+        let mut signalled = false;
         let waited = loop {
             tokio::select! {
                 s = child.wait() => break Ok(s.context("waiting for the host")?),
                 signo = signals.next() => {
+                    signalled = true;
                     if signo == libc::SIGTERM {
                         if let Some(pid) = child.id() {
                             // SAFETY: kill only sends a signal to the child we started.
@@ -274,6 +416,9 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         };
+        let mounts_now = running.mounts.clone();
+        let mut running = running;
+        running.signalled = signalled || waited.is_err();
         let stopped = match waited {
             Ok(_) => running.stop_with(signals.next()).await?,
             Err(signo) => {
@@ -287,11 +432,24 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let summary = stopped.summary;
         eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
+        if let Some(text) = failures_summary(&mounts_now) {
+            eprintln!("windowtap run: warning: {text}");
+        }
+        if let Some(text) = stopped.unreported.describe(crate::mcp_tally::Setting::Run) {
+            eprintln!("windowtap run: warning: {text}");
+        }
         if let Some(p) = &records_path {
             eprintln!("windowtap run: records in {}", p.display());
         }
         if let Some(p) = &log_path {
             eprintln!("windowtap run: log in {}", p.display());
+        }
+        for s in servers.iter().filter(|s| s.rewrapped) {
+            eprintln!(
+                "windowtap run: MCP server `{}` ({}) was declared under `windowtap wrap` already: \
+                 run wrapped it once, reporting to its own socket",
+                s.alias, s.origin
+            );
         }
         for s in servers.iter().filter(|s| !s.observed) {
             eprintln!(
@@ -315,4 +473,25 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         drop(dir);
         anyhow::Ok(ExitCode::from(code.clamp(0, 255) as u8))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_named_by_a_readable_utc_time() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00-00-00Z");
+        assert_eq!(utc_stamp(1_796_294_130), "2026-12-03T10-35-30Z");
+        let dir = tempfile::tempdir().unwrap();
+        let first = free_name(dir.path(), "2026-12-03T10-35-30Z");
+        assert_eq!(first, dir.path().join("records-2026-12-03T10-35-30Z.jsonl"));
+        std::fs::write(&first, "").unwrap();
+        assert_eq!(
+            free_name(dir.path(), "2026-12-03T10-35-30Z"),
+            dir.path().join("records-2026-12-03T10-35-30Z-2.jsonl"),
+            "a run in the same second gets a name of its own"
+        );
+    }
 }

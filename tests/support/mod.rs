@@ -96,13 +96,38 @@ impl Relay {
     /// [`Relay::start`] with the relay's stdout (where records go without `--records`) set to
     /// `stdout`; a pipe stays open, unread, for as long as the `Relay` lives.
     pub fn start_with_stdout(args: &[String], stdout: Stdio) -> Relay {
+        Relay::start_full(args, stdout, None)
+    }
+
+    /// A relay on its default ingest socket, as a user starts one: `windowtap relay` with no
+    /// `--ingest`, `XDG_RUNTIME_DIR` unset and `TMPDIR` set to `tmpdir`, so its socket is
+    /// `<tmpdir>/windowtap-<uid>/ingest.sock` (what `ingest` says), where a wrapper given no
+    /// path finds it.
+    #[allow(dead_code)] // not every test binary has two relays side by side
+    pub fn start_at_default(args: &[String], tmpdir: &Path) -> Relay {
+        Relay::start_full(args, Stdio::null(), Some(tmpdir))
+    }
+
+    fn start_full(args: &[String], stdout: Stdio, default_under: Option<&Path>) -> Relay {
         let dir = tempfile::tempdir().unwrap();
-        let ingest = dir.path().join("ingest.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-            .arg("relay")
-            .args(["--listen", "127.0.0.1:0"])
-            .arg("--ingest")
-            .arg(&ingest)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_windowtap"));
+        cmd.arg("relay").args(["--listen", "127.0.0.1:0"]);
+        let ingest = match default_under {
+            None => {
+                let ingest = dir.path().join("ingest.sock");
+                cmd.arg("--ingest").arg(&ingest);
+                ingest
+            }
+            Some(tmp) => {
+                cmd.env("TMPDIR", tmp)
+                    .env_remove("XDG_RUNTIME_DIR")
+                    .env_remove("WINDOWTAP_INGEST");
+                // SAFETY: getuid cannot fail.
+                let uid = unsafe { libc::getuid() };
+                tmp.join(format!("windowtap-{uid}")).join("ingest.sock")
+            }
+        };
+        let mut child = cmd
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -1,0 +1,299 @@
+//! Model tool calls that route to an MCP tool and never got a wrapper's report.
+//!
+//! The relay sees every tool call a model makes; the wrapper sees every MCP call a server
+//! runs. A call the model made to `mcp__<alias>__<tool>` that no wrapper ever reported leaves
+//! no record at all, and nothing else would say so: the records only count what was reported.
+//! The usual reason is a wrapper that reported to another relay's ingest socket (Codex passes
+//! no environment to MCP servers, so `WINDOWTAP_INGEST` does not reach a wrapper it starts
+//! unless its configuration says so), or a server that is not wrapped at all. So the live
+//! correlator task keeps this tally beside the correlator and the stop says how many such
+//! calls went unreported, with the likely causes.
+//!
+//! A call counts as reported when a report's hint names it (`tool_use_id` its call id,
+//! `item_id` its item id, `call_id` its call id: what the hosts put in `_meta`). A report that
+//! names no call seen here (a host that sends no hints, Codex's code mode, whose `exec` may call
+//! any tool) may be for any of them, so each such report takes one off the count: the number
+//! said is never more than the calls that can be shown to be missing.
+//!
+//! Only what is written anyway goes in: pseudonymized ids (to match them) and model-visible
+//! tool names (to say which tools), never anything else.
+
+use std::collections::{BTreeMap, HashMap};
+
+use correlator::{CallKind, EventKind};
+
+/// Calls remembered one by one, past which only their number is kept: a relay whose servers
+/// are never wrapped holds at most this many (two pseudonyms and a name each, about 2 MB).
+const MAX_TRACKED: usize = 10_000;
+
+/// The tally: MCP-routed model calls waiting for a report.
+#[derive(Debug, Default)]
+pub struct McpTally {
+    /// Waiting calls by their key, with their ids and visible name.
+    waiting: HashMap<u64, Waiting>,
+    /// Call id or item id → the waiting call's key.
+    by_id: HashMap<String, u64>,
+    next: u64,
+    /// Calls past [`MAX_TRACKED`]: never matched, counted as waiting.
+    untracked: usize,
+    /// Reports whose hints named no waiting call.
+    unnamed_reports: usize,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    ids: Vec<String>,
+    name: String,
+}
+
+/// What the tally says at the stop.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Unreported {
+    /// Model tool calls to MCP tools that no wrapper report can account for.
+    pub calls: usize,
+    /// Their visible names (`mcp__alias__tool`), with how many of each (of those tracked).
+    pub names: BTreeMap<String, usize>,
+}
+
+/// The visible name of a model call that routes to an MCP tool, or `None` for any other call.
+/// Claude: `mcp__<alias>__<tool>`; Codex: namespace `mcp__<alias>` with function `<tool>`, or
+/// the flat form. An opaque program call (`custom`, Codex's `exec`) names no tool.
+fn mcp_route(name: &str, namespace: Option<&str>, kind: CallKind) -> Option<String> {
+    if kind == CallKind::Custom {
+        return None;
+    }
+    match namespace {
+        Some(ns) if ns.starts_with("mcp__") => Some(format!("{ns}__{name}")),
+        _ if name.starts_with("mcp__") => Some(name.to_string()),
+        _ => None,
+    }
+}
+
+impl McpTally {
+    /// Takes one event (ids already pseudonymized, as every written event).
+    pub fn event(&mut self, kind: &EventKind) {
+        match kind {
+            EventKind::ToolCall {
+                call,
+                item,
+                name,
+                namespace,
+                kind,
+                ..
+            } => {
+                let Some(route) = mcp_route(name, namespace.as_deref(), *kind) else {
+                    return;
+                };
+                if self.waiting.len() >= MAX_TRACKED {
+                    self.untracked += 1;
+                    return;
+                }
+                let key = self.next;
+                self.next += 1;
+                let mut ids = vec![call.clone()];
+                ids.extend(item.iter().cloned());
+                for id in &ids {
+                    self.by_id.insert(id.clone(), key);
+                }
+                self.waiting.insert(key, Waiting { ids, name: route });
+            }
+            EventKind::McpInterval { hints, .. } => {
+                let named = [&hints.tool_use_id, &hints.item_id, &hints.call_id]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|id| self.by_id.get(id).copied());
+                match named {
+                    Some(key) => {
+                        if let Some(w) = self.waiting.remove(&key) {
+                            for id in w.ids {
+                                self.by_id.remove(&id);
+                            }
+                        }
+                    }
+                    None => self.unnamed_reports += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The calls no report accounts for.
+    pub fn unreported(&self) -> Unreported {
+        let calls = (self.waiting.len() + self.untracked).saturating_sub(self.unnamed_reports);
+        let mut names = BTreeMap::new();
+        if calls > 0 {
+            for w in self.waiting.values() {
+                *names.entry(w.name.clone()).or_default() += 1;
+            }
+        }
+        Unreported { calls, names }
+    }
+}
+
+/// Where the relay that lost the reports runs, for the likely causes.
+pub enum Setting<'a> {
+    /// `windowtap relay` on its own, with this ingest socket.
+    Relay { ingest: Option<&'a std::path::Path> },
+    /// `windowtap run`, which wrapped every server it found.
+    Run,
+}
+
+impl Unreported {
+    /// One paragraph for a person: how many calls, to which tools, and the likely causes.
+    /// `None` when every call was reported.
+    pub fn describe(&self, setting: Setting<'_>) -> Option<String> {
+        if self.calls == 0 {
+            return None;
+        }
+        let n = self.calls;
+        let s = if n == 1 { "" } else { "s" };
+        const SHOWN: usize = 5;
+        let mut tools: Vec<String> = self
+            .names
+            .iter()
+            .take(SHOWN)
+            .map(|(name, k)| format!("{name} \u{d7}{k}"))
+            .collect();
+        if self.names.len() > SHOWN {
+            tools.push(format!("{} more", self.names.len() - SHOWN));
+        }
+        let tools = if tools.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", tools.join(", "))
+        };
+        let causes = match setting {
+            Setting::Relay { ingest } => {
+                let sock = ingest
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "the one it printed at start".to_string());
+                format!(
+                    "its MCP server does not run under `windowtap wrap` (a remote, HTTP one never \
+                     can); or its wrapper reported to another relay's ingest socket (this relay's is {sock}: give it to the \
+                     wrapper as `--ingest {sock}` in the server's args, or set {env} for it; \
+                     Codex passes no environment to MCP servers unless the server's table says \
+                     `env_vars = [\"{env}\"]` or has it in `env`); or the host did not run the \
+                     call (denied, interrupted, timed out)",
+                    env = crate::ingest::ENV
+                )
+            }
+            Setting::Run => "its MCP server is a remote (HTTP) one, which no wrapper observes \
+                 (run names those it found); or it was declared where run does not look \
+                 (run reads --mcp-config, ~/.claude.json and .mcp.json for Claude Code; \
+                 $CODEX_HOME/config.toml and -c for Codex), so it ran unwrapped; or the host \
+                 did not run the call (denied, interrupted, timed out)"
+                .to_string(),
+        };
+        Some(format!(
+            "{n} model tool call{s} to MCP tools{tools} got no report from a wrapper, so no \
+             record says where it ran. Likely causes: {causes}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use correlator::{Hints, Outcome};
+
+    fn call(
+        call: &str,
+        item: Option<&str>,
+        name: &str,
+        ns: Option<&str>,
+        kind: CallKind,
+    ) -> EventKind {
+        EventKind::ToolCall {
+            stream: "s".into(),
+            response: "r".into(),
+            call: call.into(),
+            item: item.map(str::to_string),
+            name: name.into(),
+            namespace: ns.map(str::to_string),
+            kind,
+        }
+    }
+
+    fn report(tool_use_id: Option<&str>, item_id: Option<&str>) -> EventKind {
+        EventKind::McpInterval {
+            interval: "i".into(),
+            alias: "gate".into(),
+            tool: "wait".into(),
+            start: 0.0,
+            end: 1.0,
+            outcome: Outcome::Result,
+            hints: Hints {
+                tool_use_id: tool_use_id.map(str::to_string),
+                item_id: item_id.map(str::to_string),
+                call_id: None,
+                thread: None,
+            },
+            host: None,
+        }
+    }
+
+    #[test]
+    fn mcp_calls_without_a_report_are_counted_by_tool() {
+        let mut t = McpTally::default();
+        t.event(&call(
+            "c1",
+            None,
+            "mcp__gate__wait",
+            None,
+            CallKind::ToolUse,
+        ));
+        t.event(&call(
+            "c2",
+            Some("fc2"),
+            "wait",
+            Some("mcp__gate"),
+            CallKind::Function,
+        ));
+        t.event(&call("c3", None, "Bash", None, CallKind::ToolUse));
+        t.event(&call("c4", Some("x"), "exec", None, CallKind::Custom));
+        assert_eq!(t.unreported().calls, 2);
+        // Codex names its call by item id, Claude by tool_use id.
+        t.event(&report(None, Some("fc2")));
+        let u = t.unreported();
+        assert_eq!(u.calls, 1);
+        assert_eq!(
+            u.names.into_iter().collect::<Vec<_>>(),
+            [("mcp__gate__wait".to_string(), 1)]
+        );
+        t.event(&report(Some("c1"), None));
+        assert_eq!(t.unreported(), Unreported::default());
+    }
+
+    #[test]
+    fn a_report_that_names_no_call_takes_one_off_the_count() {
+        let mut t = McpTally::default();
+        t.event(&call("c1", None, "mcp__a__t", None, CallKind::ToolUse));
+        t.event(&call("c2", None, "mcp__a__t", None, CallKind::ToolUse));
+        t.event(&report(None, None));
+        assert_eq!(t.unreported().calls, 1);
+        t.event(&report(Some("elsewhere"), None));
+        assert_eq!(t.unreported().calls, 0);
+    }
+
+    #[test]
+    fn the_description_names_the_socket_and_the_causes() {
+        let u = Unreported {
+            calls: 1,
+            names: BTreeMap::from([("mcp__gate__wait".to_string(), 1)]),
+        };
+        let text = u
+            .describe(Setting::Relay {
+                ingest: Some(std::path::Path::new("/run/b.sock")),
+            })
+            .unwrap();
+        assert!(
+            text.starts_with(
+                "1 model tool call to MCP tools (mcp__gate__wait \u{d7}1) got no report"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("--ingest /run/b.sock"), "{text}");
+        assert!(text.contains("env_vars = [\"WINDOWTAP_INGEST\"]"), "{text}");
+        assert!(Unreported::default().describe(Setting::Run).is_none());
+    }
+}

@@ -1,0 +1,119 @@
+//! What the README and the help say is what the code does (issue 27, item 8): each check is
+//! against the thing itself (the trace directory, a capture's header, the help text), so a
+//! change to either side that leaves the other behind fails here.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+}
+
+#[test]
+fn the_readme_installs_with_the_locked_versions() {
+    let readme = readme();
+    let installs: Vec<&str> = readme
+        .match_indices("cargo install")
+        .map(|(i, _)| readme[i..].lines().next().unwrap())
+        .collect();
+    assert!(!installs.is_empty());
+    for line in installs {
+        assert!(
+            line.contains("cargo install --path . --locked"),
+            "without --locked, cargo install picks other crate versions than the tests ran \
+             against: {line}"
+        );
+    }
+}
+
+#[test]
+fn the_readme_counts_the_traces_there_are() {
+    let traces = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "jsonl")
+        })
+        .count();
+    let readme = readme();
+    let said = readme
+        .split(" hand-written traces in `traces/`")
+        .next()
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .expect("the README counts the hand-written traces");
+    assert_eq!(said, traces);
+}
+
+/// The replay section names every option a capture's header carries (what replay takes from
+/// it): read off a real capture.
+#[test]
+fn the_replay_section_names_every_option_of_a_capture_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("capture.jsonl");
+    let mut relay =
+        support::Relay::start(&["--capture".to_string(), capture.display().to_string()]);
+    assert!(relay.stop().success(), "{}", relay.log());
+    let header: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&capture)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let options: Vec<&String> = header
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| !["type", "version", "epoch_unix_ms", "end"].contains(&k.as_str()))
+        .collect();
+    assert!(!options.is_empty(), "{header}");
+    let readme = readme();
+    let sentence = readme
+        .split("taken from the trace header (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the replay section says which header options it takes")
+        .replace('\n', " ");
+    for o in options {
+        assert!(
+            sentence.contains(&format!("`{o}`")),
+            "`{o}` missing: {sentence}"
+        );
+    }
+}
+
+#[test]
+fn capture_help_names_the_trace_version_written() {
+    for cmd in ["relay", "run"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        // The option's paragraph: its line and the description under it.
+        let text = help
+            .split("--capture")
+            .nth(1)
+            .and_then(|rest| rest.split("\n  -").next())
+            .unwrap_or_default();
+        assert!(text.contains("trace v2"), "{cmd}: {text}");
+    }
+}
+
+/// `npx -y` with Codex: the README says why it can fail and shows the installed binary.
+#[test]
+fn the_readme_shows_an_installed_server_beside_npx() {
+    let readme = readme();
+    assert!(
+        readme.contains("npm install -g @modelcontextprotocol/server-everything")
+            && readme.contains(r#""--", "mcp-server-everything"]"#),
+        "the installed-binary alternative"
+    );
+}
