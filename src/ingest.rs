@@ -412,8 +412,6 @@ struct Running {
 /// The wrapper at the other end of one connection, as far as its host goes.
 struct Wrapper {
     hosts: Hosts,
-    /// Its user (SO_PEERCRED).
-    uid: Option<u32>,
     /// Its ancestors, being read (from the connection's start, off this task).
     reading: Option<tokio::task::JoinHandle<Vec<ProcId>>>,
     ancestors: Vec<ProcId>,
@@ -422,8 +420,9 @@ struct Wrapper {
 impl Wrapper {
     fn new(stream: &UnixStream, hosts: &Hosts) -> Wrapper {
         // SO_PEERCRED: the kernel's word for who connected.
-        let cred = stream.peer_cred().ok();
-        let pid = cred
+        let pid = stream
+            .peer_cred()
+            .ok()
             .and_then(|c| c.pid())
             .and_then(|p| u32::try_from(p).ok())
             .filter(|&p| p > 0);
@@ -433,7 +432,6 @@ impl Wrapper {
         });
         Wrapper {
             hosts: hosts.clone(),
-            uid: cred.map(|c| c.uid()),
             reading,
             ancestors: Vec::new(),
         }
@@ -444,7 +442,7 @@ impl Wrapper {
         if let Some(reading) = self.reading.take() {
             self.ancestors = reading.await.unwrap_or_default();
         }
-        let host = self.hosts.call_host(self.uid, &self.ancestors).await;
+        let host = self.hosts.call_host(&self.ancestors).await;
         host.map(|h| h.raw())
     }
 }

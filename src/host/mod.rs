@@ -231,19 +231,18 @@ impl Hosts {
         ancestors.iter().find(|a| seen.contains(a)).copied()
     }
 
-    /// The host of an MCP call made now by a wrapper run by `uid` (the ingest socket's peer
-    /// credentials) whose ancestors are `ancestors`. A wrapper of another user (the socket is
-    /// private, but `--ingest` may put it anywhere, and root reaches any socket) belongs to
-    /// that user, like that user's streams; otherwise its nearest ancestor that owns or owned
-    /// a client connection ([`Hosts::host_among`]). Null with resolution off.
-    pub async fn call_host(&self, uid: Option<u32>, ancestors: &[ProcId]) -> Option<Host> {
+    /// The host of an MCP call made now by a wrapper whose ancestors are `ancestors`: the
+    /// nearest that owns or owned a client connection ([`Hosts::host_among`]); null with
+    /// resolution off. Never `uid:N` or `remote`: those are whoever is at the other end of
+    /// a connection, and a wrapper is found among processes, not connections. (A wrapper of
+    /// another user that reaches the ingest socket, root's or one in a container with the
+    /// socket mounted, has no ancestor among our hosts: null, which rules nothing out; its
+    /// user id would be wrong for a container's client, whose streams are `remote`.)
+    pub async fn call_host(&self, ancestors: &[ProcId]) -> Option<Host> {
         if !self.on {
             return None;
         }
-        match uid {
-            Some(uid) if uid != relay_uid() => Some(Host::User(uid)),
-            _ => self.host_among(ancestors).await.map(Host::Proc),
-        }
+        self.host_among(ancestors).await.map(Host::Proc)
     }
 }
 
