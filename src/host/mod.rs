@@ -87,6 +87,7 @@ impl Host {
 
 /// The relay's effective user id: the one its sockets and files are owned by, and so the
 /// one a client socket of its own user is owned by.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn relay_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
