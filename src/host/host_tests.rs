@@ -54,6 +54,7 @@ mod linux {
         let mut c = [Pending {
             peer,
             local,
+            owner_only: false,
             host: None,
         }];
         r.resolve(&mut c);
@@ -208,6 +209,40 @@ mod linux {
         assert_eq!(late.wait().await, Some(Host::Proc(id)));
         assert_eq!(hosts.host_among(&[id]).await, Some(id));
         end(child);
+    }
+
+    #[tokio::test]
+    async fn with_one_host_only_our_user_s_connections_are_the_adopted_host() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (client, _server, peer) = client(&listener);
+        let host = Command::new("sleep").arg("60").spawn().unwrap();
+        let me = relay_uid();
+        // run's relay: the client's connection is the adopted host's, not the client's
+        // own process (nothing is looked for in the process table).
+        let ours = Hosts::start_sole_as(me);
+        let id = Host::Proc(ours.adopt(host.id()).await.expect("alive"));
+        assert_eq!(ours.connection(peer, local).wait().await, Some(id));
+        // The same client to a run of another user: that user's is not its host.
+        let theirs = Hosts::start_sole_as(me.wrapping_add(1));
+        let their_id = Host::Proc(theirs.adopt(host.id()).await.expect("alive"));
+        assert_eq!(
+            theirs.connection(peer, local).wait().await,
+            Some(Host::User(me))
+        );
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        assert_eq!(
+            theirs.connection(remote, local).wait().await,
+            Some(Host::Remote)
+        );
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(
+            theirs.connection(gone, local).wait().await,
+            Some(their_id),
+            "no socket to ask about: the adopted host's, as before"
+        );
+        end(client);
+        end(host);
     }
 
     #[tokio::test]

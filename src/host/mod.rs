@@ -92,30 +92,60 @@ pub fn relay_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// An answer to come: `None` until given, then the host (`Some(None)`: unknown).
+type Answer = watch::Receiver<Option<Option<Host>>>;
+
 /// The answer for one accepted connection, once known.
 #[derive(Debug, Clone)]
-pub struct ConnHost(watch::Receiver<Option<Option<Host>>>);
+pub struct ConnHost {
+    answer: Answer,
+    /// `windowtap run`'s host, for a connection the resolver found no other owner for.
+    sole: Option<Answer>,
+}
 
 impl ConnHost {
-    /// An answer already known (`windowtap run`'s host, or no host support).
+    /// An answer already known (no host support, resolution off).
     pub fn known(host: Option<Host>) -> ConnHost {
-        ConnHost(watch::channel(Some(host)).1)
+        ConnHost {
+            answer: watch::channel(Some(host)).1,
+            sole: None,
+        }
     }
 
     /// An answer still to come, and where to give it (for tests).
     #[cfg(test)]
     pub fn pending() -> (watch::Sender<Option<Option<Host>>>, ConnHost) {
         let (tx, rx) = watch::channel(None);
-        (tx, ConnHost(rx))
+        (
+            tx,
+            ConnHost {
+                answer: rx,
+                sole: None,
+            },
+        )
     }
 
-    /// The connection's host, waiting for the resolver up to [`WAIT`].
-    pub async fn wait(mut self) -> Option<Host> {
-        match tokio::time::timeout(WAIT, self.0.wait_for(Option::is_some)).await {
-            Ok(Ok(v)) => v.flatten(),
-            // The resolver went away or is behind: unknown.
-            _ => None,
-        }
+    /// The connection's host, waiting for the resolver (and for `run`'s host to be adopted)
+    /// up to [`WAIT`] in all.
+    pub async fn wait(self) -> Option<Host> {
+        let ConnHost { answer, sole } = self;
+        let both = async move {
+            match (given(answer).await, sole) {
+                (Some(host), _) => Some(host),
+                (None, Some(sole)) => given(sole).await,
+                (None, None) => None,
+            }
+        };
+        // The resolver went away or is behind: unknown.
+        tokio::time::timeout(WAIT, both).await.ok().flatten()
+    }
+}
+
+/// The host `answer` gives, once it is given (`None` if its giver went away first).
+async fn given(mut answer: Answer) -> Option<Host> {
+    match answer.wait_for(Option::is_some).await {
+        Ok(v) => v.flatten(),
+        Err(_) => None,
     }
 }
 
@@ -160,9 +190,14 @@ pub struct Hosts {
 impl Hosts {
     /// Starts the resolver thread (on Linux; elsewhere every answer is unknown at once).
     pub fn start() -> Hosts {
+        Hosts::start_as(relay_uid())
+    }
+
+    /// [`Hosts::start`] for a relay run by `me` (tests take another user's place with it).
+    fn start_as(me: u32) -> Hosts {
         let seen = Arc::new(Mutex::new(HashSet::new()));
         Hosts {
-            resolver: resolver::Handle::start(seen.clone()),
+            resolver: resolver::Handle::start(seen.clone(), me),
             seen,
             sole: None,
             on: true,
@@ -183,25 +218,34 @@ impl Hosts {
     }
 
     /// For a relay that serves one host it launches itself (`windowtap run`): every
-    /// connection is that host's, known from its pid ([`Hosts::adopt`]) rather than looked up.
-    /// Looking up would be right too, but a client that closes its connection before the
-    /// resolver reads the process table (one request per connection) would be left unknown.
+    /// connection of the relay's user is that host's, known from its pid ([`Hosts::adopt`])
+    /// rather than looked up in the process table. Looking up would be right too, but a
+    /// client that closes its connection before the resolver reads the process table (one
+    /// request per connection) would be left unknown. Only the socket's owner is asked (one
+    /// exact query), so that another user's connection to run's port is still `uid:N` and a
+    /// remote one `remote`.
     pub fn start_sole() -> Hosts {
+        Hosts::start_sole_as(relay_uid())
+    }
+
+    /// [`Hosts::start_sole`] for a relay run by `me`.
+    fn start_sole_as(me: u32) -> Hosts {
         Hosts {
             sole: Some(Arc::new(watch::channel(None).0)),
-            ..Hosts::start()
+            ..Hosts::start_as(me)
         }
     }
 
     /// Starts finding the process that owns the client end of the connection accepted from
     /// `peer` on `local`. Returns at once; the process table is read on the resolver thread.
     pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
-        if let Some(sole) = &self.sole {
-            return ConnHost(sole.subscribe());
-        }
         // A remote peer is queued too: telling another machine's address from one of ours
         // takes a system call, which is the resolver thread's to make.
-        self.resolver.connection(peer, local)
+        let answer = self.resolver.connection(peer, local, self.sole.is_some());
+        ConnHost {
+            answer,
+            sole: self.sole.as_ref().map(|s| s.subscribe()),
+        }
     }
 
     /// A host known without looking (`windowtap run` spawned it): remembered like one seen

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
 
-use super::{ConnHost, Host, ProcId, WAIT};
+use super::{Host, ProcId, WAIT};
 
 /// Requests waiting for the resolver thread, at most.
 const QUEUE: usize = 4096;
@@ -45,6 +45,8 @@ enum Request {
         seq: u64,
         peer: SocketAddr,
         local: SocketAddr,
+        /// Only its socket's owner is asked (`windowtap run`: the adopted host is ours).
+        owner_only: bool,
         answer: Answer,
         /// When the connection was accepted.
         queued: std::time::Instant,
@@ -72,12 +74,13 @@ pub struct Handle {
 }
 
 impl Handle {
-    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>) -> Handle {
+    /// The resolver for a relay run by the user `me`.
+    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>, me: u32) -> Handle {
         let (done_tx, done) = watch::channel(0);
         #[cfg(target_os = "linux")]
         let tx = {
             let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-            let resolver = Resolver::new(seen, Some(std::process::id() as i32), super::relay_uid());
+            let resolver = Resolver::new(seen, Some(std::process::id() as i32), me);
             match std::thread::Builder::new()
                 .name("windowtap-hosts".into())
                 .spawn(move || resolver.run(rx, done_tx))
@@ -91,7 +94,7 @@ impl Handle {
         };
         #[cfg(not(target_os = "linux"))]
         let tx = {
-            let _ = (seen, done_tx, QUEUE);
+            let _ = (seen, done_tx, QUEUE, me);
             None
         };
         Handle {
@@ -110,9 +113,18 @@ impl Handle {
         }
     }
 
-    pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
+    /// The answer to come for one connection (unknown at once where there is no resolver
+    /// or it is flooded); with `owner_only`, a host of the relay's own user is left unknown
+    /// for the caller to fill in, and no process is looked for.
+    pub fn connection(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        owner_only: bool,
+    ) -> super::Answer {
+        let unknown = || watch::channel(Some(None)).1;
         let Some(tx) = &self.tx else {
-            return ConnHost::known(None);
+            return unknown();
         };
         let (answer, rx) = watch::channel(None);
         let mut submitted = self.submitted.lock().unwrap_or_else(|p| p.into_inner());
@@ -120,16 +132,17 @@ impl Handle {
             seq: *submitted + 1,
             peer,
             local,
+            owner_only,
             answer,
             queued: std::time::Instant::now(),
         };
         match tx.try_send(req) {
             Ok(()) => {
                 *submitted += 1;
-                ConnHost(rx)
+                rx
             }
             // Flooded (or gone): this one's host is unknown, and nobody waits for it.
-            Err(_) => ConnHost::known(None),
+            Err(_) => unknown(),
         }
     }
 
@@ -226,6 +239,8 @@ pub(super) struct Resolver {
 pub(super) struct Pending {
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// Only the socket's owner is asked: a socket of the relay's user stays unknown.
+    pub owner_only: bool,
     pub host: Option<Host>,
 }
 
@@ -268,6 +283,7 @@ impl Resolver {
                         seq,
                         peer,
                         local,
+                        owner_only,
                         answer,
                         queued,
                     } => {
@@ -275,6 +291,7 @@ impl Resolver {
                         conns.push(Pending {
                             peer,
                             local,
+                            owner_only,
                             host: None,
                         });
                         answers.push(answer);
@@ -399,7 +416,13 @@ impl Resolver {
             .client_inodes(conns)
             .into_iter()
             .zip(conns.iter())
-            .map(|(socket, c)| decide(socket, self.me, || own_address(c.peer.ip())))
+            .map(|(socket, c)| {
+                match decide(socket, self.me, || own_address(c.peer.ip())) {
+                    // `run`'s: its adopted host, which the caller knows.
+                    Decision::Find(_) if c.owner_only => Decision::Known(None),
+                    d => d,
+                }
+            })
             .collect();
         let mut wanted: HashSet<u64> = decisions
             .iter()
