@@ -524,7 +524,7 @@ impl Wrapper {
         if let Some(reading) = self.reading.take() {
             self.ancestors = reading.await.unwrap_or_default();
         }
-        let host = self.hosts.host_among(&self.ancestors).await;
+        let host = self.hosts.call_host(&self.ancestors).await;
         host.map(|h| h.raw())
     }
 }

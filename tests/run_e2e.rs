@@ -429,6 +429,41 @@ async fn a_claude_tool_loop_over_http_sse_is_attributed_by_tool_use_id() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_hosts_off_by_its_setting_run_s_loop_is_attributed_by_its_hint_alone() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    // The documented setting, as a user would put it in a service's environment.
+    let env = [
+        ("ANTHROPIC_BASE_URL", base),
+        ("WINDOWTAP_HOSTS", "off".to_string()),
+    ];
+    let run = tokio::task::spawn_blocking(move || windowtap_run(&path, &[], &args, &env))
+        .await
+        .unwrap();
+    drop(up);
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    let r = &run.records[0];
+    assert_eq!(r["decision"], "attributed", "{r}");
+    // As with hosts on (the test above), less `host`: run's own host is not adopted either.
+    assert_eq!(evidence(r), ["containment", "tool_use_id", "route"], "{r}");
+    let events = capture_events(&run.capture);
+    let hosted: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.get("host").is_some_and(|h| !h.is_null()))
+        .collect();
+    assert!(hosted.is_empty(), "hosts with --hosts off: {hosted:?}");
+    assert!(events.iter().any(|e| e["type"] == "stream_open"));
+    assert_eq!(checked_replay(&run.capture), run.records_text);
+}
+
 /// A Responses WebSocket upstream answering as in the prewarm / turn / continuation shape: the
 /// turn calls `wait` in namespace `mcp__gate`, the continuation gets a text answer.
 async fn responses_ws_upstream() -> Upstream {

@@ -3,7 +3,7 @@ use super::*;
 #[cfg(target_os = "linux")]
 mod linux {
     use super::super::procfs;
-    use super::super::resolver::{Pending, Resolver};
+    use super::super::resolver::{decide, own_address, Decision, Pending, Resolver};
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::process::{Child, Command, Stdio};
@@ -38,16 +38,23 @@ mod linux {
     }
 
     fn resolver() -> Resolver {
+        resolver_of(relay_uid())
+    }
+
+    /// A resolver that takes `me` for the relay's user.
+    fn resolver_of(me: u32) -> Resolver {
         Resolver::new(
             Arc::new(Mutex::new(HashSet::new())),
             Some(std::process::id() as i32),
+            me,
         )
     }
 
-    fn resolve(r: &mut Resolver, peer: SocketAddr, local: SocketAddr) -> Option<ProcId> {
+    fn resolve(r: &mut Resolver, peer: SocketAddr, local: SocketAddr) -> Option<Host> {
         let mut c = [Pending {
             peer,
             local,
+            owner_only: false,
             host: None,
         }];
         r.resolve(&mut c);
@@ -59,7 +66,7 @@ mod linux {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let local = listener.local_addr().unwrap();
         let (child, _server, peer) = client(&listener);
-        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let want = Host::Proc(procfs::stat(child.id() as i32).unwrap().0);
         let mut r = resolver();
         assert_eq!(
             resolve(&mut r, peer, local),
@@ -102,7 +109,7 @@ mod linux {
             .map(|_| Command::new("sleep").arg("60").spawn().unwrap())
             .collect();
         let (child, _server, peer) = client(&listener);
-        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let want = Host::Proc(procfs::stat(child.id() as i32).unwrap().0);
         let mut r = resolver();
         assert_eq!(resolve(&mut r, peer, local), Some(want));
         // Pids only say which process is newer until they wrap around.
@@ -124,7 +131,7 @@ mod linux {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let local = listener.local_addr().unwrap();
         let (child, _server, peer) = client(&listener);
-        let want = procfs::stat(child.id() as i32).unwrap().0;
+        let want = Host::Proc(procfs::stat(child.id() as i32).unwrap().0);
         let mut r = resolver();
         assert!(r.diag.is_some(), "sock_diag is there on this machine");
         r.diag = None;
@@ -168,7 +175,15 @@ mod linux {
             None,
             "no connection seen yet"
         );
-        assert_eq!(hosts.connection(peer, local).wait().await, Some(host_id));
+        assert_eq!(
+            hosts.connection(peer, local).wait().await,
+            Some(Host::Proc(host_id))
+        );
+        assert_eq!(
+            hosts.call_host(&chain).await,
+            Some(Host::Proc(host_id)),
+            "a call's host: its wrapper's nearest ancestor with a connection"
+        );
         assert_eq!(hosts.host_among(&chain).await, Some(host_id));
         // The same pid with another start time is another process.
         let reused = ProcId {
@@ -189,22 +204,173 @@ mod linux {
         let early = hosts.connection("127.0.0.1:40001".parse().unwrap(), local);
         let child = Command::new("sleep").arg("60").spawn().unwrap();
         let id = hosts.adopt(child.id()).await.expect("alive");
-        assert_eq!(early.wait().await, Some(id));
+        assert_eq!(early.wait().await, Some(Host::Proc(id)));
         let late = hosts.connection("127.0.0.1:40002".parse().unwrap(), local);
-        assert_eq!(late.wait().await, Some(id));
+        assert_eq!(late.wait().await, Some(Host::Proc(id)));
         assert_eq!(hosts.host_among(&[id]).await, Some(id));
         end(child);
     }
 
     #[tokio::test]
-    async fn a_host_adopted_by_pid_is_found_by_its_wrappers_and_a_remote_peer_is_unknown() {
+    async fn with_one_host_only_our_user_s_connections_are_the_adopted_host() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (client, _server, peer) = client(&listener);
+        let host = Command::new("sleep").arg("60").spawn().unwrap();
+        let me = relay_uid();
+        // run's relay: the client's connection is the adopted host's, not the client's
+        // own process (nothing is looked for in the process table).
+        let ours = Hosts::start_sole_as(me);
+        let id = Host::Proc(ours.adopt(host.id()).await.expect("alive"));
+        assert_eq!(ours.connection(peer, local).wait().await, Some(id));
+        // The same client to a run of another user: that user's is not its host.
+        let theirs = Hosts::start_sole_as(me.wrapping_add(1));
+        let their_id = Host::Proc(theirs.adopt(host.id()).await.expect("alive"));
+        assert_eq!(
+            theirs.connection(peer, local).wait().await,
+            Some(Host::User(me))
+        );
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        assert_eq!(
+            theirs.connection(remote, local).wait().await,
+            Some(Host::Remote)
+        );
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(
+            theirs.connection(gone, local).wait().await,
+            Some(their_id),
+            "no socket to ask about: the adopted host's, as before"
+        );
+        end(client);
+        end(host);
+    }
+
+    #[tokio::test]
+    async fn a_host_adopted_by_pid_is_found_by_its_wrappers_and_a_remote_peer_is_remote() {
         let hosts = Hosts::start();
         let child = Command::new("sleep").arg("60").spawn().unwrap();
         let id = hosts.adopt(child.id()).await.expect("alive");
         assert_eq!(hosts.host_among(&[id]).await, Some(id));
+        // TEST-NET-1 (RFC 5737): never an address of this machine.
         let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
         let local: SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        assert_eq!(
+            hosts.connection(remote, local).wait().await,
+            Some(Host::Remote)
+        );
+        // A loopback peer with no socket any more: gone, nothing known.
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(hosts.connection(gone, local).wait().await, None);
+        end(child);
+    }
+
+    #[test]
+    fn the_socket_table_decides_another_user_remote_or_a_process_to_find() {
+        let me = 1000;
+        let never = || -> bool { panic!("the address is only asked about without a socket") };
+        assert_eq!(decide(Some((7, me)), me, never), Decision::Find(7));
+        assert_eq!(
+            decide(Some((7, 65534)), me, never),
+            Decision::Known(Some(Host::User(65534)))
+        );
+        assert_eq!(
+            decide(Some((7, 0)), me, never),
+            Decision::Known(Some(Host::User(0))),
+            "root is another user too, for a relay that is not root"
+        );
+        assert_eq!(decide(None, me, || true), Decision::Known(None));
+        assert_eq!(
+            decide(None, me, || false),
+            Decision::Known(Some(Host::Remote))
+        );
+        assert_eq!(Host::User(65534).raw(), "uid:65534");
+        assert_eq!(Host::Remote.raw(), "remote");
+        let p = ProcId {
+            pid: 65534,
+            start: 1,
+        };
+        assert_ne!(Host::Proc(p).raw(), Host::User(65534).raw());
+    }
+
+    #[test]
+    fn this_machine_s_addresses_are_told_from_others() {
+        for ours in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"] {
+            assert!(own_address(ours.parse().unwrap()), "{ours}");
+        }
+        for other in ["192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"] {
+            assert!(!own_address(other.parse().unwrap()), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_socket_of_another_user_is_that_user_s_and_no_process_is_looked_for() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (child, _server, peer) = client(&listener);
+        // The client is ours; to a relay of another user it is another user's.
+        let other = relay_uid().wrapping_add(1);
+        let mut r = resolver_of(other);
+        assert_eq!(resolve(&mut r, peer, local), Some(Host::User(relay_uid())));
+        assert_eq!(r.fd_tables_read, 0, "no process table walked");
+        r.diag = None;
+        assert_eq!(
+            resolve(&mut r, peer, local),
+            Some(Host::User(relay_uid())),
+            "the TCP table says the same"
+        );
+        end(child);
+    }
+
+    #[test]
+    fn a_client_run_by_another_uid_is_that_uid_s_host() {
+        use std::os::unix::process::CommandExt;
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIPPED: not root; starting a client as uid 65534 needs it");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{}; exec sleep 60",
+                local.port()
+            ))
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("bash as uid 65534");
+        let (_server, peer) = listener.accept().unwrap();
+        assert_eq!(
+            resolve(&mut resolver(), peer, local),
+            Some(Host::User(65534))
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[tokio::test]
+    async fn with_resolution_off_every_host_is_null() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (child, _server, peer) = client(&listener);
+        let id = procfs::stat(child.id() as i32).unwrap().0;
+        let hosts = Hosts::off();
+        assert_eq!(hosts.connection(peer, local).wait().await, None);
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
         assert_eq!(hosts.connection(remote, local).wait().await, None);
+        assert_eq!(hosts.adopt(child.id()).await, None, "nothing is adopted");
+        assert!(hosts.ancestors(child.id()).await.is_empty());
+        assert_eq!(hosts.call_host(&[id]).await, None);
+        // The same connection and call with resolution on have their host: the answers
+        // above are the switch's, not the machine's.
+        let on = Hosts::start();
+        assert_eq!(
+            on.connection(peer, local).wait().await,
+            Some(Host::Proc(id))
+        );
+        assert_eq!(on.call_host(&[id]).await, Some(Host::Proc(id)));
         end(child);
     }
 

@@ -12,10 +12,12 @@
 //!   connection of this relay: [`Hosts::ancestors`] once per wrapper connection, then
 //!   [`Hosts::host_among`] per call.
 //!
-//! A host is a [`ProcId`]: pid and start time, so a reused pid is another host. Its id in
-//! events is [`ProcId::raw`], pseudonymized like every other id by the sanitizing door.
-//! Unknown (`None`) when the process table cannot tell: another OS, a remote client, a
-//! process gone before it was seen; a null host never rules anything out.
+//! A host is a [`Host`]: mostly a process ([`ProcId`]: pid and start time, so a reused pid is
+//! another host); where the process cannot be known but the kernel still says who is at the
+//! other end, another user id (`uid:N`) or another machine (`remote`). Its id in events is
+//! [`Host::raw`], pseudonymized like every other id by the sanitizing door. Unknown (`None`)
+//! when nothing can be known: another OS, a process gone before it was seen, or host
+//! resolution turned off ([`Hosts::off`], `--hosts off`); a null host never rules anything out.
 //!
 //! All `/proc` reading happens on one thread of its own ([`resolver`]), never on the data
 //! path: the accept loop only queues a request, and nobody waits longer than [`WAIT`].
@@ -55,30 +57,95 @@ impl ProcId {
     }
 }
 
+/// Who a stream or an MCP call belongs to, as far as the kernel says (docs/design.md §3
+/// "Host"). Two hosts that differ are known to be two sessions; only `None` (unknown) rules
+/// nothing out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Host {
+    /// A process of the relay's own user.
+    Proc(ProcId),
+    /// Some process of another user id. Its process is not looked for: another user's
+    /// wrappers cannot reach this relay's private ingest socket, so none of its streams can
+    /// hold one of our calls, and that is all the rule needs to know.
+    User(u32),
+    /// A client on an address that is not this machine's (another machine, a container
+    /// behind a bridge): its process is in no table of ours.
+    Remote,
+}
+
+impl Host {
+    /// The raw host id: `pid:start`, `uid:N` or `remote` (they never collide: a pid is a
+    /// number); only its pseudonym is ever written.
+    pub fn raw(&self) -> String {
+        match self {
+            Host::Proc(p) => p.raw(),
+            Host::User(uid) => format!("uid:{uid}"),
+            Host::Remote => "remote".to_string(),
+        }
+    }
+}
+
+/// The relay's effective user id: the one its sockets and files are owned by, and so the
+/// one a client socket of its own user is owned by.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub fn relay_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// An answer to come: `None` until given, then the host (`Some(None)`: unknown).
+type Answer = watch::Receiver<Option<Option<Host>>>;
+
 /// The answer for one accepted connection, once known.
 #[derive(Debug, Clone)]
-pub struct ConnHost(watch::Receiver<Option<Option<ProcId>>>);
+pub struct ConnHost {
+    answer: Answer,
+    /// `windowtap run`'s host, for a connection the resolver found no other owner for.
+    sole: Option<Answer>,
+}
 
 impl ConnHost {
-    /// An answer already known (`windowtap run`'s host, or no host support).
-    pub fn known(host: Option<ProcId>) -> ConnHost {
-        ConnHost(watch::channel(Some(host)).1)
+    /// An answer already known (no host support, resolution off).
+    pub fn known(host: Option<Host>) -> ConnHost {
+        ConnHost {
+            answer: watch::channel(Some(host)).1,
+            sole: None,
+        }
     }
 
     /// An answer still to come, and where to give it (for tests).
     #[cfg(test)]
-    pub fn pending() -> (watch::Sender<Option<Option<ProcId>>>, ConnHost) {
+    pub fn pending() -> (watch::Sender<Option<Option<Host>>>, ConnHost) {
         let (tx, rx) = watch::channel(None);
-        (tx, ConnHost(rx))
+        (
+            tx,
+            ConnHost {
+                answer: rx,
+                sole: None,
+            },
+        )
     }
 
-    /// The connection's host, waiting for the resolver up to [`WAIT`].
-    pub async fn wait(mut self) -> Option<ProcId> {
-        match tokio::time::timeout(WAIT, self.0.wait_for(Option::is_some)).await {
-            Ok(Ok(v)) => v.flatten(),
-            // The resolver went away or is behind: unknown.
-            _ => None,
-        }
+    /// The connection's host, waiting for the resolver (and for `run`'s host to be adopted)
+    /// up to [`WAIT`] in all.
+    pub async fn wait(self) -> Option<Host> {
+        let ConnHost { answer, sole } = self;
+        let both = async move {
+            match (given(answer).await, sole) {
+                (Some(host), _) => Some(host),
+                (None, Some(sole)) => given(sole).await,
+                (None, None) => None,
+            }
+        };
+        // The resolver went away or is behind: unknown.
+        tokio::time::timeout(WAIT, both).await.ok().flatten()
+    }
+}
+
+/// The host `answer` gives, once it is given (`None` if its giver went away first).
+async fn given(mut answer: Answer) -> Option<Host> {
+    match answer.wait_for(Option::is_some).await {
+        Ok(v) => v.flatten(),
+        Err(_) => None,
     }
 }
 
@@ -100,7 +167,7 @@ pub fn connection_host() -> Option<ConnHost> {
 
 /// Puts `host` (its raw id; the sanitizing door pseudonymizes it) on the `stream_open` among
 /// a stream's opening events.
-pub fn stamp_stream_open(opening: &mut [correlator::EventKind], host: Option<ProcId>) {
+pub fn stamp_stream_open(opening: &mut [correlator::EventKind], host: Option<Host>) {
     for ev in opening {
         if let correlator::EventKind::StreamOpen { host: h, .. } = ev {
             *h = host.map(|id| id.raw());
@@ -115,42 +182,70 @@ pub struct Hosts {
     seen: Arc<Mutex<HashSet<ProcId>>>,
     resolver: resolver::Handle,
     /// `windowtap run`'s one host, once adopted: the answer for every connection.
-    sole: Option<Arc<watch::Sender<Option<Option<ProcId>>>>>,
+    sole: Option<Arc<watch::Sender<Option<Option<Host>>>>>,
+    /// Resolution is on (`--hosts on`, the default).
+    on: bool,
 }
 
 impl Hosts {
     /// Starts the resolver thread (on Linux; elsewhere every answer is unknown at once).
     pub fn start() -> Hosts {
+        Hosts::start_as(relay_uid())
+    }
+
+    /// [`Hosts::start`] for a relay run by `me` (tests take another user's place with it).
+    fn start_as(me: u32) -> Hosts {
         let seen = Arc::new(Mutex::new(HashSet::new()));
         Hosts {
-            resolver: resolver::Handle::start(seen.clone()),
+            resolver: resolver::Handle::start(seen.clone(), me),
             seen,
             sole: None,
+            on: true,
+        }
+    }
+
+    /// Host resolution off (`--hosts off`): every stream's and every call's host is null, and
+    /// nothing is read from `/proc` or the socket table (no resolver thread). For clients
+    /// whose hosts the tables would get wrong or cannot show; then the calls' own ids
+    /// (docs/design.md §4, "same identity") are what keeps sessions apart.
+    pub fn off() -> Hosts {
+        Hosts {
+            seen: Arc::new(Mutex::new(HashSet::new())),
+            resolver: resolver::Handle::off(),
+            sole: None,
+            on: false,
         }
     }
 
     /// For a relay that serves one host it launches itself (`windowtap run`): every
-    /// connection is that host's, known from its pid ([`Hosts::adopt`]) rather than looked up.
-    /// Looking up would be right too, but a client that closes its connection before the
-    /// resolver reads the process table (one request per connection) would be left unknown.
+    /// connection of the relay's user is that host's, known from its pid ([`Hosts::adopt`])
+    /// rather than looked up in the process table. Looking up would be right too, but a
+    /// client that closes its connection before the resolver reads the process table (one
+    /// request per connection) would be left unknown. Only the socket's owner is asked (one
+    /// exact query), so that another user's connection to run's port is still `uid:N` and a
+    /// remote one `remote`.
     pub fn start_sole() -> Hosts {
+        Hosts::start_sole_as(relay_uid())
+    }
+
+    /// [`Hosts::start_sole`] for a relay run by `me`.
+    fn start_sole_as(me: u32) -> Hosts {
         Hosts {
             sole: Some(Arc::new(watch::channel(None).0)),
-            ..Hosts::start()
+            ..Hosts::start_as(me)
         }
     }
 
     /// Starts finding the process that owns the client end of the connection accepted from
     /// `peer` on `local`. Returns at once; the process table is read on the resolver thread.
     pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
-        if let Some(sole) = &self.sole {
-            return ConnHost(sole.subscribe());
+        // A remote peer is queued too: telling another machine's address from one of ours
+        // takes a system call, which is the resolver thread's to make.
+        let answer = self.resolver.connection(peer, local, self.sole.is_some());
+        ConnHost {
+            answer,
+            sole: self.sole.as_ref().map(|s| s.subscribe()),
         }
-        if !peer.ip().is_loopback() {
-            // A remote client's process is not in our table.
-            return ConnHost::known(None);
-        }
-        self.resolver.connection(peer, local)
     }
 
     /// A host known without looking (`windowtap run` spawned it): remembered like one seen
@@ -159,7 +254,7 @@ impl Hosts {
     pub async fn adopt(&self, pid: u32) -> Option<ProcId> {
         let id = self.resolver.adopt(pid).await;
         if let Some(sole) = &self.sole {
-            sole.send_replace(Some(id));
+            sole.send_replace(Some(id.map(Host::Proc)));
         }
         id
     }
@@ -179,6 +274,20 @@ impl Hosts {
         self.resolver.settled().await;
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         ancestors.iter().find(|a| seen.contains(a)).copied()
+    }
+
+    /// The host of an MCP call made now by a wrapper whose ancestors are `ancestors`: the
+    /// nearest that owns or owned a client connection ([`Hosts::host_among`]); null with
+    /// resolution off. Never `uid:N` or `remote`: those are whoever is at the other end of
+    /// a connection, and a wrapper is found among processes, not connections. (A wrapper of
+    /// another user that reaches the ingest socket, root's or one in a container with the
+    /// socket mounted, has no ancestor among our hosts: null, which rules nothing out; its
+    /// user id would be wrong for a container's client, whose streams are `remote`.)
+    pub async fn call_host(&self, ancestors: &[ProcId]) -> Option<Host> {
+        if !self.on {
+            return None;
+        }
+        self.host_among(ancestors).await.map(Host::Proc)
     }
 }
 

@@ -7,8 +7,10 @@
 //! the IPv4 TCP table and of the IPv6 one if needed), a look at the fd tables of the hosts
 //! already seen (most connections come from a host that made one before), and only for
 //! inodes still not found one walk over the process table (at most [`MAX_SCAN`] processes,
-//! only those of the sockets' owners, stopping once every inode is found). The relay's own
-//! fd table, the largest on the machine, is never walked.
+//! only the relay user's, stopping once every inode is found). The relay's own fd table, the
+//! largest on the machine, is never walked. A socket owned by another user is that user's
+//! host (`uid:N`) without a walk, and a peer whose address is not this machine's is
+//! `remote` ([`decide`]).
 //!
 //! The thread runs at the relay's own priority, not below it like the observers: a stream's
 //! opening waits for its host (at most [`WAIT`]), and on a busy machine a lowered thread
@@ -21,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
 
-use super::{ConnHost, ProcId, WAIT};
+use super::{Host, ProcId, WAIT};
 
 /// Requests waiting for the resolver thread, at most.
 const QUEUE: usize = 4096;
@@ -35,7 +37,7 @@ const MAX_SCAN: usize = 65_536;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const MAX_OWNERS: usize = 64;
 
-type Answer = watch::Sender<Option<Option<ProcId>>>;
+type Answer = watch::Sender<Option<Option<Host>>>;
 
 enum Request {
     Connection {
@@ -43,6 +45,8 @@ enum Request {
         seq: u64,
         peer: SocketAddr,
         local: SocketAddr,
+        /// Only its socket's owner is asked (`windowtap run`: the adopted host is ours).
+        owner_only: bool,
         answer: Answer,
         /// When the connection was accepted.
         queued: std::time::Instant,
@@ -70,12 +74,13 @@ pub struct Handle {
 }
 
 impl Handle {
-    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>) -> Handle {
+    /// The resolver for a relay run by the user `me`.
+    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>, me: u32) -> Handle {
         let (done_tx, done) = watch::channel(0);
         #[cfg(target_os = "linux")]
         let tx = {
             let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-            let resolver = Resolver::new(seen, Some(std::process::id() as i32));
+            let resolver = Resolver::new(seen, Some(std::process::id() as i32), me);
             match std::thread::Builder::new()
                 .name("windowtap-hosts".into())
                 .spawn(move || resolver.run(rx, done_tx))
@@ -89,7 +94,7 @@ impl Handle {
         };
         #[cfg(not(target_os = "linux"))]
         let tx = {
-            let _ = (seen, done_tx, QUEUE);
+            let _ = (seen, done_tx, QUEUE, me);
             None
         };
         Handle {
@@ -99,9 +104,27 @@ impl Handle {
         }
     }
 
-    pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
+    /// No resolver (host resolution off): every answer is unknown at once, and nobody waits.
+    pub fn off() -> Handle {
+        Handle {
+            tx: None,
+            submitted: Arc::new(Mutex::new(0)),
+            done: watch::channel(0).1,
+        }
+    }
+
+    /// The answer to come for one connection (unknown at once where there is no resolver
+    /// or it is flooded); with `owner_only`, a host of the relay's own user is left unknown
+    /// for the caller to fill in, and no process is looked for.
+    pub fn connection(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        owner_only: bool,
+    ) -> super::Answer {
+        let unknown = || watch::channel(Some(None)).1;
         let Some(tx) = &self.tx else {
-            return ConnHost::known(None);
+            return unknown();
         };
         let (answer, rx) = watch::channel(None);
         let mut submitted = self.submitted.lock().unwrap_or_else(|p| p.into_inner());
@@ -109,16 +132,17 @@ impl Handle {
             seq: *submitted + 1,
             peer,
             local,
+            owner_only,
             answer,
             queued: std::time::Instant::now(),
         };
         match tx.try_send(req) {
             Ok(()) => {
                 *submitted += 1;
-                ConnHost(rx)
+                rx
             }
             // Flooded (or gone): this one's host is unknown, and nobody waits for it.
-            Err(_) => ConnHost::known(None),
+            Err(_) => unknown(),
         }
     }
 
@@ -148,12 +172,60 @@ impl Handle {
     }
 }
 
+/// What the kernel's socket table says of one connection's client end, before any process
+/// is looked for (docs/design.md §3 "Host").
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Known without a process: another user's, another machine's, or nothing to know.
+    Known(Option<Host>),
+    /// A socket of the relay's own user, this inode: the process holding it is the host.
+    Find(u64),
+}
+
+/// The decision for one connection: `socket` is its client end as the socket table has it
+/// (inode, owner), `None` when there is no live one; `relay_uid` is the relay's user;
+/// `own_address` whether the peer's address is one of this machine's (only asked when there
+/// is no socket).
+#[cfg(target_os = "linux")]
+pub(super) fn decide(
+    socket: Option<(u64, u32)>,
+    relay_uid: u32,
+    own_address: impl FnOnce() -> bool,
+) -> Decision {
+    match socket {
+        Some((inode, uid)) if uid == relay_uid => Decision::Find(inode),
+        // Another user's: not looked for (its wrappers cannot reach our ingest socket, so
+        // knowing which of its processes it is would rule nothing more out), which also
+        // spares reading other users' processes.
+        Some((_, uid)) => Decision::Known(Some(Host::User(uid))),
+        // One of our addresses: a local client that closed its end before it was looked up
+        // (or one in another network namespace on a shared address): nothing can be known.
+        None if own_address() => Decision::Known(None),
+        // No process of this machine can hold a socket on another machine's address.
+        None => Decision::Known(Some(Host::Remote)),
+    }
+}
+
+/// Whether `ip` is an address of this machine (of this network namespace): loopback, or
+/// one a socket can be bound to (the kernel refuses any other, EADDRNOTAVAIL). Where binding
+/// to foreign addresses is allowed (`ip_nonlocal_bind`) every address looks like ours: then
+/// a client gone before it was looked up is unknown rather than remote, which rules nothing
+/// out.
+#[cfg(target_os = "linux")]
+pub(super) fn own_address(ip: std::net::IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
 /// The resolver thread's state.
 #[cfg(target_os = "linux")]
 pub(super) struct Resolver {
     seen: Arc<Mutex<HashSet<ProcId>>>,
     /// Never a host: the relay itself (its fd table holds the server ends of every stream).
     skip: Option<i32>,
+    /// The relay's user: only its sockets are looked for among processes.
+    me: u32,
     /// Pids of hosts seen, most recent first.
     owners: Vec<i32>,
     /// Exact socket lookups; `None` once the interface has failed (then the TCP table).
@@ -167,12 +239,14 @@ pub(super) struct Resolver {
 pub(super) struct Pending {
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    pub host: Option<ProcId>,
+    /// Only the socket's owner is asked: a socket of the relay's user stays unknown.
+    pub owner_only: bool,
+    pub host: Option<Host>,
 }
 
 #[cfg(target_os = "linux")]
 impl Resolver {
-    pub(super) fn new(seen: Arc<Mutex<HashSet<ProcId>>>, skip: Option<i32>) -> Resolver {
+    pub(super) fn new(seen: Arc<Mutex<HashSet<ProcId>>>, skip: Option<i32>, me: u32) -> Resolver {
         let diag = match super::sockdiag::SockDiag::open() {
             Ok(d) => Some(d),
             Err(e) => {
@@ -183,6 +257,7 @@ impl Resolver {
         Resolver {
             seen,
             skip,
+            me,
             owners: Vec::new(),
             diag,
             fd_tables_read: 0,
@@ -208,6 +283,7 @@ impl Resolver {
                         seq,
                         peer,
                         local,
+                        owner_only,
                         answer,
                         queued,
                     } => {
@@ -215,6 +291,7 @@ impl Resolver {
                         conns.push(Pending {
                             peer,
                             local,
+                            owner_only,
                             host: None,
                         });
                         answers.push(answer);
@@ -335,9 +412,26 @@ impl Resolver {
         if conns.is_empty() {
             return;
         }
-        let inodes = self.client_inodes(conns);
-        let mut wanted: HashSet<u64> = inodes.iter().flatten().map(|i| i.0).collect();
-        let uids: HashSet<u32> = inodes.iter().flatten().map(|i| i.1).collect();
+        let decisions: Vec<Decision> = self
+            .client_inodes(conns)
+            .into_iter()
+            .zip(conns.iter())
+            .map(|(socket, c)| {
+                match decide(socket, self.me, || own_address(c.peer.ip())) {
+                    // `run`'s: its adopted host, which the caller knows.
+                    Decision::Find(_) if c.owner_only => Decision::Known(None),
+                    d => d,
+                }
+            })
+            .collect();
+        let mut wanted: HashSet<u64> = decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Find(inode) => Some(*inode),
+                Decision::Known(_) => None,
+            })
+            .collect();
+        let uids = HashSet::from([self.me]);
         let mut found: Vec<(u64, i32)> = Vec::new();
         let mut tables = 0;
         let mut look = |pid: i32, wanted: &mut HashSet<u64>, found: &mut Vec<(u64, i32)>| {
@@ -391,11 +485,15 @@ impl Resolver {
         for (_, id) in &ids {
             self.owned(*id);
         }
-        for (c, inode) in conns.iter_mut().zip(inodes) {
-            c.host = inode
-                .and_then(|(i, _)| found.iter().find(|(f, _)| *f == i))
-                .and_then(|(_, pid)| ids.iter().find(|(p, _)| p == pid))
-                .map(|(_, id)| *id);
+        for (c, decision) in conns.iter_mut().zip(decisions) {
+            c.host = match decision {
+                Decision::Known(host) => host,
+                Decision::Find(inode) => found
+                    .iter()
+                    .find(|(f, _)| *f == inode)
+                    .and_then(|(_, pid)| ids.iter().find(|(p, _)| p == pid))
+                    .map(|(_, id)| Host::Proc(*id)),
+            };
         }
     }
 }

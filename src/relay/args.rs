@@ -60,6 +60,15 @@ pub struct RelayArgs {
     #[arg(long, default_value = "eligible", value_name = "eligible|all",
         value_parser = |s: &str| correlator::Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`")))]
     candidates: correlator::Candidates,
+    /// Host resolution: `on` gives each stream and MCP call its host (the Claude Code or
+    /// Codex process it came from, found in the kernel's socket and process tables; another
+    /// user's connection is that user's, a client on another machine's address is remote);
+    /// `off` leaves every host null, for clients the tables cannot show or would get wrong
+    /// (in a container, on another machine, on another OS): then only each call's own ids
+    /// keep sessions apart. See docs/hosts.md.
+    #[arg(long, env = "WINDOWTAP_HOSTS", default_value = "on", value_name = "on|off",
+        action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    hosts: bool,
     /// The Unix socket wrapped MCP servers report their calls on [default:
     /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
     #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
@@ -106,6 +115,14 @@ pub struct RelayArgs {
     /// Test hook: observers take nothing up until their stream has ended.
     #[arg(long, hide = true)]
     test_stall_observers: bool,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{s}` is not `on` or `off`")),
+    }
 }
 
 fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
@@ -198,6 +215,7 @@ pub fn relay_config(
         drain: Duration::from_millis(args.drain),
         sync,
         one_host: false,
+        resolve_hosts: args.hosts,
     };
     Ok((config, sinks))
 }
@@ -233,6 +251,9 @@ pub struct RelayConfig {
     /// Every client is the one host `windowtap run` launched (its pid, given to
     /// `Hosts::adopt`, is every connection's host; nothing is looked up).
     pub one_host: bool,
+    /// Streams and MCP calls get hosts (`--hosts on`); without, every host is null and
+    /// nothing is looked up, `one_host` included.
+    pub resolve_hosts: bool,
 }
 
 const MIB: usize = 1 << 20;

@@ -117,7 +117,9 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let sources = live.sources.clone();
     let tunnels = Arc::new(Tunnels::default());
     let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
-    let hosts = if config.one_host {
+    let hosts = if !config.resolve_hosts {
+        crate::host::Hosts::off()
+    } else if config.one_host {
         crate::host::Hosts::start_sole()
     } else {
         crate::host::Hosts::start()

@@ -894,7 +894,7 @@ mod tests {
             "watermark {w} passed the pending opening at {t_open}"
         );
         let id = crate::host::ProcId { pid: 42, start: 7 };
-        resolve.send_replace(Some(Some(id)));
+        resolve.send_replace(Some(Some(crate::host::Host::Proc(id))));
         drop(tap);
         let (t, first) = rx.recv().await.unwrap();
         assert_eq!(
