@@ -425,10 +425,14 @@ struct ClaudeScript {
 
 fn claude_script(c: &mut Canaries, tool_use_id: &str) -> ClaudeScript {
     let mut tool_turn = String::new();
+    // A model name and a second tool name that the API would never send: free text in
+    // them is written as a pseudonym (docs/design.md §7), never as is.
+    let model = c.plant("model name (Claude)");
+    let odd_tool = c.plant("tool name (Claude tool_use)");
     for (name, data) in [
         (
             "message_start",
-            json!({"type":"message_start","message":{"id":"msg_c1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+            json!({"type":"message_start","message":{"id":"msg_c1","type":"message","role":"assistant","content":[],"model":model,"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
         ),
         (
             "content_block_start",
@@ -469,6 +473,14 @@ fn claude_script(c: &mut Canaries, tool_use_id: &str) -> ClaudeScript {
         (
             "content_block_stop",
             json!({"type":"content_block_stop","index":2}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_odd","name":odd_tool,"input":{}}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":3}),
         ),
         (
             "message_delta",
@@ -689,13 +701,18 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     let fc_args = json!({"note":c.plant("tool arguments (WS)")}).to_string();
     let item = json!({"type":"function_call","id":item_id,"call_id":call_id,"namespace":"mcp__probe",
         "name":"echo","arguments":fc_args,"status":"completed"});
+    // A second call whose namespace no API would send.
+    let odd_item = json!({"type":"function_call","id":"fc_odd","call_id":"call_odd",
+        "namespace":c.plant("tool namespace (Codex)"),"name":"echo","arguments":"{}","status":"completed"});
+    let codex_model = c.plant("model name (Codex)");
     let turn_events = [
-        json!({"type":"response.created","response":{"id":resp_turn,"status":"in_progress","output":[]}}),
+        json!({"type":"response.created","response":{"id":resp_turn,"status":"in_progress","output":[],"model":codex_model}}),
         json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","delta":c.plant("model reasoning (WS)")}),
         json!({"type":"response.output_text.delta","item_id":"msg_1","delta":c.plant("model text (WS)")}),
         json!({"type":"response.output_item.added","output_index":0,"item":item}),
         json!({"type":"response.output_item.done","output_index":0,"item":item}),
-        json!({"type":"response.completed","response":{"id":resp_turn,"status":"completed","output":[item]}}),
+        json!({"type":"response.output_item.done","output_index":1,"item":odd_item}),
+        json!({"type":"response.completed","response":{"id":resp_turn,"status":"completed","output":[item, odd_item]}}),
     ];
     let codex_result = c.plant("MCP result (Codex)");
     let codex_cont = json!({"type":"response.create","model":"gpt-5","previous_response_id":resp_turn,
@@ -849,6 +866,17 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     let answer = wrapped.response(json!(1));
     assert_eq!(answer["result"]["content"][0]["text"], json!(claude_result));
     reported(&tee, &tool_use_id).await;
+    // A call of a tool whose name is free text: the wrapper reports it like any other.
+    let odd_tool_use = format!("toolu_{}", r());
+    wrapped.send_json(&call(
+        json!(10),
+        &c.plant("MCP tool name"),
+        json!({}),
+        json!({"claudecode/toolUseId":odd_tool_use}),
+    ));
+    let answer = wrapped.response(json!(10));
+    assert!(answer["error"].is_object(), "{answer}");
+    reported(&tee, &odd_tool_use).await;
 
     let res = send(
         relay.addr,
@@ -960,10 +988,13 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(recs.len(), 2, "one record per MCP call");
-    for r in &recs {
+    assert_eq!(recs.len(), 3, "one record per MCP call");
+    let (echo, odd): (Vec<&Value>, Vec<&Value>) = recs.iter().partition(|r| r["tool"] == "echo");
+    assert_eq!(echo.len(), 2, "{recs:?}");
+    for r in &echo {
         assert_eq!(r["decision"], "attributed", "{r}");
     }
+
     assert!(!otlp_raw.is_empty(), "the records were exported");
     // Whatever the relay logs at trace level is searched below; its summary shows the log
     // is the whole run's.
@@ -1003,12 +1034,25 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         ("relay stderr at trace level", relay_stderr),
         ("wrapper stderr", wrap_stderr.into_bytes()),
     ];
-    let mut everywhere = written.to_vec();
-    // The ingest socket carries raw hint ids by design (it stays on the machine, between
-    // the wrapper and the relay), but never arguments, results or other `_meta` values.
-    everywhere.push(("ingest socket payload", ingest_payload));
-    let found = leaks(&everywhere, &c);
+    let mut found = leaks(&written, &c);
+    // The ingest socket carries raw hint ids and the tool name as the host called it by
+    // design (it stays on the machine, between the wrapper and the relay, which scrubs
+    // them), but never arguments, results or other `_meta` values.
+    let mut on_socket = Canaries {
+        by_place: c.by_place.clone(),
+    };
+    on_socket.by_place.remove("MCP tool name");
+    found.extend(leaks(
+        &[("ingest socket payload", ingest_payload)],
+        &on_socket,
+    ));
     assert!(found.is_empty(), "canaries leaked:\n{}", found.join("\n"));
+    // The free-text tool name is there (after the leak search, which names every leak), as its pseudonym.
+    let odd_name = odd[0]["tool"].as_str().unwrap();
+    assert!(
+        odd_name.starts_with('~') && odd_name.len() == 33,
+        "{odd_name}"
+    );
 
     let mut raw_found = Vec::new();
     for (what, raw) in &raw_ids {
