@@ -196,10 +196,17 @@ fn hostile_ids_and_names_are_escaped() {
     let dir = tempfile::tempdir().unwrap();
     // A name no API allows is refused before anything is drawn (docs/design.md §7), and
     // the refusal does not quote it.
-    let hostile = write(dir.path(), "hostile.jsonl", &trace("<script>alert('x')</script>"));
+    let hostile = write(
+        dir.path(),
+        "hostile.jsonl",
+        &trace("<script>alert('x')</script>"),
+    );
     let out = windowtap(&["replay", s(&hostile), "-o", s(&dir.path().join("no.jsonl"))]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("field `alias`"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("field `alias`"),
+        "{err}"
+    );
     assert!(!err.contains("script"), "{err}");
 
     let (t, r) = replayed(dir.path(), "probe");

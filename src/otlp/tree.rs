@@ -34,6 +34,7 @@ use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use sha2::{Digest, Sha256};
 
+use super::host_trace::HostParent;
 use super::span::{
     attr, error_status, kv_int, kv_ms, kv_str, kv_strings, tool_attributes, unix_nanos,
     usage_attributes,
@@ -127,6 +128,8 @@ struct StreamInfo {
     client: Client,
     thread: Option<String>,
     host: Option<String>,
+    /// The host's span its request was made under (`--join-host-trace`).
+    host_parent: Option<HostParent>,
     /// Responses started on this stream and not ended.
     open: Vec<String>,
 }
@@ -162,6 +165,12 @@ struct Response {
     usage: Usage,
     stop_reason: Option<StopReason>,
     span: SpanId,
+    /// The trace its chat span (and every span under it) is in: its turn's, or the host's.
+    trace: TraceId,
+    /// Its chat span's parent: its turn's span, or the host's span its request named.
+    parent: SpanId,
+    /// Under the host's span rather than its turn's.
+    joined: bool,
 }
 
 struct Turn {
@@ -219,6 +228,8 @@ pub struct Tree {
     turns: HashMap<String, Turn>,
     subagent_calls: HashMap<String, SubagentCall>,
     reported: HashMap<String, Reported>,
+    /// Host parents of streams not yet opened here (they come ahead of the stream's events).
+    joins: HashMap<String, HostParent>,
 }
 
 impl Tree {
@@ -239,7 +250,15 @@ impl Tree {
             turns: HashMap::new(),
             subagent_calls: HashMap::new(),
             reported: HashMap::new(),
+            joins: HashMap::new(),
         }
+    }
+
+    /// The responses of `stream` (an HTTP exchange: one request) were asked for under the
+    /// host's span `parent`: their chat spans go under it, in the host's trace, and the
+    /// spans under them follow. Call before the stream's `stream_open` is fed.
+    pub fn join(&mut self, stream: &str, parent: HostParent) {
+        self.joins.insert(stream.to_owned(), parent);
     }
 
     /// Responses, turns and calls held (for retention checks).
@@ -269,6 +288,7 @@ impl Tree {
                         client: *client,
                         thread: thread.clone(),
                         host: host.clone(),
+                        host_parent: self.joins.remove(stream.as_str()),
                         open: Vec::new(),
                     },
                 );
@@ -413,11 +433,11 @@ impl Tree {
         request: Option<&str>,
         model: Option<&str>,
     ) {
-        let (client, thread, host) = self
+        let (client, thread, host, host_parent) = self
             .streams
             .get(stream)
-            .map(|s| (s.client, s.thread.clone(), s.host.clone()))
-            .unwrap_or((Client::Other, None, None));
+            .map(|s| (s.client, s.thread.clone(), s.host.clone(), s.host_parent))
+            .unwrap_or((Client::Other, None, None, None));
         let req = request.and_then(|q| self.requests.get(q));
         let start = req.map_or(t, |q| q.t);
         let joined = req
@@ -437,12 +457,16 @@ impl Tree {
                 key
             }
         };
-        if let Some(turn) = self.turns.get_mut(&turn_key) {
-            turn.responses.push(response.to_owned());
-            if let Some(q) = request {
-                turn.requests.push(q.to_owned());
+        let (trace, parent) = match (host_parent, self.turns.get_mut(&turn_key)) {
+            (_, None) => return,
+            (hp, Some(turn)) => {
+                turn.responses.push(response.to_owned());
+                if let Some(q) = request {
+                    turn.requests.push(q.to_owned());
+                }
+                hp.map_or((turn.trace, turn.span), |p| (p.trace, p.span))
             }
-        }
+        };
         if let Some(s) = self.streams.get_mut(stream) {
             s.open.push(response.to_owned());
         }
@@ -464,6 +488,9 @@ impl Tree {
                 usage: Usage::default(),
                 stop_reason: None,
                 span,
+                trace,
+                parent,
+                joined: host_parent.is_some(),
             },
         );
     }
@@ -533,7 +560,7 @@ impl Tree {
         });
         self.calls.insert(call.to_owned(), response.to_owned());
         if is_subagent_call(resp.client, name, kind) {
-            if let Some(turn) = self.turns.get(&resp.turn) {
+            if self.turns.contains_key(&resp.turn) {
                 self.subagent_calls.insert(
                     call.to_owned(),
                     SubagentCall {
@@ -541,7 +568,7 @@ impl Tree {
                         response: response.to_owned(),
                         thread: resp.thread.clone(),
                         host: resp.host.clone(),
-                        trace: turn.trace,
+                        trace: resp.trace,
                         span: self.key.span_id("call", call),
                         parent: resp.span,
                         start: t,
@@ -618,15 +645,13 @@ impl Tree {
         let place = match &r.window {
             Some(w) => self.responses.get(&w.response).and_then(|resp| {
                 let turn = self.turns.get(&resp.turn)?;
-                Some((turn.trace, Some(resp.span), turn.thread.clone()))
+                Some((resp.trace, Some(resp.span), turn.thread.clone()))
             }),
             None => {
                 let host = reported.as_ref().and_then(|rp| rp.host.as_deref());
                 let candidates = self.candidates(r, host);
                 for resp in &candidates {
-                    if let Some(turn) = self.turns.get(&resp.turn) {
-                        links.push(link(turn.trace, resp.span));
-                    }
+                    links.push(link(resp.trace, resp.span, "candidate"));
                 }
                 self.abstained_place(r, &candidates, reported.as_ref())
             }
@@ -864,16 +889,22 @@ impl Tree {
             Some(m) => format!("chat {m}"),
             None => "chat".to_owned(),
         };
-        self.span(
-            turn.trace,
+        let mut span = self.span(
+            resp.trace,
             resp.span,
-            Some(turn.span),
+            Some(resp.parent),
             name,
             SpanKind::Client,
             (resp.start, end),
             a,
             status,
-        )
+        );
+        if resp.joined {
+            // In the host's trace, under the host's span: its turn (in windowtap's own
+            // trace) is one link away.
+            span.links.push(link(turn.trace, turn.span, "turn"));
+        }
+        span
     }
 
     fn turn_span(&self, turn: &Turn) -> Span {
@@ -990,12 +1021,12 @@ fn same_host(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
-fn link(trace: TraceId, span: SpanId) -> Link {
+fn link(trace: TraceId, span: SpanId, role: &str) -> Link {
     Link {
         trace_id: trace.to_vec(),
         span_id: span.to_vec(),
         trace_state: String::new(),
-        attributes: vec![kv_str(attr::LINK_ROLE, "candidate")],
+        attributes: vec![kv_str(attr::LINK_ROLE, role)],
         dropped_attributes_count: 0,
         flags: 1,
     }
