@@ -128,12 +128,19 @@ async fn anthropic_upstream(extra_events: usize) -> Upstream {
 }
 
 async fn claude_request(relay: &Relay, body: Value) -> Vec<u8> {
-    let req = request("POST", relay.addr, "/anthropic/v1/messages?beta=true")
+    claude_request_with(relay, body, &[]).await
+}
+
+/// [`claude_request`] with more headers (appended: a name may repeat).
+async fn claude_request_with(relay: &Relay, body: Value, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut req = request("POST", relay.addr, "/anthropic/v1/messages?beta=true")
         .header("content-type", "application/json")
         .header("x-api-key", CANARY)
-        .header("x-claude-code-session-id", "sess-1")
-        .body(full(body.to_string()))
-        .unwrap();
+        .header("x-claude-code-session-id", "sess-1");
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let req = req.body(full(body.to_string())).unwrap();
     let res = send(relay.addr, req).await.unwrap();
     assert_eq!(res.status(), 200);
     collect(res.into_body()).await.unwrap()
@@ -498,11 +505,22 @@ fn mono_ns() -> u64 {
 /// `windowtap wrap` reports it, then the continuation. Returns the ingest connection (a
 /// wrapper's connection that drops ends its running calls).
 async fn claude_tool_loop_with_mcp_call(relay: &Relay) -> tokio::net::UnixStream {
+    claude_tool_loop_with_headers(relay, &[], &[]).await
+}
+
+/// [`claude_tool_loop_with_mcp_call`] with extra headers on the first request and on the
+/// continuation.
+async fn claude_tool_loop_with_headers(
+    relay: &Relay,
+    first: &[(&str, &str)],
+    continuation: &[(&str, &str)],
+) -> tokio::net::UnixStream {
     use tokio::io::AsyncWriteExt;
     let history = json!([{"role":"user","content":CANARY}]);
-    claude_request(
+    claude_request_with(
         relay,
         json!({"model":"claude","stream":true,"messages":history}),
+        first,
     )
     .await;
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
@@ -523,13 +541,14 @@ async fn claude_tool_loop_with_mcp_call(relay: &Relay) -> tokio::net::UnixStream
     sock.flush().await.unwrap();
     // The report reaches the correlator before the host sends its continuation.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    claude_request(
+    claude_request_with(
         relay,
         json!({"model":"claude","stream":true,"messages":[
             {"role":"user","content":CANARY},
             {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
             {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
         ]}),
+        continuation,
     )
     .await;
     sock
@@ -626,6 +645,106 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         "{}",
         relay.log()
     );
+}
+
+/// The host's trace context (Claude Code's `traceparent` on its model requests).
+const HOST_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const HOST_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The Claude tool loop with the host's `traceparent` on the first request and a repeated one
+/// on the continuation, through a relay with or without `--join-host-trace`. Returns the
+/// spans, and every output the relay wrote (records, capture, log).
+async fn tool_loop_with_host_trace(
+    join: bool,
+) -> (Vec<opentelemetry_proto::tonic::trace::v1::Span>, String) {
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, spans_got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let mut args = vec!["--close-wait", "200", "--otlp-endpoint", &endpoint];
+    if join {
+        args.push("--join-host-trace");
+    }
+    let (mut relay, records, capture) = relay_with_files(&up, "anthropic", dir.path(), &args);
+    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
+    let sock = claude_tool_loop_with_headers(
+        &relay,
+        &[("traceparent", &traceparent)],
+        // Two values: ambiguous, ignored.
+        &[
+            ("traceparent", &traceparent),
+            (
+                "traceparent",
+                "00-11111111111111111111111111111111-2222222222222222-01",
+            ),
+        ],
+    )
+    .await;
+    drop(sock);
+    assert!(relay.stop().success(), "{}", relay.log());
+    let live = std::fs::read_to_string(&records).unwrap();
+    // The context changes the export only: the capture still replays to the live records.
+    assert_eq!(checked_replay(&capture), live);
+    let written = format!(
+        "{live}{}{}",
+        std::fs::read_to_string(&capture).unwrap(),
+        relay.log()
+    );
+    (otlp_support::spans(&spans_got), written)
+}
+
+/// `--join-host-trace`: the request's chat span is the child of the host's span its
+/// `traceparent` names, the MCP call it asked for is under it in the host's trace, and the
+/// context is written nowhere else. The continuation's repeated header is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_request_puts_its_spans_in_the_hosts_trace_and_nothing_else_changes() {
+    let (spans, written) = tool_loop_with_host_trace(true).await;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 4, "{names:?}");
+    let call = spans
+        .iter()
+        .find(|s| s.name == "execute_tool echo")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    let chat = spans
+        .iter()
+        .find(|s| s.span_id == call.parent_span_id)
+        .expect("the call's chat span was exported");
+    assert_eq!(hex(&chat.trace_id), HOST_TRACE);
+    assert_eq!(hex(&chat.parent_span_id), HOST_SPAN);
+    assert_eq!(call.trace_id, chat.trace_id);
+    // The continuation (repeated traceparent) stays under the turn, in windowtap's trace.
+    let turn = spans
+        .iter()
+        .find(|s| s.name.starts_with("invoke_agent"))
+        .unwrap();
+    assert!(turn.parent_span_id.is_empty());
+    assert_ne!(hex(&turn.trace_id), HOST_TRACE);
+    let cont = spans
+        .iter()
+        .find(|s| s.name.starts_with("chat") && s.span_id != chat.span_id)
+        .unwrap();
+    assert_eq!(cont.parent_span_id, turn.span_id);
+    assert_eq!(cont.trace_id, turn.trace_id);
+    // Records, capture and log never carry the context.
+    for id in [HOST_TRACE, HOST_SPAN, "2222222222222222"] {
+        assert!(!written.contains(id), "{id} was written");
+    }
+}
+
+/// Without the flag the same requests give windowtap's own tree, one trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_is_not_used_unless_asked_for() {
+    let (spans, written) = tool_loop_with_host_trace(false).await;
+    assert_eq!(spans.len(), 4);
+    assert!(spans.iter().all(|s| s.trace_id == spans[0].trace_id));
+    assert!(spans
+        .iter()
+        .all(|s| hex(&s.trace_id) != HOST_TRACE && hex(&s.parent_span_id) != HOST_SPAN));
+    assert!(!written.contains(HOST_TRACE));
 }
 
 /// A client that stops reading an observed SSE response holds up nobody: with its write to
