@@ -729,6 +729,16 @@ async fn a_joined_request_puts_its_spans_in_the_hosts_trace_and_nothing_else_cha
         .unwrap();
     assert_eq!(cont.parent_span_id, turn.span_id);
     assert_eq!(cont.trace_id, turn.trace_id);
+    // The call's causal links name both responses, each in its own trace.
+    for to in [chat, cont] {
+        assert!(
+            call.links
+                .iter()
+                .any(|l| l.span_id == to.span_id && l.trace_id == to.trace_id),
+            "{:?}",
+            call.links
+        );
+    }
     // Records, capture and log never carry the context.
     for id in [HOST_TRACE, HOST_SPAN, "2222222222222222"] {
         assert!(!written.contains(id), "{id} was written");

@@ -138,6 +138,8 @@ struct RequestInfo {
     t: Millis,
     /// The response of an unfinished turn this request continues, if any.
     continues: Option<String>,
+    /// The response that answers it, once started.
+    answered_by: Option<String>,
 }
 
 struct CallSeen {
@@ -230,6 +232,9 @@ pub struct Tree {
     reported: HashMap<String, Reported>,
     /// Host parents of streams not yet opened here (they come ahead of the stream's events).
     joins: HashMap<String, HostParent>,
+    /// Attributed calls' spans waiting for the response to the request that closed their
+    /// window (the continuation that consumed the result), to link to it: by request.
+    awaiting_continuation: HashMap<String, Vec<Span>>,
 }
 
 impl Tree {
@@ -251,6 +256,7 @@ impl Tree {
             subagent_calls: HashMap::new(),
             reported: HashMap::new(),
             joins: HashMap::new(),
+            awaiting_continuation: HashMap::new(),
         }
     }
 
@@ -264,7 +270,12 @@ impl Tree {
     /// Responses, turns and calls held (for retention checks).
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.responses.len() + self.turns.len() + self.requests.len() + self.reported.len()
+        self.responses.len()
+            + self.turns.len()
+            + self.requests.len()
+            + self.reported.len()
+            + self.joins.len()
+            + self.awaiting_continuation.len()
     }
 
     /// One event, as fed to the correlator. An event the door refuses is ignored.
@@ -311,7 +322,14 @@ impl Tree {
                 response,
                 request,
                 model,
-            } => self.response_start(t, stream, response, request.as_deref(), model.as_deref()),
+            } => self.response_start(
+                t,
+                stream,
+                response,
+                request.as_deref(),
+                model.as_deref(),
+                out,
+            ),
             EventKind::ToolCall {
                 response,
                 call,
@@ -421,8 +439,14 @@ impl Tree {
                 !resp.calls.is_empty() && self.turns.get(&resp.turn).is_some_and(|tn| !tn.done)
             })
         });
-        self.requests
-            .insert(request.to_owned(), RequestInfo { t, continues });
+        self.requests.insert(
+            request.to_owned(),
+            RequestInfo {
+                t,
+                continues,
+                answered_by: None,
+            },
+        );
     }
 
     fn response_start(
@@ -432,6 +456,7 @@ impl Tree {
         response: &str,
         request: Option<&str>,
         model: Option<&str>,
+        out: &mut Vec<Span>,
     ) {
         let (client, thread, host, host_parent) = self
             .streams
@@ -493,6 +518,17 @@ impl Tree {
                 joined: host_parent.is_some(),
             },
         );
+        if let Some(q) = request {
+            if let Some(info) = self.requests.get_mut(q) {
+                info.answered_by = Some(response.to_owned());
+            }
+            // Calls whose results this request carried: their continuation is known now.
+            for mut tool in self.awaiting_continuation.remove(q).unwrap_or_default() {
+                tool.links
+                    .push(causal_link(trace, span, Causal::Continuation));
+                out.push(tool);
+            }
+        }
     }
 
     /// A new turn: under the one open Agent/Task call of another thread of the same host (as
@@ -645,6 +681,8 @@ impl Tree {
         let place = match &r.window {
             Some(w) => self.responses.get(&w.response).and_then(|resp| {
                 let turn = self.turns.get(&resp.turn)?;
+                // Also its parent; the link says why, for backends that read links.
+                links.push(causal_link(resp.trace, resp.span, Causal::Generation));
                 Some((resp.trace, Some(resp.span), turn.thread.clone()))
             }),
             None => {
@@ -675,7 +713,7 @@ impl Tree {
                 status = Some(error_status(rp.outcome.as_str()));
             }
         }
-        out.push(Span {
+        let span = Span {
             trace_id: trace.to_vec(),
             span_id: self.key.span_id("tool", &r.interval).to_vec(),
             trace_state: String::new(),
@@ -692,7 +730,51 @@ impl Tree {
             links,
             dropped_links_count: 0,
             status,
-        });
+        };
+        self.place_continuation(r, span, out);
+    }
+
+    /// An attributed call's span links to the response that answered the request which
+    /// closed its window (and so carried its result): now, if that response has started;
+    /// else the span waits for it (until the run ends, or the request is forgotten).
+    fn place_continuation(&mut self, r: &Record, mut span: Span, out: &mut Vec<Span>) {
+        let Some(q) = r.window.as_ref().and_then(|w| w.request.as_deref()) else {
+            out.push(span);
+            return;
+        };
+        match self.requests.get(q) {
+            Some(info) => match info
+                .answered_by
+                .as_ref()
+                .and_then(|a| self.responses.get(a))
+            {
+                Some(cont) => {
+                    span.links
+                        .push(causal_link(cont.trace, cont.span, Causal::Continuation));
+                    out.push(span);
+                }
+                None => self
+                    .awaiting_continuation
+                    .entry(q.to_owned())
+                    .or_default()
+                    .push(span),
+            },
+            None => out.push(span),
+        }
+    }
+
+    /// Spans still waiting for a continuation go out without that link.
+    fn flush_awaiting(&mut self, keep: impl Fn(&str) -> bool, out: &mut Vec<Span>) {
+        let mut gone: Vec<String> = self
+            .awaiting_continuation
+            .keys()
+            .filter(|q| !keep(q))
+            .cloned()
+            .collect();
+        gone.sort();
+        for q in gone {
+            out.extend(self.awaiting_continuation.remove(&q).unwrap_or_default());
+        }
     }
 
     /// The responses that could have issued an abstained call: a client tool call complete
@@ -756,6 +838,7 @@ impl Tree {
     /// The end of the input: every open response, call and turn ends now.
     pub fn finish(&mut self, now: Millis, out: &mut Vec<Span>) {
         let now = now.max(self.now);
+        self.flush_awaiting(|_| false, out);
         let mut open: Vec<String> = self
             .responses
             .iter()
@@ -835,6 +918,9 @@ impl Tree {
         }
         // Requests that never got a response.
         self.requests.retain(|_, q| q.t >= cutoff);
+        let requests = std::mem::take(&mut self.requests);
+        self.flush_awaiting(|q| requests.contains_key(q), out);
+        self.requests = requests;
     }
 
     fn chat_span(
@@ -1019,6 +1105,29 @@ fn same_host(a: Option<&str>, b: Option<&str>) -> bool {
         (Some(a), Some(b)) => a == b,
         _ => true,
     }
+}
+
+/// The causal links of an `execute_tool` span (experimental, docs/otlp.md "Causal links").
+#[derive(Clone, Copy)]
+enum Causal {
+    /// To the chat span of the response that asked for the call.
+    Generation,
+    /// To the chat span of the response to the request that carried the call's result.
+    Continuation,
+}
+
+fn causal_link(trace: TraceId, span: SpanId, kind: Causal) -> Link {
+    let mut l = match kind {
+        Causal::Generation => link(trace, span, "generation"),
+        Causal::Continuation => link(trace, span, "continuation"),
+    };
+    if let Causal::Generation = kind {
+        // open-telemetry/semantic-conventions-genai PR #370 (open): the tool call was caused
+        // by that generation. Its vocabulary has no word for the other direction.
+        l.attributes
+            .push(kv_str(attr::ATTRIBUTION_LINK_TYPE, "CAUSED_BY_GENERATION"));
+    }
+    l
 }
 
 fn link(trace: TraceId, span: SpanId, role: &str) -> Link {

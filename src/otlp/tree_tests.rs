@@ -567,5 +567,93 @@ fn without_a_join_the_tree_is_the_same_as_before() {
     assert_tree_is_whole(&plain);
     let call = one(&plain, "execute_tool echo");
     assert!(is_child(call, chat(&plain, "r1")));
-    assert!(plain.iter().all(|s| s.links.is_empty()));
+    // No turn links: only the call's own causal links.
+    assert!(plain
+        .iter()
+        .all(|s| s.links.is_empty() || s.name == "execute_tool echo"));
+}
+
+fn link_attr<'a>(l: &'a Link, key: &str) -> Option<&'a str> {
+    l.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+/// The call's links: (windowtap.link, gen_ai.attribution.link_type, the linked span).
+fn causal(call: &Span) -> Vec<(&str, Option<&str>, Vec<u8>)> {
+    call.links
+        .iter()
+        .map(|l| {
+            (
+                link_attr(l, "windowtap.link").unwrap(),
+                link_attr(l, "gen_ai.attribution.link_type"),
+                l.span_id.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_attributed_call_links_to_the_response_that_asked_and_the_one_that_consumed_it() {
+    // Over HTTP the continuation is a request of its own (its outputs carry the call); over
+    // a WebSocket it names the previous response.
+    for (trace, asked, consumed) in [(CLAUDE_HTTP, "r1", "r2"), (CODEX, "r1", "r2")] {
+        let s = spans(trace);
+        let call = one(&s, "execute_tool echo");
+        assert_eq!(
+            causal(call),
+            [
+                (
+                    "generation",
+                    Some("CAUSED_BY_GENERATION"),
+                    chat(&s, asked).span_id.clone()
+                ),
+                ("continuation", None, chat(&s, consumed).span_id.clone()),
+            ]
+        );
+        assert_eq!(
+            call.links[1].trace_id,
+            chat(&s, consumed).trace_id,
+            "links name the trace too"
+        );
+    }
+    // The report may reach the correlator after the continuation's response started: the
+    // span then has its continuation at once, and the same links.
+    let mut late: Vec<&str> = CLAUDE_HTTP.to_vec();
+    let report = late.remove(6);
+    assert!(report.contains("mcp_interval"));
+    let at = late
+        .iter()
+        .position(|l| l.contains(r#""response":"r2","request""#))
+        .unwrap();
+    let moved = report.replace(r#""t":2102"#, r#""t":2600"#);
+    late.insert(at + 1, &moved);
+    let s = spans(&late);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(string(call, "windowtap.decision"), Some("attributed"));
+    assert_eq!(
+        causal(call).iter().map(|c| c.0).collect::<Vec<_>>(),
+        ["generation", "continuation"]
+    );
+    assert_eq!(call.links[1].span_id, chat(&s, "r2").span_id);
+}
+
+#[test]
+fn a_call_whose_continuation_never_got_a_response_goes_out_at_the_end_without_that_link() {
+    // The continuation is sent, but its exchange ends with no response; then the run ends.
+    let mut lines = CLAUDE_HTTP[..9].to_vec();
+    assert!(lines[8].contains(r#""request":"q2""#));
+    lines.push(r#"{"type":"stream_close","t":2300,"stream":"h2"}"#);
+    let s = spans(&lines);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(string(call, "windowtap.decision"), Some("attributed"));
+    assert_eq!(
+        causal(call).iter().map(|c| c.0).collect::<Vec<_>>(),
+        ["generation"]
+    );
 }
