@@ -595,22 +595,20 @@ impl Tree {
             kind,
         });
         self.calls.insert(call.to_owned(), response.to_owned());
-        if is_subagent_call(resp.client, name, kind) {
-            if self.turns.contains_key(&resp.turn) {
-                self.subagent_calls.insert(
-                    call.to_owned(),
-                    SubagentCall {
-                        name: name.to_owned(),
-                        response: response.to_owned(),
-                        thread: resp.thread.clone(),
-                        host: resp.host.clone(),
-                        trace: resp.trace,
-                        span: self.key.span_id("call", call),
-                        parent: resp.span,
-                        start: t,
-                    },
-                );
-            }
+        if is_subagent_call(resp.client, name, kind) && self.turns.contains_key(&resp.turn) {
+            self.subagent_calls.insert(
+                call.to_owned(),
+                SubagentCall {
+                    name: name.to_owned(),
+                    response: response.to_owned(),
+                    thread: resp.thread.clone(),
+                    host: resp.host.clone(),
+                    trace: resp.trace,
+                    span: self.key.span_id("call", call),
+                    parent: resp.span,
+                    start: t,
+                },
+            );
         }
     }
 
