@@ -385,15 +385,19 @@ impl Task {
     fn offer(&mut self, (t, kind): Timed) {
         // A stream's host parent is taken up with its opening, by the raw id, and handed to
         // the OTLP tree alone under the pseudonym: it is in no event, so in no capture.
+        // A WebSocket request's, likewise with its request event.
         let parent = match (&kind, &self.host_parents) {
             (EventKind::StreamOpen { stream, .. }, Some(hp)) => hp.take(stream),
+            (EventKind::Request { request, .. }, Some(hp)) => hp.take(request),
             _ => None,
         };
         let kind = self.scrub.event(kind);
-        if let (Some(p), Some(otlp), EventKind::StreamOpen { stream, .. }) =
-            (parent, &mut self.otlp, &kind)
-        {
-            otlp.join(stream, p);
+        match (parent, &mut self.otlp, &kind) {
+            (Some(p), Some(otlp), EventKind::StreamOpen { stream, .. }) => otlp.join(stream, p),
+            (Some(p), Some(otlp), EventKind::Request { request, .. }) => {
+                otlp.join_request(request, p)
+            }
+            _ => {}
         }
         self.seq.offer(t, kind);
     }

@@ -248,11 +248,10 @@ async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_record
     );
 }
 
-#[tokio::test]
-async fn a_codex_websocket_loop_is_observed_as_one_stream() {
-    // The Responses WebSocket upstream of relay_ws, answered in the prewarm / turn /
-    // continuation shape.
-    let up = Upstream::start(
+/// The Responses WebSocket upstream of relay_ws, answered in the prewarm / turn /
+/// continuation shape: the second request's response makes the call `call_1`.
+async fn codex_ws_upstream() -> Upstream {
+    Upstream::start(
         None,
         handler(|mut req| async move {
             let res = support::ws::switching(&req, None);
@@ -282,9 +281,12 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
             res
         }),
     )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, "openai", dir.path(), &[]);
+    .await
+}
+
+/// Codex's three `response.create` frames over one WebSocket through the relay, each
+/// answered in full; the connection then drops without a close frame, like Codex's.
+async fn codex_ws_loop(relay: &Relay, frames: [Value; 3]) {
     let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
@@ -299,11 +301,7 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
     .await;
     assert_eq!(status, 101);
     let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
-    for r in [
-        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
-        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_1","input":[{"type":"message","role":"user","content":CANARY}]}),
-        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_2","input":[{"type":"function_call_output","call_id":"call_1","output":CANARY}]}),
-    ] {
+    for r in frames {
         ws.send(Message::text(r.to_string())).await.unwrap();
         loop {
             let Some(Ok(Message::Text(t))) = tokio::time::timeout(WAIT, ws.next()).await.unwrap()
@@ -318,6 +316,24 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
     drop(ws); // no close frame, like Codex
               // Let the relay see the end before it is stopped.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+}
+
+/// Codex's frames: the prewarm, the turn, the continuation (`client_metadata` of the turn's
+/// as given).
+fn codex_frames(turn_metadata: Value) -> [Value; 3] {
+    [
+        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_1","input":[{"type":"message","role":"user","content":CANARY}],"client_metadata":turn_metadata}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_2","input":[{"type":"function_call_output","call_id":"call_1","output":CANARY}]}),
+    ]
+}
+
+#[tokio::test]
+async fn a_codex_websocket_loop_is_observed_as_one_stream() {
+    let up = codex_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, "openai", dir.path(), &[]);
+    codex_ws_loop(&relay, codex_frames(json!({"thread_id":"th-9"}))).await;
     assert!(relay.stop().success());
     let text = std::fs::read_to_string(&capture).unwrap();
     assert!(!text.contains(CANARY));
@@ -350,6 +366,66 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
         checked_replay(&capture),
         std::fs::read_to_string(&records).unwrap()
     );
+}
+
+/// Codex over a WebSocket: no per-request headers, so its trace context rides in each
+/// `response.create` (`client_metadata.ws_request_header_traceparent`). With
+/// `--join-host-trace` the turn's chat span goes under that span; the prewarm and the
+/// continuation, which carry none, stay in windowtap's trace; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_websocket_request_joins_the_trace_its_client_metadata_names() {
+    let up = codex_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, spans_got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "openai",
+        dir.path(),
+        &["--otlp-endpoint", &endpoint, "--join-host-trace"],
+    );
+    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
+    codex_ws_loop(
+        &relay,
+        codex_frames(json!({"thread_id":"th-9","ws_request_header_traceparent":traceparent})),
+    )
+    .await;
+    assert!(relay.stop().success(), "{}", relay.log());
+    let spans = otlp_support::spans(&spans_got);
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .collect();
+    assert_eq!(
+        chats.len(),
+        3,
+        "{:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    let joined: Vec<_> = chats
+        .iter()
+        .filter(|s| hex(&s.trace_id) == HOST_TRACE)
+        .collect();
+    assert_eq!(joined.len(), 1, "only the turn's request carried one");
+    assert_eq!(hex(&joined[0].parent_span_id), HOST_SPAN);
+    // It is the response that made the call (resp_2): its request is the second.
+    assert!(
+        matches!(
+            otlp_support::attr(joined[0], "windowtap.tool_calls"),
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(1))
+        ),
+        "{:?}",
+        joined[0].attributes
+    );
+    let written = format!(
+        "{}{}{}",
+        std::fs::read_to_string(&records).unwrap(),
+        std::fs::read_to_string(&capture).unwrap(),
+        relay.log()
+    );
+    for id in [HOST_TRACE, HOST_SPAN] {
+        assert!(!written.contains(id), "{id} was written");
+    }
 }
 
 #[tokio::test]

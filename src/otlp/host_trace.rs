@@ -99,8 +99,10 @@ fn hex_byte(d: &[u8]) -> Option<u8> {
     Some(nib(d[0])? << 4 | nib(d[1])?)
 }
 
-/// Streams whose request carried a host parent, until the correlator task takes it up with
-/// the stream's opening (keyed by the raw stream id, which never leaves the process).
+/// Streams (an HTTP exchange: its request's header) and requests (a WebSocket's: Codex's
+/// `client_metadata`) that carried a host parent, until the correlator task takes it up with
+/// the stream's opening or the request's event. Keyed by raw id (a request id holds a `/`, a
+/// stream id none), which never leaves the process.
 #[derive(Default)]
 pub struct HostParents {
     waiting: Mutex<HashMap<String, HostParent>>,
@@ -117,7 +119,7 @@ impl HostParents {
         }
     }
 
-    /// The parent of a stream, once (the correlator task, at its `stream_open`).
+    /// The parent of a stream or request, once (the correlator task, at its event).
     pub fn take(&self, stream: &str) -> Option<HostParent> {
         self.waiting.lock().ok()?.remove(stream)
     }

@@ -90,6 +90,11 @@ impl LiveTree {
         self.tree.join(stream, parent);
     }
 
+    /// `request`'s (pseudonymous id, a WebSocket's) was made under the host's span `parent`.
+    pub fn join_request(&mut self, request: &str, parent: host_trace::HostParent) {
+        self.tree.join_request(request, parent);
+    }
+
     pub fn record(&mut self, record: &correlator::sanitize::Cleared<'_>) {
         self.tree.record(record, &mut self.buf);
         self.send();

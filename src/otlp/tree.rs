@@ -140,6 +140,8 @@ struct RequestInfo {
     continues: Option<String>,
     /// The response that answers it, once started.
     answered_by: Option<String>,
+    /// The host's span it was made under (a WebSocket request's own trace context).
+    host_parent: Option<HostParent>,
 }
 
 struct CallSeen {
@@ -232,6 +234,8 @@ pub struct Tree {
     reported: HashMap<String, Reported>,
     /// Host parents of streams not yet opened here (they come ahead of the stream's events).
     joins: HashMap<String, HostParent>,
+    /// Host parents of requests not yet seen here (likewise, ahead of their request event).
+    request_joins: HashMap<String, HostParent>,
     /// Attributed calls' spans waiting for the response to the request that closed their
     /// window (the continuation that consumed the result), to link to it: by request.
     awaiting_continuation: HashMap<String, Vec<Span>>,
@@ -256,6 +260,7 @@ impl Tree {
             subagent_calls: HashMap::new(),
             reported: HashMap::new(),
             joins: HashMap::new(),
+            request_joins: HashMap::new(),
             awaiting_continuation: HashMap::new(),
         }
     }
@@ -267,6 +272,13 @@ impl Tree {
         self.joins.insert(stream.to_owned(), parent);
     }
 
+    /// The response to `request` (a WebSocket's, which carries its own trace context) was
+    /// asked for under the host's span `parent`; it wins over its stream's. Call before the
+    /// request's event is fed.
+    pub fn join_request(&mut self, request: &str, parent: HostParent) {
+        self.request_joins.insert(request.to_owned(), parent);
+    }
+
     /// Responses, turns and calls held (for retention checks).
     #[cfg(test)]
     pub fn held(&self) -> usize {
@@ -275,6 +287,7 @@ impl Tree {
             + self.requests.len()
             + self.reported.len()
             + self.joins.len()
+            + self.request_joins.len()
             + self.awaiting_continuation.len()
     }
 
@@ -445,6 +458,7 @@ impl Tree {
                 t,
                 continues,
                 answered_by: None,
+                host_parent: self.request_joins.remove(request),
             },
         );
     }
@@ -465,6 +479,7 @@ impl Tree {
             .unwrap_or((Client::Other, None, None, None));
         let req = request.and_then(|q| self.requests.get(q));
         let start = req.map_or(t, |q| q.t);
+        let host_parent = req.and_then(|q| q.host_parent).or(host_parent);
         let joined = req
             .and_then(|q| q.continues.as_ref())
             .and_then(|r| self.responses.get(r))

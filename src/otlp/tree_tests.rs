@@ -657,3 +657,37 @@ fn a_call_whose_continuation_never_got_a_response_goes_out_at_the_end_without_th
         ["generation"]
     );
 }
+
+#[test]
+fn a_websocket_request_joins_by_its_own_context_and_the_others_do_not() {
+    let p = HostParent {
+        trace: [0xcd; 16],
+        span: [0x33; 8],
+    };
+    let evs = events(CODEX);
+    let recs = records(&evs);
+    let door = Door::replay();
+    let cleared: Vec<_> = recs.iter().map(|r| door.record(r).unwrap()).collect();
+    let mut tree = Tree::new(
+        SourceKey::for_file("a.jsonl", [7; 32]),
+        1_000_000_000,
+        Door::replay(),
+        Millis::INFINITY,
+    );
+    tree.join_request("q2", p);
+    let mut s = Vec::new();
+    interleave(tree, evs.into_iter(), &cleared, |x| s.push(x));
+    let r2 = chat(&s, "r2");
+    assert_eq!(
+        (r2.trace_id.clone(), r2.parent_span_id.clone()),
+        (p.trace.to_vec(), p.span.to_vec())
+    );
+    for r in ["r1", "r3"] {
+        assert_ne!(chat(&s, r).trace_id, p.trace.to_vec(), "{r}");
+    }
+    // The call stays under r1, which asked for it; its continuation link crosses into the
+    // host's trace.
+    let call = one(&s, "execute_tool echo");
+    assert!(is_child(call, chat(&s, "r1")));
+    assert_eq!(call.links[1].trace_id, p.trace.to_vec());
+}
