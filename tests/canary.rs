@@ -877,7 +877,6 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     let answer = wrapped.response(json!(10));
     assert!(answer["error"].is_object(), "{answer}");
     reported(&tee, &odd_tool_use).await;
-
     let res = send(
         relay.addr,
         claude_post(claude_body(Some((&mcp_args, &claude_result)))),
@@ -960,6 +959,32 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     drop(tcp); // no close frame, like Codex
     tokio::time::sleep(Duration::from_millis(200)).await;
 
+    // A server whose alias is free text (a config key the user wrote): its calls are reported
+    // under it, and it is written as a pseudonym. Started last, so that its start-up delays
+    // no continuation past the close-wait.
+    let mut odd_server = Wrapped::start_env(
+        &c.plant("MCP alias"),
+        Some(&tee_path),
+        &["python3", server.to_str().unwrap()],
+        &[("RUST_LOG", Path::new("trace"))],
+    );
+    odd_server.send_json(&init_request(json!(0)));
+    odd_server.response(json!(0));
+    let odd_alias_use = format!("toolu_{}", r());
+    odd_server.send_json(&call(
+        json!(1),
+        "echo",
+        json!({"text":"x"}),
+        json!({"claudecode/toolUseId":odd_alias_use}),
+    ));
+    odd_server.response(json!(1));
+    reported(&tee, &odd_alias_use).await;
+    let (odd_status, _, odd_stderr) = odd_server.wait();
+    assert!(
+        odd_status.success(),
+        "the second wrapper failed: {odd_status}"
+    );
+
     let (wrap_status, _, wrap_stderr) = wrapped.wait();
     assert!(wrap_status.success(), "the wrapper failed: {wrap_status}");
     let (status, relay_stderr) = tokio::task::spawn_blocking(move || relay.stop())
@@ -988,8 +1013,10 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(recs.len(), 3, "one record per MCP call");
-    let (echo, odd): (Vec<&Value>, Vec<&Value>) = recs.iter().partition(|r| r["tool"] == "echo");
+    assert_eq!(recs.len(), 4, "one record per MCP call");
+    let (echo, odd): (Vec<&Value>, Vec<&Value>) = recs
+        .iter()
+        .partition(|r| r["tool"] == "echo" && r["alias"] == "probe");
     assert_eq!(echo.len(), 2, "{recs:?}");
     for r in &echo {
         assert_eq!(r["decision"], "attributed", "{r}");
@@ -1033,6 +1060,7 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         ("OTLP requests (decoded)", otlp_decoded),
         ("relay stderr at trace level", relay_stderr),
         ("wrapper stderr", wrap_stderr.into_bytes()),
+        ("second wrapper stderr", odd_stderr.clone().into_bytes()),
     ];
     let mut found = leaks(&written, &c);
     // The ingest socket carries raw hint ids and the tool name as the host called it by
@@ -1042,17 +1070,29 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         by_place: c.by_place.clone(),
     };
     on_socket.by_place.remove("MCP tool name");
+    on_socket.by_place.remove("MCP alias");
     found.extend(leaks(
         &[("ingest socket payload", ingest_payload)],
         &on_socket,
     ));
     assert!(found.is_empty(), "canaries leaked:\n{}", found.join("\n"));
-    // The free-text tool name is there (after the leak search, which names every leak), as its pseudonym.
-    let odd_name = odd[0]["tool"].as_str().unwrap();
     assert!(
-        odd_name.starts_with('~') && odd_name.len() == 33,
-        "{odd_name}"
+        odd_stderr.contains("--alias is not a name as the model APIs allow one"),
+        "the wrapper warned: {odd_stderr}"
     );
+    // The free-text tool name and alias are there (checked after the leak search, which
+    // names every leak), as their pseudonyms.
+    let pseudonym = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| s.starts_with('~') && s.len() == 33)
+    };
+    assert_eq!(odd.len(), 2, "{odd:?}");
+    assert!(odd
+        .iter()
+        .any(|r| pseudonym(&r["tool"]) && r["alias"] == "probe"));
+    assert!(odd
+        .iter()
+        .any(|r| pseudonym(&r["alias"]) && r["tool"] == "echo"));
 
     let mut raw_found = Vec::new();
     for (what, raw) in &raw_ids {
