@@ -272,6 +272,8 @@ pub struct LiveConfig {
     pub otlp: Option<(crate::otlp::ExporterHandle, u64)>,
     /// How often time is advanced while no event arrives.
     pub tick: Duration,
+    /// `--join-host-trace` (with OTLP export): streams whose request named the host's span.
+    pub host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
 }
 
 /// What the rest of the relay uses to feed the correlator task.
@@ -279,6 +281,8 @@ pub struct LiveConfig {
 pub struct LiveHandle {
     pub events: mpsc::Sender<Timed>,
     pub sources: Arc<Sources>,
+    /// Where the relay leaves a stream's host parent for the task (`--join-host-trace`).
+    pub host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
 }
 
 /// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
@@ -337,6 +341,7 @@ struct Task {
     capture: Option<Box<dyn Capture>>,
     records_out: RecordsOut,
     otlp: Option<crate::otlp::LiveTree>,
+    host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
     records: Vec<Record>,
     summary: Summary,
     /// MCP-routed model calls and the reports that account for them.
@@ -368,6 +373,7 @@ impl Task {
             door: Door::live(),
             refused: 0,
             otlp,
+            host_parents: None,
             capture,
             records_out,
             records: Vec::new(),
@@ -380,7 +386,22 @@ impl Task {
     }
 
     fn offer(&mut self, (t, kind): Timed) {
+        // A stream's host parent is taken up with its opening, by the raw id, and handed to
+        // the OTLP tree alone under the pseudonym: it is in no event, so in no capture.
+        // A WebSocket request's, likewise with its request event.
+        let parent = match (&kind, &self.host_parents) {
+            (EventKind::StreamOpen { stream, .. }, Some(hp)) => hp.take(stream),
+            (EventKind::Request { request, .. }, Some(hp)) => hp.take(request),
+            _ => None,
+        };
         let kind = self.scrub.event(kind);
+        match (parent, &mut self.otlp, &kind) {
+            (Some(p), Some(otlp), EventKind::StreamOpen { stream, .. }) => otlp.join(stream, p),
+            (Some(p), Some(otlp), EventKind::Request { request, .. }) => {
+                otlp.join_request(request, p)
+            }
+            _ => {}
+        }
         self.seq.offer(t, kind);
     }
 
@@ -579,6 +600,9 @@ pub fn spawn(
         (sinks.capture, end_at),
         records_out,
     );
+    // Parents are only of use to a tree that exports.
+    let host_parents = cfg.host_parents.filter(|_| task.otlp.is_some());
+    task.host_parents = host_parents.clone();
     let tick = cfg.tick;
     let join = tokio::spawn(async move {
         let mut ingest = Ingest(ingest);
@@ -639,6 +663,7 @@ pub fn spawn(
         LiveHandle {
             events: tx,
             sources,
+            host_parents,
         },
         join,
     ))
@@ -841,6 +866,7 @@ mod tests {
                 pseudo: Pseudonymizer::new(&[3; 32]),
                 tick: Duration::from_millis(5),
                 otlp: None,
+                host_parents: None,
             },
             clock,
             Sinks {

@@ -62,6 +62,15 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     if args.alias.is_empty() {
         anyhow::bail!("--alias must not be empty");
     }
+    if !correlator::sanitize::is_tool_name(&args.alias) {
+        // The relay writes such an alias as a pseudonym (docs/design.md §7), which no
+        // model-visible name resolves to: say so once, without the value.
+        eprintln!(
+            "windowtap: warning: --alias is not a name as the model APIs allow one \
+             ([A-Za-z0-9_.:-], up to 128 bytes); it is written as a pseudonym and its calls \
+             cannot be matched to the host's tool calls by name"
+        );
+    }
     let paths = match &args.ingest {
         Some(p) => vec![p.clone()],
         None => ingest::wrapper_candidates(),

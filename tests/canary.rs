@@ -425,10 +425,14 @@ struct ClaudeScript {
 
 fn claude_script(c: &mut Canaries, tool_use_id: &str) -> ClaudeScript {
     let mut tool_turn = String::new();
+    // A model name and a second tool name that the API would never send: free text in
+    // them is written as a pseudonym (docs/design.md §7), never as is.
+    let model = c.plant("model name (Claude)");
+    let odd_tool = c.plant("tool name (Claude tool_use)");
     for (name, data) in [
         (
             "message_start",
-            json!({"type":"message_start","message":{"id":"msg_c1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+            json!({"type":"message_start","message":{"id":"msg_c1","type":"message","role":"assistant","content":[],"model":model,"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
         ),
         (
             "content_block_start",
@@ -469,6 +473,14 @@ fn claude_script(c: &mut Canaries, tool_use_id: &str) -> ClaudeScript {
         (
             "content_block_stop",
             json!({"type":"content_block_stop","index":2}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_odd","name":odd_tool,"input":{}}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":3}),
         ),
         (
             "message_delta",
@@ -689,13 +701,18 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     let fc_args = json!({"note":c.plant("tool arguments (WS)")}).to_string();
     let item = json!({"type":"function_call","id":item_id,"call_id":call_id,"namespace":"mcp__probe",
         "name":"echo","arguments":fc_args,"status":"completed"});
+    // A second call whose namespace no API would send.
+    let odd_item = json!({"type":"function_call","id":"fc_odd","call_id":"call_odd",
+        "namespace":c.plant("tool namespace (Codex)"),"name":"echo","arguments":"{}","status":"completed"});
+    let codex_model = c.plant("model name (Codex)");
     let turn_events = [
-        json!({"type":"response.created","response":{"id":resp_turn,"status":"in_progress","output":[]}}),
+        json!({"type":"response.created","response":{"id":resp_turn,"status":"in_progress","output":[],"model":codex_model}}),
         json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","delta":c.plant("model reasoning (WS)")}),
         json!({"type":"response.output_text.delta","item_id":"msg_1","delta":c.plant("model text (WS)")}),
         json!({"type":"response.output_item.added","output_index":0,"item":item}),
         json!({"type":"response.output_item.done","output_index":0,"item":item}),
-        json!({"type":"response.completed","response":{"id":resp_turn,"status":"completed","output":[item]}}),
+        json!({"type":"response.output_item.done","output_index":1,"item":odd_item}),
+        json!({"type":"response.completed","response":{"id":resp_turn,"status":"completed","output":[item, odd_item]}}),
     ];
     let codex_result = c.plant("MCP result (Codex)");
     let codex_cont = json!({"type":"response.create","model":"gpt-5","previous_response_id":resp_turn,
@@ -849,7 +866,17 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     let answer = wrapped.response(json!(1));
     assert_eq!(answer["result"]["content"][0]["text"], json!(claude_result));
     reported(&tee, &tool_use_id).await;
-
+    // A call of a tool whose name is free text: the wrapper reports it like any other.
+    let odd_tool_use = format!("toolu_{}", r());
+    wrapped.send_json(&call(
+        json!(10),
+        &c.plant("MCP tool name"),
+        json!({}),
+        json!({"claudecode/toolUseId":odd_tool_use}),
+    ));
+    let answer = wrapped.response(json!(10));
+    assert!(answer["error"].is_object(), "{answer}");
+    reported(&tee, &odd_tool_use).await;
     let res = send(
         relay.addr,
         claude_post(claude_body(Some((&mcp_args, &claude_result)))),
@@ -932,6 +959,32 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     drop(tcp); // no close frame, like Codex
     tokio::time::sleep(Duration::from_millis(200)).await;
 
+    // A server whose alias is free text (a config key the user wrote): its calls are reported
+    // under it, and it is written as a pseudonym. Started last, so that its start-up delays
+    // no continuation past the close-wait.
+    let mut odd_server = Wrapped::start_env(
+        &c.plant("MCP alias"),
+        Some(&tee_path),
+        &["python3", server.to_str().unwrap()],
+        &[("RUST_LOG", Path::new("trace"))],
+    );
+    odd_server.send_json(&init_request(json!(0)));
+    odd_server.response(json!(0));
+    let odd_alias_use = format!("toolu_{}", r());
+    odd_server.send_json(&call(
+        json!(1),
+        "echo",
+        json!({"text":"x"}),
+        json!({"claudecode/toolUseId":odd_alias_use}),
+    ));
+    odd_server.response(json!(1));
+    reported(&tee, &odd_alias_use).await;
+    let (odd_status, _, odd_stderr) = odd_server.wait();
+    assert!(
+        odd_status.success(),
+        "the second wrapper failed: {odd_status}"
+    );
+
     let (wrap_status, _, wrap_stderr) = wrapped.wait();
     assert!(wrap_status.success(), "the wrapper failed: {wrap_status}");
     let (status, relay_stderr) = tokio::task::spawn_blocking(move || relay.stop())
@@ -960,10 +1013,15 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(recs.len(), 2, "one record per MCP call");
-    for r in &recs {
+    assert_eq!(recs.len(), 4, "one record per MCP call");
+    let (echo, odd): (Vec<&Value>, Vec<&Value>) = recs
+        .iter()
+        .partition(|r| r["tool"] == "echo" && r["alias"] == "probe");
+    assert_eq!(echo.len(), 2, "{recs:?}");
+    for r in &echo {
         assert_eq!(r["decision"], "attributed", "{r}");
     }
+
     assert!(!otlp_raw.is_empty(), "the records were exported");
     // Whatever the relay logs at trace level is searched below; its summary shows the log
     // is the whole run's.
@@ -1002,13 +1060,39 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         ("OTLP requests (decoded)", otlp_decoded),
         ("relay stderr at trace level", relay_stderr),
         ("wrapper stderr", wrap_stderr.into_bytes()),
+        ("second wrapper stderr", odd_stderr.clone().into_bytes()),
     ];
-    let mut everywhere = written.to_vec();
-    // The ingest socket carries raw hint ids by design (it stays on the machine, between
-    // the wrapper and the relay), but never arguments, results or other `_meta` values.
-    everywhere.push(("ingest socket payload", ingest_payload));
-    let found = leaks(&everywhere, &c);
+    let mut found = leaks(&written, &c);
+    // The ingest socket carries raw hint ids and the tool name as the host called it by
+    // design (it stays on the machine, between the wrapper and the relay, which scrubs
+    // them), but never arguments, results or other `_meta` values.
+    let mut on_socket = Canaries {
+        by_place: c.by_place.clone(),
+    };
+    on_socket.by_place.remove("MCP tool name");
+    on_socket.by_place.remove("MCP alias");
+    found.extend(leaks(
+        &[("ingest socket payload", ingest_payload)],
+        &on_socket,
+    ));
     assert!(found.is_empty(), "canaries leaked:\n{}", found.join("\n"));
+    assert!(
+        odd_stderr.contains("--alias is not a name as the model APIs allow one"),
+        "the wrapper warned: {odd_stderr}"
+    );
+    // The free-text tool name and alias are there (checked after the leak search, which
+    // names every leak), as their pseudonyms.
+    let pseudonym = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| s.starts_with('~') && s.len() == 33)
+    };
+    assert_eq!(odd.len(), 2, "{odd:?}");
+    assert!(odd
+        .iter()
+        .any(|r| pseudonym(&r["tool"]) && r["alias"] == "probe"));
+    assert!(odd
+        .iter()
+        .any(|r| pseudonym(&r["alias"]) && r["tool"] == "echo"));
 
     let mut raw_found = Vec::new();
     for (what, raw) in &raw_ids {

@@ -128,12 +128,19 @@ async fn anthropic_upstream(extra_events: usize) -> Upstream {
 }
 
 async fn claude_request(relay: &Relay, body: Value) -> Vec<u8> {
-    let req = request("POST", relay.addr, "/anthropic/v1/messages?beta=true")
+    claude_request_with(relay, body, &[]).await
+}
+
+/// [`claude_request`] with more headers (appended: a name may repeat).
+async fn claude_request_with(relay: &Relay, body: Value, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut req = request("POST", relay.addr, "/anthropic/v1/messages?beta=true")
         .header("content-type", "application/json")
         .header("x-api-key", CANARY)
-        .header("x-claude-code-session-id", "sess-1")
-        .body(full(body.to_string()))
-        .unwrap();
+        .header("x-claude-code-session-id", "sess-1");
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let req = req.body(full(body.to_string())).unwrap();
     let res = send(relay.addr, req).await.unwrap();
     assert_eq!(res.status(), 200);
     collect(res.into_body()).await.unwrap()
@@ -241,11 +248,10 @@ async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_record
     );
 }
 
-#[tokio::test]
-async fn a_codex_websocket_loop_is_observed_as_one_stream() {
-    // The Responses WebSocket upstream of relay_ws, answered in the prewarm / turn /
-    // continuation shape.
-    let up = Upstream::start(
+/// The Responses WebSocket upstream of relay_ws, answered in the prewarm / turn /
+/// continuation shape: the second request's response makes the call `call_1`.
+async fn codex_ws_upstream() -> Upstream {
+    Upstream::start(
         None,
         handler(|mut req| async move {
             let res = support::ws::switching(&req, None);
@@ -275,9 +281,12 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
             res
         }),
     )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(&up, "openai", dir.path(), &[]);
+    .await
+}
+
+/// Codex's three `response.create` frames over one WebSocket through the relay, each
+/// answered in full; the connection then drops without a close frame, like Codex's.
+async fn codex_ws_loop(relay: &Relay, frames: [Value; 3]) {
     let mut tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
@@ -292,11 +301,7 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
     .await;
     assert_eq!(status, 101);
     let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
-    for r in [
-        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
-        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_1","input":[{"type":"message","role":"user","content":CANARY}]}),
-        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_2","input":[{"type":"function_call_output","call_id":"call_1","output":CANARY}]}),
-    ] {
+    for r in frames {
         ws.send(Message::text(r.to_string())).await.unwrap();
         loop {
             let Some(Ok(Message::Text(t))) = tokio::time::timeout(WAIT, ws.next()).await.unwrap()
@@ -311,6 +316,24 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
     drop(ws); // no close frame, like Codex
               // Let the relay see the end before it is stopped.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+}
+
+/// Codex's frames: the prewarm, the turn, the continuation (`client_metadata` of the turn's
+/// as given).
+fn codex_frames(turn_metadata: Value) -> [Value; 3] {
+    [
+        json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_1","input":[{"type":"message","role":"user","content":CANARY}],"client_metadata":turn_metadata}),
+        json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_2","input":[{"type":"function_call_output","call_id":"call_1","output":CANARY}]}),
+    ]
+}
+
+#[tokio::test]
+async fn a_codex_websocket_loop_is_observed_as_one_stream() {
+    let up = codex_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(&up, "openai", dir.path(), &[]);
+    codex_ws_loop(&relay, codex_frames(json!({"thread_id":"th-9"}))).await;
     assert!(relay.stop().success());
     let text = std::fs::read_to_string(&capture).unwrap();
     assert!(!text.contains(CANARY));
@@ -343,6 +366,66 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
         checked_replay(&capture),
         std::fs::read_to_string(&records).unwrap()
     );
+}
+
+/// Codex over a WebSocket: no per-request headers, so its trace context rides in each
+/// `response.create` (`client_metadata.ws_request_header_traceparent`). With
+/// `--join-host-trace` the turn's chat span goes under that span; the prewarm and the
+/// continuation, which carry none, stay in windowtap's trace; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_websocket_request_joins_the_trace_its_client_metadata_names() {
+    let up = codex_ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, spans_got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "openai",
+        dir.path(),
+        &["--otlp-endpoint", &endpoint, "--join-host-trace"],
+    );
+    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
+    codex_ws_loop(
+        &relay,
+        codex_frames(json!({"thread_id":"th-9","ws_request_header_traceparent":traceparent})),
+    )
+    .await;
+    assert!(relay.stop().success(), "{}", relay.log());
+    let spans = otlp_support::spans(&spans_got);
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .collect();
+    assert_eq!(
+        chats.len(),
+        3,
+        "{:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    let joined: Vec<_> = chats
+        .iter()
+        .filter(|s| hex(&s.trace_id) == HOST_TRACE)
+        .collect();
+    assert_eq!(joined.len(), 1, "only the turn's request carried one");
+    assert_eq!(hex(&joined[0].parent_span_id), HOST_SPAN);
+    // It is the response that made the call (resp_2): its request is the second.
+    assert!(
+        matches!(
+            otlp_support::attr(joined[0], "windowtap.tool_calls"),
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(1))
+        ),
+        "{:?}",
+        joined[0].attributes
+    );
+    let written = format!(
+        "{}{}{}",
+        std::fs::read_to_string(&records).unwrap(),
+        std::fs::read_to_string(&capture).unwrap(),
+        relay.log()
+    );
+    for id in [HOST_TRACE, HOST_SPAN] {
+        assert!(!written.contains(id), "{id} was written");
+    }
 }
 
 #[tokio::test]
@@ -498,11 +581,22 @@ fn mono_ns() -> u64 {
 /// `windowtap wrap` reports it, then the continuation. Returns the ingest connection (a
 /// wrapper's connection that drops ends its running calls).
 async fn claude_tool_loop_with_mcp_call(relay: &Relay) -> tokio::net::UnixStream {
+    claude_tool_loop_with_headers(relay, &[], &[]).await
+}
+
+/// [`claude_tool_loop_with_mcp_call`] with extra headers on the first request and on the
+/// continuation.
+async fn claude_tool_loop_with_headers(
+    relay: &Relay,
+    first: &[(&str, &str)],
+    continuation: &[(&str, &str)],
+) -> tokio::net::UnixStream {
     use tokio::io::AsyncWriteExt;
     let history = json!([{"role":"user","content":CANARY}]);
-    claude_request(
+    claude_request_with(
         relay,
         json!({"model":"claude","stream":true,"messages":history}),
+        first,
     )
     .await;
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
@@ -523,13 +617,14 @@ async fn claude_tool_loop_with_mcp_call(relay: &Relay) -> tokio::net::UnixStream
     sock.flush().await.unwrap();
     // The report reaches the correlator before the host sends its continuation.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    claude_request(
+    claude_request_with(
         relay,
         json!({"model":"claude","stream":true,"messages":[
             {"role":"user","content":CANARY},
             {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}]},
             {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":CANARY}]}
         ]}),
+        continuation,
     )
     .await;
     sock
@@ -626,6 +721,116 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
         "{}",
         relay.log()
     );
+}
+
+/// The host's trace context (Claude Code's `traceparent` on its model requests).
+const HOST_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const HOST_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The Claude tool loop with the host's `traceparent` on the first request and a repeated one
+/// on the continuation, through a relay with or without `--join-host-trace`. Returns the
+/// spans, and every output the relay wrote (records, capture, log).
+async fn tool_loop_with_host_trace(
+    join: bool,
+) -> (Vec<opentelemetry_proto::tonic::trace::v1::Span>, String) {
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, spans_got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let mut args = vec!["--close-wait", "200", "--otlp-endpoint", &endpoint];
+    if join {
+        args.push("--join-host-trace");
+    }
+    let (mut relay, records, capture) = relay_with_files(&up, "anthropic", dir.path(), &args);
+    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
+    let sock = claude_tool_loop_with_headers(
+        &relay,
+        &[("traceparent", &traceparent)],
+        // Two values: ambiguous, ignored.
+        &[
+            ("traceparent", &traceparent),
+            (
+                "traceparent",
+                "00-11111111111111111111111111111111-2222222222222222-01",
+            ),
+        ],
+    )
+    .await;
+    drop(sock);
+    assert!(relay.stop().success(), "{}", relay.log());
+    let live = std::fs::read_to_string(&records).unwrap();
+    // The context changes the export only: the capture still replays to the live records.
+    assert_eq!(checked_replay(&capture), live);
+    let written = format!(
+        "{live}{}{}",
+        std::fs::read_to_string(&capture).unwrap(),
+        relay.log()
+    );
+    (otlp_support::spans(&spans_got), written)
+}
+
+/// `--join-host-trace`: the request's chat span is the child of the host's span its
+/// `traceparent` names, the MCP call it asked for is under it in the host's trace, and the
+/// context is written nowhere else. The continuation's repeated header is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_request_puts_its_spans_in_the_hosts_trace_and_nothing_else_changes() {
+    let (spans, written) = tool_loop_with_host_trace(true).await;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 4, "{names:?}");
+    let call = spans
+        .iter()
+        .find(|s| s.name == "execute_tool echo")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    let chat = spans
+        .iter()
+        .find(|s| s.span_id == call.parent_span_id)
+        .expect("the call's chat span was exported");
+    assert_eq!(hex(&chat.trace_id), HOST_TRACE);
+    assert_eq!(hex(&chat.parent_span_id), HOST_SPAN);
+    assert_eq!(call.trace_id, chat.trace_id);
+    // The continuation (repeated traceparent) stays under the turn, in windowtap's trace.
+    let turn = spans
+        .iter()
+        .find(|s| s.name.starts_with("invoke_agent"))
+        .unwrap();
+    assert!(turn.parent_span_id.is_empty());
+    assert_ne!(hex(&turn.trace_id), HOST_TRACE);
+    let cont = spans
+        .iter()
+        .find(|s| s.name.starts_with("chat") && s.span_id != chat.span_id)
+        .unwrap();
+    assert_eq!(cont.parent_span_id, turn.span_id);
+    assert_eq!(cont.trace_id, turn.trace_id);
+    // The call's causal links name both responses, each in its own trace.
+    for to in [chat, cont] {
+        assert!(
+            call.links
+                .iter()
+                .any(|l| l.span_id == to.span_id && l.trace_id == to.trace_id),
+            "{:?}",
+            call.links
+        );
+    }
+    // Records, capture and log never carry the context.
+    for id in [HOST_TRACE, HOST_SPAN, "2222222222222222"] {
+        assert!(!written.contains(id), "{id} was written");
+    }
+}
+
+/// Without the flag the same requests give windowtap's own tree, one trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_is_not_used_unless_asked_for() {
+    let (spans, written) = tool_loop_with_host_trace(false).await;
+    assert_eq!(spans.len(), 4);
+    assert!(spans.iter().all(|s| s.trace_id == spans[0].trace_id));
+    assert!(spans
+        .iter()
+        .all(|s| hex(&s.trace_id) != HOST_TRACE && hex(&s.parent_span_id) != HOST_SPAN));
+    assert!(!written.contains(HOST_TRACE));
 }
 
 /// A client that stops reading an observed SSE response holds up nobody: with its write to

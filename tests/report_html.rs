@@ -194,20 +194,36 @@ fn without_the_trace_only_attributed_windows_are_known() {
 #[test]
 fn hostile_ids_and_names_are_escaped() {
     let dir = tempfile::tempdir().unwrap();
-    let (t, r) = replayed(dir.path(), "<script>alert('x')</script>");
-    // Ids and thread names are data too.
+    // A name no API allows is refused before anything is drawn (docs/design.md §7), and
+    // the refusal does not quote it.
+    let hostile = write(
+        dir.path(),
+        "hostile.jsonl",
+        &trace("<script>alert('x')</script>"),
+    );
+    let out = windowtap(&["replay", s(&hostile), "-o", s(&dir.path().join("no.jsonl"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("field `alias`"),
+        "{err}"
+    );
+    assert!(!err.contains("script"), "{err}");
+
+    let (t, r) = replayed(dir.path(), "probe");
+    // Ids and thread names are data too, and a trace's ids are opaque strings.
     let text = std::fs::read_to_string(&t)
         .unwrap()
         .replace("\"sess\"", "\"</svg><img src=x onerror=alert(1)>\"")
-        .replace("\"i2\"", "\"\\\"><b>i2&amp;\"");
+        .replace("\"i2\"", "\"\\\"><b>i2&amp;\"")
+        .replace("\"i1\"", "\"<script>alert('x')</script>\"");
     let t = write(dir.path(), "run.jsonl", &text);
     replay_into(&t, &r);
 
     let html = report(&r, Some(&t));
     assert_balanced(&html);
     assert_offline(&html);
-    assert!(!html.contains("<img") && !html.contains("<b>"));
-    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;/echo"));
+    assert!(!html.contains("<img") && !html.contains("<b>") && !html.contains("<script>alert"));
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
     assert!(html.contains("thread &lt;/svg&gt;&lt;img src=x onerror=alert(1)&gt;"));
     assert!(html.contains("data-interval=\"&quot;&gt;&lt;b&gt;i2&amp;amp;\""));
 }

@@ -7,6 +7,8 @@
 //!
 //! Everything is on loopback; every wait is bounded (support::WAIT, the hosts' own 20 s).
 
+#[path = "support/otlp.rs"]
+mod otlp_support;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -342,17 +344,34 @@ async fn run_claude_with(
     extra: &[&str],
     during: impl FnOnce(u32, &Path) + Send + 'static,
 ) -> (tempfile::TempDir, Run) {
+    run_claude_args(scenario, exit, declared, &[], extra, during).await
+}
+
+/// `run_claude_with` with `run_args` for `windowtap run` itself.
+async fn run_claude_args(
+    scenario: &str,
+    exit: &str,
+    declared: Declared,
+    run_args: &[&str],
+    extra: &[&str],
+    during: impl FnOnce(u32, &Path) + Send + 'static,
+) -> (tempfile::TempDir, Run) {
     let up = anthropic_upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let mut args = claude_args(dir.path(), scenario, exit, declared);
     args.extend(s(extra));
+    let run_args = s(run_args);
     let base = format!("http://{}", up.addr);
     let path = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || {
         let gates = path.join("gates");
-        windowtap_run_with(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)], |pid| {
-            during(pid, &gates)
-        })
+        windowtap_run_with(
+            &path,
+            &run_args,
+            &args,
+            &[("ANTHROPIC_BASE_URL", base)],
+            |pid| during(pid, &gates),
+        )
     })
     .await
     .unwrap();
@@ -1689,4 +1708,57 @@ async fn default_records_are_named_by_a_readable_utc_time() {
         )),
         "{stderr}"
     );
+}
+
+/// `run --join-host-trace` turns Claude Code's own traces and their propagation on (the
+/// scripted claude sends a `traceparent` only when all of Claude Code's switches are set, the
+/// OTLP traces endpoint included), and each chat span of the run lands under the host's span
+/// its request named, with the MCP call under the response that asked for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_join_host_trace_puts_the_spans_under_claude_codes_own() {
+    if !python() {
+        return;
+    }
+    const TRACE: &str = "7e1e7e1e7e1e7e1e7e1e7e1e7e1e7e1e";
+    let (collector, got) = otlp_support::receiver(false).await;
+    let endpoint = format!("http://{collector}");
+    let (_dir, run) = run_claude_args(
+        "single",
+        "0",
+        Declared::Flag,
+        &["--otlp-endpoint", &endpoint, "--join-host-trace"],
+        &[],
+        |_, _| {},
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(run.records[0]["decision"], "attributed");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let spans = otlp_support::spans(&got);
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .collect();
+    assert_eq!(chats.len(), 2, "a turn and its continuation");
+    // The scripted host numbers its request spans 1, 2, ...
+    let mut parents: Vec<String> = chats
+        .iter()
+        .map(|c| {
+            assert_eq!(hex(&c.trace_id), TRACE);
+            hex(&c.parent_span_id)
+        })
+        .collect();
+    parents.sort();
+    assert_eq!(parents, ["0000000000000001", "0000000000000002"]);
+    let call = spans
+        .iter()
+        .find(|s| s.name == "execute_tool wait")
+        .expect("the MCP call's span");
+    assert_eq!(hex(&call.trace_id), TRACE);
+    assert!(chats.iter().any(|c| c.span_id == call.parent_span_id));
+    let capture = std::fs::read_to_string(&run.capture).unwrap();
+    for text in [&run.records_text, &capture, &run.log, &run.stderr] {
+        assert!(!text.contains(TRACE));
+    }
 }

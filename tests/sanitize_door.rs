@@ -21,7 +21,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("main.rs", 2, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments"),
     ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
     ("otlp/export.rs", 1, "gzip of the protobuf of spans the tree built from door-cleared events and records"),
-    ("relay/args.rs", 1, "the OTLP set-up's warnings: fixed text and an endpoint as scheme://host:port"),
+    ("relay/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
     ("relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("relay/shutdown.rs", 3, "lost-record counts, the export report"),
@@ -32,7 +32,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
     ("run/mod.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
-    ("wrap.rs", 8, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to"),
+    ("wrap.rs", 9, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, and one that an alias is outside the name rule (without it)"),
 ];
 
 const WRITES: &[&str] = &[

@@ -7,7 +7,9 @@
 //! | kind | what | checked as |
 //! |---|---|---|
 //! | id | stream, request, response, call, item, thread, host, interval, hints | live: an HMAC pseudonym (32 lowercase hex); replay: an opaque token of a trace file |
-//! | name | model-visible tool names, namespaces, MCP aliases and tools, model names | at most 1024 bytes (`MAX_NAME`), no control character |
+//! | tool name | model-visible tool names, namespaces, MCP aliases and tools | `[A-Za-z0-9_.:-]`, 1 to 128 bytes (`MAX_TOOL_NAME`), or `~` and a pseudonym |
+//! | model name | model names as the API reports them | the same with `/` and `@`, or `~` and a pseudonym |
+//! | name | the file name of a replayed trace (the user's own) | at most 1024 bytes (`MAX_NAME`), no control character |
 //! | word | event types, statuses, outcomes, reasons, stop reasons, evidence | a fixed word: `[a-z0-9_]`, at most 64 bytes |
 //! | number | times, counts (token usage included) | a number |
 //!
@@ -15,8 +17,11 @@
 //! model text, and no raw id where pseudonyms are due. Two halves:
 //!
 //! - [`Scrub`] is where observed data enters the writable domain: every id becomes its
-//!   pseudonym and a name that is not a name (too long, control characters) becomes `~` and
-//!   the pseudonym of its bytes, on both sides of a match, so routing still agrees.
+//!   pseudonym and a tool or model name outside what the APIs allow (docs/design.md §7: a
+//!   space, a quote, a newline, too long) becomes `~` and the pseudonym of its bytes, so no
+//!   free text rides out in a name. The same raw name gives the same pseudonym wherever it
+//!   is seen; a host's translation of it (`mcp__my_server__t` for alias `my server`) does
+//!   not, so such a name loses its `route` match.
 //! - [`Door`] is where it leaves: [`Door::event`], [`Door::record`] and [`Door::meta`] check
 //!   each field against its kind and only then serialize. [`Line`] and [`Cleared`] can be made
 //!   nowhere else, and the sinks (capture, records, the OTLP exporter) accept nothing else.
@@ -34,8 +39,11 @@ use crate::pseudo::Pseudonymizer;
 use crate::records::Record;
 use crate::trace;
 
-/// The longest name admitted, in bytes.
+/// The longest name admitted (a replayed trace's file name), in bytes.
 pub(crate) const MAX_NAME: usize = 1024;
+/// The longest tool or model name admitted, in bytes: the longest name the model APIs take
+/// (Codex cuts MCP names to 128, docs/design.md §4).
+pub(crate) const MAX_TOOL_NAME: usize = 128;
 /// The longest word admitted, in bytes.
 pub(crate) const MAX_WORD: usize = 64;
 /// The longest opaque id a replayed trace may carry, in bytes.
@@ -47,6 +55,8 @@ pub enum Kind {
     Pseudonym,
     Id,
     Name,
+    ToolName,
+    ModelName,
     Word,
     Number,
 }
@@ -57,6 +67,10 @@ impl fmt::Display for Kind {
             Kind::Pseudonym => "pseudonymous id (32 lowercase hex digits)",
             Kind::Id => "id (1 to 1024 bytes, no control character)",
             Kind::Name => "name (1 to 1024 bytes, no control character)",
+            Kind::ToolName => "tool name ([A-Za-z0-9_.:-], 1 to 128 bytes, or ~ and a pseudonym)",
+            Kind::ModelName => {
+                "model name ([A-Za-z0-9_.:/@-], 1 to 128 bytes, or ~ and a pseudonym)"
+            }
             Kind::Word => "word ([a-z0-9_], at most 64 bytes)",
             Kind::Number => "number",
         })
@@ -81,9 +95,34 @@ pub(crate) fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_ID && !s.chars().any(char::is_control)
 }
 
-/// A tool name, namespace or MCP alias: short, one line, no control characters.
+/// A trace's file name: short, one line, no control characters.
 pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control)
+}
+
+/// What [`Scrub`] writes for a name it does not admit: `~` and a pseudonym.
+fn is_pseudonymized_name(s: &str) -> bool {
+    s.strip_prefix('~').is_some_and(is_pseudonym)
+}
+
+/// 1 to [`MAX_TOOL_NAME`] bytes, each `[A-Za-z0-9_.:-]` or one of `extra`.
+fn is_api_name(s: &str, extra: &[u8]) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_TOOL_NAME
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b) || extra.contains(&b))
+}
+
+/// A model-visible tool name, namespace, MCP alias or MCP tool name, as the APIs allow them
+/// (docs/design.md §7), or the pseudonym written for one that is not.
+pub fn is_tool_name(s: &str) -> bool {
+    is_api_name(s, b"") || is_pseudonymized_name(s)
+}
+
+/// A model name: a tool name's characters and `/`, `@` (`org/model`, `model@version`), or the
+/// pseudonym written for one that is not.
+pub fn is_model_name(s: &str) -> bool {
+    is_api_name(s, b"/@") || is_pseudonymized_name(s)
 }
 
 /// A fixed word: what reasons, statuses and types are made of.
@@ -164,9 +203,18 @@ impl Scrub {
         Scrub { pseudo }
     }
 
-    /// A name as is when it is one, else `~` and the pseudonym of its bytes.
-    pub(crate) fn name(&self, name: String) -> String {
-        if is_name(&name) {
+    /// A tool name as is when the APIs allow it, else `~` and the pseudonym of its bytes.
+    pub(crate) fn tool_name(&self, name: String) -> String {
+        if is_tool_name(&name) {
+            name
+        } else {
+            format!("~{}", self.pseudo.id(&name))
+        }
+    }
+
+    /// A model name as is when the APIs allow it, else `~` and the pseudonym of its bytes.
+    pub(crate) fn model_name(&self, name: String) -> String {
+        if is_model_name(&name) {
             name
         } else {
             format!("~{}", self.pseudo.id(&name))
@@ -227,7 +275,7 @@ impl Scrub {
                 stream: self.id(&stream),
                 response: self.id(&response),
                 request: self.opt(request),
-                model: model.map(|m| self.name(m)),
+                model: model.map(|m| self.model_name(m)),
             },
             EventKind::ToolCall {
                 stream,
@@ -242,8 +290,8 @@ impl Scrub {
                 response: self.id(&response),
                 call: self.id(&call),
                 item: self.opt(item),
-                name: self.name(name),
-                namespace: namespace.map(|n| self.name(n)),
+                name: self.tool_name(name),
+                namespace: namespace.map(|n| self.tool_name(n)),
                 kind,
             },
             EventKind::ResponseEnd {
@@ -274,8 +322,8 @@ impl Scrub {
                 host,
             } => EventKind::McpStart {
                 interval: self.id(&interval),
-                alias: self.name(alias),
-                tool: self.name(tool),
+                alias: self.tool_name(alias),
+                tool: self.tool_name(tool),
                 start,
                 host: self.opt(host),
             },
@@ -290,8 +338,8 @@ impl Scrub {
                 host,
             } => EventKind::McpInterval {
                 interval: self.id(&interval),
-                alias: self.name(alias),
-                tool: self.name(tool),
+                alias: self.tool_name(alias),
+                tool: self.tool_name(tool),
                 start,
                 end,
                 outcome,
@@ -400,6 +448,28 @@ impl Door {
         }
     }
 
+    fn tool_name(field: &'static str, s: &str) -> Result<(), Refused> {
+        if is_tool_name(s) {
+            Ok(())
+        } else {
+            Err(Refused {
+                field,
+                kind: Kind::ToolName,
+            })
+        }
+    }
+
+    fn model_name(field: &'static str, s: &str) -> Result<(), Refused> {
+        if is_model_name(s) {
+            Ok(())
+        } else {
+            Err(Refused {
+                field,
+                kind: Kind::ModelName,
+            })
+        }
+    }
+
     fn word(field: &'static str, s: &str) -> Result<(), Refused> {
         if is_word(s) {
             Ok(())
@@ -456,7 +526,7 @@ impl Door {
                 self.opt_id("request", request.as_deref())?;
                 model
                     .as_deref()
-                    .map_or(Ok(()), |m| Self::name("model", m))?;
+                    .map_or(Ok(()), |m| Self::model_name("model", m))?;
             }
             EventKind::ToolCall {
                 stream,
@@ -471,10 +541,10 @@ impl Door {
                 self.id("response", response)?;
                 self.id("call", call)?;
                 self.opt_id("item", item.as_deref())?;
-                Self::name("name", name)?;
+                Self::tool_name("name", name)?;
                 namespace
                     .as_deref()
-                    .map_or(Ok(()), |n| Self::name("namespace", n))?;
+                    .map_or(Ok(()), |n| Self::tool_name("namespace", n))?;
             }
             EventKind::ResponseEnd {
                 stream, response, ..
@@ -502,8 +572,8 @@ impl Door {
                 ..
             } => {
                 self.id("interval", interval)?;
-                Self::name("alias", alias)?;
-                Self::name("tool", tool)?;
+                Self::tool_name("alias", alias)?;
+                Self::tool_name("tool", tool)?;
                 if let EventKind::McpInterval { hints, .. } = &ev.kind {
                     self.hints(hints)?;
                 }
@@ -550,8 +620,8 @@ impl Door {
             Self::name("trace", t)?;
         }
         self.id("interval", &r.interval)?;
-        Self::name("alias", &r.alias)?;
-        Self::name("tool", &r.tool)?;
+        Self::tool_name("alias", &r.alias)?;
+        Self::tool_name("tool", &r.tool)?;
         if let Some(w) = &r.window {
             self.opt_id("window.thread", w.thread.as_deref())?;
             self.id("window.stream", &w.stream)?;
@@ -662,7 +732,7 @@ mod tests {
         let err = door
             .event(&ev(mcp("i1", "fs\nsecond line", "read", None)))
             .unwrap_err();
-        assert_eq!((err.field, err.kind), ("alias", Kind::Name));
+        assert_eq!((err.field, err.kind), ("alias", Kind::ToolName));
     }
 
     #[test]
@@ -684,12 +754,100 @@ mod tests {
     #[test]
     fn names_that_are_not_names_become_pseudonyms_the_same_on_both_sides() {
         let s = scrub();
-        let long = "x".repeat(MAX_NAME + 1);
-        let a = s.name(long.clone());
-        assert_eq!(a, s.name(long));
-        assert!(a.starts_with('~') && is_name(&a) && a.len() == 33);
-        assert_eq!(s.name("mcp__fs__read".into()), "mcp__fs__read");
-        assert!(s.name("a\u{7}b".into()).starts_with('~'));
+        let long = "x".repeat(MAX_TOOL_NAME + 1);
+        let a = s.tool_name(long.clone());
+        assert_eq!(a, s.tool_name(long));
+        assert!(a.starts_with('~') && is_tool_name(&a) && a.len() == 33);
+        assert_eq!(s.tool_name("mcp__fs__read".into()), "mcp__fs__read");
+        assert!(s.tool_name("a\u{7}b".into()).starts_with('~'));
+    }
+
+    #[test]
+    fn names_are_admitted_only_as_the_apis_allow_them() {
+        let s = scrub();
+        // What the APIs take stays, up to 128 bytes.
+        for ok in ["mcp__fs__read", "my.tool:v2", "a-b_c", &"t".repeat(128)] {
+            assert_eq!(s.tool_name(ok.to_string()), ok);
+        }
+        for ok in ["claude-sonnet-4-5", "gpt-5.1-codex", "openai/gpt-oss@2026"] {
+            assert_eq!(s.model_name(ok.to_string()), ok);
+        }
+        // Anything else is a pseudonym: free text, quotes, non-ASCII, a slash in a tool name,
+        // one byte too many.
+        for bad in [
+            "read file",
+            "tool\"name",
+            "ok; ignore previous instructions",
+            "caf\u{e9}",
+            "a/b",
+            &"t".repeat(129),
+        ] {
+            let got = s.tool_name(bad.to_string());
+            assert_eq!(got, format!("~{}", s.pseudo.id(bad)), "{bad:?}");
+        }
+        for bad in ["gpt 5", "model\twith\ttabs", &"m".repeat(129)] {
+            let got = s.model_name(bad.to_string());
+            assert_eq!(got, format!("~{}", s.pseudo.id(bad)), "{bad:?}");
+        }
+        // Every place a name goes through the same rule.
+        let EventKind::ToolCall {
+            name, namespace, ..
+        } = s.event(EventKind::ToolCall {
+            stream: "s".into(),
+            response: "r".into(),
+            call: "c".into(),
+            item: None,
+            name: "CANARY tool name".into(),
+            namespace: Some("CANARY namespace".into()),
+            kind: crate::event::CallKind::Function,
+        })
+        else {
+            panic!()
+        };
+        assert!(name.starts_with('~') && namespace.unwrap().starts_with('~'));
+        let EventKind::McpInterval { alias, tool, .. } =
+            s.event(mcp("i", "my server", "CANARY tool", None))
+        else {
+            panic!()
+        };
+        assert!(alias.starts_with('~') && tool.starts_with('~'));
+    }
+
+    #[test]
+    fn the_door_refuses_names_the_apis_would_not_take() {
+        let door = Door::replay();
+        let err = door
+            .event(&ev(mcp("i1", "fs", "read file", None)))
+            .unwrap_err();
+        assert_eq!((err.field, err.kind), ("tool", Kind::ToolName));
+        let tool_call = |name: &str, namespace: Option<&str>| EventKind::ToolCall {
+            stream: "s1".into(),
+            response: "r1".into(),
+            call: "c1".into(),
+            item: None,
+            name: name.into(),
+            namespace: namespace.map(Into::into),
+            kind: crate::event::CallKind::Function,
+        };
+        assert_eq!(
+            door.event(&ev(tool_call("a b", None))).unwrap_err().field,
+            "name"
+        );
+        assert_eq!(
+            door.event(&ev(tool_call("echo", Some("mcp/x"))))
+                .unwrap_err()
+                .field,
+            "namespace"
+        );
+        // The pseudonym written for a name passes; `~` and anything else does not.
+        let pseudonymized = scrub().tool_name("a b".into());
+        assert!(door.event(&ev(tool_call(&pseudonymized, None))).is_ok());
+        assert!(door
+            .event(&ev(tool_call("~not-a-pseudonym", None)))
+            .is_err());
+        let mut r = record("i1", "r1");
+        r.tool = "x".repeat(129);
+        assert_eq!(door.record(&r).unwrap_err().field, "tool");
     }
 
     #[test]
@@ -759,7 +917,7 @@ mod tests {
         };
         assert!(model.unwrap().starts_with('~'));
         let err = Door::replay().event(&ev(start("two\nlines"))).unwrap_err();
-        assert_eq!((err.field, err.kind), ("model", Kind::Name));
+        assert_eq!((err.field, err.kind), ("model", Kind::ModelName));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`offline`]: the tree of a replayed trace file; [`LiveTree`]: of a live run.
 //! - [`export`]: the never-blocking queue, batching and the HTTP client.
 //! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
+//! - [`host_trace`]: `--join-host-trace`, a request's W3C `traceparent` as its chat span's
+//!   parent, carried beside the events, never in them.
 //!
 //! Live commands (relay, run) flatten [`OtlpArgs`], start an [`Exporter`] inside their
 //! runtime and feed a [`LiveTree`] on the correlator task; `docs/otlp.md` shows the code and
@@ -18,6 +20,7 @@
 pub mod blocking;
 pub mod config;
 pub mod export;
+pub mod host_trace;
 pub mod offline;
 pub mod span;
 #[cfg(test)]
@@ -80,6 +83,16 @@ impl LiveTree {
     pub fn event(&mut self, ev: &correlator::Event) {
         self.tree.event(ev, &mut self.buf);
         self.send();
+    }
+
+    /// `stream`'s (pseudonymous id) request was made under the host's span `parent`.
+    pub fn join(&mut self, stream: &str, parent: host_trace::HostParent) {
+        self.tree.join(stream, parent);
+    }
+
+    /// `request`'s (pseudonymous id, a WebSocket's) was made under the host's span `parent`.
+    pub fn join_request(&mut self, request: &str, parent: host_trace::HostParent) {
+        self.tree.join_request(request, parent);
     }
 
     pub fn record(&mut self, record: &correlator::sanitize::Cleared<'_>) {

@@ -56,6 +56,8 @@ pub mod attr {
     pub const TURN_RESPONSES: &str = "windowtap.turn.responses";
     pub const TURN_KIND: &str = "windowtap.turn.kind";
     pub const LINK_ROLE: &str = "windowtap.link";
+    /// Experimental: open-telemetry/semantic-conventions-genai PR #370 (not merged).
+    pub const ATTRIBUTION_LINK_TYPE: &str = "gen_ai.attribution.link_type";
 }
 
 /// The instrumentation scope every span is reported under.

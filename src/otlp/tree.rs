@@ -34,6 +34,7 @@ use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use sha2::{Digest, Sha256};
 
+use super::host_trace::HostParent;
 use super::span::{
     attr, error_status, kv_int, kv_ms, kv_str, kv_strings, tool_attributes, unix_nanos,
     usage_attributes,
@@ -127,6 +128,8 @@ struct StreamInfo {
     client: Client,
     thread: Option<String>,
     host: Option<String>,
+    /// The host's span its request was made under (`--join-host-trace`).
+    host_parent: Option<HostParent>,
     /// Responses started on this stream and not ended.
     open: Vec<String>,
 }
@@ -135,6 +138,10 @@ struct RequestInfo {
     t: Millis,
     /// The response of an unfinished turn this request continues, if any.
     continues: Option<String>,
+    /// The response that answers it, once started.
+    answered_by: Option<String>,
+    /// The host's span it was made under (a WebSocket request's own trace context).
+    host_parent: Option<HostParent>,
 }
 
 struct CallSeen {
@@ -162,6 +169,12 @@ struct Response {
     usage: Usage,
     stop_reason: Option<StopReason>,
     span: SpanId,
+    /// The trace its chat span (and every span under it) is in: its turn's, or the host's.
+    trace: TraceId,
+    /// Its chat span's parent: its turn's span, or the host's span its request named.
+    parent: SpanId,
+    /// Under the host's span rather than its turn's.
+    joined: bool,
 }
 
 struct Turn {
@@ -219,6 +232,13 @@ pub struct Tree {
     turns: HashMap<String, Turn>,
     subagent_calls: HashMap<String, SubagentCall>,
     reported: HashMap<String, Reported>,
+    /// Host parents of streams not yet opened here (they come ahead of the stream's events).
+    joins: HashMap<String, HostParent>,
+    /// Host parents of requests not yet seen here (likewise, ahead of their request event).
+    request_joins: HashMap<String, HostParent>,
+    /// Attributed calls' spans waiting for the response to the request that closed their
+    /// window (the continuation that consumed the result), to link to it: by request.
+    awaiting_continuation: HashMap<String, Vec<Span>>,
 }
 
 impl Tree {
@@ -239,13 +259,36 @@ impl Tree {
             turns: HashMap::new(),
             subagent_calls: HashMap::new(),
             reported: HashMap::new(),
+            joins: HashMap::new(),
+            request_joins: HashMap::new(),
+            awaiting_continuation: HashMap::new(),
         }
+    }
+
+    /// The responses of `stream` (an HTTP exchange: one request) were asked for under the
+    /// host's span `parent`: their chat spans go under it, in the host's trace, and the
+    /// spans under them follow. Call before the stream's `stream_open` is fed.
+    pub fn join(&mut self, stream: &str, parent: HostParent) {
+        self.joins.insert(stream.to_owned(), parent);
+    }
+
+    /// The response to `request` (a WebSocket's, which carries its own trace context) was
+    /// asked for under the host's span `parent`; it wins over its stream's. Call before the
+    /// request's event is fed.
+    pub fn join_request(&mut self, request: &str, parent: HostParent) {
+        self.request_joins.insert(request.to_owned(), parent);
     }
 
     /// Responses, turns and calls held (for retention checks).
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.responses.len() + self.turns.len() + self.requests.len() + self.reported.len()
+        self.responses.len()
+            + self.turns.len()
+            + self.requests.len()
+            + self.reported.len()
+            + self.joins.len()
+            + self.request_joins.len()
+            + self.awaiting_continuation.len()
     }
 
     /// One event, as fed to the correlator. An event the door refuses is ignored.
@@ -269,6 +312,7 @@ impl Tree {
                         client: *client,
                         thread: thread.clone(),
                         host: host.clone(),
+                        host_parent: self.joins.remove(stream.as_str()),
                         open: Vec::new(),
                     },
                 );
@@ -291,7 +335,14 @@ impl Tree {
                 response,
                 request,
                 model,
-            } => self.response_start(t, stream, response, request.as_deref(), model.as_deref()),
+            } => self.response_start(
+                t,
+                stream,
+                response,
+                request.as_deref(),
+                model.as_deref(),
+                out,
+            ),
             EventKind::ToolCall {
                 response,
                 call,
@@ -401,8 +452,15 @@ impl Tree {
                 !resp.calls.is_empty() && self.turns.get(&resp.turn).is_some_and(|tn| !tn.done)
             })
         });
-        self.requests
-            .insert(request.to_owned(), RequestInfo { t, continues });
+        self.requests.insert(
+            request.to_owned(),
+            RequestInfo {
+                t,
+                continues,
+                answered_by: None,
+                host_parent: self.request_joins.remove(request),
+            },
+        );
     }
 
     fn response_start(
@@ -412,14 +470,16 @@ impl Tree {
         response: &str,
         request: Option<&str>,
         model: Option<&str>,
+        out: &mut Vec<Span>,
     ) {
-        let (client, thread, host) = self
+        let (client, thread, host, host_parent) = self
             .streams
             .get(stream)
-            .map(|s| (s.client, s.thread.clone(), s.host.clone()))
-            .unwrap_or((Client::Other, None, None));
+            .map(|s| (s.client, s.thread.clone(), s.host.clone(), s.host_parent))
+            .unwrap_or((Client::Other, None, None, None));
         let req = request.and_then(|q| self.requests.get(q));
         let start = req.map_or(t, |q| q.t);
+        let host_parent = req.and_then(|q| q.host_parent).or(host_parent);
         let joined = req
             .and_then(|q| q.continues.as_ref())
             .and_then(|r| self.responses.get(r))
@@ -437,12 +497,16 @@ impl Tree {
                 key
             }
         };
-        if let Some(turn) = self.turns.get_mut(&turn_key) {
-            turn.responses.push(response.to_owned());
-            if let Some(q) = request {
-                turn.requests.push(q.to_owned());
+        let (trace, parent) = match (host_parent, self.turns.get_mut(&turn_key)) {
+            (_, None) => return,
+            (hp, Some(turn)) => {
+                turn.responses.push(response.to_owned());
+                if let Some(q) = request {
+                    turn.requests.push(q.to_owned());
+                }
+                hp.map_or((turn.trace, turn.span), |p| (p.trace, p.span))
             }
-        }
+        };
         if let Some(s) = self.streams.get_mut(stream) {
             s.open.push(response.to_owned());
         }
@@ -464,8 +528,22 @@ impl Tree {
                 usage: Usage::default(),
                 stop_reason: None,
                 span,
+                trace,
+                parent,
+                joined: host_parent.is_some(),
             },
         );
+        if let Some(q) = request {
+            if let Some(info) = self.requests.get_mut(q) {
+                info.answered_by = Some(response.to_owned());
+            }
+            // Calls whose results this request carried: their continuation is known now.
+            for mut tool in self.awaiting_continuation.remove(q).unwrap_or_default() {
+                tool.links
+                    .push(causal_link(trace, span, Causal::Continuation));
+                out.push(tool);
+            }
+        }
     }
 
     /// A new turn: under the one open Agent/Task call of another thread of the same host (as
@@ -532,22 +610,20 @@ impl Tree {
             kind,
         });
         self.calls.insert(call.to_owned(), response.to_owned());
-        if is_subagent_call(resp.client, name, kind) {
-            if let Some(turn) = self.turns.get(&resp.turn) {
-                self.subagent_calls.insert(
-                    call.to_owned(),
-                    SubagentCall {
-                        name: name.to_owned(),
-                        response: response.to_owned(),
-                        thread: resp.thread.clone(),
-                        host: resp.host.clone(),
-                        trace: turn.trace,
-                        span: self.key.span_id("call", call),
-                        parent: resp.span,
-                        start: t,
-                    },
-                );
-            }
+        if is_subagent_call(resp.client, name, kind) && self.turns.contains_key(&resp.turn) {
+            self.subagent_calls.insert(
+                call.to_owned(),
+                SubagentCall {
+                    name: name.to_owned(),
+                    response: response.to_owned(),
+                    thread: resp.thread.clone(),
+                    host: resp.host.clone(),
+                    trace: resp.trace,
+                    span: self.key.span_id("call", call),
+                    parent: resp.span,
+                    start: t,
+                },
+            );
         }
     }
 
@@ -618,15 +694,15 @@ impl Tree {
         let place = match &r.window {
             Some(w) => self.responses.get(&w.response).and_then(|resp| {
                 let turn = self.turns.get(&resp.turn)?;
-                Some((turn.trace, Some(resp.span), turn.thread.clone()))
+                // Also its parent; the link says why, for backends that read links.
+                links.push(causal_link(resp.trace, resp.span, Causal::Generation));
+                Some((resp.trace, Some(resp.span), turn.thread.clone()))
             }),
             None => {
                 let host = reported.as_ref().and_then(|rp| rp.host.as_deref());
                 let candidates = self.candidates(r, host);
                 for resp in &candidates {
-                    if let Some(turn) = self.turns.get(&resp.turn) {
-                        links.push(link(turn.trace, resp.span));
-                    }
+                    links.push(link(resp.trace, resp.span, "candidate"));
                 }
                 self.abstained_place(r, &candidates, reported.as_ref())
             }
@@ -650,7 +726,7 @@ impl Tree {
                 status = Some(error_status(rp.outcome.as_str()));
             }
         }
-        out.push(Span {
+        let span = Span {
             trace_id: trace.to_vec(),
             span_id: self.key.span_id("tool", &r.interval).to_vec(),
             trace_state: String::new(),
@@ -667,7 +743,51 @@ impl Tree {
             links,
             dropped_links_count: 0,
             status,
-        });
+        };
+        self.place_continuation(r, span, out);
+    }
+
+    /// An attributed call's span links to the response that answered the request which
+    /// closed its window (and so carried its result): now, if that response has started;
+    /// else the span waits for it (until the run ends, or the request is forgotten).
+    fn place_continuation(&mut self, r: &Record, mut span: Span, out: &mut Vec<Span>) {
+        let Some(q) = r.window.as_ref().and_then(|w| w.request.as_deref()) else {
+            out.push(span);
+            return;
+        };
+        match self.requests.get(q) {
+            Some(info) => match info
+                .answered_by
+                .as_ref()
+                .and_then(|a| self.responses.get(a))
+            {
+                Some(cont) => {
+                    span.links
+                        .push(causal_link(cont.trace, cont.span, Causal::Continuation));
+                    out.push(span);
+                }
+                None => self
+                    .awaiting_continuation
+                    .entry(q.to_owned())
+                    .or_default()
+                    .push(span),
+            },
+            None => out.push(span),
+        }
+    }
+
+    /// Spans still waiting for a continuation go out without that link.
+    fn flush_awaiting(&mut self, keep: impl Fn(&str) -> bool, out: &mut Vec<Span>) {
+        let mut gone: Vec<String> = self
+            .awaiting_continuation
+            .keys()
+            .filter(|q| !keep(q))
+            .cloned()
+            .collect();
+        gone.sort();
+        for q in gone {
+            out.extend(self.awaiting_continuation.remove(&q).unwrap_or_default());
+        }
     }
 
     /// The responses that could have issued an abstained call: a client tool call complete
@@ -731,6 +851,7 @@ impl Tree {
     /// The end of the input: every open response, call and turn ends now.
     pub fn finish(&mut self, now: Millis, out: &mut Vec<Span>) {
         let now = now.max(self.now);
+        self.flush_awaiting(|_| false, out);
         let mut open: Vec<String> = self
             .responses
             .iter()
@@ -810,6 +931,9 @@ impl Tree {
         }
         // Requests that never got a response.
         self.requests.retain(|_, q| q.t >= cutoff);
+        let requests = std::mem::take(&mut self.requests);
+        self.flush_awaiting(|q| requests.contains_key(q), out);
+        self.requests = requests;
     }
 
     fn chat_span(
@@ -864,16 +988,22 @@ impl Tree {
             Some(m) => format!("chat {m}"),
             None => "chat".to_owned(),
         };
-        self.span(
-            turn.trace,
+        let mut span = self.span(
+            resp.trace,
             resp.span,
-            Some(turn.span),
+            Some(resp.parent),
             name,
             SpanKind::Client,
             (resp.start, end),
             a,
             status,
-        )
+        );
+        if resp.joined {
+            // In the host's trace, under the host's span: its turn (in windowtap's own
+            // trace) is one link away.
+            span.links.push(link(turn.trace, turn.span, "turn"));
+        }
+        span
     }
 
     fn turn_span(&self, turn: &Turn) -> Span {
@@ -990,12 +1120,35 @@ fn same_host(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
-fn link(trace: TraceId, span: SpanId) -> Link {
+/// The causal links of an `execute_tool` span (experimental, docs/otlp.md "Causal links").
+#[derive(Clone, Copy)]
+enum Causal {
+    /// To the chat span of the response that asked for the call.
+    Generation,
+    /// To the chat span of the response to the request that carried the call's result.
+    Continuation,
+}
+
+fn causal_link(trace: TraceId, span: SpanId, kind: Causal) -> Link {
+    let mut l = match kind {
+        Causal::Generation => link(trace, span, "generation"),
+        Causal::Continuation => link(trace, span, "continuation"),
+    };
+    if let Causal::Generation = kind {
+        // open-telemetry/semantic-conventions-genai PR #370 (open): the tool call was caused
+        // by that generation. Its vocabulary has no word for the other direction.
+        l.attributes
+            .push(kv_str(attr::ATTRIBUTION_LINK_TYPE, "CAUSED_BY_GENERATION"));
+    }
+    l
+}
+
+fn link(trace: TraceId, span: SpanId, role: &str) -> Link {
     Link {
         trace_id: trace.to_vec(),
         span_id: span.to_vec(),
         trace_state: String::new(),
-        attributes: vec![kv_str(attr::LINK_ROLE, "candidate")],
+        attributes: vec![kv_str(attr::LINK_ROLE, role)],
         dropped_attributes_count: 0,
         flags: 1,
     }

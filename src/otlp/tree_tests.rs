@@ -465,3 +465,229 @@ fn a_chat_span_carries_model_usage_and_finish_reason() {
     assert_eq!(int(codex, "gen_ai.usage.cache_creation.input_tokens"), None);
     assert_eq!(string(codex, "error.type"), Some("incomplete"));
 }
+
+/// Claude Code over HTTP: one exchange per request, an MCP call in the first response's
+/// window, the continuation on a stream of its own, and a side request with no trace context.
+const CLAUDE_HTTP: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"h1","client":"claude","transport":"http","thread":"sess"}"#,
+    r#"{"type":"request","t":5,"stream":"h1","request":"q1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":300,"stream":"h1","response":"r1","request":"q1"}"#,
+    r#"{"type":"tool_call","t":1800,"stream":"h1","response":"r1","call":"toolu_1","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"response_end","t":1900,"stream":"h1","response":"r1","status":"completed"}"#,
+    r#"{"type":"stream_close","t":1901,"stream":"h1"}"#,
+    r#"{"type":"mcp_interval","t":2102,"interval":"i1","alias":"probe","tool":"echo","start":1850,"end":2100,"outcome":"result","tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null}"#,
+    r#"{"type":"stream_open","t":2200,"stream":"h2","client":"claude","transport":"http","thread":"sess"}"#,
+    r#"{"type":"request","t":2205,"stream":"h2","request":"q2","previous_response":null,"outputs":["toolu_1"]}"#,
+    r#"{"type":"response_start","t":2500,"stream":"h2","response":"r2","request":"q2"}"#,
+    r#"{"type":"response_end","t":2700,"stream":"h2","response":"r2","status":"completed"}"#,
+    r#"{"type":"stream_close","t":2701,"stream":"h2"}"#,
+    r#"{"type":"stream_open","t":3000,"stream":"h3","client":"claude","transport":"http","thread":"sess"}"#,
+    r#"{"type":"request","t":3005,"stream":"h3","request":"q3","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":3100,"stream":"h3","response":"r3","request":"q3"}"#,
+    r#"{"type":"response_end","t":3200,"stream":"h3","response":"r3","status":"completed"}"#,
+    r#"{"type":"stream_close","t":3201,"stream":"h3"}"#,
+];
+
+/// The spans of `lines` with the host parents of `joins` (by stream) handed to the tree first,
+/// as the live task hands them before each stream's events.
+fn spans_joined(lines: &[&str], joins: &[(&str, HostParent)]) -> Vec<Span> {
+    let evs = events(lines);
+    let recs = records(&evs);
+    let door = Door::replay();
+    let cleared: Vec<_> = recs.iter().map(|r| door.record(r).unwrap()).collect();
+    let mut tree = Tree::new(
+        SourceKey::for_file("a.jsonl", [7; 32]),
+        1_000_000_000,
+        Door::replay(),
+        Millis::INFINITY,
+    );
+    for (stream, p) in joins {
+        tree.join(stream, *p);
+    }
+    let mut out = Vec::new();
+    interleave(tree, evs.into_iter(), &cleared, |s| out.push(s));
+    out
+}
+
+#[test]
+fn a_joined_request_puts_its_chat_span_and_the_calls_under_it_in_the_hosts_trace() {
+    let host_trace = [0xab; 16];
+    let (llm1, llm2) = ([0x11; 8], [0x22; 8]);
+    let s = spans_joined(
+        CLAUDE_HTTP,
+        &[
+            (
+                "h1",
+                HostParent {
+                    trace: host_trace,
+                    span: llm1,
+                },
+            ),
+            (
+                "h2",
+                HostParent {
+                    trace: host_trace,
+                    span: llm2,
+                },
+            ),
+        ],
+    );
+    let (r1, r2, r3) = (chat(&s, "r1"), chat(&s, "r2"), chat(&s, "r3"));
+    // Each chat span is the child of the host's span its request was made under.
+    assert_eq!(r1.trace_id, host_trace.to_vec());
+    assert_eq!(r1.parent_span_id, llm1.to_vec());
+    assert_eq!(r2.trace_id, host_trace.to_vec());
+    assert_eq!(r2.parent_span_id, llm2.to_vec());
+    // The MCP call it asked for is under it, in the host's trace too.
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(string(call, "windowtap.decision"), Some("attributed"));
+    assert!(is_child(call, r1));
+    // The turn stays in windowtap's own trace; a joined chat span links to it.
+    let turns = named(&s, "invoke_agent Claude Code");
+    let turn1 = turns
+        .iter()
+        .find(|t| r1.links.iter().any(|l| l.span_id == t.span_id))
+        .expect("r1 links to its turn");
+    assert_ne!(turn1.trace_id, host_trace.to_vec());
+    let link = &r1.links[0];
+    assert_eq!(link.trace_id, turn1.trace_id);
+    assert_eq!(
+        link.attributes[0].value.as_ref().unwrap().value,
+        Some(Value::StringValue("turn".into()))
+    );
+    // A request without a parent is placed as ever: under its turn, no link.
+    assert!(turns.iter().any(|t| is_child(r3, t)));
+    assert!(r3.links.is_empty());
+}
+
+#[test]
+fn without_a_join_the_tree_is_the_same_as_before() {
+    let plain = spans(CLAUDE_HTTP);
+    assert_eq!(plain, spans_joined(CLAUDE_HTTP, &[]));
+    assert_tree_is_whole(&plain);
+    let call = one(&plain, "execute_tool echo");
+    assert!(is_child(call, chat(&plain, "r1")));
+    // No turn links: only the call's own causal links.
+    assert!(plain
+        .iter()
+        .all(|s| s.links.is_empty() || s.name == "execute_tool echo"));
+}
+
+fn link_attr<'a>(l: &'a Link, key: &str) -> Option<&'a str> {
+    l.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+/// The call's links: (windowtap.link, gen_ai.attribution.link_type, the linked span).
+fn causal(call: &Span) -> Vec<(&str, Option<&str>, Vec<u8>)> {
+    call.links
+        .iter()
+        .map(|l| {
+            (
+                link_attr(l, "windowtap.link").unwrap(),
+                link_attr(l, "gen_ai.attribution.link_type"),
+                l.span_id.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_attributed_call_links_to_the_response_that_asked_and_the_one_that_consumed_it() {
+    // Over HTTP the continuation is a request of its own (its outputs carry the call); over
+    // a WebSocket it names the previous response.
+    for (trace, asked, consumed) in [(CLAUDE_HTTP, "r1", "r2"), (CODEX, "r1", "r2")] {
+        let s = spans(trace);
+        let call = one(&s, "execute_tool echo");
+        assert_eq!(
+            causal(call),
+            [
+                (
+                    "generation",
+                    Some("CAUSED_BY_GENERATION"),
+                    chat(&s, asked).span_id.clone()
+                ),
+                ("continuation", None, chat(&s, consumed).span_id.clone()),
+            ]
+        );
+        assert_eq!(
+            call.links[1].trace_id,
+            chat(&s, consumed).trace_id,
+            "links name the trace too"
+        );
+    }
+    // The report may reach the correlator after the continuation's response started: the
+    // span then has its continuation at once, and the same links.
+    let mut late: Vec<&str> = CLAUDE_HTTP.to_vec();
+    let report = late.remove(6);
+    assert!(report.contains("mcp_interval"));
+    let at = late
+        .iter()
+        .position(|l| l.contains(r#""response":"r2","request""#))
+        .unwrap();
+    let moved = report.replace(r#""t":2102"#, r#""t":2600"#);
+    late.insert(at + 1, &moved);
+    let s = spans(&late);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(string(call, "windowtap.decision"), Some("attributed"));
+    assert_eq!(
+        causal(call).iter().map(|c| c.0).collect::<Vec<_>>(),
+        ["generation", "continuation"]
+    );
+    assert_eq!(call.links[1].span_id, chat(&s, "r2").span_id);
+}
+
+#[test]
+fn a_call_whose_continuation_never_got_a_response_goes_out_at_the_end_without_that_link() {
+    // The continuation is sent, but its exchange ends with no response; then the run ends.
+    let mut lines = CLAUDE_HTTP[..9].to_vec();
+    assert!(lines[8].contains(r#""request":"q2""#));
+    lines.push(r#"{"type":"stream_close","t":2300,"stream":"h2"}"#);
+    let s = spans(&lines);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(string(call, "windowtap.decision"), Some("attributed"));
+    assert_eq!(
+        causal(call).iter().map(|c| c.0).collect::<Vec<_>>(),
+        ["generation"]
+    );
+}
+
+#[test]
+fn a_websocket_request_joins_by_its_own_context_and_the_others_do_not() {
+    let p = HostParent {
+        trace: [0xcd; 16],
+        span: [0x33; 8],
+    };
+    let evs = events(CODEX);
+    let recs = records(&evs);
+    let door = Door::replay();
+    let cleared: Vec<_> = recs.iter().map(|r| door.record(r).unwrap()).collect();
+    let mut tree = Tree::new(
+        SourceKey::for_file("a.jsonl", [7; 32]),
+        1_000_000_000,
+        Door::replay(),
+        Millis::INFINITY,
+    );
+    tree.join_request("q2", p);
+    let mut s = Vec::new();
+    interleave(tree, evs.into_iter(), &cleared, |x| s.push(x));
+    let r2 = chat(&s, "r2");
+    assert_eq!(
+        (r2.trace_id.clone(), r2.parent_span_id.clone()),
+        (p.trace.to_vec(), p.span.to_vec())
+    );
+    for r in ["r1", "r3"] {
+        assert_ne!(chat(&s, r).trace_id, p.trace.to_vec(), "{r}");
+    }
+    // The call stays under r1, which asked for it; its continuation link crosses into the
+    // host's trace.
+    let call = one(&s, "execute_tool echo");
+    assert!(is_child(call, chat(&s, "r1")));
+    assert_eq!(call.links[1].trace_id, p.trace.to_vec());
+}

@@ -112,6 +112,13 @@ pub struct RelayArgs {
     upstream_idle: u64,
     #[command(flatten)]
     pub otlp: crate::otlp::OtlpArgs,
+    /// Put each model request's spans inside the host's own trace: a request carrying one
+    /// valid W3C `traceparent` header gets its `chat` span (and the `execute_tool` spans
+    /// under it) as a child of the host's span. The header is used for nothing else and
+    /// written nowhere. Needs OTLP export. With `run`, also turns the host's own trace
+    /// export on toward the same endpoint (docs/otlp.md, "Joining the host's trace").
+    #[arg(long)]
+    pub join_host_trace: bool,
     /// Test hook: observers take nothing up until their stream has ended.
     #[arg(long, hide = true)]
     test_stall_observers: bool,
@@ -165,6 +172,12 @@ pub fn relay_config(
     };
     let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref())?;
     let otlp = args.otlp.resolve()?;
+    if args.join_host_trace && otlp.config.is_none() {
+        bail!(
+            "--join-host-trace puts windowtap's spans in the host's trace, which needs OTLP \
+             export: give --otlp-endpoint (or set OTEL_EXPORTER_OTLP_ENDPOINT)"
+        );
+    }
     for w in &otlp.warnings {
         eprintln!("windowtap: warning: otlp: {w}");
     }
@@ -216,6 +229,7 @@ pub fn relay_config(
         sync,
         one_host: false,
         resolve_hosts: args.hosts,
+        join_host_trace: args.join_host_trace,
     };
     Ok((config, sinks))
 }
@@ -254,6 +268,8 @@ pub struct RelayConfig {
     /// Streams and MCP calls get hosts (`--hosts on`); without, every host is null and
     /// nothing is looked up, `one_host` included.
     pub resolve_hosts: bool,
+    /// `--join-host-trace`: a request's `traceparent` parents its chat span.
+    pub join_host_trace: bool,
 }
 
 const MIB: usize = 1 << 20;

@@ -22,6 +22,7 @@ use super::observer;
 use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::upstream::{Driven, Lease};
+use crate::otlp::host_trace::HostParent;
 
 /// Starts observing an exchange (`method`, the path under its mount, the request headers) if
 /// its route is observed. The verbatim path starts its exchanges' observation here too.
@@ -31,10 +32,21 @@ pub(super) fn observe(
     rest: &str,
     headers: &HeaderMap,
 ) -> Option<Tap> {
-    state.live.as_ref()?;
+    let live = state.live.as_ref()?;
     let plan = observer::plan(method.as_str(), rest_path(rest), false, headers)?;
     let encoding = header_str(headers, &header::CONTENT_ENCODING);
-    state.start_tap(|stream, out| plan.open_http(stream, encoding, &state.budget, out))
+    // `--join-host-trace`: the host's span this request was made under, left for the
+    // correlator task before the stream's first event can reach it (docs/design.md §7).
+    let joined = live
+        .host_parents
+        .as_ref()
+        .and_then(|hp| Some((hp, HostParent::from_headers(headers)?)));
+    state.start_tap(|stream, out| {
+        if let Some((hp, parent)) = joined {
+            hp.put(&stream, parent);
+        }
+        plan.open_http(stream, encoding, &state.budget, out)
+    })
 }
 
 /// Forwards one HTTP exchange to `mount`'s upstream and streams its response back.

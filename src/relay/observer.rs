@@ -3,8 +3,12 @@
 
 use correlator::observe::Budget;
 use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
+use std::sync::Arc;
+
 use correlator::EventKind;
 use http::HeaderMap;
+
+use crate::otlp::host_trace::{HostParent, HostParents};
 
 use super::tap::{StreamObserver, TapMsg};
 
@@ -53,16 +57,28 @@ impl Plan {
         Box::new(observer)
     }
 
+    /// `joins`: with `--join-host-trace`, where each request's trace context goes (Codex
+    /// sends it in each `response.create`, a WebSocket having no per-request headers).
     pub fn open_ws(
         self,
         stream: String,
         extensions: Option<&str>,
         budget: &Budget,
+        joins: Option<&Arc<HostParents>>,
         out: &mut Vec<EventKind>,
     ) -> Box<dyn StreamObserver> {
         let mut observer = WsObserver::new(self.info(stream), extensions, out);
         observer.set_budget(budget.account());
-        Box::new(observer)
+        match joins {
+            Some(parents) => {
+                observer.keep_trace_contexts();
+                Box::new(JoiningWs {
+                    inner: observer,
+                    parents: parents.clone(),
+                })
+            }
+            None => Box::new(observer),
+        }
     }
 }
 
@@ -91,6 +107,31 @@ impl StreamObserver for HttpObserver {
     }
     fn close(&mut self, out: &mut Vec<EventKind>) {
         HttpObserver::close(self, out)
+    }
+}
+
+/// A WebSocket observer that hands each request's host parent to the correlator task, by the
+/// raw request id, before the request's event leaves (the tap sends a copy's events after
+/// `take` returns). The raw value is parsed here and dropped.
+struct JoiningWs {
+    inner: WsObserver,
+    parents: Arc<HostParents>,
+}
+
+impl StreamObserver for JoiningWs {
+    fn take(&mut self, msg: TapMsg, out: &mut Vec<EventKind>) {
+        StreamObserver::take(&mut self.inner, msg, out);
+        for (request, value) in self.inner.take_trace_contexts() {
+            if let Some(p) = HostParent::parse(value.as_bytes()) {
+                self.parents.put(&request, p);
+            }
+        }
+    }
+    fn lost(&mut self, reason: &'static str, out: &mut Vec<EventKind>) {
+        StreamObserver::lost(&mut self.inner, reason, out)
+    }
+    fn close(&mut self, out: &mut Vec<EventKind>) {
+        StreamObserver::close(&mut self.inner, out)
     }
 }
 

@@ -97,6 +97,9 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         pseudo: Pseudonymizer::new(&config.key),
         tick: Duration::from_millis(20),
         otlp: None,
+        host_parents: config
+            .join_host_trace
+            .then(|| Arc::new(crate::otlp::host_trace::HostParents::default())),
     };
     let exporter = match config.otlp {
         Some(c) => Some(crate::otlp::Exporter::start(c).context("starting the OTLP exporter")?),

@@ -90,7 +90,8 @@ pub async fn forward_upgrade(
             .headers()
             .get(header::SEC_WEBSOCKET_EXTENSIONS)
             .and_then(|v| v.to_str().ok());
-        state.start_tap(|stream, out| plan.open_ws(stream, extensions, &state.budget, out))
+        let joins = state.live.as_ref().and_then(|l| l.host_parents.as_ref());
+        state.start_tap(|stream, out| plan.open_ws(stream, extensions, &state.budget, joins, out))
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     let timers = state.timers.clone();

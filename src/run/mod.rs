@@ -3,6 +3,7 @@
 
 pub mod claude;
 pub mod codex;
+mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -343,6 +344,12 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let (mut config, sinks) = relay_config(&args.relay, listen, ingest.clone(), &mounts)?;
     config.one_host = true;
+    // `--join-host-trace`: the host exports its own trace where windowtap exports.
+    let host_traces = config
+        .otlp
+        .as_ref()
+        .filter(|_| config.join_host_trace)
+        .map(|c| c.endpoint.to_string());
     // The host's terminal is the host's: the log goes to a file unless asked otherwise.
     let log_path = match args.log_file.take() {
         Some(p) if p.as_os_str() == "-" => None,
@@ -379,6 +386,10 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 let plan = codex::plan(&host_args, &codex_home, &wrap, &base, auth)?;
                 (plan.args, Vec::new(), plan.servers, plan.base_url)
             }
+        };
+        let (argv, env) = match &host_traces {
+            Some(url) => telemetry::with_host_export(host, url, argv, env),
+            None => (argv, env),
         };
         tracing::info!(port = running.addr.port(), "relay listening; starting the host");
         let mut cmd = tokio::process::Command::new(&program);

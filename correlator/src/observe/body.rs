@@ -9,7 +9,9 @@
 //!   message (the results of the response being continued; earlier ones belong to history).
 //! - Responses (HTTP body or WebSocket `response.create` / `response.append` frame):
 //!   `previous_response_id`, and the `call_id`s of `function_call_output` /
-//!   `custom_tool_call_output` items in `input`.
+//!   `custom_tool_call_output` items in `input`; and Codex's trace context on a WebSocket,
+//!   `client_metadata.ws_request_header_traceparent` (a short string, kept only for
+//!   `--join-host-trace`; the relay parses it and it is never written).
 
 use std::fmt;
 
@@ -19,6 +21,10 @@ use thiserror::Error;
 
 /// Bound on one request body (or one WebSocket message) after decoding.
 pub(super) const MAX_BODY: usize = 64 << 20;
+
+/// The longest trace context kept from a request (a W3C `traceparent` is 55 bytes; longer
+/// ones are not read further).
+pub(super) const MAX_TRACE_CONTEXT: usize = 256;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum BodyError {
@@ -53,6 +59,10 @@ pub struct ResponsesRequest {
     /// The WebSocket lane (`stream_id`), if any.
     pub lane: Option<String>,
     pub facts: RequestFacts,
+    /// Codex's W3C trace context for this request on a WebSocket
+    /// (`client_metadata.ws_request_header_traceparent`), unparsed, when it is a string of at
+    /// most [`MAX_TRACE_CONTEXT`] bytes.
+    pub trace_context: Option<String>,
 }
 
 /// Scans an Anthropic `/v1/messages` request body.
@@ -79,6 +89,8 @@ pub fn responses_request(body: &[u8]) -> Result<ResponsesRequest, BodyError> {
         stream_id: Option<String>,
         #[serde(default)]
         input: CallOutputs,
+        #[serde(default)]
+        client_metadata: TraceContext,
     }
     let Object(b): Object<Body> = serde_json::from_slice(body).map_err(json_err)?;
     Ok(ResponsesRequest {
@@ -88,7 +100,108 @@ pub fn responses_request(body: &[u8]) -> Result<ResponsesRequest, BodyError> {
             previous_response: b.previous_response_id,
             outputs: b.input.0,
         },
+        trace_context: b.client_metadata.0,
     })
+}
+
+/// `client_metadata`: only its `ws_request_header_traceparent`, when a short string. Any other
+/// shape (not an object, the key missing or not a string, too long) reads as absent, never as
+/// an error: trace context is optional, the request's chain facts are not. Other keys are
+/// skipped without being read into memory.
+#[derive(Default)]
+struct TraceContext(Option<String>);
+
+impl<'de> Deserialize<'de> for TraceContext {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TraceContext;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("anything")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TraceContext, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "ws_request_header_traceparent" {
+                        found = map.next_value::<ShortString>()?.0;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(TraceContext(found))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TraceContext, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TraceContext(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<TraceContext, E> {
+                Ok(TraceContext(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A string of at most [`MAX_TRACE_CONTEXT`] bytes, else absent (whatever the value is).
+struct ShortString(Option<String>);
+
+impl<'de> Deserialize<'de> for ShortString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ShortString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("anything")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ShortString, E> {
+                Ok(ShortString(
+                    (v.len() <= MAX_TRACE_CONTEXT).then(|| v.to_owned()),
+                ))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<ShortString, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ShortString(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ShortString, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ShortString(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ShortString, E> {
+                Ok(ShortString(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<ShortString, E> {
+                Ok(ShortString(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<ShortString, E> {
+                Ok(ShortString(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<ShortString, E> {
+                Ok(ShortString(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ShortString, E> {
+                Ok(ShortString(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `T` read from a JSON object only. Derived structs also accept an array of their fields in
@@ -338,6 +451,7 @@ mod tests {
                         previous_response: None,
                         outputs: ids(&["call_1", "call_2"]),
                     },
+                    trace_context: None,
                 },
             ),
             (
@@ -350,6 +464,7 @@ mod tests {
                         previous_response: Some("resp_1".into()),
                         outputs: ids(&["call_1"]),
                     },
+                    trace_context: None,
                 },
             ),
             (
@@ -359,11 +474,47 @@ mod tests {
                     kind: Some("response.create".into()),
                     lane: Some("lane-a".into()),
                     facts: RequestFacts::default(),
+                    trace_context: None,
+                },
+            ),
+            (
+                "codex ws with its trace context in client_metadata",
+                r#"{"type":"response.create","input":[],"client_metadata":{"thread_id":"th","x-codex-turn-metadata":"{\"a\":1}","ws_request_header_traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","ws_request_header_tracestate":"k=v"}}"#,
+                ResponsesRequest {
+                    kind: Some("response.create".into()),
+                    lane: None,
+                    facts: RequestFacts::default(),
+                    trace_context: Some(
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                    ),
                 },
             ),
         ];
         for (name, body, want) in cases {
             assert_eq!(&responses_request(body.as_bytes()).unwrap(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_trace_context_of_another_shape_is_absent_and_the_request_still_reads() {
+        let long = format!(r#""{}""#, "a".repeat(MAX_TRACE_CONTEXT + 1));
+        for meta in [
+            "null",
+            "7",
+            r#""a string""#,
+            "[1,2]",
+            r#"{"ws_request_header_traceparent":5}"#,
+            r#"{"ws_request_header_traceparent":{"x":[1]}}"#,
+            r#"{"ws_request_header_traceparent":null}"#,
+            &format!(r#"{{"ws_request_header_traceparent":{long}}}"#),
+            r#"{"other":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#,
+        ] {
+            let body = format!(
+                r#"{{"type":"response.create","previous_response_id":"r","client_metadata":{meta},"input":[]}}"#
+            );
+            let got = responses_request(body.as_bytes()).unwrap_or_else(|e| panic!("{meta}: {e}"));
+            assert_eq!(got.trace_context, None, "{meta}");
+            assert_eq!(got.facts.previous_response.as_deref(), Some("r"), "{meta}");
         }
     }
 

@@ -515,6 +515,9 @@ pub struct WsObserver {
     requests: u64,
     /// This connection's part of the observer budget.
     account: Account,
+    /// Each request's trace context (request id, the raw value), kept only when asked for
+    /// ([`WsObserver::keep_trace_contexts`]) until taken.
+    trace_contexts: Option<Vec<(String, String)>>,
 }
 
 impl WsObserver {
@@ -536,6 +539,7 @@ impl WsObserver {
             proto: ResponsesStream::new(info.stream),
             requests: 0,
             account: Account::default(),
+            trace_contexts: None,
         };
         if let Err(e) = pmd {
             obs.lose(e.into(), out);
@@ -546,6 +550,22 @@ impl WsObserver {
         obs
     }
 
+    /// Keeps each request's trace context (Codex's `client_metadata`, see
+    /// `body::responses_request`) for [`WsObserver::take_trace_contexts`]: for
+    /// `--join-host-trace` only, so nothing is kept otherwise.
+    pub fn keep_trace_contexts(&mut self) {
+        self.trace_contexts.get_or_insert_with(Vec::new);
+    }
+
+    /// The trace contexts of the requests seen since the last call: (request id, raw value).
+    /// Each is taken before the events of the same bytes are handed on.
+    pub fn take_trace_contexts(&mut self) -> Vec<(String, String)> {
+        self.trace_contexts
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// Client→server raw bytes after the 101.
     pub fn client_bytes(&mut self, bytes: &[u8], out: &mut Vec<EventKind>) {
         if self.phase != Phase::Live {
@@ -554,8 +574,9 @@ impl WsObserver {
         let bound = room(self.account.allowance(), self.held(), self.client.held());
         self.client.set_max(bound);
         let (stream, proto, requests) = (&self.stream, &mut self.proto, &mut self.requests);
+        let contexts = &mut self.trace_contexts;
         let r = self.client.feed(bytes, |m: Message<'_>| match m {
-            Message::Text(text) => client_message(stream, proto, requests, text, out),
+            Message::Text(text) => client_message(stream, proto, requests, contexts, text, out),
             _ => Ok(()),
         });
         if let Err(lost) = r {
@@ -631,6 +652,7 @@ fn client_message(
     stream: &str,
     proto: &mut ResponsesStream,
     requests: &mut u64,
+    contexts: &mut Option<Vec<(String, String)>>,
     text: &[u8],
     out: &mut Vec<EventKind>,
 ) -> Result<(), Lost> {
@@ -641,6 +663,9 @@ fn client_message(
     let req = body::responses_request(text).map_err(|_| Lost::JSON)?;
     *requests += 1;
     let id = format!("{stream}/q{requests}");
+    if let (Some(keep), Some(tc)) = (contexts.as_mut(), req.trace_context) {
+        keep.push((id.clone(), tc));
+    }
     out.push(EventKind::Request {
         stream: stream.to_string(),
         request: id.clone(),

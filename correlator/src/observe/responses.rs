@@ -354,7 +354,7 @@ fn client_call_kind(item_type: &str) -> Option<CallKind> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::exchange::Api;
+    use super::super::exchange::{Api, ExchangeInfo, WsObserver};
     use super::super::testkit::*;
     use super::super::ws_frames::tests::{frame, Deflater};
     use crate::event::{
@@ -867,6 +867,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn trace_contexts_are_kept_per_request_only_when_asked_for() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let with_tp = TURN.replace(
+            r#""store":false}"#,
+            &format!(
+                r#""store":false,"client_metadata":{{"ws_request_header_traceparent":"{TP}"}}}}"#
+            ),
+        );
+        let mut w = Wire::new(None);
+        w.client(PREWARM);
+        w.client(&with_tp);
+        let info = || ExchangeInfo {
+            stream: "w1".into(),
+            api: Api::Responses,
+            client: Client::Codex,
+            thread: None,
+        };
+        let feed = |obs: &mut WsObserver, out: &mut Vec<EventKind>| {
+            for (_, bytes) in &w.script {
+                obs.client_bytes(bytes, out);
+            }
+        };
+        let mut out = Vec::new();
+        let mut kept = WsObserver::new(info(), None, &mut out);
+        kept.keep_trace_contexts();
+        feed(&mut kept, &mut out);
+        // The second request's, by the id its request event carries.
+        assert_eq!(
+            kept.take_trace_contexts(),
+            [("w1/q2".to_string(), TP.to_string())]
+        );
+        assert!(out.contains(&req("w1", "w1/q2", Some("resp_pre"), &[])));
+        assert!(kept.take_trace_contexts().is_empty(), "taken once");
+        let mut out2 = Vec::new();
+        let mut plain = WsObserver::new(info(), None, &mut out2);
+        feed(&mut plain, &mut out2);
+        assert!(
+            plain.take_trace_contexts().is_empty(),
+            "not kept unless asked"
+        );
+        assert_eq!(out, out2, "the events are the same either way");
     }
 
     #[test]
