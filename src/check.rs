@@ -15,8 +15,8 @@ use crate::trace_file::{files, TraceFile};
 #[command(after_help = "\
 A file whose first line is a trace header ({\"type\":\"trace\",…}) is read as a trace (version 2 or 1), any \
 other as records v1, with the readers `replay` and `report` use: a trace that `check` passes replays, \
-header options included. An empty file is not a trace (a trace begins with its header line), and \
-`check` says so, as `replay` does. A directory means every *.jsonl file directly in it. Prints \
+header options included. An empty file is a records file with no records (what a relay writes when \
+no MCP call ran), never a trace: `check` passes it saying so, and `replay` refuses it. A directory means every *.jsonl file directly in it. Prints \
 `FILE: ok (N events)` or `FILE: ok (N records)` for each valid file, and \
 `FILE:LINE: field `x`: message` for the first error of each invalid one; exits 1 if any file \
 is invalid.
@@ -35,6 +35,8 @@ pub struct CheckArgs {
 enum Kind {
     Trace,
     Records,
+    /// Nothing but blank lines.
+    Empty,
 }
 
 fn kind_of(path: &Path) -> std::io::Result<Kind> {
@@ -43,11 +45,13 @@ fn kind_of(path: &Path) -> std::io::Result<Kind> {
     loop {
         line.clear();
         // A read error (or invalid UTF-8) is left to the reader, which names the line.
-        // An empty file is not a trace (a trace begins with its header line), and the trace
-        // reader says so, as it does for `replay`: an empty records file (no intervals) has
-        // nothing to check, and a file cannot say which of the two it was meant to be.
-        if input.read_line(&mut line).unwrap_or(0) == 0 {
-            return Ok(Kind::Trace);
+        // An empty file is a records file with no records: a relay or run during which no MCP
+        // call ran writes exactly that. It is not a trace (a trace begins with its header
+        // line), and `check` says so in its verdict, as `replay` refuses it.
+        match input.read_line(&mut line) {
+            Ok(0) => return Ok(Kind::Empty),
+            Ok(_) => {}
+            Err(_) => return Ok(Kind::Trace),
         }
         if !line.trim().is_empty() {
             break;
@@ -75,6 +79,9 @@ fn check_file(path: &Path) -> Result<String, String> {
             }
             Ok(format!("{name}: ok ({n} events)"))
         }
+        Kind::Empty => Ok(format!(
+            "{name}: ok (0 records; an empty file, so not a trace: replay refuses it)"
+        )),
         Kind::Records => {
             let file = File::open(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
             let input = BufReader::with_capacity(1 << 16, file);

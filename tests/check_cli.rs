@@ -128,7 +128,7 @@ fn every_file_is_checked_and_each_error_names_file_line_and_field() {
 /// An empty file is not a trace (a trace begins with its header line, design.md §5), and
 /// `check` says so as `replay` does, in the same words; a header with no events is a trace.
 #[test]
-fn an_empty_file_is_not_a_trace_for_check_as_for_replay_and_a_bare_header_is() {
+fn an_empty_file_is_an_empty_records_file_never_a_trace_for_check_as_for_replay() {
     let dir = tempfile::tempdir().unwrap();
     let empty = write(dir.path(), "empty.jsonl", "");
     let blank = write(dir.path(), "blank.jsonl", "\n  \n");
@@ -137,33 +137,26 @@ fn an_empty_file_is_not_a_trace_for_check_as_for_replay_and_a_bare_header_is() {
         "header.jsonl",
         "{\"type\":\"trace\",\"version\":1}\n",
     );
+    // A relay during which no MCP call ran writes an empty records file: it checks clean, and
+    // the verdict says it is no trace.
     let out = windowtap(&["check", s(&empty), s(&blank), s(&header)]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let verdict = "ok (0 records; an empty file, so not a trace: replay refuses it)";
     assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        format!("{}: ok (0 events)\n", s(&header))
-    );
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "{stderr}");
-    assert!(
-        lines[0].starts_with(&format!("{}:1: empty trace", s(&empty))),
-        "{stderr}"
-    );
-    assert!(
-        lines[1].starts_with(&format!("{}:", s(&blank))) && lines[1].contains(": empty trace"),
-        "{stderr}"
+        stdout,
+        format!(
+            "{}: {verdict}\n{}: {verdict}\n{}: ok (0 events)\n",
+            s(&empty),
+            s(&blank),
+            s(&header)
+        )
     );
     for file in [&empty, &blank] {
         let replay = windowtap(&["replay", s(file)]);
         assert_eq!(replay.status.code(), Some(1));
         let said = String::from_utf8(replay.stderr).unwrap();
-        let line = if file == &empty { lines[0] } else { lines[1] };
-        assert!(
-            said.lines()
-                .any(|l| l == format!("windowtap: error: {line}")),
-            "replay said {said}, check said {line}"
-        );
+        assert!(said.contains("empty trace"), "replay said {said}");
     }
     let replay = windowtap(&["replay", s(&header)]);
     assert!(replay.status.success());

@@ -27,7 +27,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/shutdown.rs", 3, "lost-record counts, the export report"),
     ("relay/verbatim.rs", 8, "the verbatim path: the traffic itself (request to its upstream, response, its chunk-size lines and the relay's own error answers to the client)"),
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
-    ("replay_cmd.rs", 5, "records as `Cleared` lines, the summary and the export report"),
+    ("replay_cmd.rs", 9, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths)"),
     ("report/mod.rs", 3, "the HTML of cleared records, and counts"),
     ("report/render.rs", 45, "HTML of cleared records and checked trace events, escaped"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
