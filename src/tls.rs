@@ -9,8 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_rustls::HttpsConnector;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
@@ -82,6 +87,11 @@ impl ExtraRoots {
         path.map_or_else(|| Ok(ExtraRoots::none()), ExtraRoots::read)
     }
 
+    /// The roots of all of `sets`.
+    pub fn merge(sets: Vec<ExtraRoots>) -> Self {
+        ExtraRoots(sets.into_iter().flat_map(|s| s.0).collect())
+    }
+
     fn store(&self) -> rustls::RootCertStore {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -121,6 +131,74 @@ pub fn https_connector(
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
     Ok(HttpsConnector::from((http, tls)))
+}
+
+/// The roots each upstream is checked against: every upstream the platform's roots and the
+/// unscoped extra roots; an upstream named in `scoped` (by its authority, `host:port` as its
+/// mount's URL has it) its own extra roots too, and no other upstream those.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamRoots {
+    pub all: ExtraRoots,
+    pub scoped: Vec<(String, ExtraRoots)>,
+}
+
+/// The upstream connector: TLS (or plain `http`) with the roots [`UpstreamRoots`] gives each
+/// upstream. A CA given for one mount (a local test upstream, a company gateway) is then never
+/// trusted for the others, `api.anthropic.com` included.
+#[derive(Clone)]
+pub struct UpstreamConnector {
+    all: HttpsConnector<HttpConnector>,
+    scoped: Arc<Vec<(String, HttpsConnector<HttpConnector>)>>,
+}
+
+impl UpstreamConnector {
+    pub fn new(roots: &UpstreamRoots, connect_timeout: Duration) -> Result<Self, TlsError> {
+        let scoped = roots
+            .scoped
+            .iter()
+            .map(|(authority, extra)| {
+                let both = ExtraRoots(roots.all.0.iter().chain(&extra.0).cloned().collect());
+                Ok((
+                    authority.to_ascii_lowercase(),
+                    https_connector(&both, connect_timeout)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, TlsError>>()?;
+        Ok(UpstreamConnector {
+            all: https_connector(&roots.all, connect_timeout)?,
+            scoped: Arc::new(scoped),
+        })
+    }
+
+    fn for_uri(&self, uri: &http::Uri) -> &HttpsConnector<HttpConnector> {
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+        self.scoped
+            .iter()
+            .find(|(a, _)| a.eq_ignore_ascii_case(authority))
+            .map_or(&self.all, |(_, c)| c)
+    }
+}
+
+type Connected = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for UpstreamConnector {
+    type Response = Connected;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Connected, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Each call clones the connector it picks and waits for that one to be ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let mut connector = self.for_uri(&uri).clone();
+        Box::pin(async move {
+            std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+            connector.call(uri).await
+        })
+    }
 }
 
 #[cfg(test)]

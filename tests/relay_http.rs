@@ -315,6 +315,34 @@ async fn an_untrusted_upstream_certificate_is_a_tls_failure() {
     assert_eq!(body["error"]["class"], "tls");
 }
 
+/// `--upstream-ca NAME=FILE` trusts the CA for that mount's upstream only: another upstream
+/// whose certificate the same CA signed is refused, as the API hosts would be.
+#[tokio::test]
+async fn a_ca_scoped_to_a_mount_is_trusted_for_that_upstream_only() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_file(dir.path(), "ca.pem", &pki.ca_pem);
+    let (mine, _) = echo_upstream(Some(pki.server.clone())).await;
+    let (other, _) = echo_upstream(Some(pki.server.clone())).await;
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        mine.mount("mine", ""),
+        "--upstream".into(),
+        other.mount("other", ""),
+        "--upstream-ca".into(),
+        format!("mine={}", ca.display()),
+    ]);
+    let req = request("GET", relay.addr, "/mine/v1/models")
+        .header("x-reply-len", "3")
+        .body(full(""))
+        .unwrap();
+    let res = send(relay.addr, req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let (status, body) = error_of(&relay, "/other/v1/models").await;
+    assert_eq!(status, 502);
+    assert_eq!(body["error"]["class"], "tls");
+}
+
 /// An upstream that sends a response head and part of a chunked body, then resets.
 async fn resetting_upstream(head_only: bool) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -14,7 +14,7 @@ use super::mounts::{Mount, Mounts};
 use super::sinks;
 use super::tap::Stall;
 use crate::live::Sinks;
-use crate::tls::ExtraRoots;
+use crate::tls::{ExtraRoots, UpstreamRoots};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -36,9 +36,11 @@ pub struct RelayArgs {
     // upstream URL may hold a password.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     upstreams: Vec<String>,
-    /// A PEM file of extra root certificates to trust for upstream TLS.
-    #[arg(long, value_name = "FILE")]
-    upstream_ca: Option<PathBuf>,
+    /// A PEM file of extra root certificates to trust for upstream TLS: `FILE` for every
+    /// upstream, `NAME=FILE` for mount NAME's upstream only (repeatable). Scope a private CA to
+    /// the mount that needs it: unscoped, it is trusted for the API hosts too.
+    #[arg(long = "upstream-ca", value_name = "[NAME=]FILE")]
+    upstream_ca: Vec<String>,
     /// Write attribution records here instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub records: Option<PathBuf>,
@@ -164,8 +166,6 @@ pub fn relay_config(
             bail!("{name} takes a number of milliseconds >= 0, got {v}");
         }
     }
-    let extra_roots =
-        ExtraRoots::read_optional(args.upstream_ca.as_deref()).context("--upstream-ca")?;
     let key = match &args.id_key_file {
         Some(p) => read_key(p)?,
         None => rand::random::<[u8; PSEUDONYM_KEY_LEN]>(),
@@ -197,16 +197,15 @@ pub fn relay_config(
         .map(|a| Mount::parse_arg(a).context("--upstream"))
         .collect::<anyhow::Result<Vec<Mount>>>()?;
     upstreams.extend(extra_mounts.iter().cloned());
-    for w in Mounts::with_overrides(&upstreams)
-        .iter()
-        .filter_map(Mount::clear_text_warning)
-    {
+    let mounts = Mounts::with_overrides(&upstreams);
+    let upstream_roots = upstream_roots(&args.upstream_ca, &mounts)?;
+    for w in mounts.iter().filter_map(Mount::clear_text_warning) {
         eprintln!("windowtap: warning: {w}");
     }
     let config = RelayConfig {
         listen,
-        mounts: Mounts::with_overrides(&upstreams),
-        extra_roots,
+        mounts,
+        upstream_roots,
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
         upstream_idle: Duration::from_millis(args.upstream_idle),
@@ -238,7 +237,8 @@ pub fn relay_config(
 pub struct RelayConfig {
     pub listen: SocketAddr,
     pub mounts: Mounts,
-    pub extra_roots: ExtraRoots,
+    /// The extra roots for upstream TLS, for all upstreams and per mount.
+    pub upstream_roots: UpstreamRoots,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     /// How long an idle upstream connection is kept for reuse.
@@ -298,4 +298,32 @@ fn physical_memory() -> usize {
     } else {
         1 << 30
     }
+}
+
+/// `--upstream-ca` values: `NAME=FILE` scopes FILE to mount NAME's upstream (its authority,
+/// as the connector sees it); anything else is a FILE for every upstream. A value is scoped
+/// only when what stands before its first `=` names a mount, so a path with `=` in it still
+/// reads as a path.
+fn upstream_roots(values: &[String], mounts: &Mounts) -> anyhow::Result<UpstreamRoots> {
+    let mut roots = UpstreamRoots::default();
+    let mut all = Vec::new();
+    for value in values {
+        let scoped = value
+            .split_once('=')
+            .and_then(|(name, file)| mounts.iter().find(|m| m.name == name).map(|m| (m, file)));
+        match scoped {
+            Some((mount, file)) => {
+                let extra = ExtraRoots::read(std::path::Path::new(file))
+                    .with_context(|| format!("--upstream-ca {}=…", mount.name))?;
+                roots
+                    .scoped
+                    .push((mount.authority.as_str().to_string(), extra));
+            }
+            None => {
+                all.push(ExtraRoots::read(std::path::Path::new(value)).context("--upstream-ca")?)
+            }
+        }
+    }
+    roots.all = ExtraRoots::merge(all);
+    Ok(roots)
 }

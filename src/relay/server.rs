@@ -81,7 +81,8 @@ pub struct Running {
 /// Binds the listener, starts the correlator task and starts accepting. `clock` is the
 /// relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let connector = crate::tls::https_connector(&config.extra_roots, config.connect_timeout)?;
+    let connector =
+        crate::tls::UpstreamConnector::new(&config.upstream_roots, config.connect_timeout)?;
     // `start` runs on the main runtime: the connections' timers run there.
     let timers = Timers::new(tokio::runtime::Handle::current());
     let client = upstream::client(connector.clone(), config.upstream_idle, timers.clone());

@@ -31,14 +31,14 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_rustls::MaybeHttpsStream;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower_service::Service;
 
 use super::body::RelayBody;
 use super::timers::Timers;
+use crate::tls::UpstreamConnector;
 
 type ReqBody = RelayBody<Incoming>;
 type Conn = http1::Connection<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>, ReqBody>;
@@ -46,12 +46,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The pooled client WebSocket handshakes go through (their connection is handed over to
 /// the splice once upgraded).
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RelayBody<Incoming>>;
+pub type UpstreamClient = Client<UpstreamConnector, RelayBody<Incoming>>;
 
 /// The pooled upstream client over `connector` (WebSocket handshakes), idle connections
 /// closed after `pool_idle`.
 pub(super) fn client(
-    connector: HttpsConnector<HttpConnector>,
+    connector: UpstreamConnector,
     pool_idle: Duration,
     timers: Timers,
 ) -> UpstreamClient {
@@ -162,7 +162,7 @@ impl<T> IdlePool<T> {
 
 /// The origins' idle connections and how to open new ones.
 pub struct Upstreams {
-    connector: HttpsConnector<HttpConnector>,
+    connector: UpstreamConnector,
     builder: http1::Builder,
     idle: IdlePool<Lease>,
     /// The verbatim path's idle connections: bare streams, between two exchanges.
@@ -171,7 +171,7 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    pub fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Arc<Self> {
+    pub fn new(connector: UpstreamConnector, idle_timeout: Duration) -> Arc<Self> {
         let mut builder = http1::Builder::new();
         builder.preserve_header_case(true);
         Arc::new(Upstreams {
