@@ -101,7 +101,8 @@ pub struct RelayArgs {
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log: String,
     /// Memory all observers together may hold, in MiB (decoders, SSE and WebSocket message
-    /// buffers, request bodies being read); one stream may hold a quarter of it. A stream that
+    /// buffers, request bodies being read, and the copies queued for them); one stream may
+    /// hold a quarter of it. A stream that
     /// would need more is marked observation_lost (budget) and still forwarded [default: an
     /// eighth of the machine's memory, at most 128].
     #[arg(long, value_name = "MIB")]

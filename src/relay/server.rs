@@ -139,7 +139,8 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
             live.events.clone(),
             config.stall,
             observers.spawner(),
-        ),
+        )
+        .with_budget(config.observer_budget.clone()),
         live: Some(live),
         response_timeout: config.response_timeout,
         timers: timers.clone(),

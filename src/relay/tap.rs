@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use correlator::observe::Budget;
 use correlator::{EventKind, Millis};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
@@ -144,6 +145,9 @@ struct Shared {
     closed_at: AtomicU64,
     /// Bytes of copies queued and not yet taken up.
     queued_bytes: AtomicUsize,
+    /// The observers' budget: what is queued is held there too, so that a thousand streams
+    /// whose readers fall behind cannot queue a thousand times [`MAX_QUEUED_BYTES`].
+    budget: Budget,
     /// Raised by the data path when it queues a copy, lowered by the observer when it has
     /// taken up everything: while it is up, the stream is on the doorbell's list (or its
     /// observer is about to look again), so further copies need not list it.
@@ -152,6 +156,14 @@ struct Shared {
     /// with `rung`: one such wake until the observer has caught up.
     hurried: AtomicBool,
     wake: Notify,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Copies still queued when the tap and its task are both gone (a task that did not
+        // drain, at a shutdown) are freed with the channel: give their bytes back.
+        self.budget.release(*self.queued_bytes.get_mut());
+    }
 }
 
 impl Shared {
@@ -291,7 +303,11 @@ impl Tap {
         let source = self.shared.guard.source();
         let size = msg.size();
         let queued = self.shared.queued_bytes.fetch_add(size, Ordering::SeqCst) + size;
-        let sent = queued <= MAX_QUEUED_BYTES && self.tx.try_send((t, msg)).is_ok();
+        let held = queued <= MAX_QUEUED_BYTES && self.shared.budget.try_hold(size);
+        let sent = held && self.tx.try_send((t, msg)).is_ok();
+        if held && !sent {
+            self.shared.budget.release(size);
+        }
         if sent {
             if !self.shared.rung.swap(true, Ordering::SeqCst) {
                 self.doorbell.list(&self.shared);
@@ -380,6 +396,8 @@ pub struct Settings {
     pub observers: Spawner,
     /// Rings observers whose streams have copies waiting (its ticker runs on `observers`).
     pub doorbell: Arc<Doorbell>,
+    /// The observers' memory budget, which copies queued for them count against too.
+    pub budget: Budget,
 }
 
 impl Settings {
@@ -398,7 +416,13 @@ impl Settings {
             stall,
             observers,
             doorbell,
+            budget: Budget::unlimited(),
         }
+    }
+
+    /// The same, with copies queued for observers counted against `budget`.
+    pub fn with_budget(self, budget: Budget) -> Settings {
+        Settings { budget, ..self }
     }
 }
 
@@ -421,6 +445,7 @@ pub fn start(
         stall,
         observers,
         doorbell,
+        budget,
     } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
     let shared = Arc::new(Shared {
@@ -428,6 +453,7 @@ pub fn start(
         overflow_at: AtomicU64::new(NONE),
         closed_at: AtomicU64::new(NONE),
         queued_bytes: AtomicUsize::new(0),
+        budget,
         rung: AtomicBool::new(false),
         hurried: AtomicBool::new(false),
         wake: Notify::new(),
@@ -509,6 +535,7 @@ async fn run(
         match msg {
             Some((t, m)) => {
                 shared.queued_bytes.fetch_sub(m.size(), Ordering::SeqCst);
+                shared.budget.release(m.size());
                 last_t = last_t.max(t);
                 source.took_up(last_t);
                 if !lost_reported {
@@ -630,6 +657,7 @@ mod tests {
             stall: Stall(false),
             observers: observers.spawner(),
             doorbell: doorbell.clone(),
+            budget: Budget::unlimited(),
         };
         (settings, doorbell)
     }
@@ -669,6 +697,17 @@ mod tests {
 
     impl Rig {
         fn recording(self, queue: usize, stall: bool, opening: Vec<EventKind>) -> Recording {
+            self.recording_within(queue, stall, opening, Budget::unlimited())
+        }
+
+        /// [`Rig::recording`] with its queued copies counted against `budget`.
+        fn recording_within(
+            self,
+            queue: usize,
+            stall: bool,
+            opening: Vec<EventKind>,
+            budget: Budget,
+        ) -> Recording {
             let Rig {
                 clock,
                 sources,
@@ -678,7 +717,8 @@ mod tests {
             } = self;
             let guard = sources.register(&clock);
             let t_open = clock.now_ms();
-            let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner());
+            let settings = Settings::new(clock, queue, tx, Stall(stall), observers.spawner())
+                .with_budget(budget);
             let tap = start(guard, t_open, Box::new(Recorder), opening, None, &settings);
             Recording {
                 tap,
@@ -794,6 +834,52 @@ mod tests {
             words.push(word(&k));
         }
         assert_eq!(words, ["req", "req", "req", "req", "overflow", "close"]);
+    }
+
+    /// Copies queued for stalled observers count against the observers' one budget: the
+    /// second stream finds no room left by the first and loses observation at once, instead
+    /// of each queuing its own `MAX_QUEUED_BYTES`; everything is given back once taken up.
+    #[tokio::test]
+    async fn queued_copies_count_against_the_observer_budget() {
+        let budget = Budget::new(2 * (1 << 20) + (1 << 19), usize::MAX);
+        let chunk = Bytes::from(vec![0u8; 1 << 20]);
+        let mut all_words = Vec::new();
+        let mut recordings = Vec::new();
+        for _ in 0..2 {
+            let r = rig().recording_within(1000, true, vec![], budget.clone());
+            for _ in 0..3 {
+                r.tap.send(TapMsg::RequestChunk(chunk.clone()));
+            }
+            recordings.push(r);
+        }
+        assert_eq!(
+            budget.held(),
+            2 << 20,
+            "two copies of the first stream fit, none of the second's"
+        );
+        for Recording {
+            tap,
+            mut rx,
+            observers,
+            ..
+        } in recordings
+        {
+            drop(tap);
+            let mut words = Vec::new();
+            while let Some((_, k)) = rx.recv().await {
+                words.push(word(&k));
+            }
+            all_words.push(words);
+            drop(observers);
+        }
+        assert_eq!(
+            all_words,
+            [
+                vec!["req", "req", "overflow", "close"],
+                vec!["overflow", "close"]
+            ]
+        );
+        assert_eq!(budget.held(), 0, "every queued byte given back");
     }
 
     /// The calling thread's name and nice value.
@@ -1025,6 +1111,7 @@ mod tests {
             stall: Stall(false),
             observers: observers.spawner(),
             doorbell: doorbell.clone(),
+            budget: Budget::unlimited(),
         };
         let tap = recorded(sources.register(&clock), &clock, vec![], settings);
         tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"x")));

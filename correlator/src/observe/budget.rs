@@ -46,14 +46,31 @@ impl Budget {
     }
 
     /// No budget: accounts allow everything (the observers' own caps still apply).
-    pub(crate) fn unlimited() -> Budget {
+    pub fn unlimited() -> Budget {
         Budget::new(usize::MAX, usize::MAX)
     }
 
-    /// Bytes held by all accounts now (what the tests check the accounting against).
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    /// Bytes held now, by all accounts and holds (what tests check the accounting against).
+    pub fn held(&self) -> usize {
         self.shared.held.load(Ordering::Relaxed)
+    }
+
+    /// Holds `bytes` if the budget has room for them (what every account and every hold
+    /// already holds, plus these, within the limit); `false` holds nothing. For memory that is
+    /// no observer's own buffers but is there because of observation: the relay's copies
+    /// queued for an observer. Give them back with [`Budget::release`].
+    pub fn try_hold(&self, bytes: usize) -> bool {
+        let s = &self.shared;
+        s.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes).filter(|&total| total <= s.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `bytes` held with [`Budget::try_hold`].
+    pub fn release(&self, bytes: usize) {
+        self.shared.held.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// A new, empty account for one stream.
@@ -122,6 +139,24 @@ pub(super) fn clear_or_release(v: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holds_share_the_limit_with_the_accounts() {
+        let b = Budget::new(100, 60);
+        let mut a = b.account();
+        a.settle(50);
+        assert!(b.try_hold(40));
+        assert!(!b.try_hold(11), "past the limit nothing is held");
+        assert_eq!(b.held(), 90);
+        assert_eq!(
+            b.account().allowance(),
+            10,
+            "held copies leave an account less room"
+        );
+        b.release(40);
+        assert!(b.try_hold(50));
+        assert!(Budget::unlimited().try_hold(usize::MAX / 2));
+    }
 
     #[test]
     fn a_share_and_the_free_room_bound_each_account() {
