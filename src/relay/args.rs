@@ -90,7 +90,8 @@ pub struct RelayArgs {
     #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
     header_timeout: u64,
     /// Open client connections beyond which new clients are refused at once with a 503
-    /// [default: half the open files limit, less a reserve].
+    /// [default: half the open files limit less a reserve, and at most a quarter of the
+    /// memory at 256 KiB a connection, whichever is smaller].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
@@ -281,24 +282,9 @@ fn observer_budget(mib: Option<usize>) -> anyhow::Result<Budget> {
     let bytes = match mib {
         Some(0) => bail!("--observer-budget takes a number of MiB > 0"),
         Some(m) => m.saturating_mul(MIB),
-        None => (physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
+        None => (super::limits::physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
     };
     Ok(Budget::new(bytes, bytes / 4))
-}
-
-fn physical_memory() -> usize {
-    // SAFETY: sysconf only reads system configuration.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages > 0 && size > 0 {
-        (pages as usize).saturating_mul(size as usize)
-    } else {
-        1 << 30
-    }
 }
 
 /// `--upstream-ca` values: `NAME=FILE` scopes FILE to mount NAME's upstream (its authority,

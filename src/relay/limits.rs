@@ -7,20 +7,19 @@ use std::time::Duration;
 
 use crate::ratelimit::Repeated;
 
+use rustix::process::{getrlimit, setrlimit, Resource};
+
 /// Each relayed stream holds two sockets; the usual soft limit of 1024 descriptors would cap
 /// the relay near 500 streams, so the soft limit is raised to the hard one.
 pub fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                tracing::debug!("could not raise the open files limit");
-            }
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum || (lim.current.is_some() && lim.maximum.is_none()) {
+        let raised = rustix::process::Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_err() {
+            tracing::debug!("could not raise the open files limit");
         }
     }
 }
@@ -29,20 +28,40 @@ pub fn raise_open_files_limit() {
 /// wrappers, the listener, refusals in flight.
 const RESERVED_FDS: u64 = 256;
 
-/// The connection cap for this process's open files limit: each client connection holds its
-/// own socket and, while forwarding, one to the upstream.
+/// What one client connection may hold at most while it forwards, for the default cap: its
+/// read buffer with a request read ahead (up to 80 KiB), the upstream read buffer (16–32 KiB),
+/// TLS buffers both ways on the upstream side (about 2 × 34 KiB with rustls), the tunnel or
+/// exchange state; rounded up. Observation's memory is bounded apart (`--observer-budget`).
+const CONNECTION_BYTES: usize = 256 * 1024;
+
+/// The share of the machine's memory the default cap lets connections use at their most.
+const CONNECTION_MEMORY_SHARE: usize = 4;
+
+/// The default connection cap: what the open files allow (each client connection holds its
+/// own socket and, while forwarding, one to the upstream) and what a quarter of the memory
+/// allows at [`CONNECTION_BYTES`] each, whichever is smaller. With descriptors alone, a large
+/// open files limit (a million is common) let the connections outgrow the machine.
 pub fn default_max_connections() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we own.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    connection_cap(soft, physical_memory())
+}
+
+/// The cap for `soft` open files and `memory` bytes (at least 16).
+fn connection_cap(soft: u64, memory: usize) -> usize {
+    let by_files = (soft.saturating_sub(RESERVED_FDS) / 2).min(1 << 20) as usize;
+    let by_memory = memory / CONNECTION_MEMORY_SHARE / CONNECTION_BYTES;
+    by_files.min(by_memory).max(16)
+}
+
+/// The machine's memory in bytes (1 GiB when the system does not say).
+pub fn physical_memory() -> usize {
+    let info = rustix::system::sysinfo();
+    let total = (info.totalram as usize).saturating_mul((info.mem_unit as usize).max(1));
+    if total > 0 {
+        total
     } else {
-        1024
-    };
-    (soft.saturating_sub(RESERVED_FDS) / 2).clamp(16, 1 << 20) as usize
+        1 << 30
+    }
 }
 
 /// How the relay treats its clients: how long a connection may take to send a request head,
@@ -125,6 +144,19 @@ static AT_CAP_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_cap_is_what_both_the_open_files_and_the_memory_allow() {
+        const GIB: usize = 1 << 30;
+        // A million descriptors on a small machine: memory decides (2 GiB / 4 / 256 KiB).
+        assert_eq!(connection_cap(1 << 20, 2 * GIB), 2048);
+        // The usual soft limit on a large one: descriptors decide ((1024 - 256) / 2).
+        assert_eq!(connection_cap(1024, 64 * GIB), 384);
+        // Never fewer than 16, nor more than a million.
+        assert_eq!(connection_cap(100, 64 * GIB), 16);
+        assert_eq!(connection_cap(u64::MAX, usize::MAX), 1 << 20);
+        assert!(physical_memory() >= 1 << 20);
+    }
 
     #[test]
     fn admits_up_to_the_cap_counting_tunnels_then_refuses_then_drops() {
