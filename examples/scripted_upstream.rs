@@ -91,6 +91,9 @@ enum Subagent {
     Blocking,
     /// `run_in_background: true`: the main thread gets its tool_result at once.
     Background,
+    /// Two blocking subagents launched by one response (two `Agent` calls side by side, as
+    /// Claude Code does for independent tasks), each calling the MCP tool, their calls at once.
+    Parallel,
 }
 
 /// The header Claude Code sends only on requests of agents spawned inside a session
@@ -300,23 +303,29 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
                 Plan::SpawnAgent => (AGENT_TOOL.to_string(), agent_input(s)),
                 _ => (s.flat_name(), s.input.clone()),
             };
-            let id = s.id("toolu");
-            steps.push(Step::Event(
-                json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
-            ));
-            steps.push(Step::Event(
-                json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-            ));
-            steps.push(Step::Event(
-                json!({"type": "content_block_stop", "index": 0}),
-            ));
+            // Parallel subagents: one `Agent` block per subagent, in one response.
+            let calls = match (plan, s.subagent) {
+                (Plan::SpawnAgent, Some(Subagent::Parallel)) => 2,
+                _ => 1,
+            };
+            let mut blocks = Vec::new();
+            for index in 0..calls {
+                let id = s.id("toolu");
+                steps.push(Step::Event(
+                    json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                ));
+                steps.push(Step::Event(
+                    json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+                ));
+                steps.push(Step::Event(
+                    json!({"type": "content_block_stop", "index": index}),
+                ));
+                blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            }
             steps.push(Step::Hold(s.hold));
-            (
-                json!({"type": "tool_use", "id": id, "name": name, "input": input}),
-                "tool_use",
-            )
+            (Value::Array(blocks), "tool_use")
         }
         _ => {
             let text = match plan {
@@ -334,7 +343,7 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
             steps.push(Step::Event(
                 json!({"type": "content_block_stop", "index": 0}),
             ));
-            (json!({"type": "text", "text": text}), "end_turn")
+            (json!([{"type": "text", "text": text}]), "end_turn")
         }
     };
     steps.push(Step::Event(json!({"type": "message_delta",
@@ -343,7 +352,7 @@ fn messages_steps(s: &Script, plan: Plan, model: &str) -> (Vec<Step>, Value) {
             "cache_read_input_tokens": 2048, "output_tokens": 5}})));
     steps.push(Step::Event(json!({"type": "message_stop"})));
     let whole = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model,
-        "content": [block], "stop_reason": stop_reason, "stop_sequence": null,
+        "content": block, "stop_reason": stop_reason, "stop_sequence": null,
         "usage": {"input_tokens": 10, "cache_creation_input_tokens": 1200,
             "cache_read_input_tokens": 2048, "output_tokens": 5}});
     (steps, whole)
@@ -1272,6 +1281,34 @@ mod tests {
             assert!(input["description"].is_string());
             assert_eq!(whole["stop_reason"], "tool_use");
         }
+    }
+
+    #[test]
+    fn parallel_mode_spawns_two_blocking_agents_from_one_response() {
+        let s = subagent_script(Subagent::Parallel);
+        let (steps, whole) = messages_steps(&s, Plan::SpawnAgent, "m");
+        let ev = events(&steps);
+        let starts: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["type"] == "content_block_start")
+            .collect();
+        assert_eq!(starts.len(), 2);
+        assert!(starts.iter().all(|e| e["content_block"]["name"] == "Agent"));
+        assert_ne!(
+            starts[0]["content_block"]["id"],
+            starts[1]["content_block"]["id"]
+        );
+        assert_eq!(whole["content"].as_array().unwrap().len(), 2);
+        let input: Value =
+            serde_json::from_str(ev[2]["delta"]["partial_json"].as_str().unwrap()).unwrap();
+        assert_eq!(input["run_in_background"], false);
+        // The one MCP call of each subagent is a single block, as before.
+        let (steps, _) = messages_steps(&s, Plan::McpCall, "m");
+        let calls = events(&steps)
+            .iter()
+            .filter(|e| e["type"] == "content_block_start")
+            .count();
+        assert_eq!(calls, 1);
     }
 
     #[test]

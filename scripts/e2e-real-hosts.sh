@@ -16,7 +16,8 @@
 #
 # claude-subagent-blocking / -background: the main thread spawns a subagent (`Agent`,
 # run_in_background false / true) and the subagent calls the MCP tool (scripted upstream's
-# --subagent). shared-relay: one `windowtap relay` started by hand serves five concurrent
+# --subagent). claude-subagent-parallel: one response launches two subagents at once, whose
+# 3 s calls of the one tool overlap inside each other's windows (issue 25). shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
 # per session (see shared_relay below and docs/e2e.md).
 #
@@ -93,7 +94,8 @@ TOOL_INPUT="{\"text\":\"canary-arg-$CANARY\"}"
 
 # A tiny stdio MCP server: one tool, `echo`. It answers `initialize` (both hosts fall back to it
 # when `server/discover` is refused, seed 003) and refuses everything else it does not know.
-# Two variables, set per session in the host's MCP server config, shape its calls:
+# Calls run concurrently, each on a thread of its own. Two variables, set per session in the
+# host's MCP server config, shape its calls:
 #   E2E_SLEEP_MS  each tools/call sleeps this long before answering (default 0);
 #   E2E_MARKER    a file it appends one line to when a tools/call starts and when it ends:
 #                 {"ev":"start"|"end","t":<unix seconds>,"pid":<its pid>,"ppid":<its parent>}
@@ -102,6 +104,7 @@ cat >"$E2E/echo_mcp.py" <<'PY'
 import json
 import os
 import sys
+import threading
 import time
 
 SLEEP_S = int(os.environ.get("E2E_SLEEP_MS") or 0) / 1000.0
@@ -120,14 +123,26 @@ def mark(ev):
                                 "ppid": os.getppid()}) + "\n")
 
 
+WRITE = threading.Lock()
+
+
 def reply(msg_id, result=None, error=None):
     out = {"jsonrpc": "2.0", "id": msg_id}
     if error is not None:
         out["error"] = error
     else:
         out["result"] = result
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    with WRITE:
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+def call(msg_id, text):
+    mark("start")
+    if SLEEP_S > 0:
+        time.sleep(SLEEP_S)
+    mark("end")
+    reply(msg_id, {"content": [{"type": "text", "text": "echo: " + text}], "isError": False})
 
 
 for line in sys.stdin:
@@ -146,12 +161,10 @@ for line in sys.stdin:
     elif method == "tools/list":
         reply(msg_id, {"tools": [TOOL]})
     elif method == "tools/call":
+        # Each call on a thread of its own: calls that arrive together (parallel subagents
+        # of one host share its server) run at once, as an ordinary server's do.
         text = str((params.get("arguments") or {}).get("text", ""))
-        mark("start")
-        if SLEEP_S > 0:
-            time.sleep(SLEEP_S)
-        mark("end")
-        reply(msg_id, {"content": [{"type": "text", "text": "echo: " + text}], "isError": False})
+        threading.Thread(target=call, args=(msg_id, text)).start()
     elif method == "ping":
         reply(msg_id, {})
     else:
@@ -613,6 +626,7 @@ one_run() {
     case $scenario in
     claude-subagent-blocking) upstream_flags=(--subagent blocking) ;;
     claude-subagent-background) upstream_flags=(--subagent background) ;;
+    claude-subagent-parallel) upstream_flags=(--subagent parallel) ;;
     esac
     start_upstream "$dir" "$hold" "${upstream_flags[@]}"
     local base="http://$UP_ADDR" wrapped=plain launcher=()
@@ -631,10 +645,13 @@ one_run() {
         [ "$scenario" = claude-direct ] && tools=direct-tools
         local argv
         argv=$(mcp_argv "$wrapped")
-        printf '{"mcpServers":{"%s":{"command":%s,"args":%s}}}\n' "$ALIAS" \
+        # Parallel subagents: each call takes 3 s, so the two subagents' calls overlap.
+        local sleep_ms=0
+        [ "$scenario" = claude-subagent-parallel ] && sleep_ms=3000
+        printf '{"mcpServers":{"%s":{"command":%s,"args":%s,"env":{"E2E_SLEEP_MS":"%s"}}}}\n' "$ALIAS" \
             "$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]))')" \
             "$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[1:]))')" \
-            >"$dir/mcp.json"
+            "$sleep_ms" >"$dir/mcp.json"
         claude_env "$dir" "$tools"
         claude_args "$dir"
         if [ "$leg" = windowtap ] && [ "$WT_MODE" = manual ]; then
@@ -880,7 +897,7 @@ PY
 }
 
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
-    claude-subagent-blocking claude-subagent-background shared-relay)
+    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
