@@ -8,10 +8,10 @@
 //! Here a client connection is read by the relay itself: each request head is parsed and
 //! decided by the sans-IO [`h1`] crate (which heads the relay frames itself, the heads it
 //! writes on, framed from the parse), and an exchange it can pass is forwarded on a bare
-//! upstream stream: the
-//! request head rewritten as a reverse proxy must (the mount prefix, `Host`, hop-by-hop
-//! headers), the request body passed byte for byte, the response head likewise, and the
-//! response body as it arrives, one write per upstream read. [`h1::Framing`] follows the
+//! upstream stream: the request head rewritten as a reverse proxy must (the mount prefix,
+//! `Host`, hop-by-hop headers, one `Content-Length` of the parsed length), the request body
+//! passed byte for byte, the response head likewise, and the response body as it arrives,
+//! one write per upstream read. [`h1::Framing`] follows the
 //! body's framing as the bytes go by: where it ends, which bytes are payload (for the
 //! observer's copy and the client's chunks), the trailers. A body of known length passes byte
 //! for byte; a chunked one leaves as one chunk per upstream read (see [`pass_body`]).
@@ -159,12 +159,11 @@ impl Client {
 /// Parses a request head ([`h1::parse_request`]) and routes it: a head `h1` takes whose
 /// path a mount routes is the verbatim path's; anything else is hyper's.
 fn parse_request(buf: &[u8], mounts: &Mounts) -> Parsed<Routed> {
-    let head = match h1::parse_request(buf) {
+    let (len, head) = match h1::parse_request(buf) {
         Parsed::Complete(len, head) => (len, head),
         Parsed::Partial => return Parsed::Partial,
         Parsed::Handover => return Parsed::Handover,
     };
-    let (len, head) = head;
     let Some((mount, rest)) = mounts.route(&head.target) else {
         return Parsed::Handover;
     };
