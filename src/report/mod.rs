@@ -15,7 +15,7 @@ use correlator::records::read_all_from;
 use correlator::sanitize::{quote, Door};
 use correlator::trace::TraceReader;
 use correlator::Config;
-use correlator::{Event, Millis, Record};
+use correlator::{Event, EventKind, Millis, Record};
 use serde_json::Value;
 
 pub use model::Timeline;
@@ -114,6 +114,51 @@ fn by_trace(
     Ok(groups)
 }
 
+/// Whether a trace is the one the records came from: every record's interval is an MCP
+/// interval of the trace. Refused when none is (another run's trace would draw windows the
+/// records were never decided against); a warning, said on stderr and on the page, when only
+/// some are.
+fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<Option<String>> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let intervals: HashSet<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::McpInterval { interval, .. } | EventKind::McpStart { interval, .. } => {
+                Some(interval.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    let missing = records
+        .iter()
+        .filter(|r| !intervals.contains(r.interval.as_str()))
+        .count();
+    if missing == records.len() {
+        bail!(
+            "--trace {}: this trace does not belong to these records: none of their {} \
+             intervals is in it (it holds {} other MCP intervals); pass the trace the records \
+             were replayed from or captured with (`--capture` of the same run)",
+            path.display(),
+            records.len(),
+            intervals.len()
+        );
+    }
+    if missing == 0 {
+        return Ok(None);
+    }
+    let warning = format!(
+        "--trace {}: {missing} of the {} intervals of the records are not in this trace: it \
+         may not be the trace they came from, and windows drawn from it may not be the ones \
+         they were decided against",
+        path.display(),
+        records.len()
+    );
+    eprintln!("warning: {warning}");
+    Ok(Some(warning))
+}
+
 pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let records = read_all_from(open(&args.records)?, &args.records.display().to_string())?;
     // Only what the door lets out is drawn: a records file is an input like any other.
@@ -126,6 +171,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     // Each --trace goes with the records that name its file (or with all of them, when they
     // name none).
     let mut traces: Vec<Option<(Vec<Event>, Millis, String)>> = vec![None; groups.len()];
+    let mut warnings: Vec<Option<String>> = vec![None; groups.len()];
     for path in &args.trace {
         let at = if let [(None, _)] = groups.as_slice() {
             0
@@ -152,12 +198,14 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let (events, max_window) = read_trace(path, &door)?;
+        warnings[at] = belongs(path, &events, &groups[at].1)?;
         traces[at] = Some((events, max_window, path.display().to_string()));
     }
     let sections: Vec<Section> = groups
         .into_iter()
         .zip(traces)
-        .map(|((name, records), trace)| {
+        .zip(warnings)
+        .map(|(((name, records), trace), warning)| {
             let mut sources = vec![args.records.display().to_string()];
             sources.extend(trace.as_ref().map(|t| t.2.clone()));
             Section {
@@ -169,6 +217,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
                         .map(|(events, mw, _)| (events.as_slice(), *mw)),
                 ),
                 sources,
+                warning,
             }
         })
         .collect();
