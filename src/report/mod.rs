@@ -115,25 +115,31 @@ fn by_trace(
 }
 
 /// Whether a trace is the one the records came from: every record's interval is an MCP
-/// interval of the trace. Refused when none is (another run's trace would draw windows the
+/// interval of the trace (the same id, started at the same time). Refused when none is (another run's trace would draw windows the
 /// records were never decided against); a warning, said on stderr and on the page, when only
 /// some are.
 fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<Option<String>> {
     if records.is_empty() {
         return Ok(None);
     }
-    let intervals: HashSet<&str> = events
+    // An interval is the trace's when the trace holds one with its id that started when it
+    // did: ids alone are short tokens in hand-made or replayed traces, and two runs can share
+    // them.
+    let intervals: HashSet<(&str, u64)> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::McpInterval { interval, .. } | EventKind::McpStart { interval, .. } => {
-                Some(interval.as_str())
+            EventKind::McpInterval {
+                interval, start, ..
             }
+            | EventKind::McpStart {
+                interval, start, ..
+            } => Some((interval.as_str(), start.to_bits())),
             _ => None,
         })
         .collect();
     let missing = records
         .iter()
-        .filter(|r| !intervals.contains(r.interval.as_str()))
+        .filter(|r| !intervals.contains(&(r.interval.as_str(), r.start.to_bits())))
         .count();
     if missing == records.len() {
         bail!(

@@ -590,7 +590,11 @@ impl Timeline {
         let parent_of: Vec<Option<usize>> = lanes
             .lanes
             .iter()
-            .map(|l| parents.get(&l.key).and_then(|k| lanes.index.get(k).copied()))
+            .map(|l| {
+                parents
+                    .get(&l.key)
+                    .and_then(|k| lanes.index.get(k).copied())
+            })
             .collect();
         let mut by_first: Vec<usize> = (0..lanes.lanes.len()).collect();
         by_first.sort_by(|a, b| {

@@ -549,7 +549,8 @@ fn lane_label(out: &mut String, label: &str, depth: usize, y: f64, h: f64) {
         label.to_string()
     };
     if depth > 0 {
-        shown = format!("↳ {}", shown.chars().take(chars - 2).collect::<String>());
+        // The arrow takes the room of the indent's first step.
+        shown = format!("↳ {shown}");
     }
     let _ = write!(
         out,
@@ -579,7 +580,8 @@ fn lane_marker(
     let [(ax, ay), (bx, by), (cx, cy)] = flag;
     let _ = write!(
         out,
-        "<g class=\"{class}\" data-t=\"{t}\" transform=\"translate({x:.1} 0)\"><title>{title}</title><line x1=\"0\" y1=\"{:.1}\" x2=\"0\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        "<g class=\"{class}\" data-t=\"{}\" transform=\"translate({x:.1} 0)\"><title>{title}</title><line x1=\"0\" y1=\"{:.1}\" x2=\"0\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        ms(t),
         y + 1.0,
         y + h - 1.0,
     );
@@ -863,8 +865,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             let _ = write!(
                 body,
                 "<rect class=\"window\" data-s=\"{}\" data-e=\"{}\" x=\"{a:.1}\" y=\"{wy:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"2\" fill=\"{fill}\" stroke=\"{stroke}\"{dash}><title>{}</title></rect>",
-                w.open,
-                w.final_at().unwrap_or(tl.t1),
+                ms(w.open),
+                ms(w.final_at().unwrap_or(tl.t1)),
                 b - a,
                 WIN_ROW - 4.0,
                 esc(&window_title(tl, w))
@@ -874,7 +876,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                     let cx = sc.x(c);
                     let _ = write!(
                         body,
-                        "<line class=\"done\" data-t=\"{c}\" x1=\"{cx:.1}\" y1=\"{:.1}\" x2=\"{cx:.1}\" y2=\"{:.1}\" stroke=\"#4a7fa7\" stroke-width=\"1\" stroke-dasharray=\"2 1\"/>",
+                        "<line class=\"done\" data-t=\"{}\" x1=\"{cx:.1}\" y1=\"{:.1}\" x2=\"{cx:.1}\" y2=\"{:.1}\" stroke=\"#4a7fa7\" stroke-width=\"1\" stroke-dasharray=\"2 1\"/>",
+                        ms(c),
                         wy + 1.0,
                         wy + WIN_ROW - 5.0
                     );
@@ -912,8 +915,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 body,
                 "<g class=\"interval\" data-interval=\"{}\" data-s=\"{}\" data-e=\"{}\" data-find=\"{}\"><title>{}</title><rect x=\"{a:.1}\" y=\"{my:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"1.5\" fill=\"{}\"/>",
                 esc(&r.interval),
-                r.start,
-                r.end,
+                ms(r.start),
+                ms(r.end),
                 esc(&find_text(tl, mi)),
                 esc(&mark_title(tl, mi)),
                 b - a,
@@ -966,7 +969,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let _ = writeln!(
         out,
         "<div class=\"scroll\"><svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" data-t0=\"{}\" data-t1=\"{}\" role=\"img\" aria-label=\"timeline\">",
-        sc.t0, sc.t1
+        ms(sc.t0),
+        ms(sc.t1)
     );
     out.push_str(&bg);
     out.push_str("<g class=\"axis\">");
@@ -1104,7 +1108,13 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
             .unwrap_or(1)
             .max(1);
         let _ = write!(body, "<g class=\"lane\" data-intervals=\"{total}\">");
-        lane_label(&mut body, &slots.labels[lane], slots.depths[lane], y, h - 14.0);
+        lane_label(
+            &mut body,
+            &slots.labels[lane],
+            slots.depths[lane],
+            y,
+            h - 14.0,
+        );
         let _ = write!(
             body,
             "<text x=\"8\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\">{total} intervals · peak {max_col}/bin</text>",
