@@ -1344,8 +1344,10 @@ all(document,'svg.tl[data-t0]').forEach(function(svg){
  svg.addEventListener('click',function(ev){if(moved){moved=false;return;}
   var el=ev.target;while(el&&el!==svg&&!(el.classList&&(el.classList.contains('turn')||el.classList.contains('window'))))el=el.parentNode;
   if(!el||el===svg)return;
-  if(el.classList.contains('turn')){var t=num(el,'data-t'),end=range(svg)[1],T1=num(svg,'data-t1');end=T1;
-   all(el.parentNode,'g.turn').forEach(function(o){var u=num(o,'data-t');if(u>t&&u<end)end=u;});
+  if(el.classList.contains('turn')){var t=num(el,'data-t'),next=Infinity,last=t;
+   all(el.parentNode,'g.turn').forEach(function(o){var u=num(o,'data-t');if(u>t&&u<next)next=u;});
+   all(el.parentNode,'rect.window,g.interval').forEach(function(o){var s=num(o,'data-s'),e=num(o,'data-e');if(s>=t&&s<next&&e>last)last=e;});
+   var end=Math.min(next,last>t?last:next);if(!isFinite(end))end=num(svg,'data-t1');
    layout(svg,t-(end-t)*0.03,end+(end-t)*0.03);}
   else{var s=num(el,'data-s'),e=num(el,'data-e'),p=Math.max((e-s)*0.1,5);layout(svg,s-p,e+p);}});
 });
