@@ -769,6 +769,49 @@ mod tests {
         assert_eq!(tl.marks[1].lane, tl.lanes.len() - 1);
     }
 
+    /// A thread that starts while another thread's window holds an `Agent` call is drawn
+    /// under it; a thread of another host, or one started by no spawn call, is not.
+    #[test]
+    fn a_subagent_lane_follows_its_parent_and_knows_it() {
+        // Version 2: streams name their host.
+        let v2 = |lines: &[&str]| {
+            let text = format!(
+                "{{\"type\":\"trace\",\"version\":2}}\n{}\n",
+                lines.join("\n")
+            );
+            read_all(text.as_bytes(), "t.jsonl").unwrap()
+        };
+        let ev = v2(&[
+            r#"{"type":"stream_open","t":0,"stream":"p","client":"claude","transport":"http","thread":"P","host":"h1"}"#,
+            r#"{"type":"request","t":1,"stream":"p","request":"qp","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":2,"stream":"p","response":"rp","request":"qp"}"#,
+            r#"{"type":"tool_call","t":10,"stream":"p","response":"rp","call":"a","item":null,"name":"Agent","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":11,"stream":"p","response":"rp","status":"completed"}"#,
+            r#"{"type":"stream_open","t":15,"stream":"o","client":"claude","transport":"http","thread":"O","host":"h2"}"#,
+            r#"{"type":"request","t":16,"stream":"o","request":"qo","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":17,"stream":"o","response":"ro","request":"qo"}"#,
+            r#"{"type":"tool_call","t":18,"stream":"o","response":"ro","call":"o1","item":null,"name":"x","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"stream_open","t":20,"stream":"c","client":"claude","transport":"http","thread":"C","host":"h1"}"#,
+            r#"{"type":"request","t":21,"stream":"c","request":"qc","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":22,"stream":"c","response":"rc","request":"qc"}"#,
+            r#"{"type":"tool_call","t":30,"stream":"c","response":"rc","call":"c1","item":null,"name":"x","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"request","t":40,"stream":"p","request":"qp2","previous_response":null,"outputs":["a"]}"#,
+        ]);
+        let tl = Timeline::build(vec![], Some((&ev, 1_000_000.0)));
+        let keys: Vec<&LaneKey> = tl.lanes.iter().map(|l| &l.key).collect();
+        assert_eq!(
+            keys,
+            [
+                &LaneKey::Thread("P".into()),
+                &LaneKey::Thread("C".into()),
+                &LaneKey::Thread("O".into())
+            ]
+        );
+        assert_eq!((tl.lanes[1].parent, tl.lanes[1].depth), (Some(0), 1));
+        assert_eq!((tl.lanes[0].parent, tl.lanes[2].parent), (None, None));
+        assert_eq!(tl.windows[0].names, ["Agent"]);
+    }
+
     #[test]
     fn max_window_breaks_a_window_at_its_deadline_and_records_alone_give_their_windows() {
         let ev = events(&[

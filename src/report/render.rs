@@ -600,11 +600,14 @@ fn mark_label(r: &correlator::Record) -> String {
     format!("{} · {}", r.tool, Category::of(r).word())
 }
 
+/// A label's x, whether it is anchored at its end, and the extent of mark and label.
+type Place = (f64, bool, (f64, f64));
+
 /// Where a mark's label goes: inside the mark when it fits, else right of it, else (near the
 /// plot's right edge) left of it, so that it is never cut off. Returns the label's x, whether
 /// it is anchored at its end, and the pixel extent of mark and label together. The page's
 /// script places labels the same way when it zooms.
-fn label_place(a: f64, b: f64, w: f64) -> (f64, bool, (f64, f64)) {
+fn label_place(a: f64, b: f64, w: f64) -> Place {
     let right_edge = WIDTH - 2.0;
     if b - a >= w + 6.0 {
         (a + 3.0, false, (a, b))
@@ -768,7 +771,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         let (wrow, nwrows) = pack(&wext);
         // Each mark with its label (tool and decision), placed where it is never cut off;
         // rows are packed so that no label runs into another mark.
-        let placed: Vec<(f64, f64, String, (f64, bool, (f64, f64)))> = ms_here
+        let placed: Vec<(f64, f64, String, Place)> = ms_here
             .iter()
             .map(|m| {
                 let r = &tl.records[tl.marks[*m].record];
@@ -1247,38 +1250,6 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     out.push_str("</table>\n");
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_covers_markup_quotes_and_control_characters() {
-        assert_eq!(
-            esc("<script>alert(\"x\")&'</script>\u{1}"),
-            "&lt;script&gt;alert(&quot;x&quot;)&amp;&#39;&lt;/script&gt;\u{fffd}"
-        );
-    }
-
-    #[test]
-    fn ticks_are_round_numbers() {
-        assert_eq!(tick_step(10_000.0, 10.0), 1000.0);
-        assert_eq!(tick_step(1_300.0, 10.0), 200.0);
-        assert_eq!(tick_step(4.0, 10.0), 0.5);
-        assert_eq!(tick_step(1_000_000.0, 10.0), 120_000.0);
-        assert_eq!(clock(7000.0, 1000.0), "7s");
-        assert_eq!(clock(7250.0, 250.0), "7.25s");
-        assert_eq!(clock(7200.0, 200.0), "7.2s");
-        assert_eq!(clock(65_000.0, 5000.0), "1m05s");
-    }
-
-    #[test]
-    fn packing_stacks_only_what_overlaps() {
-        let (rows, n) = pack(&[(0.0, 10.0), (5.0, 20.0), (30.0, 40.0), (12.0, 14.0)]);
-        assert_eq!(n, 2);
-        assert_eq!(rows, vec![0, 1, 0, 0]);
-    }
-}
-
 /// The find box, above the first timeline.
 const FIND: &str = "<div class=\"find\"><label>find a call <input id=\"find\" type=\"search\" placeholder=\"tool, alias, decision, thread or interval id\" autocomplete=\"off\"/></label> <button type=\"button\" id=\"findnext\">next match</button> <span id=\"found\"></span></div>\n";
 
@@ -1370,3 +1341,64 @@ all(document,'table.calls').forEach(function(tb){all(tb,'tr[data-interval]').for
   el=el.previousElementSibling;}});});});
 })();
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_covers_markup_quotes_and_control_characters() {
+        assert_eq!(
+            esc("<script>alert(\"x\")&'</script>\u{1}"),
+            "&lt;script&gt;alert(&quot;x&quot;)&amp;&#39;&lt;/script&gt;\u{fffd}"
+        );
+    }
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(tick_step(10_000.0, 10.0), 1000.0);
+        assert_eq!(tick_step(1_300.0, 10.0), 200.0);
+        assert_eq!(tick_step(4.0, 10.0), 0.5);
+        assert_eq!(tick_step(1_000_000.0, 10.0), 120_000.0);
+        assert_eq!(clock(7000.0, 1000.0), "7s");
+        assert_eq!(clock(7250.0, 250.0), "7.25s");
+        assert_eq!(clock(7200.0, 200.0), "7.2s");
+        assert_eq!(clock(65_000.0, 5000.0), "1m05s");
+    }
+
+    /// A label goes on its mark when it fits, else right of it, else (at the right edge)
+    /// left of it: never past either edge of the drawing.
+    #[test]
+    fn labels_are_placed_where_they_are_not_cut() {
+        assert_eq!(
+            label_place(300.0, 500.0, 100.0),
+            (303.0, false, (300.0, 500.0))
+        );
+        assert_eq!(
+            label_place(300.0, 303.0, 100.0),
+            (306.0, false, (300.0, 406.0))
+        );
+        let (x, end, (a, b)) = label_place(1330.0, 1333.0, 120.0);
+        assert!(end && x == 1327.0 && a >= LABEL_W && b <= WIDTH);
+        let r = correlator::Record {
+            interval: "i".into(),
+            alias: "a".into(),
+            tool: "lookup".into(),
+            start: 0.0,
+            end: 1.0,
+            reason: Some(correlator::records::Reason::IdentityConflict),
+            evidence: vec![],
+            candidates: 2,
+            window: None,
+            decided_at: 1.0,
+        };
+        assert_eq!(mark_label(&r), "lookup · identity_conflict");
+    }
+
+    #[test]
+    fn packing_stacks_only_what_overlaps() {
+        let (rows, n) = pack(&[(0.0, 10.0), (5.0, 20.0), (30.0, 40.0), (12.0, 14.0)]);
+        assert_eq!(n, 2);
+        assert_eq!(rows, vec![0, 1, 0, 0]);
+    }
+}
