@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The report of a run of three short sessions with subagents, as docs/report.png shows it.
 #
-#   scripts/report-demo.sh [OUT_DIR]     # default: docs/ (report.html, report.png)
+#   scripts/report-demo.sh [OUT_DIR]     # default: docs/ (report.html, report.png,
+#                                        #   report-zoomed.png)
 #
 # The run is three bundled traces laid end to end over about 70 s, as one capture of one relay
 # would hold them: a Claude Code session whose two parallel subagents call the same tool
@@ -46,8 +47,15 @@ with open(sys.argv[1], "w") as f:
     for e in events:
         f.write(json.dumps(e, separators=(",", ":")) + "\n")
 PY
-"$bin" replay "$work/run.jsonl" -o "$work/records.jsonl"
-"$bin" report "$work/records.jsonl" --trace "$work/run.jsonl" -o "$out/report.html"
+bin=$(realpath "$bin")
+# From the run's directory, so that the page names its files as a user's would.
+(cd "$work" && "$bin" replay run.jsonl -o records.jsonl &&
+  "$bin" report records.jsonl --trace run.jsonl -o "$out/report.html")
 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,900 \
   --screenshot="$out/report.png" "file://$out/report.html" 2>/dev/null
-echo "$out/report.html $out/report.png"
+# The same page zoomed: the turn of Claude Code's first subagent clicked, as a person would.
+sed 's#</body>#<script>document.querySelectorAll("g.turn")[1].dispatchEvent(new MouseEvent("click",{bubbles:true}));</script></body>#' \
+  "$out/report.html" > "$work/zoomed.html"
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,900 \
+  --screenshot="$out/report-zoomed.png" "file://$work/zoomed.html" 2>/dev/null
+echo "$out/report.html $out/report.png $out/report-zoomed.png"

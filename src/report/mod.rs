@@ -23,9 +23,13 @@ pub use render::{render, Section};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-A lane per thread; each window is a bar from its first complete tool call to the request that \
-continued it; each MCP interval is a mark coloured by its decision, abstentions labelled with \
-their reason; hover for times and evidence. Without --trace only the windows that intervals \
+A lane per thread, subagents nested under the thread whose Agent/Task/spawn_agent call started \
+them; each window is a bar from its first complete tool call to the request that continued it; \
+each MCP interval is a mark coloured by its decision and labelled with its tool and decision; \
+hover for times and evidence. Find a call by tool, alias, decision, thread or id in the find \
+box or the list of calls; zoom by a range, a drag, or a click on a turn's flag or a window. \
+Text stays at 11 px or more (a narrow window scrolls sideways). A --trace none of whose MCP \
+intervals are the records' is refused; one that lacks some is drawn under a warning. Without --trace only the windows that intervals \
 were attributed to are known, and abstentions go on an `unattributed` lane; with it every \
 window is drawn and each abstention sits beside the windows open at its start, the hover \
 text of a window gives its response's model, tokens and stop reason, and a dark dashed line \

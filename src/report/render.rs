@@ -1,4 +1,14 @@
-//! The timeline as one self-contained HTML page: inline CSS and SVG, no scripts, no network.
+//! The timeline as one self-contained HTML page: inline CSS and SVG and one small inline script
+//! (zoom and find; the page reads fully without it), no network.
+//!
+//! Readable by a person at any window width: the drawing keeps its size (text never below
+//! 11 px; the page scrolls sideways rather than shrink it), every interval is labelled with its
+//! tool and decision in full, placed so that no label is cut by the drawing's edges, windows
+//! carry the names of their calls when they fit, subagent lanes sit under their parent's lane
+//! (see [`super::model::SPAWN_TOOLS`]), and a list of every call follows each timeline. The
+//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked) by laying
+//! its elements out again from their `data-` times with the same rules as here, and finds calls
+//! by tool, alias, decision, thread or id.
 //!
 //! Readable at any size: up to [`DETAIL_MAX`] intervals every window and interval is drawn,
 //! split into time pages of at most [`PAGE_SIZE`] intervals, each page with its own SVG and
