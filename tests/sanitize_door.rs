@@ -29,7 +29,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("replay_cmd.rs", 9, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths)"),
     ("report/mod.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
-    ("report/render.rs", 50, "HTML of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times); a static inline script with no data in it"),
+    ("report/render.rs", 51, "HTML of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times); a static inline script with no data in it"),
     ("run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
     ("run/mod.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
     ("wrap.rs", 9, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, and one that an alias is outside the name rule (without it)"),

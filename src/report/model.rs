@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 
 use correlator::records::Reason;
+use correlator::{Client, EventKind, ResponseStatus, StopReason, Usage};
 use correlator::{Event, Millis, Record};
-use correlator::{EventKind, ResponseStatus, StopReason, Usage};
 
 /// How a window ended, as far as the input shows.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -262,6 +262,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
     // Per lane: its first request and its host, for finding subagents' parents.
     let mut first_request: Vec<(LaneKey, Millis)> = Vec::new();
     let mut hosts: HashMap<LaneKey, Option<String>> = HashMap::new();
+    let mut clients: HashMap<LaneKey, Client> = HashMap::new();
 
     for ev in events {
         // A window not closed within max_window breaks at that moment, before anything at or
@@ -287,6 +288,9 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 hosts
                     .entry(LaneKey::of(thread, stream))
                     .or_insert_with(|| host.clone());
+                clients
+                    .entry(LaneKey::of(thread, stream))
+                    .or_insert(*client);
                 let d = details.entry(LaneKey::of(thread, stream)).or_default();
                 let word = format!("{client} · {transport}");
                 if !d.contains(&word) {
@@ -448,8 +452,8 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
         }
     }
     // A subagent's parent: the lane of the latest window that called a spawn tool and opened
-    // before the subagent's first request, on another lane that started earlier, on the same
-    // host when both hosts are known.
+    // before the subagent's first request, on another lane of the same client that started
+    // earlier, on the same host when both hosts are known.
     let mut parents = HashMap::new();
     for (key, t) in &first_request {
         let host = hosts.get(key).cloned().flatten();
@@ -463,7 +467,9 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                     (Some(a), Some(b)) => *a == b,
                     _ => true,
                 };
-                (k != *key && started < *t && same_host).then_some((w.open, k))
+                // A host's subagents are of its own kind (Claude Code's, Codex's).
+                let same_client = clients.get(&k) == clients.get(key);
+                (k != *key && started < *t && same_host && same_client).then_some((w.open, k))
             })
             .max_by(|a, b| a.0.total_cmp(&b.0));
         if let Some((_, k)) = parent {
@@ -770,7 +776,7 @@ mod tests {
     }
 
     /// A thread that starts while another thread's window holds an `Agent` call is drawn
-    /// under it; a thread of another host, or one started by no spawn call, is not.
+    /// under it; a thread of another host or of another client is not.
     #[test]
     fn a_subagent_lane_follows_its_parent_and_knows_it() {
         // Version 2: streams name their host.
@@ -795,6 +801,11 @@ mod tests {
             r#"{"type":"request","t":21,"stream":"c","request":"qc","previous_response":null,"outputs":[]}"#,
             r#"{"type":"response_start","t":22,"stream":"c","response":"rc","request":"qc"}"#,
             r#"{"type":"tool_call","t":30,"stream":"c","response":"rc","call":"c1","item":null,"name":"x","namespace":null,"kind":"tool_use"}"#,
+            // A Codex thread of an unknown host: Claude Code's Agent call did not start it.
+            r#"{"type":"stream_open","t":32,"stream":"x","client":"codex","transport":"websocket","thread":"X","host":null}"#,
+            r#"{"type":"request","t":33,"stream":"x","request":"qx","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":34,"stream":"x","response":"rx","request":"qx"}"#,
+            r#"{"type":"tool_call","t":35,"stream":"x","response":"rx","call":"x1","item":"ix","name":"x","namespace":null,"kind":"function"}"#,
             r#"{"type":"request","t":40,"stream":"p","request":"qp2","previous_response":null,"outputs":["a"]}"#,
         ]);
         let tl = Timeline::build(vec![], Some((&ev, 1_000_000.0)));
@@ -804,9 +815,11 @@ mod tests {
             [
                 &LaneKey::Thread("P".into()),
                 &LaneKey::Thread("C".into()),
-                &LaneKey::Thread("O".into())
+                &LaneKey::Thread("O".into()),
+                &LaneKey::Thread("X".into())
             ]
         );
+        assert_eq!(tl.lanes[3].parent, None);
         assert_eq!((tl.lanes[1].parent, tl.lanes[1].depth), (Some(0), 1));
         assert_eq!((tl.lanes[0].parent, tl.lanes[2].parent), (None, None));
         assert_eq!(tl.windows[0].names, ["Agent"]);

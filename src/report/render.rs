@@ -422,6 +422,9 @@ fn window_title(tl: &Timeline, w: &Window) -> String {
     );
     if w.calls > 0 {
         let _ = write!(t, " · {} tool call(s)", w.calls);
+        if !w.names.is_empty() {
+            let _ = write!(t, ": {}", w.names.join(", "));
+        }
     }
     if let Some(c) = w.completed_at {
         let _ = write!(t, "\nresponse completed {} ms", ms(c));
@@ -1245,7 +1248,8 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
         let c = Category::of(r);
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-find=\"{}\"><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&find_text(tl, mi)),
             esc(&r.interval),
             esc(&r.alias),
             esc(&r.tool),
