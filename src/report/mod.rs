@@ -4,7 +4,7 @@
 mod model;
 mod render;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -127,23 +127,27 @@ fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<
         return Ok(None);
     }
     // An interval is the trace's when the trace holds one with its id that started when it
-    // did: ids alone are short tokens in hand-made or replayed traces, and two runs can share
-    // them.
-    let intervals: HashSet<(&str, u64)> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::McpInterval {
-                interval, start, ..
-            }
-            | EventKind::McpStart {
-                interval, start, ..
-            } => Some((interval.as_str(), start.to_bits())),
-            _ => None,
-        })
-        .collect();
+    // did (within a millisecond: files may round times differently): ids alone are short
+    // tokens in hand-made or replayed traces, and two runs can share them.
+    let mut starts: HashMap<&str, Vec<Millis>> = HashMap::new();
+    for e in events {
+        if let EventKind::McpInterval {
+            interval, start, ..
+        }
+        | EventKind::McpStart {
+            interval, start, ..
+        } = &e.kind
+        {
+            starts.entry(interval.as_str()).or_default().push(*start);
+        }
+    }
     let missing = records
         .iter()
-        .filter(|r| !intervals.contains(&(r.interval.as_str(), r.start.to_bits())))
+        .filter(|r| {
+            !starts
+                .get(r.interval.as_str())
+                .is_some_and(|s| s.iter().any(|t| (t - r.start).abs() < 1.0))
+        })
         .count();
     if missing == records.len() {
         bail!(
@@ -152,7 +156,7 @@ fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<
              were replayed from or captured with (`--capture` of the same run)",
             path.display(),
             records.len(),
-            intervals.len()
+            starts.len()
         );
     }
     if missing == 0 {
