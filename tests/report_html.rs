@@ -40,9 +40,18 @@ fn report(records: &Path, trace: Option<&Path>) -> String {
 }
 
 /// Checks that every tag the page opens is closed, in order (void tags are written `<x/>`).
+/// The inline script's text is not markup: it is left out.
 fn assert_balanced(html: &str) {
+    let without_script = match html.split_once("<script>") {
+        Some((a, b)) => format!(
+            "{a}<script>{}",
+            b.split_once("</script>").expect("closed").1
+        ),
+        None => html.to_string(),
+    };
+    let html = without_script.replace("<script>", "");
     let mut stack: Vec<String> = Vec::new();
-    let mut rest = html;
+    let mut rest = html.as_str();
     while let Some(i) = rest.find('<') {
         rest = &rest[i + 1..];
         let end = rest.find('>').expect("a tag is closed by `>`");
@@ -68,12 +77,35 @@ fn assert_balanced(html: &str) {
     assert!(stack.is_empty(), "never closed: {stack:?}");
 }
 
-/// No reference to anything on a network, except the SVG namespace name.
+/// No reference to anything on a network, except the SVG namespace name; one inline script
+/// (zoom and find) that loads nothing and asks nothing of a network.
 fn assert_offline(html: &str) {
     let without_ns = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
     assert!(!without_ns.contains("http://"), "http:// reference");
     assert!(!without_ns.contains("https://"), "https:// reference");
-    assert!(!html.contains("<script"), "scripts");
+    assert_eq!(html.matches("<script").count(), 1, "one inline script");
+    let script = html
+        .split("<script>")
+        .nth(1)
+        .expect("an inline script, no src")
+        .split("</script>")
+        .next()
+        .unwrap();
+    for api in [
+        "fetch",
+        "XMLHttpRequest",
+        "WebSocket",
+        "import",
+        "src=",
+        "href",
+        "location",
+        "eval",
+        "innerHTML",
+        "cookie",
+        "Storage",
+    ] {
+        assert!(!script.contains(api), "the script uses `{api}`");
+    }
     assert!(!html.contains("<link"), "external resources");
     assert!(
         !html.contains("@import") && !html.contains("url("),
@@ -151,7 +183,8 @@ fn a_replayed_run_draws_every_window_and_interval_with_its_decision() {
     assert_offline(&html);
     for id in ["i1", "i2", "i3"] {
         assert_eq!(
-            html.matches(&format!("data-interval=\"{id}\"")).count(),
+            html.matches(&format!("<g class=\"interval\" data-interval=\"{id}\""))
+                .count(),
             1,
             "{id}"
         );
@@ -163,8 +196,8 @@ fn a_replayed_run_draws_every_window_and_interval_with_its_decision() {
     assert!(html.contains("broken 2700 ms: its response ended `failed`"));
     assert!(html.contains("observation lost on stream x1 at 6500 ms (decode)"));
     // Abstentions are labelled with their reason; the attributed one lists its evidence.
-    assert!(html.contains(">no_window</text>"));
-    assert!(html.contains(">incomplete</text>"));
+    assert!(html.contains(">no_window</tspan>"));
+    assert!(html.contains(">incomplete</tspan>"));
     assert!(html.contains("evidence: containment, tool_use_id, route"));
     assert!(html.contains("data-count=\"total\">3<"));
     assert!(html.contains("data-count=\"attributed\">1<"));
@@ -400,7 +433,7 @@ fn the_page_reads_well_on_live_data() {
         .next()
         .unwrap();
     assert!(mark.contains("class=\"tool\""), "{mark}");
-    assert!(mark.contains(">echo</text>"), "{mark}");
+    assert!(mark.contains(">echo</tspan>"), "{mark}");
 
     // Model, tokens and stop reason in the window's hover text.
     assert!(html.contains("model claude-sonnet-4-5"), "the model");
@@ -412,7 +445,7 @@ fn the_page_reads_well_on_live_data() {
 
     // Two turns start (q1, q3); q2 continues r1's tool call.
     assert_eq!(
-        html.matches("<g class=\"turn\">").count(),
+        html.matches("<g class=\"turn\"").count(),
         2,
         "two turn starts"
     );
@@ -471,7 +504,11 @@ fn records_of_several_traces_are_drawn_apart_and_an_unnamed_mix_is_refused() {
         );
     }
     // Each trace's intervals and windows on its own timeline: every id twice, once per trace.
-    assert_eq!(html.matches("data-interval=\"i1\"").count(), 2);
+    assert_eq!(
+        html.matches("<g class=\"interval\" data-interval=\"i1\"")
+            .count(),
+        2
+    );
     let (first, second) = html.split_at(html.find("data-trace=\"b.jsonl\"").unwrap());
     assert!(first.contains("probe/echo") && !first.contains("other/echo"));
     // (Only i1 carries the alias; i2 and i3 are `probe` in both traces.)
@@ -496,4 +533,304 @@ fn records_of_several_traces_are_drawn_apart_and_an_unnamed_mix_is_refused() {
         err.contains("windowtap replay"),
         "it says what to do: {err}"
     );
+}
+
+/// Every `attr="number"` in `html`.
+fn numbers(html: &str, attr: &str) -> Vec<f64> {
+    html.split(&format!(" {attr}=\""))
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// A 70 s run of short calls on three sessions, two of them with a subagent, as a real run
+/// gives: the calls last a few hundred milliseconds, so every mark is a sliver at full view.
+/// The last call is an abstention that ends at the very end of the run.
+fn seventy_seconds() -> String {
+    let mut lines = vec![r#"{"type":"trace","version":2}"#.to_string()];
+    let mut n = 0;
+    for (k, (client, transport, spawn)) in [
+        ("claude", "http", "Agent"),
+        ("claude", "http", "Agent"),
+        ("codex", "websocket", "spawn_agent"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t0 = 1000.0 + 24_000.0 * k as f64;
+        let (p, c) = (format!("S{k}"), format!("S{k}-sub"));
+        lines.push(format!(r#"{{"type":"stream_open","t":{t0},"stream":"p{k}","client":"{client}","transport":"{transport}","thread":"{p}","host":"h{k}"}}"#));
+        lines.push(format!(r#"{{"type":"request","t":{},"stream":"p{k}","request":"pq{k}","previous_response":null,"outputs":[]}}"#, t0 + 1.0));
+        lines.push(format!(r#"{{"type":"response_start","t":{},"stream":"p{k}","response":"pr{k}","request":"pq{k}"}}"#, t0 + 50.0));
+        lines.push(format!(r#"{{"type":"tool_call","t":{},"stream":"p{k}","response":"pr{k}","call":"spawn{k}","item":null,"name":"{spawn}","namespace":null,"kind":"tool_use"}}"#, t0 + 200.0));
+        lines.push(format!(r#"{{"type":"response_end","t":{},"stream":"p{k}","response":"pr{k}","status":"completed"}}"#, t0 + 210.0));
+        lines.push(format!(r#"{{"type":"stream_open","t":{},"stream":"c{k}","client":"{client}","transport":"{transport}","thread":"{c}","host":"h{k}"}}"#, t0 + 300.0));
+        lines.push(format!(r#"{{"type":"request","t":{},"stream":"c{k}","request":"cq{k}","previous_response":null,"outputs":[]}}"#, t0 + 301.0));
+        lines.push(format!(r#"{{"type":"response_start","t":{},"stream":"c{k}","response":"cr{k}","request":"cq{k}"}}"#, t0 + 350.0));
+        lines.push(format!(r#"{{"type":"tool_call","t":{},"stream":"c{k}","response":"cr{k}","call":"toolu_{k}","item":null,"name":"mcp__probe__lookup","namespace":null,"kind":"tool_use"}}"#, t0 + 400.0));
+        lines.push(format!(r#"{{"type":"response_end","t":{},"stream":"c{k}","response":"cr{k}","status":"completed"}}"#, t0 + 410.0));
+        n += 1;
+        lines.push(format!(r#"{{"type":"mcp_interval","t":{},"interval":"i{n}","alias":"probe","tool":"lookup","start":{},"end":{},"outcome":"result","tool_use_id":"toolu_{k}","host":"h{k}"}}"#, t0 + 700.0, t0 + 420.0, t0 + 690.0));
+        lines.push(format!(r#"{{"type":"request","t":{},"stream":"c{k}","request":"cq{k}b","previous_response":null,"outputs":["toolu_{k}"]}}"#, t0 + 720.0));
+        lines.push(format!(
+            r#"{{"type":"stream_close","t":{},"stream":"c{k}"}}"#,
+            t0 + 800.0
+        ));
+        lines.push(format!(r#"{{"type":"request","t":{},"stream":"p{k}","request":"pq{k}b","previous_response":null,"outputs":["spawn{k}"]}}"#, t0 + 900.0));
+    }
+    // Two calls in flight with no tool_use_id while both subagent windows... none is open:
+    // one call with no window at the end, ending last.
+    lines.push(r#"{"type":"mcp_interval","t":71000,"interval":"i-last","alias":"probe","tool":"lookup","start":70500,"end":70990,"outcome":"result","host":null}"#.into());
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+fn seventy_seconds_report(dir: &Path) -> String {
+    let t = write(dir, "run.jsonl", &seventy_seconds());
+    let r = dir.join("records.jsonl");
+    replay_into(&t, &r);
+    report(&r, Some(&t))
+}
+
+/// At 900 px the page used to scale its 1360-px timeline down to 6-px text: now the timeline
+/// keeps its size (the page scrolls sideways) and no text is smaller than 11 px.
+#[test]
+fn text_stays_at_least_11_px_whatever_the_window_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = seventy_seconds_report(dir.path());
+    assert_balanced(&html);
+    let sizes = numbers(&html, "font-size");
+    assert!(!sizes.is_empty());
+    for px in sizes {
+        assert!(px >= 11.0, "text of {px} px");
+    }
+    for css in html.split("font-size:").skip(1) {
+        let px: f64 = css.split("px").next().unwrap().parse().unwrap();
+        assert!(px >= 11.0, "CSS text of {px} px");
+    }
+    // No scaling of the drawing to the window: it scrolls inside its box instead.
+    let css = html
+        .split("<style>")
+        .nth(1)
+        .unwrap()
+        .split("</style>")
+        .next()
+        .unwrap();
+    let svg_rule = css
+        .split("svg.tl{")
+        .nth(1)
+        .unwrap()
+        .split('}')
+        .next()
+        .unwrap();
+    assert!(!svg_rule.contains("max-width:100%"), "{svg_rule}");
+    assert!(css.contains("div.scroll{overflow-x:auto"), "{css}");
+    assert_eq!(
+        html.matches("<svg class=\"tl\"").count(),
+        html.matches("<div class=\"scroll\"><svg class=\"tl\"")
+            .count()
+    );
+}
+
+/// Every call is labelled with its tool and its decision in full, and no label runs past the
+/// drawing's edges, not even the one of the call that ends the run.
+#[test]
+fn every_call_shows_its_tool_and_its_decision_in_full_and_no_label_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = seventy_seconds_report(dir.path());
+    let marks: Vec<&str> = html
+        .split("<g class=\"interval\"")
+        .skip(1)
+        .map(|m| m.split("</g>").next().unwrap())
+        .collect();
+    assert_eq!(marks.len(), 4);
+    for m in &marks {
+        assert!(
+            m.contains("<tspan class=\"tool\" font-weight=\"600\">lookup</tspan>"),
+            "{m}"
+        );
+    }
+    let last = marks
+        .iter()
+        .find(|m| m.contains("data-interval=\"i-last\""))
+        .unwrap();
+    assert!(last.contains(">no_window</tspan>"), "{last}");
+    let attributed = marks.iter().filter(|m| m.contains(">attributed</tspan>"));
+    assert_eq!(attributed.count(), 3);
+    // Each label inside the drawing (1360 px wide, the plot from 200 px), by its width as
+    // drawn (`data-w`, 7 px a character) and its anchor.
+    for label in html.split("<text class=\"label\"").skip(1) {
+        let tag = label.split('>').next().unwrap();
+        let x: f64 = numbers(tag, "x")[0];
+        let w: f64 = numbers(tag, "data-w")[0];
+        let text: String = label
+            .split("</text>")
+            .next()
+            .unwrap()
+            .split('>')
+            .skip(1)
+            .map(|s| s.split('<').next().unwrap())
+            .collect();
+        assert!(w >= 7.0 * text.chars().count() as f64 - 0.5, "{text}: {w}");
+        let (a, b) = if tag.contains("text-anchor=\"end\"") {
+            (x - w, x)
+        } else {
+            (x, x + w)
+        };
+        assert!(a >= 200.0 && b <= 1360.0, "`{text}` drawn over {a}..{b}");
+    }
+    // Windows carry the names of their calls.
+    assert!(html.contains("class=\"wlabel\""));
+    assert!(html.contains(">mcp__probe__lookup</text>"));
+}
+
+/// A person can zoom (a range control per timeline, click a turn or a window, drag) and find
+/// a call (a box matching tool, alias, decision, thread or id, and a list of every call):
+/// every element carries the times the page's script lays it out by.
+#[test]
+fn the_page_can_be_zoomed_and_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = seventy_seconds_report(dir.path());
+    assert_offline(&html);
+    assert!(html.contains("<input id=\"find\" type=\"search\""));
+    let svgs = html.matches("<svg class=\"tl\"").count();
+    assert_eq!(html.matches("<div class=\"zoom\">").count(), svgs);
+    assert_eq!(html.matches(" data-t0=\"").count(), svgs);
+    assert!(html.contains("<input class=\"z0\" type=\"number\" step=\"any\" value=\""));
+    for g in html.split("<g class=\"interval\"").skip(1) {
+        let tag = g.split('>').next().unwrap();
+        assert_eq!(numbers(tag, "data-s").len(), 1, "{tag}");
+        assert_eq!(numbers(tag, "data-e").len(), 1, "{tag}");
+        assert!(
+            tag.contains("data-find=\"") && tag.contains("probe/lookup"),
+            "{tag}"
+        );
+    }
+    assert!(html.contains("data-find=\"i-last probe/lookup no_window unattributed\""));
+    for w in html.split("<rect class=\"window\"").skip(1) {
+        assert_eq!(numbers(w.split('>').next().unwrap(), "data-s").len(), 1);
+    }
+    assert!(html.matches("<g class=\"turn\" data-t=\"").count() >= 6);
+    // The list of calls, one row each, searchable the same way.
+    assert!(html.contains("<h2>Calls (4)</h2>"));
+    assert_eq!(html.matches("<tr data-interval=").count(), 4);
+    // The script places labels and ticks by the same rules as the page.
+    let script = html.split("<script>").nth(1).unwrap();
+    assert!(script.contains("var L=200,R=1336,W=1360;"));
+}
+
+/// Subagents are drawn nested under the thread whose `Agent` / `spawn_agent` call started
+/// them, for Claude Code and Codex alike, in the bundled traces and in a three-session run.
+#[test]
+fn subagents_are_nested_under_their_parents() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = seventy_seconds_report(dir.path());
+    let lanes: Vec<(String, String)> = html
+        .split("<g class=\"lane\" ")
+        .skip(1)
+        .map(|g| {
+            let tag = g.split('>').next().unwrap().to_string();
+            let label = g
+                .split("<title>")
+                .nth(1)
+                .unwrap()
+                .split("</title>")
+                .next()
+                .unwrap()
+                .to_string();
+            (tag, label)
+        })
+        .collect();
+    let order: Vec<&str> = lanes.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "thread S0",
+            "thread S0-sub",
+            "thread S1",
+            "thread S1-sub",
+            "thread S2",
+            "thread S2-sub",
+            "unattributed"
+        ]
+    );
+    for (tag, label) in &lanes {
+        if let Some(parent) = label.strip_suffix("-sub") {
+            assert!(tag.contains("data-depth=\"1\""), "{tag}");
+            assert!(tag.contains(&format!("data-parent=\"{parent}\"")), "{tag}");
+        } else {
+            assert!(tag.contains("data-depth=\"0\"") && !tag.contains("data-parent"));
+        }
+    }
+    assert!(html.contains(">↳ thread S0-sub</text>"));
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
+    for (file, parent, children) in [
+        (
+            "claude_parallel_agents_same_tool.jsonl",
+            "thread sess1",
+            &["thread sess1+agentA", "thread sess1+agentB"][..],
+        ),
+        (
+            "codex_parallel_subagents.jsonl",
+            "thread thP",
+            &["thread thC1", "thread thC2"][..],
+        ),
+    ] {
+        let r = dir.path().join(format!("{file}.records"));
+        replay_into(&root.join(file), &r);
+        let html = report(&r, Some(&root.join(file)));
+        for child in children {
+            let tag = html
+                .split("<g class=\"lane\" ")
+                .find(|g| g.contains(&format!("<title>{child}</title>")))
+                .unwrap_or_else(|| panic!("{file}: no lane {child}"))
+                .split('>')
+                .next()
+                .unwrap();
+            assert!(
+                tag.contains(&format!("data-depth=\"1\" data-parent=\"{parent}\"")),
+                "{file}: {child}: {tag}"
+            );
+            assert!(
+                html.find(&format!("<title>{parent}</title>")).unwrap()
+                    < html.find(&format!("<title>{child}</title>")).unwrap()
+            );
+        }
+    }
+}
+
+/// A trace that is not the records' own is refused (none of their intervals is in it), and
+/// one that lacks some of them is drawn under a warning, said on stderr too.
+#[test]
+fn a_trace_that_does_not_belong_to_the_records_is_refused_or_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, r) = replayed(dir.path(), "probe");
+    let other = write(dir.path(), "other.jsonl", &seventy_seconds());
+    let out_path = dir.path().join("o.html");
+    let out = windowtap(&["report", s(&r), "--trace", s(&other), "-o", s(&out_path)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("does not belong to these records"), "{err}");
+    assert!(err.contains("none of their 3 intervals is in it"), "{err}");
+    assert!(!out_path.exists());
+
+    // A trace holding only one of the three intervals: drawn, with a warning.
+    let partial: String = trace("probe")
+        .lines()
+        .filter(|l| !l.contains("\"interval\":\"i2\"") && !l.contains("\"interval\":\"i3\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let partial = write(dir.path(), "partial.jsonl", &partial);
+    let out = windowtap(&["report", s(&r), "--trace", s(&partial), "-o", s(&out_path)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("warning: --trace"), "{err}");
+    assert!(
+        err.contains("2 of the 3 intervals of the records are not in this trace"),
+        "{err}"
+    );
+    let html = std::fs::read_to_string(&out_path).unwrap();
+    assert!(html.contains("<p class=\"warning\">warning: --trace"));
+    assert_balanced(&html);
 }

@@ -4,7 +4,7 @@
 mod model;
 mod render;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use correlator::records::read_all_from;
 use correlator::sanitize::{quote, Door};
 use correlator::trace::TraceReader;
 use correlator::Config;
-use correlator::{Event, Millis, Record};
+use correlator::{Event, EventKind, Millis, Record};
 use serde_json::Value;
 
 pub use model::Timeline;
@@ -23,9 +23,13 @@ pub use render::{render, Section};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-A lane per thread; each window is a bar from its first complete tool call to the request that \
-continued it; each MCP interval is a mark coloured by its decision, abstentions labelled with \
-their reason; hover for times and evidence. Without --trace only the windows that intervals \
+A lane per thread, subagents nested under the thread whose Agent/Task/spawn_agent call started \
+them; each window is a bar from its first complete tool call to the request that continued it; \
+each MCP interval is a mark coloured by its decision and labelled with its tool and decision; \
+hover for times and evidence. Find a call by tool, alias, decision, thread or id in the find \
+box or the list of calls; zoom by a range, a drag, or a click on a turn's flag or a window. \
+Text stays at 11 px or more (a narrow window scrolls sideways). A --trace none of whose MCP \
+intervals are the records' is refused; one that lacks some is drawn under a warning. Without --trace only the windows that intervals \
 were attributed to are known, and abstentions go on an `unattributed` lane; with it every \
 window is drawn and each abstention sits beside the windows open at its start, the hover \
 text of a window gives its response's model, tokens and stop reason, and a dark dashed line \
@@ -114,6 +118,61 @@ fn by_trace(
     Ok(groups)
 }
 
+/// Whether a trace is the one the records came from: every record's interval is an MCP
+/// interval of the trace (the same id, started at the same time). Refused when none is (another run's trace would draw windows the
+/// records were never decided against); a warning, said on stderr and on the page, when only
+/// some are.
+fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<Option<String>> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    // An interval is the trace's when the trace holds one with its id that started when it
+    // did (within a millisecond: files may round times differently): ids alone are short
+    // tokens in hand-made or replayed traces, and two runs can share them.
+    let mut starts: HashMap<&str, Vec<Millis>> = HashMap::new();
+    for e in events {
+        if let EventKind::McpInterval {
+            interval, start, ..
+        }
+        | EventKind::McpStart {
+            interval, start, ..
+        } = &e.kind
+        {
+            starts.entry(interval.as_str()).or_default().push(*start);
+        }
+    }
+    let missing = records
+        .iter()
+        .filter(|r| {
+            !starts
+                .get(r.interval.as_str())
+                .is_some_and(|s| s.iter().any(|t| (t - r.start).abs() < 1.0))
+        })
+        .count();
+    if missing == records.len() {
+        bail!(
+            "--trace {}: this trace does not belong to these records: none of their {} \
+             intervals is in it (it holds {} other MCP intervals); pass the trace the records \
+             were replayed from or captured with (`--capture` of the same run)",
+            path.display(),
+            records.len(),
+            starts.len()
+        );
+    }
+    if missing == 0 {
+        return Ok(None);
+    }
+    let warning = format!(
+        "--trace {}: {missing} of the {} intervals of the records are not in this trace: it \
+         may not be the trace they came from, and windows drawn from it may not be the ones \
+         they were decided against",
+        path.display(),
+        records.len()
+    );
+    eprintln!("warning: {warning}");
+    Ok(Some(warning))
+}
+
 pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let records = read_all_from(open(&args.records)?, &args.records.display().to_string())?;
     // Only what the door lets out is drawn: a records file is an input like any other.
@@ -126,6 +185,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     // Each --trace goes with the records that name its file (or with all of them, when they
     // name none).
     let mut traces: Vec<Option<(Vec<Event>, Millis, String)>> = vec![None; groups.len()];
+    let mut warnings: Vec<Option<String>> = vec![None; groups.len()];
     for path in &args.trace {
         let at = if let [(None, _)] = groups.as_slice() {
             0
@@ -152,12 +212,14 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let (events, max_window) = read_trace(path, &door)?;
+        warnings[at] = belongs(path, &events, &groups[at].1)?;
         traces[at] = Some((events, max_window, path.display().to_string()));
     }
     let sections: Vec<Section> = groups
         .into_iter()
         .zip(traces)
-        .map(|((name, records), trace)| {
+        .zip(warnings)
+        .map(|(((name, records), trace), warning)| {
             let mut sources = vec![args.records.display().to_string()];
             sources.extend(trace.as_ref().map(|t| t.2.clone()));
             Section {
@@ -169,6 +231,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
                         .map(|(events, mw, _)| (events.as_slice(), *mw)),
                 ),
                 sources,
+                warning,
             }
         })
         .collect();

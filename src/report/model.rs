@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 
 use correlator::records::Reason;
+use correlator::{Client, EventKind, ResponseStatus, StopReason, Usage};
 use correlator::{Event, Millis, Record};
-use correlator::{EventKind, ResponseStatus, StopReason, Usage};
 
 /// How a window ended, as far as the input shows.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,6 +65,8 @@ pub struct Window {
     pub model: Option<String>,
     pub usage: Option<Usage>,
     pub stop: Option<StopReason>,
+    /// The names of its client tool calls, in order, each once (from the trace).
+    pub names: Vec<String>,
 }
 
 impl Window {
@@ -110,7 +112,18 @@ pub struct Lane {
     pub detail: Option<String>,
     /// The earliest time anything on the lane happens (lanes are ordered by it).
     pub first: Millis,
+    /// The lane of the thread that started this one as a subagent, when the trace shows it
+    /// (see [`SPAWN_TOOLS`]); lanes are ordered so that a subagent follows its parent.
+    pub parent: Option<usize>,
+    /// How many parents up to a top-level thread (0 for one).
+    pub depth: usize,
 }
+
+/// Tool calls that start a subagent: Claude Code's `Agent` (formerly `Task`), Codex's
+/// `spawn_agent`. A thread is drawn nested under the thread whose most recent window holding
+/// such a call opened before the thread's first request, on the same host when both are known.
+/// Thread ids are pseudonyms, so this is the only link between a subagent and its parent.
+pub const SPAWN_TOOLS: [&str; 3] = ["Agent", "Task", "spawn_agent"];
 
 /// How many windows open at an abstention's start are kept for its hover title; one more is
 /// kept to know that there were more.
@@ -209,6 +222,8 @@ impl Lanes {
             key: key.clone(),
             detail: None,
             first: t,
+            parent: None,
+            depth: 0,
         });
         self.index.insert(key, self.lanes.len() - 1);
         self.lanes.len() - 1
@@ -221,6 +236,8 @@ struct FromTrace {
     lost: Vec<Lost>,
     /// Turn starts by lane key: only lanes that get something else are drawn.
     turns: Vec<(LaneKey, Millis, String)>,
+    /// Subagent lane key -> its parent's lane key.
+    parents: HashMap<LaneKey, LaneKey>,
 }
 
 /// Every window of a trace, every loss of observation and every turn start, per docs/design.md §3.
@@ -242,6 +259,10 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
     let mut models: HashMap<&str, &str> = HashMap::new();
     // Host and transport per lane, in order of first appearance.
     let mut details: HashMap<LaneKey, Vec<String>> = HashMap::new();
+    // Per lane: its first request and its host, for finding subagents' parents.
+    let mut first_request: Vec<(LaneKey, Millis)> = Vec::new();
+    let mut hosts: HashMap<LaneKey, Option<String>> = HashMap::new();
+    let mut clients: HashMap<LaneKey, Client> = HashMap::new();
 
     for ev in events {
         // A window not closed within max_window breaks at that moment, before anything at or
@@ -262,8 +283,14 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 thread,
                 client,
                 transport,
-                ..
+                host,
             } => {
+                hosts
+                    .entry(LaneKey::of(thread, stream))
+                    .or_insert_with(|| host.clone());
+                clients
+                    .entry(LaneKey::of(thread, stream))
+                    .or_insert(*client);
                 let d = details.entry(LaneKey::of(thread, stream)).or_default();
                 let word = format!("{client} · {transport}");
                 if !d.contains(&word) {
@@ -294,11 +321,15 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 stream,
                 response,
                 call,
+                name,
                 ..
             } => {
                 let idx = match by_response.get(response.as_str()) {
                     Some(&i) => {
                         windows[i].calls += 1;
+                        if !windows[i].names.contains(name) {
+                            windows[i].names.push(name.clone());
+                        }
                         i
                     }
                     None => {
@@ -317,6 +348,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                             model: models.get(response.as_str()).map(|m| m.to_string()),
                             usage: None,
                             stop: None,
+                            names: vec![name.clone()],
                         });
                         let i = windows.len() - 1;
                         by_response.insert(response, i);
@@ -333,6 +365,10 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 outputs,
             } => {
                 let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
+                let key = LaneKey::of(&thread, stream);
+                if !first_request.iter().any(|(k, _)| *k == key) {
+                    first_request.push((key, ev.t));
+                }
                 let mut continued: Vec<usize> = Vec::new();
                 if let Some(&i) = previous_response
                     .as_deref()
@@ -415,10 +451,36 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
             lane.detail = Some(d.join(", "));
         }
     }
+    // A subagent's parent: the lane of the latest window that called a spawn tool and opened
+    // before the subagent's first request, on another lane of the same client that started
+    // earlier, on the same host when both hosts are known.
+    let mut parents = HashMap::new();
+    for (key, t) in &first_request {
+        let host = hosts.get(key).cloned().flatten();
+        let parent = windows
+            .iter()
+            .filter(|w| w.open <= *t && w.names.iter().any(|n| SPAWN_TOOLS.contains(&n.as_str())))
+            .filter_map(|w| {
+                let k = LaneKey::of(&w.thread, &w.stream);
+                let started = first_request.iter().find(|(pk, _)| *pk == k)?.1;
+                let same_host = match (&host, hosts.get(&k).cloned().flatten()) {
+                    (Some(a), Some(b)) => *a == b,
+                    _ => true,
+                };
+                // A host's subagents are of its own kind (Claude Code's, Codex's).
+                let same_client = clients.get(&k) == clients.get(key);
+                (k != *key && started < *t && same_host && same_client).then_some((w.open, k))
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, k)) = parent {
+            parents.insert(key.clone(), k);
+        }
+    }
     FromTrace {
         windows,
         lost,
         turns,
+        parents,
     }
 }
 
@@ -430,12 +492,14 @@ impl Timeline {
             mut windows,
             lost,
             turns,
+            parents,
         } = match trace {
             Some((events, max_window)) => trace_windows(events, max_window, &mut lanes),
             None => FromTrace {
                 windows: Vec::new(),
                 lost: Vec::new(),
                 turns: Vec::new(),
+                parents: HashMap::new(),
             },
         };
         let n_trace = windows.len();
@@ -467,6 +531,7 @@ impl Timeline {
                             model: None,
                             usage: None,
                             stop: None,
+                            names: Vec::new(),
                         });
                         by_response.insert(wr.response.clone(), windows.len() - 1);
                         windows.len() - 1
@@ -526,19 +591,66 @@ impl Timeline {
             }
         }
 
-        // Lanes in order of first activity, the unattributed lane last.
-        let mut order: Vec<usize> = (0..lanes.lanes.len()).collect();
-        order.sort_by(|a, b| {
+        // Lanes in order of first activity, each subagent right under its parent (its own
+        // subagents under it), the unattributed lane last.
+        let parent_of: Vec<Option<usize>> = lanes
+            .lanes
+            .iter()
+            .map(|l| {
+                parents
+                    .get(&l.key)
+                    .and_then(|k| lanes.index.get(k).copied())
+            })
+            .collect();
+        let mut by_first: Vec<usize> = (0..lanes.lanes.len()).collect();
+        by_first.sort_by(|a, b| {
             let (la, lb) = (&lanes.lanes[*a], &lanes.lanes[*b]);
             (la.key == LaneKey::Unattributed)
                 .cmp(&(lb.key == LaneKey::Unattributed))
                 .then(la.first.total_cmp(&lb.first))
         });
+        let mut order: Vec<usize> = Vec::with_capacity(by_first.len());
+        let mut depth = vec![0; lanes.lanes.len()];
+        fn visit(
+            l: usize,
+            d: usize,
+            by_first: &[usize],
+            parent_of: &[Option<usize>],
+            order: &mut Vec<usize>,
+            depth: &mut [usize],
+        ) {
+            if order.contains(&l) {
+                return;
+            }
+            order.push(l);
+            depth[l] = d;
+            for &c in by_first {
+                if parent_of[c] == Some(l) {
+                    visit(c, d + 1, by_first, parent_of, order, depth);
+                }
+            }
+        }
+        for &l in &by_first {
+            // Roots first; a lane whose parent is not drawn is a root.
+            if parent_of[l].is_none() {
+                visit(l, 0, &by_first, &parent_of, &mut order, &mut depth);
+            }
+        }
+        for &l in &by_first {
+            visit(l, 0, &by_first, &parent_of, &mut order, &mut depth);
+        }
         let mut new_index = vec![0; order.len()];
         for (new, old) in order.iter().enumerate() {
             new_index[*old] = new;
         }
-        let sorted: Vec<Lane> = order.iter().map(|i| lanes.lanes[*i].clone()).collect();
+        let sorted: Vec<Lane> = order
+            .iter()
+            .map(|i| Lane {
+                parent: parent_of[*i].map(|p| new_index[p]),
+                depth: depth[*i],
+                ..lanes.lanes[*i].clone()
+            })
+            .collect();
         for w in &mut windows {
             w.lane = new_index[w.lane];
         }
@@ -661,6 +773,56 @@ mod tests {
         // Nothing was open at 5: the unattributed lane, last.
         assert_eq!(tl.lanes[tl.marks[1].lane].key, LaneKey::Unattributed);
         assert_eq!(tl.marks[1].lane, tl.lanes.len() - 1);
+    }
+
+    /// A thread that starts while another thread's window holds an `Agent` call is drawn
+    /// under it; a thread of another host or of another client is not.
+    #[test]
+    fn a_subagent_lane_follows_its_parent_and_knows_it() {
+        // Version 2: streams name their host.
+        let v2 = |lines: &[&str]| {
+            let text = format!(
+                "{{\"type\":\"trace\",\"version\":2}}\n{}\n",
+                lines.join("\n")
+            );
+            read_all(text.as_bytes(), "t.jsonl").unwrap()
+        };
+        let ev = v2(&[
+            r#"{"type":"stream_open","t":0,"stream":"p","client":"claude","transport":"http","thread":"P","host":"h1"}"#,
+            r#"{"type":"request","t":1,"stream":"p","request":"qp","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":2,"stream":"p","response":"rp","request":"qp"}"#,
+            r#"{"type":"tool_call","t":10,"stream":"p","response":"rp","call":"a","item":null,"name":"Agent","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":11,"stream":"p","response":"rp","status":"completed"}"#,
+            r#"{"type":"stream_open","t":15,"stream":"o","client":"claude","transport":"http","thread":"O","host":"h2"}"#,
+            r#"{"type":"request","t":16,"stream":"o","request":"qo","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":17,"stream":"o","response":"ro","request":"qo"}"#,
+            r#"{"type":"tool_call","t":18,"stream":"o","response":"ro","call":"o1","item":null,"name":"x","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"stream_open","t":20,"stream":"c","client":"claude","transport":"http","thread":"C","host":"h1"}"#,
+            r#"{"type":"request","t":21,"stream":"c","request":"qc","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":22,"stream":"c","response":"rc","request":"qc"}"#,
+            r#"{"type":"tool_call","t":30,"stream":"c","response":"rc","call":"c1","item":null,"name":"x","namespace":null,"kind":"tool_use"}"#,
+            // A Codex thread of an unknown host: Claude Code's Agent call did not start it.
+            r#"{"type":"stream_open","t":32,"stream":"x","client":"codex","transport":"websocket","thread":"X","host":null}"#,
+            r#"{"type":"request","t":33,"stream":"x","request":"qx","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":34,"stream":"x","response":"rx","request":"qx"}"#,
+            r#"{"type":"tool_call","t":35,"stream":"x","response":"rx","call":"x1","item":"ix","name":"x","namespace":null,"kind":"function"}"#,
+            r#"{"type":"request","t":40,"stream":"p","request":"qp2","previous_response":null,"outputs":["a"]}"#,
+        ]);
+        let tl = Timeline::build(vec![], Some((&ev, 1_000_000.0)));
+        let keys: Vec<&LaneKey> = tl.lanes.iter().map(|l| &l.key).collect();
+        assert_eq!(
+            keys,
+            [
+                &LaneKey::Thread("P".into()),
+                &LaneKey::Thread("C".into()),
+                &LaneKey::Thread("O".into()),
+                &LaneKey::Thread("X".into())
+            ]
+        );
+        assert_eq!(tl.lanes[3].parent, None);
+        assert_eq!((tl.lanes[1].parent, tl.lanes[1].depth), (Some(0), 1));
+        assert_eq!((tl.lanes[0].parent, tl.lanes[2].parent), (None, None));
+        assert_eq!(tl.windows[0].names, ["Agent"]);
     }
 
     #[test]

@@ -1,4 +1,14 @@
-//! The timeline as one self-contained HTML page: inline CSS and SVG, no scripts, no network.
+//! The timeline as one self-contained HTML page: inline CSS and SVG and one small inline script
+//! (zoom and find; the page reads fully without it), no network.
+//!
+//! Readable by a person at any window width: the drawing keeps its size (text never below
+//! 11 px; the page scrolls sideways rather than shrink it), every interval is labelled with its
+//! tool and decision in full, placed so that no label is cut by the drawing's edges, windows
+//! carry the names of their calls when they fit, subagent lanes sit under their parent's lane
+//! (see [`super::model::SPAWN_TOOLS`]), and a list of every call follows each timeline. The
+//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked) by laying
+//! its elements out again from their `data-` times with the same rules as here, and finds calls
+//! by tool, alias, decision, thread or id.
 //!
 //! Readable at any size: up to [`DETAIL_MAX`] intervals every window and interval is drawn,
 //! split into time pages of at most [`PAGE_SIZE`] intervals, each page with its own SVG and
@@ -183,11 +193,23 @@ table.summary{border-collapse:collapse;margin:10px 0 6px;font-size:13px}
 table.summary td,table.summary th{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:left}
 table.summary td.n{text-align:center;font-variant-numeric:tabular-nums;font-size:15px;font-weight:600}
 .sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-1px;margin-right:6px}
-.legend{display:flex;flex-wrap:wrap;gap:6px 18px;font-size:12px;color:#333;margin:6px 0 2px}
+.legend{display:flex;flex-wrap:wrap;gap:6px 18px;font-size:13px;color:#333;margin:6px 0 2px}
 .legend svg{vertical-align:middle;margin-right:4px}
-table.list{border-collapse:collapse;font-size:12px}
+table.list{border-collapse:collapse;font-size:13px}
 table.list td,table.list th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
-svg.tl{display:block;max-width:100%;height:auto}
+div.scroll{overflow-x:auto;max-width:100%;border:1px solid #e3e6ea}
+svg.tl{display:block;max-width:none}
+.warning{background:#fff3cd;border:1px solid #e0b000;padding:6px 10px;font-size:14px;font-weight:600}
+.find{position:sticky;top:0;background:#fff;padding:6px 0;z-index:2;font-size:14px}
+.find input{font-size:14px;width:28em;padding:3px 6px}
+.zoom{font-size:13px;margin:4px 0;color:#333}
+.zoom input{width:6em;font-size:13px}
+.zoom button,.find button{font-size:13px}
+svg.finding g.interval:not(.hit){opacity:.2}
+g.interval.hit rect{stroke:#000;stroke-width:2}
+g.turn,rect.window{cursor:zoom-in}
+table.calls tr{cursor:pointer}
+table.calls tr.hit td{background:#fff3b0}
 svg text{font-family:inherit}
 .c0{fill:#2e8540}.c1{fill:#7a7a7a}.c2{fill:#e07b00}.c3{fill:#8e44ad}.c4{fill:#d62728}.c5{fill:#1f6fb5}
 .w1{fill:#4a7fa7;fill-opacity:.25}.w2{fill:#4a7fa7;fill-opacity:.5}.w3{fill:#4a7fa7;fill-opacity:.8}
@@ -200,6 +222,8 @@ pub struct Section {
     pub timeline: Timeline,
     /// Where its records and trace were read from, for the page to say.
     pub sources: Vec<String>,
+    /// Said above its timeline when set (a trace that may not be the records' own).
+    pub warning: Option<String>,
 }
 
 fn is_aggregated(tl: &Timeline) -> bool {
@@ -223,8 +247,10 @@ pub fn render(sections: &[Section]) -> String {
     out.push_str("<title>windowtap timeline</title>\n<style>");
     out.push_str(CSS);
     out.push_str("</style>\n</head>\n<body>\n<h1>windowtap timeline</h1>\n");
+    out.push_str(FIND);
     if let [only] = sections {
         let tl = &only.timeline;
+        warning(&mut out, only);
         meta_line(&mut out, tl, &only.sources);
         summary_table(&mut out, &summary_of(tl.records.iter()));
         legend(&mut out, is_aggregated(tl));
@@ -251,13 +277,22 @@ pub fn render(sections: &[Section]) -> String {
                 esc(name),
                 esc(name)
             );
+            warning(&mut out, s);
             meta_line(&mut out, &s.timeline, &s.sources);
             summary_table(&mut out, &summary_of(s.timeline.records.iter()));
             view(&mut out, &s.timeline);
         }
     }
-    out.push_str("</body>\n</html>\n");
+    out.push_str("<script>");
+    out.push_str(SCRIPT);
+    out.push_str("</script>\n</body>\n</html>\n");
     out
+}
+
+fn warning(out: &mut String, s: &Section) {
+    if let Some(w) = &s.warning {
+        let _ = writeln!(out, "<p class=\"warning\">warning: {}</p>", esc(w));
+    }
 }
 
 fn meta_line(out: &mut String, tl: &Timeline, sources: &[String]) {
@@ -286,6 +321,7 @@ fn view(out: &mut String, tl: &Timeline) {
         aggregated_view(out, tl);
     } else {
         detailed_view(out, tl);
+        calls_table(out, tl);
     }
 }
 
@@ -386,6 +422,9 @@ fn window_title(tl: &Timeline, w: &Window) -> String {
     );
     if w.calls > 0 {
         let _ = write!(t, " · {} tool call(s)", w.calls);
+        if !w.names.is_empty() {
+            let _ = write!(t, ": {}", w.names.join(", "));
+        }
     }
     if let Some(c) = w.completed_at {
         let _ = write!(t, "\nresponse completed {} ms", ms(c));
@@ -505,35 +544,47 @@ fn axis(out: &mut String, sc: &Scale, height: f64) {
 }
 
 /// The most characters of a lane label drawn: at 12 px, wider characters than average
-/// included, they end before the plot starts at [`LABEL_W`].
+/// included, they end before the plot starts at [`LABEL_W`] (fewer for a nested lane, which
+/// is indented).
 pub const LABEL_CHARS: usize = 24;
 
-fn lane_label(out: &mut String, label: &str, y: f64, h: f64) {
+/// How far each level of subagent nesting indents a lane's label.
+const INDENT: f64 = 14.0;
+
+fn lane_label(out: &mut String, label: &str, depth: usize, y: f64, h: f64) {
     // Long ids (a pseudonym is 32 hex digits) are shortened on screen; the full label is in
-    // the hover title.
-    let shown: String = if label.chars().count() > LABEL_CHARS {
-        label.chars().take(LABEL_CHARS - 1).collect::<String>() + "…"
+    // the hover title. A subagent's label is indented under its parent's and marked `↳`.
+    let depth = depth.min(4);
+    let chars = LABEL_CHARS - 2 * depth;
+    let mut shown: String = if label.chars().count() > chars {
+        label.chars().take(chars - 1).collect::<String>() + "…"
     } else {
         label.to_string()
     };
+    if depth > 0 {
+        // The arrow takes the room of the indent's first step.
+        shown = format!("↳ {shown}");
+    }
     let _ = write!(
         out,
-        "<text x=\"8\" y=\"{:.1}\" font-size=\"12\" fill=\"#222\"><title>{}</title>{}</text>",
+        "<text class=\"lane-label\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" fill=\"#222\"><title>{}</title>{}</text>",
+        8.0 + depth as f64 * INDENT,
         y + h / 2.0 + 4.0,
         esc(label),
         esc(&shown)
     );
 }
 
-/// A mark across a lane (`y`, height `h`) at `x`: a vertical line drawn with `line` (its SVG
-/// stroke attributes) and a triangular flag at its top, filled with `colour`, under a hover
-/// `title` that is already escaped.
+/// A mark across a lane (`y`, height `h`) at time `t` (drawn at `x`): a vertical line drawn
+/// with `line` (its SVG stroke attributes) and a triangular flag at its top (`flag`, relative
+/// to the line), filled with `colour`, under a hover `title` that is already escaped. Drawn
+/// at x = 0 and moved by a transform, so that zooming moves it as one.
 #[allow(clippy::too_many_arguments)]
 fn lane_marker(
     out: &mut String,
     class: &str,
     title: &str,
-    x: f64,
+    (t, x): (Millis, f64),
     (y, h): (f64, f64),
     line: &str,
     flag: [(f64, f64); 3],
@@ -542,7 +593,8 @@ fn lane_marker(
     let [(ax, ay), (bx, by), (cx, cy)] = flag;
     let _ = write!(
         out,
-        "<g class=\"{class}\"><title>{title}</title><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        "<g class=\"{class}\" data-t=\"{}\" transform=\"translate({x:.1} 0)\"><title>{title}</title><line x1=\"0\" y1=\"{:.1}\" x2=\"0\" y2=\"{:.1}\" {line}/><path d=\"M{ax:.1} {ay:.1} L{bx:.1} {by:.1} L{cx:.1} {cy:.1} Z\" fill=\"{colour}\"/></g>",
+        ms(t),
         y + 1.0,
         y + h - 1.0,
     );
@@ -553,6 +605,32 @@ fn text_width(s: &str, per_char: f64) -> f64 {
     per_char * s.chars().count() as f64
 }
 
+/// Pixels per character of the 11 px labels, wide enough for hex ids and capitals.
+const LABEL_CHAR_W: f64 = 7.0;
+
+/// The text beside an interval: its tool and its decision, in full.
+fn mark_label(r: &correlator::Record) -> String {
+    format!("{} · {}", r.tool, Category::of(r).word())
+}
+
+/// A label's x, whether it is anchored at its end, and the extent of mark and label.
+type Place = (f64, bool, (f64, f64));
+
+/// Where a mark's label goes: inside the mark when it fits, else right of it, else (near the
+/// plot's right edge) left of it, so that it is never cut off. Returns the label's x, whether
+/// it is anchored at its end, and the pixel extent of mark and label together. The page's
+/// script places labels the same way when it zooms.
+fn label_place(a: f64, b: f64, w: f64) -> Place {
+    let right_edge = WIDTH - 2.0;
+    if b - a >= w + 6.0 {
+        (a + 3.0, false, (a, b))
+    } else if b + 3.0 + w <= right_edge || a - 3.0 - w < LABEL_W {
+        (b + 3.0, false, (a, b + 3.0 + w))
+    } else {
+        (a - 3.0, true, (a - 3.0 - w, b))
+    }
+}
+
 /// Lanes as drawn: the first `max` thread lanes each on their own, the rest of the
 /// threads sharing one, and the unattributed lane always on its own, last.
 struct Slots {
@@ -560,6 +638,10 @@ struct Slots {
     of: Vec<usize>,
     labels: Vec<String>,
     details: Vec<Option<String>>,
+    /// Subagent nesting of each slot (0: a top-level thread).
+    depths: Vec<usize>,
+    /// The label of each slot's parent lane, for a subagent's.
+    parents: Vec<Option<String>>,
 }
 
 impl Slots {
@@ -567,6 +649,8 @@ impl Slots {
         let mut of = Vec::with_capacity(tl.lanes.len());
         let mut labels: Vec<String> = Vec::new();
         let mut details = Vec::new();
+        let mut depths = Vec::new();
+        let mut parents = Vec::new();
         let threads = tl
             .lanes
             .iter()
@@ -577,12 +661,20 @@ impl Slots {
         for lane in &tl.lanes {
             if lane.key == LaneKey::Unattributed || labels.len() < max || merged <= 1 {
                 labels.push(lane.key.label());
-                details.push(lane.detail.clone());
+                details.push(match (lane.parent, &lane.detail) {
+                    (Some(_), Some(d)) => Some(format!("subagent · {d}")),
+                    (Some(_), None) => Some("subagent".into()),
+                    (None, d) => d.clone(),
+                });
+                parents.push(lane.parent.map(|p| tl.lanes[p].key.label()));
+                depths.push(lane.depth);
                 of.push(labels.len() - 1);
             } else {
                 let slot = *merged_slot.get_or_insert_with(|| {
                     labels.push(format!("… {merged} more lanes"));
                     details.push(None);
+                    depths.push(0);
+                    parents.push(None);
                     labels.len() - 1
                 });
                 of.push(slot);
@@ -592,6 +684,8 @@ impl Slots {
             of,
             labels,
             details,
+            depths,
+            parents,
         }
     }
 }
@@ -688,18 +782,20 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             })
             .collect();
         let (wrow, nwrows) = pack(&wext);
-        let mext: Vec<(f64, f64)> = ms_here
+        // Each mark with its label (tool and decision), placed where it is never cut off;
+        // rows are packed so that no label runs into another mark.
+        let placed: Vec<(f64, f64, String, Place)> = ms_here
             .iter()
             .map(|m| {
                 let r = &tl.records[tl.marks[*m].record];
                 let a = sc.x(r.start);
                 let b = sc.x(r.end).max(a + 3.0);
-                let label = r
-                    .reason
-                    .map_or(0.0, |x| 4.0 + 6.2 * x.as_str().len() as f64);
-                (a, b + label)
+                let label = mark_label(r);
+                let w = text_width(&label, LABEL_CHAR_W);
+                (a, b, label, label_place(a, b, w))
             })
             .collect();
+        let mext: Vec<(f64, f64)> = placed.iter().map(|p| p.3 .2).collect();
         let (mrow, nmrows) = pack(&mext);
         // At least two text lines tall, for the label and its detail.
         let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(44.0);
@@ -709,30 +805,70 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             "<rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
             if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
-        body.push_str("<g class=\"lane\">");
+        let depth = slots.depths[lane];
+        let _ = write!(
+            body,
+            "<g class=\"lane\" data-depth=\"{depth}\"{}>",
+            slots.parents[lane]
+                .as_deref()
+                .map(|p| format!(" data-parent=\"{}\"", esc(p)))
+                .unwrap_or_default()
+        );
+        if depth > 0 {
+            // A bracket from the parent's lane down to this one, in the label column.
+            let x = 8.0 + (depth.min(4) - 1) as f64 * INDENT + 3.0;
+            let _ = write!(
+                body,
+                "<path d=\"M{x:.1} {:.1} L{x:.1} {:.1} L{:.1} {:.1}\" fill=\"none\" stroke=\"#8a9bb0\"/>",
+                y,
+                y + (h - 14.0) / 2.0,
+                x + 6.0,
+                y + (h - 14.0) / 2.0
+            );
+        }
         match &slots.details[lane] {
             Some(d) => {
-                lane_label(&mut body, &slots.labels[lane], y, h - 14.0);
+                lane_label(&mut body, &slots.labels[lane], depth, y, h - 14.0);
+                let x = 8.0 + depth.min(4) as f64 * INDENT;
+                let chars = ((LABEL_W - 6.0 - x) / 6.4) as usize;
+                let shown: String = if d.chars().count() > chars {
+                    d.chars().take(chars - 1).collect::<String>() + "…"
+                } else {
+                    d.clone()
+                };
+                let full = match &slots.parents[lane] {
+                    Some(p) => format!("{d}: started by {p}"),
+                    None => d.clone(),
+                };
                 let _ = write!(
                     body,
-                    "<text x=\"8\" y=\"{:.1}\" font-size=\"10.5\" fill=\"#666\">{}</text>",
+                    "<text class=\"lane-detail\" x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\"><title>{}</title>{}</text>",
                     y + h / 2.0 + 11.0,
-                    esc(d)
+                    esc(&full),
+                    esc(&shown)
                 );
             }
-            None => lane_label(&mut body, &slots.labels[lane], y, h),
+            None => lane_label(&mut body, &slots.labels[lane], depth, y, h),
         }
         // Turn starts first, under the windows and marks.
         for s in &turns {
-            let x = sc.x(s.t);
             let title = format!(
-                "turn starts: request {} at {} ms (it continues no response with a tool call)",
+                "turn starts: request {} at {} ms (it continues no response with a tool call) · click to zoom to this turn",
                 esc(&s.request),
                 ms(s.t)
             );
-            let flag = [(x, y + 1.0), (x + 6.0, y + 4.0), (x, y + 7.0)];
+            let flag = [(0.0, y + 1.0), (7.0, y + 4.5), (0.0, y + 8.0)];
             let line = "stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"";
-            lane_marker(&mut body, "turn", &title, x, (y, h), line, flag, "#33475b");
+            lane_marker(
+                &mut body,
+                "turn",
+                &title,
+                (s.t, sc.x(s.t)),
+                (y, h),
+                line,
+                flag,
+                "#33475b",
+            );
         }
         for (i, w) in wins.iter().enumerate() {
             let (a, b) = wext[i];
@@ -744,7 +880,9 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             };
             let _ = write!(
                 body,
-                "<rect class=\"window\" x=\"{a:.1}\" y=\"{wy:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"2\" fill=\"{fill}\" stroke=\"{stroke}\"{dash}><title>{}</title></rect>",
+                "<rect class=\"window\" data-s=\"{}\" data-e=\"{}\" x=\"{a:.1}\" y=\"{wy:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"2\" fill=\"{fill}\" stroke=\"{stroke}\"{dash}><title>{}</title></rect>",
+                ms(w.open),
+                ms(w.final_at().unwrap_or(tl.t1)),
                 b - a,
                 WIN_ROW - 4.0,
                 esc(&window_title(tl, w))
@@ -754,71 +892,85 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                     let cx = sc.x(c);
                     let _ = write!(
                         body,
-                        "<line x1=\"{cx:.1}\" y1=\"{:.1}\" x2=\"{cx:.1}\" y2=\"{:.1}\" stroke=\"#4a7fa7\" stroke-width=\"1\" stroke-dasharray=\"2 1\"/>",
+                        "<line class=\"done\" data-t=\"{}\" x1=\"{cx:.1}\" y1=\"{:.1}\" x2=\"{cx:.1}\" y2=\"{:.1}\" stroke=\"#4a7fa7\" stroke-width=\"1\" stroke-dasharray=\"2 1\"/>",
+                        ms(c),
                         wy + 1.0,
                         wy + WIN_ROW - 5.0
                     );
                 }
             }
-            if b - a > text_width(&w.response, 6.4) + 8.0 {
-                let _ = write!(
-                    body,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\" stroke=\"{fill}\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
-                    a + 4.0,
-                    wy + WIN_ROW - 9.0,
-                    esc(&w.response)
-                );
-            }
+            // The names of the calls it holds (else its response id), when they fit; the
+            // script shows them as zooming makes room.
+            let text = if w.names.is_empty() {
+                w.response.clone()
+            } else {
+                w.names.join(", ")
+            };
+            let tw = text_width(&text, LABEL_CHAR_W);
+            let _ = write!(
+                body,
+                "<text class=\"wlabel\" data-w=\"{tw:.0}\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#234\"{}>{}</text>",
+                a + 4.0,
+                wy + WIN_ROW - 8.0,
+                if b - a > tw + 8.0 {
+                    ""
+                } else {
+                    " display=\"none\""
+                },
+                esc(&text)
+            );
         }
         let my0 = y + LANE_PAD + nwrows as f64 * WIN_ROW;
         for (i, &mi) in ms_here.iter().enumerate() {
             let r = &tl.records[tl.marks[mi].record];
             let c = Category::of(r);
-            let a = sc.x(r.start);
-            let b = sc.x(r.end).max(a + 3.0);
+            let (a, b, label, (lx, end, _)) = &placed[i];
             let my = my0 + mrow[i] as f64 * MARK_ROW;
+            let inside = *lx == a + 3.0 && !end && b - a >= text_width(label, LABEL_CHAR_W) + 6.0;
             let _ = write!(
                 body,
-                "<g class=\"interval\" data-interval=\"{}\"><title>{}</title><rect x=\"{a:.1}\" y=\"{my:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"1.5\" fill=\"{}\"/>",
+                "<g class=\"interval\" data-interval=\"{}\" data-s=\"{}\" data-e=\"{}\" data-find=\"{}\"><title>{}</title><rect x=\"{a:.1}\" y=\"{my:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"1.5\" fill=\"{}\"/>",
                 esc(&r.interval),
+                ms(r.start),
+                ms(r.end),
+                esc(&find_text(tl, mi)),
                 esc(&mark_title(tl, mi)),
                 b - a,
                 MARK_ROW - 4.0,
                 colour(c)
             );
-            // The tool's name on the mark itself, when it fits (else it is in the title).
-            if b - a > text_width(&r.tool, 5.8) + 6.0 {
-                let _ = write!(
-                    body,
-                    "<text class=\"tool\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#fff\">{}</text>",
-                    a + 3.0,
-                    my + MARK_ROW - 7.0,
-                    esc(&r.tool)
-                );
-            }
-            if let Some(reason) = r.reason {
-                let _ = write!(
-                    body,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{}\">{}</text>",
-                    b + 3.0,
-                    my + MARK_ROW - 6.0,
-                    colour(c),
-                    reason
-                );
-            }
+            // Its tool and decision beside it (or on it, when it is wide enough), in full.
+            let _ = write!(
+                body,
+                "<text class=\"label\" data-w=\"{:.0}\" x=\"{lx:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{}\"{}><tspan class=\"tool\" font-weight=\"600\">{}</tspan> · <tspan class=\"decision\">{}</tspan></text>",
+                text_width(label, LABEL_CHAR_W),
+                my + MARK_ROW - 5.5,
+                if inside { "#fff" } else { colour(c) },
+                if *end { " text-anchor=\"end\"" } else { "" },
+                esc(&r.tool),
+                c.word()
+            );
             body.push_str("</g>");
         }
         for l in lost {
-            let x = sc.x(l.t);
             let title = format!(
                 "observation lost on stream {} at {} ms ({})",
                 esc(&l.stream),
                 ms(l.t),
                 esc(&l.reason)
             );
-            let flag = [(x - 5.0, y + 1.0), (x + 5.0, y + 1.0), (x, y + 7.0)];
+            let flag = [(-5.0, y + 1.0), (5.0, y + 1.0), (0.0, y + 7.0)];
             let line = "stroke=\"#d00\" stroke-width=\"2\"";
-            lane_marker(&mut body, "lost", &title, x, (y, h), line, flag, "#d00");
+            lane_marker(
+                &mut body,
+                "lost",
+                &title,
+                (l.t, sc.x(l.t)),
+                (y, h),
+                line,
+                flag,
+                "#d00",
+            );
         }
         body.push_str("</g>\n");
         y += h;
@@ -826,12 +978,83 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let height = y + 4.0;
     let _ = writeln!(
         out,
-        "<svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" role=\"img\" aria-label=\"timeline\">"
+        "<div class=\"zoom\">show from <input class=\"z0\" type=\"number\" step=\"any\" value=\"{}\"/> s to <input class=\"z1\" type=\"number\" step=\"any\" value=\"{}\"/> s <button type=\"button\" class=\"zgo\">zoom</button> <button type=\"button\" class=\"zout\">zoom out</button> <button type=\"button\" class=\"zall\">whole page</button> <span class=\"zhint\">or drag across the timeline, click a turn flag (▸) or a window</span></div>",
+        secs(sc.t0),
+        secs(sc.t1)
+    );
+    let _ = writeln!(
+        out,
+        "<div class=\"scroll\"><svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" data-t0=\"{}\" data-t1=\"{}\" role=\"img\" aria-label=\"timeline\">",
+        ms(sc.t0),
+        ms(sc.t1)
     );
     out.push_str(&bg);
+    out.push_str("<g class=\"axis\">");
     axis(out, sc, height);
+    out.push_str("</g>");
     out.push_str(&body);
-    out.push_str("</svg>\n");
+    out.push_str("</svg></div>\n");
+}
+
+/// Seconds for the zoom inputs, to the millisecond.
+fn secs(t: Millis) -> String {
+    format!("{:.3}", t / 1000.0)
+}
+
+/// What the find box matches an interval by: its id, alias, tool, decision and lane.
+fn find_text(tl: &Timeline, mi: usize) -> String {
+    let m = &tl.marks[mi];
+    let r = &tl.records[m.record];
+    format!(
+        "{} {}/{} {} {}",
+        r.interval,
+        r.alias,
+        r.tool,
+        Category::of(r).word(),
+        tl.lanes[m.lane].key.label()
+    )
+    .to_lowercase()
+}
+
+/// Every call of the timeline, by start: a list to read and to search, each row zooming the
+/// timeline to its call when clicked.
+fn calls_table(out: &mut String, tl: &Timeline) {
+    let mut order: Vec<usize> = (0..tl.marks.len()).collect();
+    order.sort_by(|a, b| {
+        tl.records[tl.marks[*a].record]
+            .start
+            .total_cmp(&tl.records[tl.marks[*b].record].start)
+    });
+    let _ = writeln!(
+        out,
+        "<h2>Calls ({})</h2>\n<table class=\"list calls\"><tr><th>start ms</th><th>ms</th><th>alias/tool</th><th>decision</th><th>thread</th><th>window</th><th>interval</th></tr>",
+        order.len()
+    );
+    for mi in order {
+        let m = &tl.marks[mi];
+        let r = &tl.records[m.record];
+        let c = Category::of(r);
+        let window = match &r.window {
+            Some(w) => w.response.clone(),
+            None => String::from("–"),
+        };
+        let _ = writeln!(
+            out,
+            "<tr data-interval=\"{}\" data-find=\"{}\"><td>{}</td><td>{}</td><td>{}/{}</td><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.interval),
+            esc(&find_text(tl, mi)),
+            ms(r.start),
+            ms(r.end - r.start),
+            esc(&r.alias),
+            esc(&r.tool),
+            colour(c),
+            c.word(),
+            esc(&tl.lanes[m.lane].key.label()),
+            esc(&window),
+            esc(&r.interval)
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 /// Density strips: per lane and time bin, windows open and intervals by decision.
@@ -901,10 +1124,16 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
             .unwrap_or(1)
             .max(1);
         let _ = write!(body, "<g class=\"lane\" data-intervals=\"{total}\">");
-        lane_label(&mut body, &slots.labels[lane], y, h - 14.0);
+        lane_label(
+            &mut body,
+            &slots.labels[lane],
+            slots.depths[lane],
+            y,
+            h - 14.0,
+        );
         let _ = write!(
             body,
-            "<text x=\"8\" y=\"{:.1}\" font-size=\"10.5\" fill=\"#666\">{total} intervals · peak {max_col}/bin</text>",
+            "<text x=\"8\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\">{total} intervals · peak {max_col}/bin</text>",
             y + h / 2.0 + 11.0
         );
         // Windows open: shade in four levels, equal neighbours merged into one rect.
@@ -992,12 +1221,12 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     let height = y + 4.0;
     let _ = writeln!(
         out,
-        "<svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" role=\"img\" aria-label=\"timeline density\">"
+        "<div class=\"scroll\"><svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" role=\"img\" aria-label=\"timeline density\">"
     );
     out.push_str(&bg);
     axis(out, &sc, height);
     out.push_str(&body);
-    out.push_str("</svg>\n");
+    out.push_str("</svg></div>\n");
 
     // The abstentions by id: the ones worth a look, capped so the page stays bounded.
     let abstained: Vec<usize> = (0..tl.marks.len())
@@ -1019,7 +1248,8 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
         let c = Category::of(r);
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-find=\"{}\"><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td><span class=\"sw\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&find_text(tl, mi)),
             esc(&r.interval),
             esc(&r.alias),
             esc(&r.tool),
@@ -1033,6 +1263,98 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     }
     out.push_str("</table>\n");
 }
+
+/// The find box, above the first timeline.
+const FIND: &str = "<div class=\"find\"><label>find a call <input id=\"find\" type=\"search\" placeholder=\"tool, alias, decision, thread or interval id\" autocomplete=\"off\"/></label> <button type=\"button\" id=\"findnext\">next match</button> <span id=\"found\"></span></div>\n";
+
+/// Zoom and find, inline: static text with no data in it, no network. Positions follow the
+/// same rules as the Rust layout ([`Scale::x`], [`label_place`], [`tick_step`], [`clock`]),
+/// computed from each element's `data-s`/`data-e`/`data-t` times and the page's range.
+const SCRIPT: &str = r#"
+(function(){
+var L=200,R=1336,W=1360;
+function num(e,a){return parseFloat(e.getAttribute(a));}
+function all(root,sel){return Array.prototype.slice.call(root.querySelectorAll(sel));}
+function step(span){var raw=Math.max(span/10,1e-3),i;
+ if(raw>30000){var m=[1,2,5,10,15,30,60,120,240,480,1440];for(i=0;i<m.length;i++)if(m[i]*60000>=raw)return m[i]*60000;return 1440*60000;}
+ var p=Math.pow(10,Math.floor(Math.log(raw)/Math.LN10)),k=[1,2,5,10];for(i=0;i<4;i++)if(k[i]*p>=raw)return k[i]*p;return 10*p;}
+function clock(t,st){var d=0;while(d<3){var v=st/1000*Math.pow(10,d);if(Math.abs(v-Math.round(v))<1e-6)break;d++;}
+ var s=Math.round(t/1000*Math.pow(10,d))/Math.pow(10,d);if(s===0)s=0;
+ if(Math.abs(s)>=60){var m=Math.floor(s/60),r=(s-m*60).toFixed(d);if(r.length<(d?d+3:2))r='0'+r;return m+'m'+r+'s';}
+ return s.toFixed(d)+'s';}
+function range(svg){return svg._z||[num(svg,'data-t0'),num(svg,'data-t1')];}
+function layout(svg,t0,t1){
+ var T0=num(svg,'data-t0'),T1=num(svg,'data-t1');
+ t0=Math.max(T0,t0);t1=Math.min(T1,t1);if(!(t1-t0>=1)){var c=(t0+t1)/2;t0=c-0.5;t1=c+0.5;}
+ svg._z=[t0,t1];
+ var x=function(t){t=Math.min(Math.max(t,t0),t1);return L+(t-t0)/(t1-t0)*(R-L);};
+ var show=function(el,on){el.setAttribute('display',on?'inline':'none');};
+ all(svg,'rect.window').forEach(function(r){var s=num(r,'data-s'),e=num(r,'data-e'),a=x(s),b=Math.max(x(e),a+3);
+  r.setAttribute('x',a.toFixed(1));r.setAttribute('width',(b-a).toFixed(1));show(r,e>=t0&&s<=t1);
+  var l=r.nextElementSibling;while(l&&!l.classList.contains('wlabel')){
+   if(l.classList.contains('done')){var d=num(l,'data-t'),dx=x(d).toFixed(1);l.setAttribute('x1',dx);l.setAttribute('x2',dx);show(l,d>=t0&&d<=t1);}
+   l=l.nextElementSibling;}
+  if(l){l.setAttribute('x',(a+4).toFixed(1));show(l,e>=t0&&s<=t1&&b-a>num(l,'data-w')+8);}});
+ all(svg,'g.interval').forEach(function(g){var s=num(g,'data-s'),e=num(g,'data-e'),a=x(s),b=Math.max(x(e),a+3);
+  var r=g.querySelector('rect'),l=g.querySelector('text.label'),w=num(l,'data-w');
+  r.setAttribute('x',a.toFixed(1));r.setAttribute('width',(b-a).toFixed(1));show(g,e>=t0&&s<=t1);
+  var lx,end=false,fill=r.getAttribute('fill');
+  if(b-a>=w+6){lx=a+3;fill='#fff';}else if(b+3+w<=W-2||a-3-w<L){lx=b+3;}else{lx=a-3;end=true;}
+  l.setAttribute('x',lx.toFixed(1));l.setAttribute('text-anchor',end?'end':'start');l.setAttribute('fill',fill);});
+ all(svg,'g.turn,g.lost').forEach(function(g){var t=num(g,'data-t');g.setAttribute('transform','translate('+x(t).toFixed(1)+' 0)');show(g,t>=t0&&t<=t1);});
+ var ax=svg.querySelector('g.axis'),NS=svg.namespaceURI,h=svg.viewBox.baseVal.height;
+ while(ax.firstChild)ax.removeChild(ax.firstChild);
+ var st=step(t1-t0),n=0;
+ for(var t=Math.ceil(t0/st)*st;t<=t1&&n<40;t+=st,n++){var X=x(t).toFixed(1),ln=document.createElementNS(NS,'line');
+  ln.setAttribute('x1',X);ln.setAttribute('x2',X);ln.setAttribute('y1','20');ln.setAttribute('y2',String(h));ln.setAttribute('stroke','#e4e7eb');ax.appendChild(ln);
+  var tx=document.createElementNS(NS,'text');tx.setAttribute('x',X);tx.setAttribute('y','16');tx.setAttribute('font-size','11');tx.setAttribute('fill','#555');tx.setAttribute('text-anchor','middle');tx.textContent=clock(t,st);ax.appendChild(tx);}
+ var z=svg.parentNode.previousElementSibling;
+ if(z&&z.classList.contains('zoom')){z.querySelector('.z0').value=(t0/1000).toFixed(3);z.querySelector('.z1').value=(t1/1000).toFixed(3);}
+}
+function toTime(svg,ev){var p=svg.createSVGPoint();p.x=ev.clientX;p.y=ev.clientY;p=p.matrixTransform(svg.getScreenCTM().inverse());
+ var z=range(svg);return z[0]+(Math.min(Math.max(p.x,L),R)-L)/(R-L)*(z[1]-z[0]);}
+all(document,'svg.tl[data-t0]').forEach(function(svg){
+ var z=svg.parentNode.previousElementSibling,drag=null,brush=null,moved=false;
+ z.querySelector('.zgo').addEventListener('click',function(){layout(svg,parseFloat(z.querySelector('.z0').value)*1000,parseFloat(z.querySelector('.z1').value)*1000);});
+ z.querySelector('.zall').addEventListener('click',function(){layout(svg,-Infinity,Infinity);});
+ z.querySelector('.zout').addEventListener('click',function(){var r=range(svg),c=(r[0]+r[1])/2,s=r[1]-r[0];layout(svg,c-s,c+s);});
+ all(z,'input').forEach(function(i){i.addEventListener('keydown',function(ev){if(ev.key==='Enter')z.querySelector('.zgo').click();});});
+ svg.addEventListener('mousedown',function(ev){drag=toTime(svg,ev);moved=false;});
+ svg.addEventListener('mousemove',function(ev){if(drag===null)return;var t=toTime(svg,ev),r=range(svg),k=(R-L)/(r[1]-r[0]);
+  if(Math.abs(t-drag)*k<4)return;moved=true;
+  if(!brush){brush=document.createElementNS(svg.namespaceURI,'rect');brush.setAttribute('fill','#1f6fb5');brush.setAttribute('fill-opacity','0.15');brush.setAttribute('y','0');brush.setAttribute('height',String(svg.viewBox.baseVal.height));svg.appendChild(brush);}
+  var a=L+(Math.min(t,drag)-r[0])*k;brush.setAttribute('x',a.toFixed(1));brush.setAttribute('width',(Math.abs(t-drag)*k).toFixed(1));ev.preventDefault();});
+ svg.addEventListener('mouseup',function(ev){if(drag!==null&&moved){var t=toTime(svg,ev);layout(svg,Math.min(t,drag),Math.max(t,drag));}
+  if(brush){svg.removeChild(brush);brush=null;}drag=null;});
+ svg.addEventListener('click',function(ev){if(moved){moved=false;return;}
+  var el=ev.target;while(el&&el!==svg&&!(el.classList&&(el.classList.contains('turn')||el.classList.contains('window'))))el=el.parentNode;
+  if(!el||el===svg)return;
+  if(el.classList.contains('turn')){var t=num(el,'data-t'),next=Infinity,last=t;
+   all(el.parentNode,'g.turn').forEach(function(o){var u=num(o,'data-t');if(u>t&&u<next)next=u;});
+   all(el.parentNode,'rect.window,g.interval').forEach(function(o){var s=num(o,'data-s'),e=num(o,'data-e');if(s>=t&&s<next&&e>last)last=e;});
+   var end=Math.min(next,last>t?last:next);if(!isFinite(end))end=num(svg,'data-t1');
+   layout(svg,t-(end-t)*0.03,end+(end-t)*0.03);}
+  else{var s=num(el,'data-s'),e=num(el,'data-e'),p=Math.max((e-s)*0.1,5);layout(svg,s-p,e+p);}});
+});
+var box=document.getElementById('find'),found=document.getElementById('found'),hits=[],at=-1;
+function find(){var q=box.value.trim().toLowerCase();hits=[];at=-1;
+ all(document,'g.interval').forEach(function(g){var m=!!q&&g.getAttribute('data-find').indexOf(q)>=0;g.classList.toggle('hit',m);if(m)hits.push(g);});
+ all(document,'svg.tl').forEach(function(s){s.classList.toggle('finding',!!q);});
+ all(document,'tr[data-find]').forEach(function(r){var m=!q||r.getAttribute('data-find').indexOf(q)>=0;r.style.display=m?'':'none';r.classList.toggle('hit',!!q&&m);});
+ found.textContent=q?hits.length+(hits.length===1?' call matches':' calls match')+(hits.length?' (Enter: next)':''):'';}
+function go(g){var svg=g.ownerSVGElement,s=num(g,'data-s'),e=num(g,'data-e'),p=Math.max((e-s)*3,500);layout(svg,s-p,e+p);
+ svg.parentNode.previousElementSibling.scrollIntoView({block:'start'});}
+function next(){if(!hits.length)return;at=(at+1)%hits.length;go(hits[at]);found.textContent='call '+(at+1)+' of '+hits.length;}
+box.addEventListener('input',find);
+box.addEventListener('keydown',function(ev){if(ev.key==='Enter')next();});
+document.getElementById('findnext').addEventListener('click',next);
+all(document,'table.calls').forEach(function(tb){all(tb,'tr[data-interval]').forEach(function(tr){tr.addEventListener('click',function(){
+ var id=tr.getAttribute('data-interval'),el=tb.previousElementSibling;
+ while(el&&!(el.classList&&el.classList.contains('trace'))){
+  if(el.classList&&el.classList.contains('scroll')){var g=all(el,'g.interval').filter(function(x){return x.getAttribute('data-interval')===id;})[0];if(g){go(g);return;}}
+  el=el.previousElementSibling;}});});});
+})();
+"#;
 
 #[cfg(test)]
 mod tests {
@@ -1056,6 +1378,35 @@ mod tests {
         assert_eq!(clock(7250.0, 250.0), "7.25s");
         assert_eq!(clock(7200.0, 200.0), "7.2s");
         assert_eq!(clock(65_000.0, 5000.0), "1m05s");
+    }
+
+    /// A label goes on its mark when it fits, else right of it, else (at the right edge)
+    /// left of it: never past either edge of the drawing.
+    #[test]
+    fn labels_are_placed_where_they_are_not_cut() {
+        assert_eq!(
+            label_place(300.0, 500.0, 100.0),
+            (303.0, false, (300.0, 500.0))
+        );
+        assert_eq!(
+            label_place(300.0, 303.0, 100.0),
+            (306.0, false, (300.0, 406.0))
+        );
+        let (x, end, (a, b)) = label_place(1330.0, 1333.0, 120.0);
+        assert!(end && x == 1327.0 && a >= LABEL_W && b <= WIDTH);
+        let r = correlator::Record {
+            interval: "i".into(),
+            alias: "a".into(),
+            tool: "lookup".into(),
+            start: 0.0,
+            end: 1.0,
+            reason: Some(correlator::records::Reason::IdentityConflict),
+            evidence: vec![],
+            candidates: 2,
+            window: None,
+            decided_at: 1.0,
+        };
+        assert_eq!(mark_label(&r), "lookup · identity_conflict");
     }
 
     #[test]
