@@ -26,21 +26,32 @@ fn create_synced(what: &str, path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Re
     Ok(file)
 }
 
+/// Whether `path` is written as pieces when rotation is asked for: not when it names a
+/// device or a pipe (`/dev/null`, a FIFO), which takes no disk and cannot have pieces beside
+/// it.
+fn rotates(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.is_file())
+}
+
 fn open_sink(
     path: Option<&PathBuf>,
     rotate: Option<Limits>,
     sync: &mut Vec<File>,
 ) -> anyhow::Result<Box<dyn Write + Send>> {
-    Ok(match (path, rotate) {
-        // Cut by the records writer as it writes, between lines; each piece fsynced as it is
-        // cut, the last when the writer lets go of it.
-        (Some(p), Some(limits)) => Box::new(
-            Pieces::create(p, limits, true)
-                .map_err(|e| crate::advice::create_failed("the records file", p, e))?,
-        ),
-        (Some(p), None) => Box::new(BufWriter::new(create_synced("the records file", p, sync)?)),
-        (None, _) => Box::new(std::io::stdout()),
-    })
+    Ok(
+        match (path, rotate.filter(|_| path.is_some_and(|p| rotates(p)))) {
+            // Cut by the records writer as it writes, between lines; each piece fsynced as it is
+            // cut, the last when the writer lets go of it.
+            (Some(p), Some(limits)) => Box::new(
+                Pieces::create(p, limits, true)
+                    .map_err(|e| crate::advice::create_failed("the records file", p, e))?,
+            ),
+            (Some(p), None) => {
+                Box::new(BufWriter::new(create_synced("the records file", p, sync)?))
+            }
+            (None, _) => Box::new(std::io::stdout()),
+        },
+    )
 }
 
 /// Opens the records file (stdout without one) and the capture file, if asked for, each as
@@ -52,7 +63,10 @@ pub fn open(
     rotate: Option<Limits>,
 ) -> anyhow::Result<(Sinks, Vec<File>)> {
     let mut sync = Vec::new();
-    let capture = match (capture, rotate) {
+    let capture = match (
+        capture,
+        rotate.filter(|_| capture.is_some_and(|p| rotates(p))),
+    ) {
         (Some(p), Some(limits)) => Some(CaptureSink::Pieces(
             Pieces::create(p, limits, false)
                 .map_err(|e| crate::advice::create_failed("the capture file", p, e))?,
