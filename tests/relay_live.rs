@@ -1071,3 +1071,65 @@ fn capture_word(piece: &std::path::Path) -> Value {
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     header["capture"].clone()
 }
+
+/// With `--rotate-keep 3`, only the three newest pieces of each file are left however many
+/// were cut, none larger than the size unless one line alone is; the survivors still replay
+/// (from a later piece, with a warning that calls whose windows opened before it may be
+/// decided otherwise than live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keep_count_deletes_the_oldest_pieces_and_the_rest_still_replay() {
+    const SIZE: usize = 600;
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, _, _) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &[
+            "--close-wait",
+            "200",
+            "--rotate-size",
+            "600",
+            "--rotate-keep",
+            "3",
+        ],
+    );
+    for _ in 0..2 {
+        drop(claude_tool_loop_with_mcp_call(&relay).await);
+    }
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let caps = pieces_of(dir.path(), "capture");
+    assert_eq!(caps.len(), 3, "{caps:?}");
+    let numbers: Vec<u64> = caps
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            assert!(text.len() <= SIZE || text.lines().count() == 2, "{p:?}");
+            let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            header["piece"].as_u64().unwrap()
+        })
+        .collect();
+    // Two loops are 28 events, at most four to a piece of 600 bytes with its header.
+    assert!(
+        numbers[0] >= 3,
+        "older pieces were cut and deleted: {numbers:?}"
+    );
+    assert_eq!(numbers, [numbers[0], numbers[0] + 1, numbers[0] + 2]);
+    assert_eq!(
+        caps[0].file_name().unwrap().to_string_lossy(),
+        format!("capture.{:08}.jsonl", numbers[0]),
+        "the oldest were deleted, the newest kept"
+    );
+    assert!(pieces_of(dir.path(), "records").len() <= 3);
+
+    let mut args: Vec<&std::ffi::OsStr> = vec!["replay".as_ref()];
+    args.extend(caps.iter().map(|p| p.as_os_str()));
+    let out = windowtap(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("replay starts at piece {}", numbers[0])),
+        "{stderr}"
+    );
+}
