@@ -297,6 +297,29 @@ mod tests {
     }
 
     #[test]
+    fn a_piece_past_its_age_is_cut_before_its_next_line_and_never_left_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("rec.jsonl");
+        // Every piece is past an age of zero as soon as it is opened: each line is cut from
+        // the one before, and none is cut from nothing.
+        let limits = Limits {
+            max_bytes: None,
+            max_age: Some(Duration::ZERO),
+            keep: 10,
+        };
+        let mut p = Pieces::create(&base, limits, true).unwrap();
+        for line in ["a\n", "b\n", "c\n"] {
+            p.write_all(line.as_bytes()).unwrap();
+        }
+        drop(p);
+        let got: Vec<String> = pieces_in(dir.path(), &base)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        assert_eq!(got, ["a\n", "b\n", "c\n"]);
+    }
+
+    #[test]
     fn a_header_alone_is_never_cut_from_its_body() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("cap.jsonl");
