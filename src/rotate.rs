@@ -39,6 +39,13 @@ pub fn piece_path(base: &Path, seq: u64) -> PathBuf {
     base.with_file_name(name)
 }
 
+/// How the pieces of `base` are named, for a person: `cap.*.jsonl`.
+pub fn pieces_pattern(base: &Path) -> PathBuf {
+    let one = piece_path(base, 0);
+    let name = one.file_name().unwrap_or_default().to_string_lossy();
+    base.with_file_name(name.replacen(&"0".repeat(DIGITS), "*", 1))
+}
+
 /// The pieces of one file, written one after the other.
 pub struct Pieces {
     base: PathBuf,
@@ -255,6 +262,10 @@ mod tests {
         );
         assert_eq!(piece_path(Path::new("rec"), 12), Path::new("rec.00000012"));
         assert!(piece_path(Path::new("c.jsonl"), 9) < piece_path(Path::new("c.jsonl"), 10));
+        assert_eq!(
+            pieces_pattern(Path::new("/d/cap.jsonl")),
+            Path::new("/d/cap.*.jsonl")
+        );
     }
 
     #[test]

@@ -290,6 +290,13 @@ pub struct RelayConfig {
     pub join_host_trace: bool,
 }
 
+impl RelayArgs {
+    /// Whether the records and capture files are written as rotating pieces.
+    pub fn rotating(&self) -> bool {
+        self.rotate_size.is_some() || self.rotate_age.is_some()
+    }
+}
+
 /// The rotation `--rotate-size`, `--rotate-age` and `--rotate-keep` ask for (none without a
 /// size or an age: `--rotate-keep` alone would never cut).
 fn rotation(args: &RelayArgs) -> anyhow::Result<Option<crate::rotate::Limits>> {
