@@ -459,12 +459,13 @@ impl Task {
                     if let Some(cap) = &mut self.capture {
                         cap.file().write_all(line.as_bytes())?;
                     }
+                    // What the next piece's header says is open is what the pieces hold.
+                    if let Some(open) = &mut self.open {
+                        open.apply(&ev);
+                    }
                 }
                 Err(e) => refused(&mut self.refused, e),
             }
-        }
-        if let Some(open) = &mut self.open {
-            open.apply(&ev);
         }
         self.last_t = Some(ev.t);
         self.corr.push(&ev, &mut self.records);
