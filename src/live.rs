@@ -254,6 +254,24 @@ impl Sequencer {
 pub trait Capture: Write + Seek + Send {}
 impl<T: Write + Seek + Send> Capture for T {}
 
+/// Where the capture goes.
+pub enum CaptureSink {
+    /// One file, written from start to stop.
+    File(Box<dyn Capture>),
+    /// Pieces that rotate (`--rotate-size`, `--rotate-age`): each starts with a header of
+    /// its own, naming the capture and its number and carrying what was open at its cut.
+    Pieces(crate::rotate::Pieces),
+}
+
+impl CaptureSink {
+    fn file(&mut self) -> &mut dyn Capture {
+        match self {
+            CaptureSink::File(f) => f,
+            CaptureSink::Pieces(p) => p,
+        }
+    }
+}
+
 /// Where records and the capture go.
 pub struct Sinks {
     /// Records v1, one line per record, flushed as soon as the output takes them. Written by
@@ -261,7 +279,7 @@ pub struct Sinks {
     /// correlator.
     pub records: Box<dyn Write + Send>,
     /// The sanitized trace v2, in the order events were fed to the correlator.
-    pub capture: Option<Box<dyn Capture>>,
+    pub capture: Option<CaptureSink>,
 }
 
 pub struct LiveConfig {
@@ -293,7 +311,14 @@ const END_ROOM: usize = 32;
 /// clock had reached when the run stopped (null until then). A decision taken live while
 /// idle, after the last event, happened at a time no event of the trace shows; a replay that
 /// advances to `end` before finishing takes it at the same time.
-pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
+///
+/// A piece of a rotated capture also names its capture (`capture`, the same random word in
+/// every piece of one run) and its number (`piece`, from 0): docs/trace-v2.md, "Pieces".
+pub fn capture_header(
+    c: &Config,
+    epoch_unix_ms: Option<u64>,
+    piece: Option<(&str, u64)>,
+) -> String {
     let mut s = String::from(r#"{"type":"trace","version":2,"#);
     // The wall-clock time of t = 0, so a replay exports spans at the times the run had.
     if let Some(ms) = epoch_unix_ms {
@@ -308,6 +333,12 @@ pub fn capture_header(c: &Config, epoch_unix_ms: Option<u64>) -> String {
     s.push_str(r#","candidates":""#);
     s.push_str(c.candidates.as_str());
     s.push('"');
+    if let Some((capture, n)) = piece {
+        s.push_str(r#","capture":""#);
+        s.push_str(capture);
+        s.push_str(r#"","piece":"#);
+        s.push_str(&n.to_string());
+    }
     s.push_str(r#","end":"#);
     s.push_str(end_value(None).as_str());
     s.push('}');
@@ -338,7 +369,13 @@ struct Task {
     door: Door,
     /// Lines the door refused (a bug if ever non-zero: everything fed was scrubbed).
     refused: u64,
-    capture: Option<Box<dyn Capture>>,
+    capture: Option<CaptureSink>,
+    /// What is open in the capture so far, for the next piece's header (rotating only).
+    open: Option<correlator::trace::OpenState>,
+    /// What each piece's header is made of: the options, the epoch and the capture's word.
+    piece_header: (Config, Option<u64>, String),
+    /// The time of the last event fed (a piece's `end` when it is cut).
+    last_t: Option<Millis>,
     records_out: RecordsOut,
     otlp: Option<crate::otlp::LiveTree>,
     host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
@@ -361,10 +398,15 @@ impl Task {
         config: Config,
         pseudo: Pseudonymizer,
         otlp: Option<crate::otlp::LiveTree>,
-        (capture, end_at): (Option<Box<dyn Capture>>, u64),
+        (capture, end_at): (Option<CaptureSink>, u64),
         records_out: RecordsOut,
     ) -> Task {
+        let open =
+            matches!(capture, Some(CaptureSink::Pieces(_))).then(correlator::trace::OpenState::new);
         Task {
+            open,
+            piece_header: (config.clone(), None, String::new()),
+            last_t: None,
             clock,
             sources,
             seq: Sequencer::default(),
@@ -406,12 +448,26 @@ impl Task {
     }
 
     fn feed(&mut self, ev: Event) -> io::Result<()> {
-        if let Some(cap) = &mut self.capture {
+        if self.capture.is_some() {
             match self.door.event(&ev) {
-                Ok(line) => cap.write_all(line.as_bytes())?,
+                Ok(line) => {
+                    if let Some(CaptureSink::Pieces(p)) = &self.capture {
+                        if p.due(line.as_bytes().len()) {
+                            self.cut_capture()?;
+                        }
+                    }
+                    if let Some(cap) = &mut self.capture {
+                        cap.file().write_all(line.as_bytes())?;
+                    }
+                    // What the next piece's header says is open is what the pieces hold.
+                    if let Some(open) = &mut self.open {
+                        open.apply(&ev);
+                    }
+                }
                 Err(e) => refused(&mut self.refused, e),
             }
         }
+        self.last_t = Some(ev.t);
         self.corr.push(&ev, &mut self.records);
         self.tally.event(&ev.kind);
         if let Some(otlp) = &mut self.otlp {
@@ -421,13 +477,45 @@ impl Task {
         Ok(())
     }
 
+    /// Ends the capture's piece (its `end`: how far the correlator's clock had got) and
+    /// starts the next with a header carrying what is open, so that the next piece reads on
+    /// its own and a replay of the pieces in order decides as this run does.
+    fn cut_capture(&mut self) -> io::Result<()> {
+        let end = match (self.advanced, self.last_t) {
+            (Some(a), Some(t)) => Some(a.max(t)),
+            (a, t) => a.or(t),
+        };
+        let Some(CaptureSink::Pieces(p)) = &mut self.capture else {
+            return Ok(());
+        };
+        p.flush()?;
+        if let Some(end) = end {
+            let pos = p.stream_position()?;
+            p.seek(SeekFrom::Start(self.end_at))?;
+            p.write_all(end_value(Some(end)).as_bytes())?;
+            p.seek(SeekFrom::Start(pos))?;
+        }
+        p.cut()?;
+        let (config, epoch, word) = &self.piece_header;
+        let header = capture_header(config, *epoch, Some((word, p.seq())));
+        let open = self.open.get_or_insert_with(Default::default);
+        let line = self
+            .door
+            .piece_header(&header, open)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.end_at = end_offset(line.as_str());
+        p.write_all(line.as_bytes())?;
+        p.mark_body();
+        Ok(())
+    }
+
     fn write_records(&mut self) -> io::Result<()> {
         if self.records.is_empty() {
             return Ok(());
         }
         // The capture first: a record never names an event the capture lacks.
         if let Some(cap) = &mut self.capture {
-            cap.flush()?;
+            cap.file().flush()?;
         }
         for r in self.records.drain(..) {
             self.summary.add(&r);
@@ -466,7 +554,7 @@ impl Task {
             self.advanced = Some(w);
         }
         if let Some(cap) = &mut self.capture {
-            cap.flush()?;
+            cap.file().flush()?;
         }
         self.write_records()
     }
@@ -495,6 +583,7 @@ impl Task {
             otlp.finish(self.advanced.unwrap_or(0.0));
         }
         if let Some(cap) = &mut self.capture {
+            let cap = cap.file();
             cap.flush()?;
             if let Some(end) = self.advanced {
                 let pos = cap.stream_position()?;
@@ -575,15 +664,31 @@ pub fn spawn(
         .map(|(_, nanos)| *nanos)
         .unwrap_or_else(|| crate::otlp::clock_epoch_unix_nanos(clock.now_ms()))
         / 1_000_000;
-    let header = capture_header(&cfg.correlator, Some(epoch_unix_ms));
+    // The word that ties a rotated capture's pieces together: random, so that pieces of two
+    // runs at the same path never pass for one capture.
+    let word = format!("{:032x}", rand::random::<u128>());
+    let rotating = matches!(sinks.capture, Some(CaptureSink::Pieces(_)));
+    let header = capture_header(
+        &cfg.correlator,
+        Some(epoch_unix_ms),
+        rotating.then_some((word.as_str(), 0)),
+    );
     let mut end_at = 0;
     if let Some(cap) = &mut sinks.capture {
-        let line = Door::live()
-            .meta(&header)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        end_at = cap.stream_position()? + end_offset(&header);
-        cap.write_all(line.as_bytes())?;
-        cap.flush()?;
+        let door = Door::live();
+        let line = if rotating {
+            door.piece_header(&header, &correlator::trace::OpenState::new())
+        } else {
+            door.meta(&header)
+        }
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let file = cap.file();
+        end_at = file.stream_position()? + end_offset(line.as_str());
+        file.write_all(line.as_bytes())?;
+        file.flush()?;
+        if let CaptureSink::Pieces(p) = cap {
+            p.mark_body();
+        }
     }
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
     let sources = Arc::new(Sources::default());
@@ -600,6 +705,7 @@ pub fn spawn(
         (sinks.capture, end_at),
         records_out,
     );
+    task.piece_header = (task.piece_header.0.clone(), Some(epoch_unix_ms), word);
     // Parents are only of use to a tree that exports.
     let host_parents = cfg.host_parents.filter(|_| task.otlp.is_some());
     task.host_parents = host_parents.clone();
@@ -871,7 +977,7 @@ mod tests {
             clock,
             Sinks {
                 records: Box::new(records.clone()),
-                capture: Some(Box::new(capture.clone())),
+                capture: Some(CaptureSink::File(Box::new(capture.clone()))),
             },
             Some(ingest_rx),
             stopped,
@@ -1007,7 +1113,7 @@ mod tests {
 
     #[test]
     fn the_capture_header_carries_the_options() {
-        let h = capture_header(&Config::default(), Some(1_764_000_000_000));
+        let h = capture_header(&Config::default(), Some(1_764_000_000_000), None);
         assert!(h.starts_with(r#"{"type":"trace","version":2,"#));
         let v: serde_json::Value = serde_json::from_str(&h).unwrap();
         assert_eq!(v["epoch_unix_ms"], 1_764_000_000_000u64);
@@ -1020,7 +1126,7 @@ mod tests {
             candidates: correlator::Candidates::All,
             ..Config::default()
         };
-        let v: serde_json::Value = serde_json::from_str(&capture_header(&all, None)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&capture_header(&all, None, None)).unwrap();
         assert_eq!(v["candidates"], "all");
         let at = end_offset(&h) as usize;
         let filled = format!(

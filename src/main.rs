@@ -16,6 +16,7 @@ mod ratelimit;
 mod relay;
 mod replay_cmd;
 mod report;
+mod rotate;
 mod run;
 mod stdout;
 mod tls;

@@ -76,9 +76,11 @@ fn trace_files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
 
 /// What each record says it came from when several traces are replayed at once (records v1
 /// `trace`): the file's name, without its directory; a name given twice gets `#2`, `#3`, …
-/// One trace alone names none, so its records are byte for byte those of a live run.
-fn trace_names(files: &[&PathBuf]) -> Vec<Option<String>> {
-    if files.len() < 2 {
+/// One trace alone names none, so its records are byte for byte those of a live run. The
+/// pieces of one rotated capture, given in order, are one trace: named after the first.
+fn trace_names(files: &[&PathBuf], continues: &[bool]) -> Vec<Option<String>> {
+    let traces = continues.iter().filter(|c| !**c).count();
+    if traces < 2 {
         return vec![None; files.len()];
     }
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
@@ -93,7 +95,70 @@ fn trace_names(files: &[&PathBuf]) -> Vec<Option<String>> {
             *n += 1;
             Some(if *n == 1 { base } else { format!("{base}#{n}") })
         })
+        .zip(continues)
+        .scan(None, |first: &mut Option<String>, (name, continues)| {
+            if !continues {
+                *first = name;
+            }
+            Some(first.clone())
+        })
         .collect()
+}
+
+/// How the files given stand to each other as pieces of rotated captures
+/// (docs/trace-v2.md, "Pieces").
+#[derive(Debug, Clone, PartialEq)]
+enum Link {
+    /// A trace of its own, or the first piece given of a capture.
+    Starts,
+    /// The next piece of the capture the file before it is a piece of: replayed by the same
+    /// correlator, as the live run decided.
+    Continues,
+    /// A piece of a capture given out of order or with one missing before it (or after a
+    /// piece that was refused): what it needs to be decided as live is not there, so it is
+    /// refused, never guessed around.
+    Refused(String),
+}
+
+/// Links each file to the one before it, from the `capture` and `piece` of their headers.
+fn links(files: &[Option<(String, u64)>]) -> Vec<Link> {
+    let mut out = Vec::with_capacity(files.len());
+    // The capture being replayed, its last piece, and whether it is still whole.
+    let mut chain: Option<(&str, u64, bool)> = None;
+    for f in files {
+        let link = match (f, &mut chain) {
+            (Some((c, n)), Some((cc, last, whole))) if c == cc => {
+                if *whole && *n == *last + 1 {
+                    *last = *n;
+                    Link::Continues
+                } else {
+                    let why = if *whole {
+                        format!(
+                            "piece {n} of capture {} does not follow piece {last}: give a capture's pieces in order, none missing",
+                            correlator::sanitize::quote(c)
+                        )
+                    } else {
+                        format!(
+                            "piece {n} of capture {} follows a piece that was refused",
+                            correlator::sanitize::quote(c)
+                        )
+                    };
+                    *whole = false;
+                    Link::Refused(why)
+                }
+            }
+            (Some((c, n)), _) => {
+                chain = Some((c.as_str(), *n, true));
+                Link::Starts
+            }
+            (None, _) => {
+                chain = None;
+                Link::Starts
+            }
+        };
+        out.push(link);
+    }
+    out
 }
 
 /// The options for one trace: the command line first, then the trace header, then defaults.
@@ -209,15 +274,20 @@ enum Stop {
 /// the records decided before it stand (a live run would have written them at that point)
 /// and nothing after it is guessed. Returns the header's options (for OTLP). `last`: no trace
 /// follows, so the correlator's memory is left to the process's end.
+///
+/// `carried`: the correlator of the capture piece before this one, which this piece
+/// continues; `goes_on`: the next file continues this one, so nothing is finished here and
+/// the correlator is handed back for it (the pieces of a capture replay as one trace).
 fn replay_file(
     file: &Path,
     args: &ReplayArgs,
+    (carried, goes_on): (Option<Correlator>, bool),
     last: bool,
     emit: &mut dyn FnMut(&Record) -> anyhow::Result<()>,
-) -> Result<HeaderOptions, Stop> {
+) -> Result<(HeaderOptions, Option<Correlator>), Stop> {
     let mut trace = TraceFile::open(file).map_err(Stop::Trace)?;
     let mut out = Vec::new();
-    let mut correlator: Option<Correlator> = None;
+    let mut correlator: Option<Correlator> = carried;
     let mut drain = |out: &mut Vec<Record>| -> Result<(), Stop> {
         for r in out.drain(..) {
             emit(&r).map_err(Stop::Output)?;
@@ -239,6 +309,9 @@ fn replay_file(
         }
     }
     let options = trace.options().cloned().unwrap_or_default();
+    if goes_on {
+        return Ok((options, correlator));
+    }
     if let Some(c) = &mut correlator {
         // A live capture says how far the relay's clock got: decisions it took while idle,
         // after the last event, happen at the same times here.
@@ -253,7 +326,7 @@ fn replay_file(
         // (thousands of threads' chains) was 3 % of a replay's CPU.
         std::mem::forget(correlator);
     }
-    Ok(options)
+    Ok((options, None))
 }
 
 pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
@@ -278,7 +351,30 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();
     let door = Door::replay();
     let listed: Vec<&PathBuf> = inputs.iter().filter_map(|f| f.as_ref().ok()).collect();
-    let names = trace_names(&listed);
+    let pieces: Vec<_> = listed
+        .iter()
+        .map(|f| crate::trace_file::peek_piece(f))
+        .collect();
+    let links = links(&pieces);
+    let continues: Vec<bool> = links.iter().map(|l| *l == Link::Continues).collect();
+    if exporter.is_some() && continues.iter().any(|c| *c) {
+        // The export reads each trace again beside its records, one file at a time; a window
+        // in one piece and its call in the next would come out unparented.
+        bail!(
+            "OTLP export of a rotated capture's pieces replayed as one is not supported: \
+             replay them without --otlp-endpoint (or export each piece on its own)"
+        );
+    }
+    let names = trace_names(&listed, &continues);
+    let mut links = links
+        .into_iter()
+        .zip(continues.into_iter().skip(1).chain([false]));
+    let mut pieces = pieces.into_iter();
+    // The correlator a capture's next piece continues.
+    let mut carried: Option<Correlator> = None;
+    // A piece of the capture being replayed was bad: the pieces after it cannot be decided
+    // as live.
+    let mut broken = false;
     let mut bad = 0usize;
     let mut names = names.into_iter();
     // A reused line buffer: one allocation for the run, not one per record.
@@ -294,6 +390,36 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let name = names.next().flatten();
+        let (link, goes_on) = links.next().expect("one link per listed file");
+        let piece = pieces.next().flatten();
+        let from = match link {
+            Link::Refused(why) => {
+                bad += 1;
+                carried = None;
+                eprintln!("windowtap: error: {}: {why}", file.display());
+                continue;
+            }
+            Link::Continues if broken => {
+                bad += 1;
+                eprintln!(
+                    "windowtap: error: {}: follows a piece of its capture that was bad",
+                    file.display()
+                );
+                continue;
+            }
+            Link::Continues => carried.take(),
+            Link::Starts => {
+                broken = false;
+                if let Some((_, n)) = piece.filter(|(_, n)| *n > 0) {
+                    eprintln!(
+                        "windowtap: warning: {}: replay starts at piece {n} of a capture: a call whose window opened in an earlier piece may be decided otherwise than it was live (the run's records have how it was)",
+                        file.display()
+                    );
+                }
+                // A capture whose next piece was not given ends here.
+                None
+            }
+        };
         // OTLP needs a trace's records beside its events (read again once it is done), so
         // only an export holds them (the README says so); plain replay keeps none.
         let mut kept: Vec<Record> = Vec::new();
@@ -309,11 +435,15 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(())
         };
-        let options = match replay_file(file, &args, last, &mut emit) {
-            Ok(o) => o,
+        let options = match replay_file(file, &args, (from, goes_on), last, &mut emit) {
+            Ok((o, c)) => {
+                carried = c;
+                o
+            }
             Err(Stop::Output(e)) => return Err(e),
             Err(Stop::Trace(e)) => {
                 bad += 1;
+                broken = true;
                 eprintln!("windowtap: error: {e:#}");
                 continue;
             }
@@ -368,4 +498,74 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         ),
     }
     Ok(ExitCode::FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(c: &str, n: u64) -> Option<(String, u64)> {
+        Some((c.to_string(), n))
+    }
+
+    fn kinds(links: &[Link]) -> Vec<&'static str> {
+        links
+            .iter()
+            .map(|l| match l {
+                Link::Starts => "starts",
+                Link::Continues => "continues",
+                Link::Refused(_) => "refused",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_captures_pieces_in_order_are_one_trace_and_a_gap_or_a_step_back_is_refused() {
+        let files = [
+            None,
+            piece("a", 3),
+            piece("a", 4),
+            piece("b", 0),
+            piece("a", 5),
+            piece("a", 6),
+            piece("a", 8),
+            piece("a", 9),
+            piece("c", 1),
+            piece("c", 0),
+        ];
+        assert_eq!(
+            kinds(&links(&files)),
+            [
+                "starts",
+                "starts",
+                "continues",
+                "starts",
+                // Another capture came between: this one starts again (a warning says from
+                // which piece).
+                "starts",
+                "continues",
+                "refused",
+                "refused",
+                "starts",
+                "refused",
+            ]
+        );
+        let names = trace_names(
+            &[&"x/a.1".into(), &"x/a.2".into(), &"y/t.jsonl".into()],
+            &[false, true, false],
+        );
+        assert_eq!(
+            names,
+            [
+                Some("a.1".into()),
+                Some("a.1".into()),
+                Some("t.jsonl".into())
+            ]
+        );
+        assert_eq!(
+            trace_names(&[&"a.1".into(), &"a.2".into()], &[false, true]),
+            [None, None],
+            "one capture's pieces alone are one trace, named by none of its records"
+        );
+    }
 }

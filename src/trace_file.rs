@@ -27,6 +27,55 @@ pub struct HeaderOptions {
     pub end: Option<f64>,
     /// The wall-clock time of `t = 0`, for OTLP span times.
     pub epoch_unix_ms: Option<f64>,
+    /// A piece of a rotated capture: the capture's word and the piece's number.
+    pub piece: Option<(String, u64)>,
+}
+
+/// A rotated capture's piece: `capture` (a word) and `piece` (a whole number), both or
+/// neither.
+fn piece_option(header: &Map<String, Value>, file: &Path) -> anyhow::Result<Option<(String, u64)>> {
+    let capture = match header.get("capture") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if correlator::sanitize::quote(s) == s.as_str() => Some(s.clone()),
+        Some(_) => bail!(
+            "{}:1: header field `capture` must be a short word",
+            file.display()
+        ),
+    };
+    let piece = match header.get("piece") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+        Some(_) => bail!(
+            "{}:1: header field `piece` must be a whole number >= 0",
+            file.display()
+        ),
+    };
+    match (capture, piece) {
+        (Some(c), Some(n)) => Ok(Some((c, n))),
+        (None, None) => Ok(None),
+        _ => bail!(
+            "{}:1: header fields `capture` and `piece` go together",
+            file.display()
+        ),
+    }
+}
+
+/// The piece a trace file says it is, from its first line alone (replay groups the pieces of
+/// one capture before it reads them); `None` for anything else, whose reading says why.
+pub fn peek_piece(path: &Path) -> Option<(String, u64)> {
+    use std::io::BufRead;
+    let f = File::open(path).ok()?;
+    let mut lines = BufReader::new(f).lines();
+    let first = loop {
+        let l = lines.next()?.ok()?;
+        if !l.trim().is_empty() {
+            break l;
+        }
+    };
+    match serde_json::from_str::<Value>(&first).ok()? {
+        Value::Object(h) => piece_option(&h, path).ok().flatten(),
+        _ => None,
+    }
 }
 
 fn number_option(
@@ -96,6 +145,7 @@ impl HeaderOptions {
             )?,
             end: number_option(header, "end", file)?,
             epoch_unix_ms: number_option(header, "epoch_unix_ms", file)?,
+            piece: piece_option(header, file)?,
         })
     }
 }

@@ -938,3 +938,198 @@ async fn a_client_that_stops_reading_holds_up_no_other_decision() {
     drop(sock);
     assert!(relay.stop().success(), "{}", relay.log());
 }
+
+/// The pieces of a rotated file `base` in `dir` (`capture.00000000.jsonl`, …), in order.
+fn pieces_of(dir: &std::path::Path, base: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with(&format!("{base}.")) && n != format!("{base}.jsonl")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn windowtap(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A relay whose capture and records rotate every few lines, so that streams, windows and
+/// MCP calls are open across cuts: no piece passes the size unless one line alone does, each
+/// capture piece checks on its own, and `windowtap replay` of the pieces in order gives the
+/// live records (the records pieces, in order), where replaying each piece alone does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotating_capture_replays_piece_by_piece_to_the_live_records() {
+    const SIZE: usize = 600;
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &[
+            "--close-wait",
+            "200",
+            "--rotate-size",
+            "600",
+            "--rotate-keep",
+            "100000",
+        ],
+    );
+    for _ in 0..3 {
+        drop(claude_tool_loop_with_mcp_call(&relay).await);
+    }
+    assert!(relay.stop().success(), "{}", relay.log());
+    assert!(
+        !capture.exists() && !records.exists(),
+        "only pieces are written"
+    );
+
+    let caps = pieces_of(dir.path(), "capture");
+    let recs = pieces_of(dir.path(), "records");
+    assert!(caps.len() >= 6, "{caps:?}");
+    assert!(recs.len() >= 2, "{recs:?}");
+    let mut carried = 0;
+    for (n, p) in caps.iter().enumerate() {
+        let text = std::fs::read_to_string(p).unwrap();
+        assert_no_canary("capture", &text);
+        let lines = text.lines().count();
+        assert!(
+            text.len() <= SIZE || lines == 2,
+            "{p:?}: {} bytes in {lines} lines",
+            text.len()
+        );
+        let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(header["piece"], n as u64, "{p:?}");
+        assert_eq!(header["capture"], capture_word(&caps[0]));
+        let open = &header["open"];
+        if open["streams"].as_array().is_some_and(|a| !a.is_empty())
+            || open["running"].as_array().is_some_and(|a| !a.is_empty())
+        {
+            carried += 1;
+        }
+        let check = windowtap(&["check".as_ref(), p.as_os_str()]);
+        assert!(
+            check.status.success(),
+            "{p:?} does not check on its own: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+    assert!(carried > 0, "no cut fell while something was open");
+    let mut live = String::new();
+    for p in &recs {
+        let text = std::fs::read_to_string(p).unwrap();
+        assert!(text.len() <= SIZE || text.lines().count() == 1, "{p:?}");
+        live.push_str(&text);
+    }
+    assert_eq!(live.lines().count(), 3, "{live}");
+
+    let mut args: Vec<&std::ffi::OsStr> = vec!["replay".as_ref()];
+    args.extend(caps.iter().map(|p| p.as_os_str()));
+    let out = windowtap(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), live);
+
+    // What the cut carries matters: each piece alone does not decide as the run did.
+    let alone: String = caps
+        .iter()
+        .map(|p| {
+            let out = windowtap(&["replay".as_ref(), p.as_os_str()]);
+            String::from_utf8(out.stdout).unwrap()
+        })
+        .collect();
+    assert_ne!(alone, live);
+
+    // Out of order, or with a piece missing, the pieces are refused.
+    let mut args: Vec<&std::ffi::OsStr> = vec!["replay".as_ref()];
+    args.extend(
+        caps.iter()
+            .filter(|p| *p != &caps[1])
+            .map(|p| p.as_os_str()),
+    );
+    let out = windowtap(&args);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not follow piece 0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn capture_word(piece: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(piece).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    header["capture"].clone()
+}
+
+/// With `--rotate-keep 3`, only the three newest pieces of each file are left however many
+/// were cut, none larger than the size unless one line alone is; the survivors still replay
+/// (from a later piece, with a warning that calls whose windows opened before it may be
+/// decided otherwise than live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keep_count_deletes_the_oldest_pieces_and_the_rest_still_replay() {
+    const SIZE: usize = 600;
+    let up = anthropic_upstream(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, _, _) = relay_with_files(
+        &up,
+        "anthropic",
+        dir.path(),
+        &[
+            "--close-wait",
+            "200",
+            "--rotate-size",
+            "600",
+            "--rotate-keep",
+            "3",
+        ],
+    );
+    for _ in 0..2 {
+        drop(claude_tool_loop_with_mcp_call(&relay).await);
+    }
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let caps = pieces_of(dir.path(), "capture");
+    assert_eq!(caps.len(), 3, "{caps:?}");
+    let numbers: Vec<u64> = caps
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            assert!(text.len() <= SIZE || text.lines().count() == 2, "{p:?}");
+            let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            header["piece"].as_u64().unwrap()
+        })
+        .collect();
+    // Two loops are 28 events, at most four to a piece of 600 bytes with its header.
+    assert!(
+        numbers[0] >= 3,
+        "older pieces were cut and deleted: {numbers:?}"
+    );
+    assert_eq!(numbers, [numbers[0], numbers[0] + 1, numbers[0] + 2]);
+    assert_eq!(
+        caps[0].file_name().unwrap().to_string_lossy(),
+        format!("capture.{:08}.jsonl", numbers[0]),
+        "the oldest were deleted, the newest kept"
+    );
+    assert!(pieces_of(dir.path(), "records").len() <= 3);
+
+    let mut args: Vec<&std::ffi::OsStr> = vec!["replay".as_ref()];
+    args.extend(caps.iter().map(|p| p.as_os_str()));
+    let out = windowtap(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("replay starts at piece {}", numbers[0])),
+        "{stderr}"
+    );
+}

@@ -658,6 +658,34 @@ impl Door {
         Ok(Line(s))
     }
 
+    /// A rotated capture's piece header: `header` as [`Door::meta`] admits it, with the
+    /// state open at the cut (`open`) put in before its last field (`end`, which is patched
+    /// in place and so must stay last). Every id in `open` is checked as an event's id is,
+    /// every alias and tool name as a tool name.
+    pub fn piece_header(
+        &self,
+        header: &str,
+        open: &crate::trace::OpenState,
+    ) -> Result<Line, Refused> {
+        let flat = self.meta(header)?;
+        for (field, s) in open.strings() {
+            match field {
+                "alias" | "tool" => Self::tool_name(field, s)?,
+                _ => self.id(field, s)?,
+            }
+        }
+        let at = flat.0.rfind(r#","end":"#).ok_or(Refused {
+            field: "header",
+            kind: Kind::Word,
+        })?;
+        let mut s = String::with_capacity(flat.0.len() + 64);
+        s.push_str(&flat.0[..at]);
+        s.push_str(r#","open":"#);
+        s.push_str(&open.json());
+        s.push_str(&flat.0[at..]);
+        Ok(Line(s))
+    }
+
     /// A number as it is patched into a line already written (a header's `end`), padded
     /// with spaces to `width` bytes; `null` when there is none or it would not fit.
     pub fn padded_number(&self, v: Option<f64>, width: usize) -> Line {

@@ -848,6 +848,147 @@ impl Validator {
     }
 }
 
+/// What a trace has open at one point of it: streams (lost or not, with their open
+/// responses) and running MCP calls. It is what a reader must know to check the events that
+/// follow, so a rotated capture's piece carries it in its header (`open`, docs/trace-v2.md
+/// "Pieces"): each piece is then checked on its own as strictly as the whole capture is.
+#[derive(Default)]
+pub struct OpenState(Validator);
+
+impl OpenState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes `ev` into account (the writer's events are valid; one that is not changes
+    /// nothing a reader would accept either).
+    pub fn apply(&mut self, ev: &Event) {
+        let _ = self.0.check(ev);
+    }
+
+    /// Every id and name it holds, each with the field it stands for (for the door).
+    pub fn strings(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let streams = self.0.streams.iter().flat_map(|(s, st)| {
+            std::iter::once(("stream", s.as_str()))
+                .chain(st.open_responses.iter().map(|r| ("response", r.as_str())))
+        });
+        let running = self.0.running.iter().flat_map(|(i, (a, t, _))| {
+            [
+                ("interval", i.as_str()),
+                ("alias", a.as_str()),
+                ("tool", t.as_str()),
+            ]
+        });
+        streams.chain(running)
+    }
+
+    /// The header value: `{"streams":[[stream,lost,[response,…]],…],"running":[[interval,
+    /// alias,tool,start],…]}`, each list sorted, so the same state is always the same text.
+    pub fn json(&self) -> String {
+        let mut streams: Vec<_> = self.0.streams.iter().collect();
+        streams.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = String::from(r#"{"streams":["#);
+        for (k, (id, st)) in streams.into_iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            push_str(&mut out, id);
+            out.push_str(if st.lost { ",true,[" } else { ",false,[" });
+            let mut responses: Vec<_> = st.open_responses.iter().collect();
+            responses.sort();
+            for (j, r) in responses.into_iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                push_str(&mut out, r);
+            }
+            out.push_str("]]");
+        }
+        out.push_str(r#"],"running":["#);
+        let mut running: Vec<_> = self.0.running.iter().collect();
+        running.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, (id, (alias, tool, start))) in running.into_iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            push_str(&mut out, id);
+            out.push(',');
+            push_str(&mut out, alias);
+            out.push(',');
+            push_str(&mut out, tool);
+            out.push(',');
+            push_ms(&mut out, *start);
+            out.push(']');
+        }
+        out.push_str("]}");
+        out
+    }
+
+    /// Whether nothing is open.
+    pub fn is_empty(&self) -> bool {
+        self.0.streams.is_empty() && self.0.running.is_empty()
+    }
+}
+
+impl Validator {
+    /// Starts from a header's `open` (see [`OpenState::json`]); anything else in it is an
+    /// error of the header, never guessed around.
+    fn seed(&mut self, open: &Value) -> Result<(), Fault> {
+        const BAD: Problem = Problem::Rule(
+            "must be {\"streams\":[[stream,lost,[response,…]],…],\"running\":[[interval,alias,tool,start],…]}",
+        );
+        let bad = || fault("open", BAD);
+        let obj = open.as_object().ok_or_else(bad)?;
+        let list = |key: &str| -> Result<&Vec<Value>, Fault> {
+            match obj.get(key) {
+                Some(Value::Array(a)) => Ok(a),
+                _ => Err(bad()),
+            }
+        };
+        for s in list("streams")? {
+            let [Value::String(id), Value::Bool(lost), Value::Array(responses)] =
+                s.as_array().map(Vec::as_slice).ok_or_else(bad)?
+            else {
+                return Err(bad());
+            };
+            let mut st = StreamState {
+                lost: *lost,
+                ..StreamState::default()
+            };
+            for r in responses {
+                let r = r.as_str().ok_or_else(bad)?;
+                if !st.open_responses.insert(r.to_string()) {
+                    return Err(fault("open", Problem::Twice { got: Token::of(r) }));
+                }
+            }
+            if self.streams.insert(id.clone(), st).is_some() {
+                return Err(fault("open", Problem::Twice { got: Token::of(id) }));
+            }
+        }
+        for r in list("running")? {
+            let [Value::String(id), Value::String(alias), Value::String(tool), Value::Number(start)] =
+                r.as_array().map(Vec::as_slice).ok_or_else(bad)?
+            else {
+                return Err(bad());
+            };
+            let start = start
+                .as_f64()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(bad)?;
+            if self
+                .running
+                .insert(id.clone(), (alias.clone(), tool.clone(), start))
+                .is_some()
+            {
+                return Err(fault("open", Problem::Twice { got: Token::of(id) }));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Reads a trace (v2, or v1) from any buffered reader, one event at a time.
 pub struct TraceReader<R> {
     lines: LineSource<R>,
@@ -903,6 +1044,10 @@ impl<R: BufRead> TraceReader<R> {
                     ));
                 }
             };
+            // A piece of a rotated capture starts with what was open at its cut.
+            if let Some(open) = obj.get("open").filter(|v| !v.is_null()) {
+                self.validator.seed(open)?;
+            }
             self.header_seen = true;
             self.header = Some(obj);
             Ok(())
@@ -1614,6 +1759,55 @@ mod tests {
             let err = read_all(input, "t.jsonl").unwrap_err();
             assert_eq!(err.line, 8, "step {step}");
             assert_eq!(err.field, Some("type"));
+        }
+    }
+
+    /// A rotated capture's piece starts with what was open at its cut: its header's `open`
+    /// lets it check on its own exactly as the whole capture does.
+    #[test]
+    fn a_piece_header_carries_what_is_open_and_the_piece_checks_on_its_own() {
+        let whole = [
+            OPEN,
+            r#"{"type":"response_start","t":2,"stream":"s1","response":"r1","request":null}"#,
+            r#"{"type":"mcp_start","t":3,"interval":"i1","alias":"probe","tool":"echo","start":3,"host":null}"#,
+            r#"{"type":"tool_call","t":4,"stream":"s1","response":"r1","call":"c1","item":null,"name":"echo","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed"}"#,
+            r#"{"type":"mcp_interval","t":6,"interval":"i1","alias":"probe","tool":"echo","start":3,"end":6,"outcome":"result","host":null}"#,
+            r#"{"type":"stream_close","t":7,"stream":"s1"}"#,
+        ];
+        for cut in 0..=whole.len() {
+            let mut open = OpenState::new();
+            let before = format!("{HEADER}\n{}\n", whole[..cut].join("\n"));
+            for ev in read(&before).unwrap() {
+                open.apply(&ev);
+            }
+            let header = format!(
+                r#"{{"type":"trace","version":2,"capture":"c","piece":1,"open":{}}}"#,
+                open.json()
+            );
+            let piece = format!("{header}\n{}\n", whole[cut..].join("\n"));
+            let events = read(&piece).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+            assert_eq!(events.len(), whole.len() - cut);
+            if cut > 0 && cut < whole.len() {
+                // Without it, what follows the cut does not check.
+                let bare = format!("{HEADER}\n{}\n", whole[cut..].join("\n"));
+                assert!(read(&bare).is_err(), "cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_header_open_that_is_not_the_written_shape_is_an_error() {
+        for open in [
+            r#"[]"#,
+            r#"{"streams":[]}"#,
+            r#"{"streams":[["s1",false]],"running":[]}"#,
+            r#"{"streams":[["s1",false,[]],["s1",false,[]]],"running":[]}"#,
+            r#"{"streams":[],"running":[["i1","a","t",-1]]}"#,
+        ] {
+            let text = format!("{{\"type\":\"trace\",\"version\":2,\"open\":{open}}}\n{OPEN}\n");
+            let err = read(&text).unwrap_err();
+            assert_eq!((err.line, err.field), (1, Some("open")), "{open}");
         }
     }
 }

@@ -47,6 +47,21 @@ pub struct RelayArgs {
     /// Write the sanitized trace v2 of this run here (replayable with `windowtap replay`).
     #[arg(long, value_name = "FILE")]
     capture: Option<PathBuf>,
+    /// Rotate the capture and records files: cut a piece before a line would take it past
+    /// SIZE bytes (K, M, G: KiB, MiB, GiB). `--capture cap.jsonl` then writes
+    /// cap.00000000.jsonl, cap.00000001.jsonl, …; `windowtap replay` of the pieces in order
+    /// gives the run's records (docs/trace-v2.md, "Pieces").
+    #[arg(long, value_name = "SIZE", value_parser = crate::rotate::parse_size)]
+    rotate_size: Option<u64>,
+    /// Rotate the capture and records files: cut a piece once it has been open this many
+    /// minutes (at its next line: an idle relay writes, and cuts, nothing).
+    #[arg(long, value_name = "MIN")]
+    rotate_age: Option<f64>,
+    /// Pieces of each rotated file kept on disk, the one being written included; older ones
+    /// are deleted, so a file takes at most about N × SIZE [default: 10 with --rotate-size or
+    /// --rotate-age].
+    #[arg(long, value_name = "N")]
+    rotate_keep: Option<usize>,
     /// How long after an interval's end a still-open window is given up, in milliseconds.
     #[arg(long, default_value_t = 1000.0, value_name = "MS", value_parser = crate::advice::parse_ms)]
     close_wait: f64,
@@ -172,7 +187,8 @@ pub fn relay_config(
         Some(p) => read_key(p)?,
         None => rand::random::<[u8; PSEUDONYM_KEY_LEN]>(),
     };
-    let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref())?;
+    let rotate = rotation(args)?;
+    let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref(), rotate)?;
     let otlp = args.otlp.resolve()?;
     if args.join_host_trace && otlp.config.is_none() {
         bail!(
@@ -272,6 +288,40 @@ pub struct RelayConfig {
     pub resolve_hosts: bool,
     /// `--join-host-trace`: a request's `traceparent` parents its chat span.
     pub join_host_trace: bool,
+}
+
+impl RelayArgs {
+    /// Whether the records and capture files are written as rotating pieces.
+    pub fn rotating(&self) -> bool {
+        self.rotate_size.is_some() || self.rotate_age.is_some()
+    }
+}
+
+/// The rotation `--rotate-size`, `--rotate-age` and `--rotate-keep` ask for (none without a
+/// size or an age: `--rotate-keep` alone would never cut).
+fn rotation(args: &RelayArgs) -> anyhow::Result<Option<crate::rotate::Limits>> {
+    let max_age = match args.rotate_age {
+        Some(m) if m.is_finite() && m > 0.0 && m * 60.0 < 1e12 => {
+            Some(Duration::from_secs_f64(m * 60.0))
+        }
+        Some(m) => bail!("--rotate-age takes a number of minutes > 0, got {m}"),
+        None => None,
+    };
+    if args.rotate_size.is_none() && max_age.is_none() {
+        if args.rotate_keep.is_some() {
+            bail!("--rotate-keep needs --rotate-size or --rotate-age (when to cut a piece)");
+        }
+        return Ok(None);
+    }
+    let keep = args.rotate_keep.unwrap_or(10);
+    if keep == 0 {
+        bail!("--rotate-keep takes a number of pieces >= 1 (the one being written)");
+    }
+    Ok(Some(crate::rotate::Limits {
+        max_bytes: args.rotate_size,
+        max_age,
+        keep,
+    }))
 }
 
 const MIB: usize = 1 << 20;

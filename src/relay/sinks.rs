@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::live::{self, Sinks};
+use crate::live::{self, CaptureSink, Sinks};
+use crate::rotate::{Limits, Pieces};
 
 /// Creates `path` and, when it is a regular file, keeps a second handle on it in `sync`, so
 /// that the file can be fsynced once its writer (owned by the correlator task) has flushed
@@ -25,33 +26,61 @@ fn create_synced(what: &str, path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Re
     Ok(file)
 }
 
-fn open_sink(
-    path: Option<&PathBuf>,
-    sync: &mut Vec<File>,
-) -> anyhow::Result<Box<dyn Write + Send>> {
-    Ok(match path {
-        Some(p) => Box::new(BufWriter::new(create_synced("the records file", p, sync)?)),
-        None => Box::new(std::io::stdout()),
-    })
+/// Whether `path` is written as pieces when rotation is asked for: not when it names a
+/// device or a pipe (`/dev/null`, a FIFO), which takes no disk and cannot have pieces beside
+/// it.
+fn rotates(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.is_file())
 }
 
-/// Opens the records file (stdout without one) and the capture file, if asked for. Returns
-/// the sinks and the second handles to fsync on stop.
+fn open_sink(
+    path: Option<&PathBuf>,
+    rotate: Option<Limits>,
+    sync: &mut Vec<File>,
+) -> anyhow::Result<Box<dyn Write + Send>> {
+    Ok(
+        match (path, rotate.filter(|_| path.is_some_and(|p| rotates(p)))) {
+            // Cut by the records writer as it writes, between lines; each piece fsynced as it is
+            // cut, the last when the writer lets go of it.
+            (Some(p), Some(limits)) => Box::new(
+                Pieces::create(p, limits, true)
+                    .map_err(|e| crate::advice::create_failed("the records file", p, e))?,
+            ),
+            (Some(p), None) => {
+                Box::new(BufWriter::new(create_synced("the records file", p, sync)?))
+            }
+            (None, _) => Box::new(std::io::stdout()),
+        },
+    )
+}
+
+/// Opens the records file (stdout without one) and the capture file, if asked for, each as
+/// pieces that rotate when `rotate` says how. Returns the sinks and the second handles to
+/// fsync on stop.
 pub fn open(
     records: Option<&PathBuf>,
     capture: Option<&PathBuf>,
+    rotate: Option<Limits>,
 ) -> anyhow::Result<(Sinks, Vec<File>)> {
     let mut sync = Vec::new();
+    let capture = match (
+        capture,
+        rotate.filter(|_| capture.is_some_and(|p| rotates(p))),
+    ) {
+        (Some(p), Some(limits)) => Some(CaptureSink::Pieces(
+            Pieces::create(p, limits, false)
+                .map_err(|e| crate::advice::create_failed("the capture file", p, e))?,
+        )),
+        (Some(p), None) => Some(CaptureSink::File(Box::new(BufWriter::new(create_synced(
+            "the capture file",
+            p,
+            &mut sync,
+        )?)) as Box<dyn live::Capture>)),
+        (None, _) => None,
+    };
     let sinks = Sinks {
-        records: open_sink(records, &mut sync)?,
-        capture: match capture {
-            Some(p) => Some(Box::new(BufWriter::new(create_synced(
-                "the capture file",
-                p,
-                &mut sync,
-            )?)) as Box<dyn live::Capture>),
-            None => None,
-        },
+        records: open_sink(records, rotate, &mut sync)?,
+        capture,
     };
     Ok((sinks, sync))
 }

@@ -299,6 +299,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         args.relay.records = Some(default_records_path()?);
     }
     let records_path = args.relay.records.clone();
+    let rotating = args.relay.rotating();
 
     // Upstreams the host was already pointed at become the relay's upstreams.
     let mut mounts: Vec<Mount> = Vec::new();
@@ -450,7 +451,13 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("windowtap run: warning: {text}");
         }
         if let Some(p) = &records_path {
-            eprintln!("windowtap run: records in {}", p.display());
+            // Rotated, the records are in numbered pieces beside the path given, not in it.
+            let shown = if rotating {
+                crate::rotate::pieces_pattern(p)
+            } else {
+                p.clone()
+            };
+            eprintln!("windowtap run: records in {}", shown.display());
         }
         if let Some(p) = &log_path {
             eprintln!("windowtap run: log in {}", p.display());
