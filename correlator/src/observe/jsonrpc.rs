@@ -629,26 +629,104 @@ impl LineScanner {
     }
 }
 
-/// SHA-256 of a `requestState` string's raw bytes, fed as they stream by. Only the digest is
-/// kept, in memory: the state itself is opaque server data the observer must never write, and
-/// it may be of any length (an AEAD blob of every answer so far).
+/// SHA-256 of a `requestState` string's value (its JSON escapes decoded), fed as its raw bytes
+/// stream by. Only the digest is kept, in memory: the state itself is opaque server data the
+/// observer must never write, and it may be of any length (an AEAD blob of every answer so
+/// far). Decoding the escapes makes `"a\/b"` and `"a/b"` the same state, as they are to the
+/// server, whichever JSON writer the client re-serialises the echoed value with.
 #[derive(Debug, Clone)]
-struct StateDigest(sha2::Sha256);
+struct StateDigest {
+    hash: sha2::Sha256,
+    /// An escape sequence not complete yet (up to `\uXXXX\uXXXX`).
+    esc: Vec<u8>,
+}
 
 impl StateDigest {
     fn new() -> Self {
         use sha2::Digest;
-        StateDigest(sha2::Sha256::new())
+        StateDigest {
+            hash: sha2::Sha256::new(),
+            esc: Vec::new(),
+        }
     }
 
     fn write(&mut self, bytes: &[u8]) {
         use sha2::Digest;
-        self.0.update(bytes);
+        let mut plain = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if self.esc.is_empty() && b != b'\\' {
+                continue;
+            }
+            if self.esc.is_empty() {
+                self.hash.update(&bytes[plain..i]);
+            }
+            self.esc.push(b);
+            self.decode();
+            plain = i + 1;
+        }
+        if self.esc.is_empty() {
+            self.hash.update(&bytes[plain..]);
+        }
+    }
+
+    /// Digests the pending escape once it is complete. Anything malformed is digested as it
+    /// is: such a line is not JSON, and no state compares equal to it by accident any more
+    /// than by its raw bytes.
+    fn decode(&mut self) {
+        use sha2::Digest;
+        let e = &self.esc;
+        let hex4 = |at: usize| {
+            std::str::from_utf8(&e[at..at + 4])
+                .ok()
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+        };
+        let c = match e.as_slice() {
+            [b'\\'] | [b'\\', b'u', ..] if e.len() < 6 => return,
+            [b'\\', b'u', ..] => match hex4(2) {
+                Some(hi @ 0xD800..=0xDBFF) => {
+                    if e.len() < 12 {
+                        if e.len() > 6 && (e[6] != b'\\' || e.get(7).is_some_and(|&b| b != b'u')) {
+                            None
+                        } else {
+                            return;
+                        }
+                    } else {
+                        match (e[6], e[7], hex4(8)) {
+                            (b'\\', b'u', Some(lo @ 0xDC00..=0xDFFF)) => {
+                                char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+                            }
+                            _ => None,
+                        }
+                    }
+                }
+                Some(cp) => char::from_u32(cp),
+                None => None,
+            },
+            [b'\\', x] => match x {
+                b'"' => Some('"'),
+                b'\\' => Some('\\'),
+                b'/' => Some('/'),
+                b'b' => Some('\u{8}'),
+                b'f' => Some('\u{c}'),
+                b'n' => Some('\n'),
+                b'r' => Some('\r'),
+                b't' => Some('\t'),
+                _ => None,
+            },
+            _ => None,
+        };
+        match c {
+            Some(c) => self.hash.update(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            None => self.hash.update(&self.esc),
+        }
+        self.esc.clear();
     }
 
     fn finish(&mut self) -> String {
         use sha2::Digest;
-        let d = std::mem::replace(&mut self.0, sha2::Sha256::new()).finalize();
+        let pending = std::mem::take(&mut self.esc);
+        self.hash.update(&pending);
+        let d = std::mem::replace(&mut self.hash, sha2::Sha256::new()).finalize();
         hex::encode(d)
     }
 }
@@ -725,10 +803,10 @@ struct Waiting {
 /// - with `requestState`, the call whose answer carried the same state. The state is the
 ///   server's own binding of the retry to its request (the spec asks servers to put the
 ///   originating request in it), so an equal state is the strongest evidence there is. It is
-///   compared as a SHA-256 digest of its raw bytes, computed while the line streams by; the
-///   value itself is never kept or written. A client that re-escapes the string differently
-///   is not recognised this way, and then nothing matches: the retry is reported as a new call
-///   and the waiting one ends unanswered, which is visible, never a wrong join;
+///   compared as a SHA-256 digest of its value (escapes decoded, so a client's JSON writer
+///   may re-escape it), computed while the line streams by; the value itself is never kept
+///   or written, and may be of any length. A state that matches nothing is a new call, and a
+///   waiting call of the same tool use then ends unanswered: visible, never a wrong join;
 /// - without `requestState` (the answer had none), the one such call, preferring one whose
 ///   identity hint is equal. Tool name alone cannot tell two waiting calls of the same tool
 ///   apart, so if more than one remains the retry is not joined to either (reported as a new
@@ -1651,6 +1729,46 @@ mod tests {
             .collect();
         assert_eq!(ends, vec![(0, true)]);
         assert_eq!(obs.running(), MAX_WAITING);
+    }
+
+    #[test]
+    fn a_state_is_the_same_state_however_it_is_escaped() {
+        // The server writes `\/` and `\u00e9`, the client re-serialises them plainly; split
+        // anywhere, the retry still joins its call.
+        let server = r"a\/b\u00e9\ud83d\ude00\n";
+        let client = "a/b\u{e9}\u{1F600}\\n";
+        for cut in 1..8 {
+            let mut obs = Observer::new();
+            let mut out = Vec::new();
+            let scan = |dir, line: String, t, obs: &mut Observer, out: &mut Vec<Observation>| {
+                let mut s = LineScanner::new();
+                for p in line.as_bytes().chunks(cut) {
+                    s.push(p);
+                }
+                obs.skeleton(dir, &s.finish().unwrap(), t, out);
+            };
+            scan(C2S, mrtr_call("1", "t", "", None), 1, &mut obs, &mut out);
+            scan(
+                S2C,
+                input_required("1", Some(server)),
+                2,
+                &mut obs,
+                &mut out,
+            );
+            scan(
+                C2S,
+                mrtr_call("2", "t", "", Some(client)),
+                3,
+                &mut obs,
+                &mut out,
+            );
+            scan(S2C, done("2"), 4, &mut obs, &mut out);
+            assert_eq!(out.len(), 2, "cut {cut}: {out:?}");
+        }
+        // And the digest is that of the decoded value.
+        let mut raw = StateDigest::new();
+        raw.write(server.as_bytes());
+        assert_eq!(raw.finish(), state_key("a/b\u{e9}\u{1F600}\n"));
     }
 
     #[test]
