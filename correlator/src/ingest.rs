@@ -289,6 +289,34 @@ mod tests {
                     thread: Some("th".into()),
                 },
             },
+            Report::End {
+                id: "w1-ab-2".into(),
+                alias: "probe".into(),
+                tool: "ask".into(),
+                start_ns: 5,
+                end_ns: 90,
+                outcome: Outcome::Result,
+                hints: hints(Some("toolu_2")),
+                rounds: Some(RoundsNs {
+                    rounds: 3,
+                    input_wait_ns: 70,
+                    unanswered: false,
+                }),
+            },
+            Report::End {
+                id: "w1-ab-3".into(),
+                alias: "probe".into(),
+                tool: "ask".into(),
+                start_ns: 5,
+                end_ns: 90,
+                outcome: Outcome::Cancelled,
+                hints: hints(None),
+                rounds: Some(RoundsNs {
+                    rounds: 1,
+                    input_wait_ns: 80,
+                    unanswered: true,
+                }),
+            },
         ];
         for r in reports {
             let line = r.to_line();
@@ -335,6 +363,18 @@ mod tests {
             (
                 r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#,
                 Fault::EndBeforeStart,
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","rounds":0}"#,
+                Fault::Field("rounds"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","input_wait_ns":2}"#,
+                Fault::Field("input_wait_ns"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","outcome_detail":"input_unanswered"}"#,
+                Fault::Field("outcome_detail"),
             ),
         ];
         for (line, fault) in table {

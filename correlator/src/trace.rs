@@ -1260,6 +1260,64 @@ mod tests {
     }
 
     #[test]
+    fn multi_round_trip_fields_read_back_and_are_checked() {
+        let ok = [
+            (
+                r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":5,"outcome":"result","tool_use_id":"tu","item_id":null,"call_id":null,"thread":null,"host":null,"rounds":2,"input_wait":2.5}"#,
+                Rounds {
+                    rounds: 2,
+                    input_wait: 2.5,
+                    unanswered: false,
+                },
+            ),
+            (
+                r#"{"type":"mcp_interval","t":8,"interval":"i2","alias":"a","tool":"t","start":1,"end":5,"outcome":"cancelled","tool_use_id":null,"item_id":null,"call_id":null,"thread":null,"host":null,"rounds":1,"input_wait":4,"outcome_detail":"input_unanswered"}"#,
+                Rounds {
+                    rounds: 1,
+                    input_wait: 4.0,
+                    unanswered: true,
+                },
+            ),
+        ];
+        for (line, want) in ok {
+            let text = format!("{HEADER}\n{line}\n");
+            let events = read(&text).unwrap();
+            let EventKind::McpInterval { rounds, .. } = &events[0].kind else {
+                panic!()
+            };
+            assert_eq!(rounds, &Some(want));
+            // Written back the same (the fast path hands these lines to the strict one).
+            assert_eq!(event_line(&events[0]), format!("{line}\n"));
+        }
+        let base = r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":5,"host":null,"#;
+        for (rest, field) in [
+            (r#""outcome":"result","rounds":0}"#, "rounds"),
+            (r#""outcome":"result","rounds":1.5}"#, "rounds"),
+            (r#""outcome":"result","input_wait":4}"#, ""),
+            (r#""outcome":"result","input_wait":-1}"#, "input_wait"),
+            (
+                r#""outcome":"result","outcome_detail":"input_unanswered"}"#,
+                "outcome_detail",
+            ),
+            (
+                r#""outcome":"cancelled","outcome_detail":"bored"}"#,
+                "outcome_detail",
+            ),
+        ] {
+            let line = format!("{base}{rest}");
+            let got = read(&format!("{HEADER}\n{line}\n"));
+            if field.is_empty() {
+                assert!(got.is_ok(), "{line}: {got:?}");
+            } else {
+                let err = got.expect_err(&line).to_string();
+                assert!(err.contains(field), "{line}: {err}");
+            }
+        }
+        let too_long = format!(r#"{base}"outcome":"result","input_wait":4.5}}"#);
+        assert!(read(&format!("{HEADER}\n{too_long}\n")).is_err());
+    }
+
+    #[test]
     fn hints_may_be_absent() {
         let text = format!(
             "{HEADER}\n{}\n",
