@@ -14,8 +14,10 @@
 //!   server, so only client requests are tracked; their responses come server → client, and a
 //!   client `notifications/cancelled` ends them too. Server requests (sampling, elicitation)
 //!   live in the server's own id space and are ignored, as are the client's answers to them.
-//!   Nothing about the protocol generation matters: `server/discover` and `initialize` sessions
-//!   send the same `tools/call`.
+//!   `server/discover` and `initialize` sessions send the same `tools/call`; what the
+//!   2026-07-28 revision adds for it, Multi Round-Trip Requests (a call answered
+//!   `input_required` and retried with the input), is one call for the host and is reported
+//!   as one: see [`Observer`].
 
 use std::collections::HashMap;
 
@@ -59,7 +61,8 @@ pub struct Call {
 pub enum Observation {
     /// A `tools/call` request went to the server.
     Start(Call),
-    /// It ended: answered, failed, cancelled or lost.
+    /// It ended: answered, failed, cancelled or lost, or (a Multi Round-Trip call whose last
+    /// round got no retry) cancelled with [`Call::unanswered`] set.
     End {
         call: Call,
         end: u64,
@@ -1470,10 +1473,11 @@ mod tests {
         (obs, out)
     }
 
-    /// (start?, tool, rounds, input_wait, start, end, outcome, unanswered) of each observation.
-    fn summary(
-        out: &[Observation],
-    ) -> Vec<(bool, String, u32, u64, u64, u64, Option<Outcome>, bool)> {
+    /// (start?, tool, rounds, input_wait, start, end, outcome, unanswered) of one observation.
+    type Summary = (bool, String, u32, u64, u64, u64, Option<Outcome>, bool);
+
+    /// The [`Summary`] of each observation.
+    fn summary(out: &[Observation]) -> Vec<Summary> {
         out.iter()
             .map(|o| match o {
                 Observation::Start(c) => (
