@@ -2156,6 +2156,69 @@ mod tests {
                 prop_assert_eq!(got, want);
             }
 
+            /// Interleaved Multi Round-Trip calls, each of its own number of rounds, with states
+            /// written with or without escapes and lines cut anywhere: each is one start and one
+            /// end, with its rounds, however the rounds of different calls interleave.
+            #[test]
+            fn interleaved_multi_round_trip_calls_are_one_call_each(
+                plan in prop::collection::vec((1u32..4, any::<bool>(), any::<bool>()), 1..6),
+                order in prop::collection::vec(any::<prop::sample::Index>(), 0..64),
+                cuts in prop::collection::vec(1usize..48, 1..6),
+            ) {
+                // Each call: (rounds, escape its states, give it a tool-use id).
+                let mut next_id = 0u64;
+                let mut pending: Vec<(usize, u32)> = plan.iter().enumerate().map(|(c, _)| (c, 0)).collect();
+                let mut lines: Vec<(Direction, String)> = Vec::new();
+                let mut k = 0;
+                while !pending.is_empty() {
+                    let pick = order.get(k).map_or(0, |i| i.index(pending.len()));
+                    k += 1;
+                    let (c, done_rounds) = pending[pick];
+                    let (rounds, escape, with_id) = plan[c];
+                    let id = next_id;
+                    next_id += 1;
+                    let state = |r: u32, escaped: bool| {
+                        if escaped { format!("c{c}\\/r{r}\\u0041") } else { format!("c{c}/r{r}A") }
+                    };
+                    let meta = if with_id { format!(r#","claudecode/toolUseId":"tu{c}""#) } else { String::new() };
+                    let retry = (done_rounds > 0).then(|| state(done_rounds, false));
+                    lines.push((Direction::ClientToServer, mrtr_call(&id.to_string(), "same", &meta, retry.as_deref())));
+                    if done_rounds + 1 < rounds {
+                        lines.push((Direction::ServerToClient, input_required(&id.to_string(), Some(&state(done_rounds + 1, escape)))));
+                        pending[pick].1 += 1;
+                    } else {
+                        lines.push((Direction::ServerToClient, done(&id.to_string())));
+                        pending.remove(pick);
+                    }
+                }
+                let mut obs = Observer::new();
+                let mut out = Vec::new();
+                let mut scanner = LineScanner::new();
+                for (n, (dir, line)) in lines.iter().enumerate() {
+                    let mut rest = line.as_bytes();
+                    let mut j = n;
+                    while !rest.is_empty() {
+                        let take = cuts[j % cuts.len()].min(rest.len());
+                        scanner.push(&rest[..take]);
+                        rest = &rest[take..];
+                        j += 1;
+                    }
+                    let sk = scanner.finish().expect("a JSON line");
+                    obs.skeleton(*dir, &sk, n as u64, &mut out);
+                }
+                let mut rounds: Vec<u32> = out.iter().filter_map(|o| match o {
+                    Observation::End { call, outcome: Outcome::Result, .. } => Some(call.rounds),
+                    _ => None,
+                }).collect();
+                let starts = out.iter().filter(|o| matches!(o, Observation::Start(_))).count();
+                let mut want: Vec<u32> = plan.iter().map(|p| p.0).collect();
+                rounds.sort_unstable();
+                want.sort_unstable();
+                prop_assert_eq!(starts, plan.len(), "{:?}", out);
+                prop_assert_eq!(rounds, want);
+                prop_assert_eq!(obs.running(), 0);
+            }
+
             /// Bytes that are not one JSON value never digest to anything.
             #[test]
             fn garbage_never_digests(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
