@@ -240,7 +240,12 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
                     thread: f.hint("thread")?,
                 },
                 host: host(&f)?,
-                rounds: rounds(&f, outcome_of(&f)?, end - start)?,
+                // Keys of v2 only: in a v1 line they are not fields, like `host`.
+                rounds: if v2 {
+                    rounds(&f, outcome_of(&f)?, end - start)?
+                } else {
+                    None
+                },
             }
         }
         other => {
