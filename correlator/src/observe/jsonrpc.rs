@@ -989,7 +989,9 @@ impl Observer {
                 // A request for the same tool use that continues none of its waiting calls
                 // shows the host went on without them.
                 self.supersede(tool, &hints, t, out);
-                if self.running.len() >= MAX_RUNNING {
+                // Waiting calls count: to the relay they are running (started, not ended),
+                // and it takes no more than this many from one wrapper.
+                if self.running() >= MAX_RUNNING {
                     return;
                 }
                 let call = Call {
