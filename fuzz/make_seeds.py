@@ -254,6 +254,22 @@ INGEST = [
 ]
 
 
+# An MCP 2026-07-28 session with a Multi Round-Trip call: input_required with a state (written
+# with escapes the retry echoes plainly), the retry with inputResponses and the state, a
+# second call whose round is never retried. Directions: bit set = server to client.
+MRTR = [
+    b'{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}',
+    b'{"jsonrpc":"2.0","id":"d","result":{"resultType":"complete","supportedVersions":["2026-07-28"]}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{"q":1},"_meta":{"claudecode/toolUseId":"toolu_1"}}}',
+    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"c":{"method":"elicitation/create","params":{"message":"m"}}},"requestState":"st\\/\\u0041"}}',
+    b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask","arguments":{"q":1},"_meta":{"claudecode/toolUseId":"toolu_1"},"inputResponses":{"c":{"action":"accept","content":{"a":"b"}}},"requestState":"st/A"}}',
+    b'{"jsonrpc":"2.0","id":2,"result":{"resultType":"complete","content":[],"isError":false}}',
+    b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask","_meta":{"itemId":"fc_1"}}}',
+    b'{"jsonrpc":"2.0","id":3,"result":{"resultType":"input_required","requestState":"x"}}',
+]
+MRTR_DIRS = 0b10101010
+
+
 def jsonrpc_lines():
     src = (ROOT / "correlator/src/observe/jsonrpc.rs").read_text()
     lines = []
@@ -285,6 +301,7 @@ def main():
         group = lines[start:start + 8]
         dirs = sum(1 << i for i, l in enumerate(group) if b'"method"' not in l or b'"id"' not in l and b"cancelled" not in l)
         write("jsonrpc", f"session{start // 8:02}", struct.pack("<QQ", dirs, 0x5EED + start) + b"\n".join(group) + b"\n")
+    write("jsonrpc", "mrtr_session", struct.pack("<QQ", MRTR_DIRS, 7) + b"\n".join(MRTR) + b"\n")
     write("jsonrpc", "batch_and_cut", struct.pack("<QQ", 0b10, 3) + b"[" + lines[0] + b"," + lines[1] + b"]\n" + lines[2][:20])
 
 

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use correlator::{EventKind, Millis};
+use correlator::{EventKind, Millis, Rounds};
 use correlator::{Hints, Outcome};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -48,7 +48,7 @@ use crate::host::{Hosts, ProcId};
 use crate::ratelimit::Repeated;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
-pub use correlator::ingest::{Fault, Report, MAX_LINE};
+pub use correlator::ingest::{Fault, Report, RoundsNs, MAX_LINE};
 
 /// The environment variable naming the socket for wrappers.
 pub const ENV: &str = "WINDOWTAP_INGEST";
@@ -576,6 +576,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
         let end = shared.clock.ms_at(now_ns).max(start);
         shared.counters.lost.fetch_add(1, Ordering::Relaxed);
         let kind = EventKind::McpInterval {
+            rounds: None,
             interval: id,
             alias: r.alias,
             tool: r.tool,
@@ -666,6 +667,7 @@ async fn accept(
             end_ns,
             outcome,
             hints,
+            rounds,
         } => {
             // The host its start had; if that was not known, the host now (a nearer
             // ancestor may have made its first connection meanwhile).
@@ -674,6 +676,13 @@ async fn accept(
                 None => wrapper.host().await,
             };
             let (start, end) = (ms(start_ns), ms(end_ns));
+            // A duration on the wrapper's clock: only its length carries over, capped by the
+            // interval's own (the two conversions may round apart).
+            let rounds = rounds.map(|r| Rounds {
+                rounds: r.rounds,
+                input_wait: (r.input_wait_ns as f64 / 1e6).min(end - start),
+                unanswered: r.unanswered,
+            });
             let kind = EventKind::McpInterval {
                 interval: id,
                 alias,
@@ -683,6 +692,7 @@ async fn accept(
                 outcome,
                 hints,
                 host,
+                rounds,
             };
             shared.emit(end, kind).await;
         }
@@ -911,6 +921,7 @@ mod tests {
             hints: hints(None),
         };
         let end = Report::End {
+            rounds: None,
             id: "i1".into(),
             alias: "a".into(),
             tool: "t".into(),
@@ -942,6 +953,7 @@ mod tests {
         assert_eq!(
             k2,
             EventKind::McpInterval {
+                rounds: None,
                 interval: "i1".into(),
                 alias: "a".into(),
                 tool: "t".into(),
@@ -1185,6 +1197,7 @@ mod tests {
         assert!(matches!(next(&mut rx).await.1, EventKind::McpStart { .. }));
         // Written before the close and not yet read: still taken.
         let end = Report::End {
+            rounds: None,
             id: "i1".into(),
             alias: "a".into(),
             tool: "t".into(),

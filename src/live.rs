@@ -996,6 +996,7 @@ mod tests {
             .send((
                 clock.now_ms(),
                 EventKind::McpInterval {
+                    rounds: None,
                     interval: "i1".into(),
                     alias: "probe".into(),
                     tool: "echo".into(),
@@ -1089,6 +1090,7 @@ mod tests {
         // An MCP call inside the open window: undecided until `close_wait` has passed.
         let start = clock.now_ms();
         let interval = EventKind::McpInterval {
+            rounds: None,
             interval: "i1".into(),
             alias: "probe".into(),
             tool: "echo".into(),

@@ -216,6 +216,7 @@ mod tests {
 
     fn report(tool_use_id: Option<&str>, item_id: Option<&str>) -> EventKind {
         EventKind::McpInterval {
+            rounds: None,
             interval: "i".into(),
             alias: "gate".into(),
             tool: "wait".into(),

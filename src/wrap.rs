@@ -31,7 +31,7 @@ use anyhow::Context;
 use correlator::observe::jsonrpc::{Call, Direction, LineScanner, Observation, Observer};
 
 use crate::clock::mono_ns;
-use crate::ingest::{self, Report};
+use crate::ingest::{self, Report, RoundsNs};
 
 #[derive(clap::Args)]
 pub struct WrapArgs {
@@ -226,6 +226,13 @@ impl Session {
                 end_ns: end,
                 outcome,
                 hints: call.hints,
+                // Only a call of more than one request, or one that ended waiting on the
+                // client, says anything about rounds.
+                rounds: (call.rounds > 1 || call.unanswered).then_some(RoundsNs {
+                    rounds: call.rounds,
+                    input_wait_ns: call.input_wait.min(end - call.start),
+                    unanswered: call.unanswered,
+                }),
             },
         }
     }

@@ -979,6 +979,43 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     ));
     odd_server.response(json!(1));
     reported(&tee, &odd_alias_use).await;
+    // An MCP 2026-07-28 server that asks for input: the state it issues carries a canary
+    // (base64 inside JSON, as a real one might), and so does the client's answer. The call of
+    // two rounds is reported once; neither canary reaches any output.
+    let mut mrtr = Wrapped::start_env(
+        "mrtr",
+        Some(&tee_path),
+        &["python3", fixture("mrtr_server.py").to_str().unwrap()],
+        &[("RUST_LOG", Path::new("trace"))],
+    );
+    let meta26 = |mut meta: Value| {
+        meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation":{}});
+        meta
+    };
+    mrtr.send_json(&json!({"jsonrpc":"2.0","id":"d","method":"server/discover",
+        "params":{"_meta":meta26(json!({}))}}));
+    mrtr.response(json!("d"));
+    let mrtr_use = format!("toolu_{}", r());
+    let mrtr_args = json!({"token":c.plant("MRTR requestState")});
+    let mrtr_meta = meta26(json!({"claudecode/toolUseId":mrtr_use}));
+    mrtr.send_json(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"ask","arguments":mrtr_args,"_meta":mrtr_meta}}));
+    let asked = mrtr.response(json!(1));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    mrtr.send_json(&json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+        "params":{"name":"ask","arguments":mrtr_args,"_meta":mrtr_meta,
+            "inputResponses":{"confirm":{"action":"accept","content":{"answer":c.plant("MRTR input answer")}}},
+            "requestState":asked["result"]["requestState"]}}));
+    let done = mrtr.response(json!(2));
+    assert!(done["result"]["content"].is_array(), "{done}");
+    reported(&tee, &mrtr_use).await;
+    let (mrtr_status, _, mrtr_stderr) = mrtr.wait();
+    assert!(
+        mrtr_status.success(),
+        "the MRTR wrapper failed: {mrtr_status}"
+    );
+
     let (odd_status, _, odd_stderr) = odd_server.wait();
     assert!(
         odd_status.success(),
@@ -1013,9 +1050,16 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(recs.len(), 4, "one record per MCP call");
-    let (echo, odd): (Vec<&Value>, Vec<&Value>) = recs
-        .iter()
+    assert_eq!(
+        recs.len(),
+        5,
+        "one record per MCP call (the call of two rounds is one)"
+    );
+    let (mrtr_recs, calls): (Vec<&Value>, Vec<&Value>) =
+        recs.iter().partition(|r| r["alias"] == "mrtr");
+    assert_eq!(mrtr_recs.len(), 1, "{mrtr_recs:?}");
+    let (echo, odd): (Vec<&Value>, Vec<&Value>) = calls
+        .into_iter()
         .partition(|r| r["tool"] == "echo" && r["alias"] == "probe");
     assert_eq!(echo.len(), 2, "{recs:?}");
     for r in &echo {
@@ -1061,6 +1105,7 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
         ("relay stderr at trace level", relay_stderr),
         ("wrapper stderr", wrap_stderr.into_bytes()),
         ("second wrapper stderr", odd_stderr.clone().into_bytes()),
+        ("MRTR wrapper stderr", mrtr_stderr.into_bytes()),
     ];
     let mut found = leaks(&written, &c);
     // The ingest socket carries raw hint ids and the tool name as the host called it by

@@ -34,6 +34,7 @@ fn trace_lines_of_every_type_are_valid_and_broken_ones_are_not() {
         r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":"h1"}"#,
         r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost","host":null}"#,
         r#"{"type":"stream_close","t":7001,"stream":"s1","extra":"optional fields are allowed"}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i3","alias":"probe","tool":"ask","start":7187,"end":7264,"outcome":"cancelled","host":null,"rounds":2,"input_wait":40,"outcome_detail":"input_unanswered"}"#,
     ];
     for line in good {
         assert!(valid(&v, line), "should be valid: {line}");
@@ -46,6 +47,8 @@ fn trace_lines_of_every_type_are_valid_and_broken_ones_are_not() {
         r#"{"type":"mcp_start","t":7188,"interval":"i1","alias":"probe","tool":"echo","start":7187}"#,
         r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost"}"#,
         r#"{"type":"response_start","t":6100,"stream":"s1","response":"r1","request":"q1","model":5}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i3","alias":"probe","tool":"ask","start":7187,"end":7264,"outcome":"result","host":null,"rounds":0}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i3","alias":"probe","tool":"ask","start":7187,"end":7264,"outcome":"cancelled","host":null,"outcome_detail":"bored"}"#,
         r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":{"input":-1}}"#,
         r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":{"input":1.5}}"#,
         r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"completed","usage":[]}"#,

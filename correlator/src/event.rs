@@ -133,7 +133,31 @@ pub enum EventKind {
         hints: Hints,
         /// The host process the call belongs to (a pseudonym), or `None` when not known.
         host: Option<String>,
+        /// How a Multi Round-Trip call went (trace v2's optional `rounds`, `input_wait`,
+        /// `outcome_detail`); `None` for a call of one request, as every call before MCP
+        /// 2026-07-28.
+        rounds: Option<Rounds>,
     },
+}
+
+/// The rounds of an MCP 2026-07-28 Multi Round-Trip call, reported as the one call it is for
+/// the host: counts, a duration and a fixed word, all allowed anywhere (docs/design.md §7).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rounds {
+    /// Requests the call took (its first and each retry).
+    pub rounds: u32,
+    /// Time spent waiting on the client, from each `input_required` answer to its retry (or
+    /// to the end, for an unanswered last round).
+    pub input_wait: Millis,
+    /// The call ended waiting on the client: its last round was answered `input_required` and
+    /// no retry came. Its `outcome` is then `cancelled` and `outcome_detail` says
+    /// `input_unanswered`.
+    pub unanswered: bool,
+}
+
+impl Rounds {
+    /// The one `outcome_detail` word there is.
+    pub const INPUT_UNANSWERED: &'static str = "input_unanswered";
 }
 
 /// Token counts of one response (`response_end.usage`, trace v2): each `None` when the API did

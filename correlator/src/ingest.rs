@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::event::{Hints, Outcome};
+use crate::event::{Hints, Outcome, Rounds};
 
 /// The protocol version this module writes and reads.
 pub(crate) const VERSION: u64 = 1;
@@ -35,7 +35,18 @@ pub enum Report {
         end_ns: u64,
         outcome: Outcome,
         hints: Hints,
+        /// A Multi Round-Trip call's rounds (optional fields `rounds`, `input_wait_ns`,
+        /// `outcome_detail`); `None` for a call of one request.
+        rounds: Option<RoundsNs>,
     },
+}
+
+/// [`crate::Rounds`] as the wrapper measures it, in its nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundsNs {
+    pub rounds: u32,
+    pub input_wait_ns: u64,
+    pub unanswered: bool,
 }
 
 /// Why a line was refused. Names the fault, never the content.
@@ -98,11 +109,21 @@ impl Report {
         m.insert("tool".into(), tool.as_str().into());
         m.insert("start_ns".into(), (*start_ns).into());
         if let Report::End {
-            end_ns, outcome, ..
+            end_ns,
+            outcome,
+            rounds,
+            ..
         } = self
         {
             m.insert("end_ns".into(), (*end_ns).into());
             m.insert("outcome".into(), outcome.as_str().into());
+            if let Some(r) = rounds {
+                m.insert("rounds".into(), r.rounds.into());
+                m.insert("input_wait_ns".into(), r.input_wait_ns.into());
+                if r.unanswered {
+                    m.insert("outcome_detail".into(), Rounds::INPUT_UNANSWERED.into());
+                }
+            }
         }
         for (k, v) in [
             ("tool_use_id", &hints.tool_use_id),
@@ -174,6 +195,7 @@ impl Report {
                     .and_then(Value::as_str)
                     .and_then(Outcome::parse)
                     .ok_or(Fault::Field("outcome"))?;
+                let rounds = rounds_ns(&m, outcome, end_ns - start_ns)?;
                 Ok(Report::End {
                     id,
                     alias,
@@ -182,11 +204,53 @@ impl Report {
                     end_ns,
                     outcome,
                     hints,
+                    rounds,
                 })
             }
             _ => Err(Fault::UnknownType),
         }
     }
+}
+
+/// The optional Multi Round-Trip fields of an `end` (docs/ingest.md): all absent is a call of
+/// one request.
+fn rounds_ns(
+    m: &Map<String, Value>,
+    outcome: Outcome,
+    length: u64,
+) -> Result<Option<RoundsNs>, Fault> {
+    let (r, w, d) = (
+        m.get("rounds"),
+        m.get("input_wait_ns"),
+        m.get("outcome_detail"),
+    );
+    if r.is_none() && w.is_none() && d.is_none() {
+        return Ok(None);
+    }
+    let rounds = match r.map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok())) {
+        None => 1,
+        Some(Some(n)) if n >= 1 => n,
+        Some(_) => return Err(Fault::Field("rounds")),
+    };
+    let input_wait_ns = match w.map(Value::as_u64) {
+        None => 0,
+        Some(Some(ns)) if ns <= length => ns,
+        Some(_) => return Err(Fault::Field("input_wait_ns")),
+    };
+    let unanswered = match d {
+        None => false,
+        Some(v)
+            if v.as_str() == Some(Rounds::INPUT_UNANSWERED) && outcome == Outcome::Cancelled =>
+        {
+            true
+        }
+        Some(_) => return Err(Fault::Field("outcome_detail")),
+    };
+    Ok(Some(RoundsNs {
+        rounds,
+        input_wait_ns,
+        unanswered,
+    }))
 }
 
 #[cfg(test)]
@@ -211,6 +275,7 @@ mod tests {
                 hints: hints(Some("toolu_1")),
             },
             Report::End {
+                rounds: None,
                 id: "w1-ab-1".into(),
                 alias: "probe".into(),
                 tool: "echo \"quoted\"".into(),
@@ -223,6 +288,34 @@ mod tests {
                     call_id: Some("call_1".into()),
                     thread: Some("th".into()),
                 },
+            },
+            Report::End {
+                id: "w1-ab-2".into(),
+                alias: "probe".into(),
+                tool: "ask".into(),
+                start_ns: 5,
+                end_ns: 90,
+                outcome: Outcome::Result,
+                hints: hints(Some("toolu_2")),
+                rounds: Some(RoundsNs {
+                    rounds: 3,
+                    input_wait_ns: 70,
+                    unanswered: false,
+                }),
+            },
+            Report::End {
+                id: "w1-ab-3".into(),
+                alias: "probe".into(),
+                tool: "ask".into(),
+                start_ns: 5,
+                end_ns: 90,
+                outcome: Outcome::Cancelled,
+                hints: hints(None),
+                rounds: Some(RoundsNs {
+                    rounds: 1,
+                    input_wait_ns: 80,
+                    unanswered: true,
+                }),
             },
         ];
         for r in reports {
@@ -270,6 +363,18 @@ mod tests {
             (
                 r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":3,"end_ns":2,"outcome":"result"}"#,
                 Fault::EndBeforeStart,
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","rounds":0}"#,
+                Fault::Field("rounds"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","input_wait_ns":2}"#,
+                Fault::Field("input_wait_ns"),
+            ),
+            (
+                r#"{"v":1,"type":"end","id":"i","alias":"a","tool":"t","start_ns":1,"end_ns":2,"outcome":"result","outcome_detail":"input_unanswered"}"#,
+                Fault::Field("outcome_detail"),
             ),
         ];
         for (line, fault) in table {

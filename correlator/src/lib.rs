@@ -38,7 +38,7 @@ mod windows;
 
 pub use decide::{replay, Candidates, Config, Correlator, Held, WindowOpen};
 pub use event::{
-    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, StopReason,
+    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Rounds, StopReason,
     Transport, Usage,
 };
 pub use lines::LineError;

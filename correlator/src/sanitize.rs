@@ -336,7 +336,10 @@ impl Scrub {
                 outcome,
                 hints,
                 host,
+                rounds,
             } => EventKind::McpInterval {
+                // Counts, a duration and a fixed word: written as they are (§7).
+                rounds,
                 interval: self.id(&interval),
                 alias: self.tool_name(alias),
                 tool: self.tool_name(tool),
@@ -721,6 +724,7 @@ mod tests {
 
     fn mcp(interval: &str, alias: &str, tool: &str, hint: Option<&str>) -> EventKind {
         EventKind::McpInterval {
+            rounds: None,
             interval: interval.into(),
             alias: alias.into(),
             tool: tool.into(),
@@ -896,6 +900,7 @@ mod tests {
     fn hosts_are_ids_and_model_names_are_names() {
         let s = scrub();
         let EventKind::McpInterval { host, .. } = s.event(EventKind::McpInterval {
+            rounds: None,
             interval: "i".into(),
             alias: "a".into(),
             tool: "t".into(),

@@ -88,6 +88,58 @@ fn usage(f: &Fields<'_>) -> Result<Option<Usage>, Fault> {
     }))
 }
 
+fn outcome_of(f: &Fields<'_>) -> Result<Outcome, Fault> {
+    f.word("outcome", Outcome::parse, Outcome::WORDS)
+}
+
+/// The optional Multi Round-Trip fields of an `mcp_interval`: `rounds` (an integer, at least
+/// 1), `input_wait` (milliseconds, at most the interval's length) and `outcome_detail` (only
+/// `input_unanswered`, only with outcome `cancelled`). All absent is a call of one request.
+fn rounds(f: &Fields<'_>, outcome: Outcome, length: Millis) -> Result<Option<Rounds>, Fault> {
+    let (r, w, d) = (
+        f.obj.get("rounds"),
+        f.obj.get("input_wait"),
+        f.obj.get("outcome_detail"),
+    );
+    if r.is_none() && w.is_none() && d.is_none() {
+        return Ok(None);
+    }
+    let rounds = match r {
+        None => 1,
+        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if n >= 1 => n,
+            _ => return Err(f.wrong("rounds", "an integer of at least 1", v)),
+        },
+    };
+    let input_wait = match w {
+        None => 0.0,
+        Some(v) => match v.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 && ms <= length => ms,
+            _ => return Err(f.wrong("input_wait", "milliseconds, at most end - start", v)),
+        },
+    };
+    let unanswered = match d {
+        None => false,
+        Some(v)
+            if v.as_str() == Some(Rounds::INPUT_UNANSWERED) && outcome == Outcome::Cancelled =>
+        {
+            true
+        }
+        Some(v) => {
+            return Err(f.wrong(
+                "outcome_detail",
+                "\"input_unanswered\", with outcome \"cancelled\"",
+                v,
+            ))
+        }
+    };
+    Ok(Some(Rounds {
+        rounds,
+        input_wait,
+        unanswered,
+    }))
+}
+
 /// `stop_reason` of a `response_end`: absent or null is none, else one of the fixed words.
 fn stop_reason(f: &Fields<'_>) -> Result<Option<StopReason>, Fault> {
     match f.obj.get("stop_reason") {
@@ -188,6 +240,12 @@ fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Faul
                     thread: f.hint("thread")?,
                 },
                 host: host(&f)?,
+                // Keys of v2 only: in a v1 line they are not fields, like `host`.
+                rounds: if v2 {
+                    rounds(&f, outcome_of(&f)?, end - start)?
+                } else {
+                    None
+                },
             }
         }
         other => {
@@ -701,6 +759,9 @@ mod fast {
                         thread: l.thread.hint(),
                     },
                     host: host(l.host)?,
+                    // A line with the Multi Round-Trip fields has keys this path does not
+                    // know, so it went to the strict path.
+                    rounds: None,
                 }
             }
             // The header again, or an unknown type: the strict path says which.
@@ -1227,6 +1288,7 @@ pub fn write_event(out: &mut String, ev: &Event) {
             outcome,
             hints,
             host,
+            rounds,
         } => {
             s(out, "interval", interval);
             s(out, "alias", alias);
@@ -1241,6 +1303,15 @@ pub fn write_event(out: &mut String, ev: &Event) {
             o(out, "call_id", hints.call_id.as_deref());
             o(out, "thread", hints.thread.as_deref());
             o(out, "host", host.as_deref());
+            if let Some(r) = rounds {
+                out.push_str(",\"rounds\":");
+                out.push_str(&r.rounds.to_string());
+                out.push_str(",\"input_wait\":");
+                push_ms(out, r.input_wait);
+                if r.unanswered {
+                    s(out, "outcome_detail", Rounds::INPUT_UNANSWERED);
+                }
+            }
         }
     }
     out.push('}');
@@ -1336,6 +1407,64 @@ mod tests {
                 back[0].t
             );
         }
+    }
+
+    #[test]
+    fn multi_round_trip_fields_read_back_and_are_checked() {
+        let ok = [
+            (
+                r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":5,"outcome":"result","tool_use_id":"tu","item_id":null,"call_id":null,"thread":null,"host":null,"rounds":2,"input_wait":2.5}"#,
+                Rounds {
+                    rounds: 2,
+                    input_wait: 2.5,
+                    unanswered: false,
+                },
+            ),
+            (
+                r#"{"type":"mcp_interval","t":8,"interval":"i2","alias":"a","tool":"t","start":1,"end":5,"outcome":"cancelled","tool_use_id":null,"item_id":null,"call_id":null,"thread":null,"host":null,"rounds":1,"input_wait":4,"outcome_detail":"input_unanswered"}"#,
+                Rounds {
+                    rounds: 1,
+                    input_wait: 4.0,
+                    unanswered: true,
+                },
+            ),
+        ];
+        for (line, want) in ok {
+            let text = format!("{HEADER}\n{line}\n");
+            let events = read(&text).unwrap();
+            let EventKind::McpInterval { rounds, .. } = &events[0].kind else {
+                panic!()
+            };
+            assert_eq!(rounds, &Some(want));
+            // Written back the same (the fast path hands these lines to the strict one).
+            assert_eq!(event_line(&events[0]), format!("{line}\n"));
+        }
+        let base = r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":1,"end":5,"host":null,"#;
+        for (rest, field) in [
+            (r#""outcome":"result","rounds":0}"#, "rounds"),
+            (r#""outcome":"result","rounds":1.5}"#, "rounds"),
+            (r#""outcome":"result","input_wait":4}"#, ""),
+            (r#""outcome":"result","input_wait":-1}"#, "input_wait"),
+            (
+                r#""outcome":"result","outcome_detail":"input_unanswered"}"#,
+                "outcome_detail",
+            ),
+            (
+                r#""outcome":"cancelled","outcome_detail":"bored"}"#,
+                "outcome_detail",
+            ),
+        ] {
+            let line = format!("{base}{rest}");
+            let got = read(&format!("{HEADER}\n{line}\n"));
+            if field.is_empty() {
+                assert!(got.is_ok(), "{line}: {got:?}");
+            } else {
+                let err = got.expect_err(&line).to_string();
+                assert!(err.contains(field), "{line}: {err}");
+            }
+        }
+        let too_long = format!(r#"{base}"outcome":"result","input_wait":4.5}}"#);
+        assert!(read(&format!("{HEADER}\n{too_long}\n")).is_err());
     }
 
     #[test]

@@ -556,6 +556,7 @@ impl Script {
         self.ev(
             t,
             EventKind::McpInterval {
+                rounds: None,
                 interval: interval.into(),
                 alias: "probe".into(),
                 tool: "echo".into(),

@@ -173,6 +173,7 @@ fn epoch(k: usize, seed: u64, offset: Millis) -> Epoch {
                 outcome,
                 hints,
                 host,
+                rounds,
             } => {
                 let mut hints = hints.clone();
                 hints.tool_use_id = ren_opt(&hints.tool_use_id);
@@ -188,6 +189,7 @@ fn epoch(k: usize, seed: u64, offset: Millis) -> Epoch {
                     outcome: *outcome,
                     hints,
                     host: host.clone(),
+                    rounds: *rounds,
                 }
             }
         };

@@ -811,10 +811,18 @@ pub fn jsonrpc_lines(data: &[u8]) {
                 );
             }
             Observation::End { call, end, .. } => {
+                // The end is the same call as its start; a Multi Round-Trip call has counted
+                // its rounds since, and its retries may have filled hints the first lacked.
+                let start = open.remove(&call.seq).expect("an end without its start");
                 assert_eq!(
-                    open.remove(&call.seq).as_ref(),
-                    Some(call),
-                    "an end without its start"
+                    (&start.tool, start.start, start.rounds),
+                    (&call.tool, call.start, 1),
+                    "an end that is not its start's call"
+                );
+                assert!(call.rounds >= 1, "a call of no rounds");
+                assert!(
+                    call.input_wait <= *end - call.start,
+                    "waited on the client longer than the call ran"
                 );
                 assert!(*end >= call.start, "a call ended before it started");
             }

@@ -48,6 +48,12 @@ pub mod attr {
     pub const WINDOW_OPEN_MS: &str = "windowtap.window.open_ms";
     pub const WINDOW_CLOSE_MS: &str = "windowtap.window.close_ms";
     pub const OUTCOME: &str = "windowtap.outcome";
+    /// An MCP 2026-07-28 multi round-trip call: its requests, the time it waited on the
+    /// client, and `input_unanswered` when its last round got no retry (trace v2's optional
+    /// `rounds`, `input_wait`, `outcome_detail`).
+    pub const MCP_ROUNDS: &str = "windowtap.mcp.rounds";
+    pub const MCP_INPUT_WAIT_MS: &str = "windowtap.mcp.input_wait_ms";
+    pub const OUTCOME_DETAIL: &str = "windowtap.outcome_detail";
     pub const HOST: &str = "windowtap.host";
     pub const STREAM: &str = "windowtap.stream";
     pub const REQUEST: &str = "windowtap.request";

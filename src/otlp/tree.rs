@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use correlator::records::Record;
 use correlator::sanitize::{Cleared, Door};
 use correlator::{
-    CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus, StopReason, Usage,
+    CallKind, Client, Event, EventKind, Millis, Outcome, ResponseStatus, Rounds, StopReason, Usage,
 };
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::{Link, SpanKind};
@@ -213,6 +213,7 @@ struct Reported {
     outcome: Outcome,
     thread: Option<String>,
     host: Option<String>,
+    rounds: Option<Rounds>,
 }
 
 /// The builder. Feed it every event and record in the order the correlator saw them.
@@ -381,6 +382,7 @@ impl Tree {
                 outcome,
                 hints,
                 host,
+                rounds,
                 ..
             } => {
                 self.reported.insert(
@@ -389,6 +391,7 @@ impl Tree {
                         outcome: *outcome,
                         thread: hints.thread.clone(),
                         host: host.clone(),
+                        rounds: *rounds,
                     },
                 );
             }
@@ -721,6 +724,13 @@ impl Tree {
                 a.push(kv_str(attr::HOST, h));
             }
             a.push(kv_str(attr::OUTCOME, rp.outcome.as_str()));
+            if let Some(r) = &rp.rounds {
+                a.push(kv_int(attr::MCP_ROUNDS, i64::from(r.rounds)));
+                a.push(kv_ms(attr::MCP_INPUT_WAIT_MS, r.input_wait));
+                if r.unanswered {
+                    a.push(kv_str(attr::OUTCOME_DETAIL, Rounds::INPUT_UNANSWERED));
+                }
+            }
             if rp.outcome != Outcome::Result {
                 a.push(kv_str(attr::ERROR_TYPE, rp.outcome.as_str()));
                 status = Some(error_status(rp.outcome.as_str()));

@@ -200,6 +200,41 @@ fn a_turn_is_a_root_with_its_responses_and_the_call_under_the_response_that_aske
 }
 
 #[test]
+fn a_multi_round_trip_call_carries_its_rounds_and_wait() {
+    // The fields are of trace v2, whose stream_open carries a host.
+    let open = CODEX[0].replace(r#""thread":"th1"}"#, r#""thread":"th1","host":null}"#);
+    let mut lines = CODEX.to_vec();
+    lines[0] = &open;
+    lines[5] = r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null,"rounds":2,"input_wait":40.5}"#;
+    let s = spans(&lines);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(int(call, "windowtap.mcp.rounds"), Some(2));
+    let wait = call
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "windowtap.mcp.input_wait_ms")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(
+        wait,
+        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::DoubleValue(40.5))
+    );
+    assert_eq!(string(call, "windowtap.outcome_detail"), None);
+    // Unanswered: cancelled, with the detail word.
+    lines[5] = r#"{"type":"mcp_interval","t":7265,"interval":"i1","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"cancelled","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null,"rounds":1,"input_wait":60,"outcome_detail":"input_unanswered"}"#;
+    let s = spans(&lines);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(
+        string(call, "windowtap.outcome_detail"),
+        Some("input_unanswered")
+    );
+    assert_eq!(string(call, "error.type"), Some("cancelled"));
+    // A call of one request says nothing about rounds.
+    let s = spans(CODEX);
+    let call = one(&s, "execute_tool echo");
+    assert_eq!(int(call, "windowtap.mcp.rounds"), None);
+}
+
+#[test]
 fn ids_are_deterministic_per_file_and_differ_between_files() {
     let a = spans_keyed("a.jsonl", CODEX);
     let again = spans_keyed("a.jsonl", CODEX);

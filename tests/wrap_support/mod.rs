@@ -131,7 +131,13 @@ impl Ingest {
 
     /// Waits for `n` intervals, stops the listener and returns every event it printed, read
     /// back as trace v2.
-    pub fn stop_after(mut self, n: usize) -> Vec<Event> {
+    pub fn stop_after(self, n: usize) -> Vec<Event> {
+        self.stop_after_text(n).0
+    }
+
+    /// [`stop_after`](Self::stop_after), with the text the listener printed too (to search
+    /// it for canaries).
+    pub fn stop_after_text(mut self, n: usize) -> (Vec<Event>, String) {
         self.wait_intervals(n);
         signal(self.child.id(), libc::SIGTERM);
         self.out.take().unwrap().join().unwrap();
@@ -143,8 +149,9 @@ impl Ingest {
         let status = self.child.wait().unwrap();
         assert!(status.success(), "ingest exited with {status}: {counters}");
         let text: String = self.seen.iter().map(|l| format!("{l}\n")).collect();
-        correlator::trace::read_all(text.as_bytes(), "ingest")
-            .expect("ingest output is a valid trace")
+        let events = correlator::trace::read_all(text.as_bytes(), "ingest")
+            .expect("ingest output is a valid trace");
+        (events, format!("{text}{counters}"))
     }
 }
 

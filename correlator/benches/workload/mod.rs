@@ -245,6 +245,7 @@ impl Workload {
             mcp.push(ev(
                 e + 0.5,
                 EventKind::McpInterval {
+                    rounds: None,
                     interval,
                     alias: "probe".into(),
                     tool: "echo".into(),
@@ -442,6 +443,7 @@ impl Workload {
                 mcp.push(ev(
                     e + 0.5,
                     EventKind::McpInterval {
+                        rounds: None,
                         interval,
                         alias: "probe".into(),
                         tool: "echo".into(),

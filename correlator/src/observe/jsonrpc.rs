@@ -14,8 +14,10 @@
 //!   server, so only client requests are tracked; their responses come server → client, and a
 //!   client `notifications/cancelled` ends them too. Server requests (sampling, elicitation)
 //!   live in the server's own id space and are ignored, as are the client's answers to them.
-//!   Nothing about the protocol generation matters: `server/discover` and `initialize` sessions
-//!   send the same `tools/call`.
+//!   `server/discover` and `initialize` sessions send the same `tools/call`; what the
+//!   2026-07-28 revision adds for it, Multi Round-Trip Requests (a call answered
+//!   `input_required` and retried with the input), is one call for the host and is reported
+//!   as one: see [`Observer`].
 
 use std::collections::HashMap;
 
@@ -43,6 +45,15 @@ pub struct Call {
     pub start: u64,
     /// Identity hints from `params._meta`.
     pub hints: Hints,
+    /// How many requests the call took: 1, or more for a Multi Round-Trip call (each
+    /// `input_required` answer and its retry add one).
+    pub rounds: u32,
+    /// How long the call waited on the client between an `input_required` answer and its
+    /// retry, summed over the rounds (in the units of the times passed in).
+    pub input_wait: u64,
+    /// Set when the call ended waiting on the client: its last round was answered
+    /// `input_required` and no retry came (see [`Observer`] for the bound).
+    pub unanswered: bool,
 }
 
 /// What the observer saw on one line (or at [`Observer::lose_all`]).
@@ -50,7 +61,8 @@ pub struct Call {
 pub enum Observation {
     /// A `tools/call` request went to the server.
     Start(Call),
-    /// It ended: answered, failed, cancelled or lost.
+    /// It ended: answered, failed, cancelled or lost, or (a Multi Round-Trip call whose last
+    /// round got no retry) cancelled with [`Call::unanswered`] set.
     End {
         call: Call,
         end: u64,
@@ -71,6 +83,10 @@ const SKELETON_CAP: usize = 64 * 1024;
 const MAX_DEPTH: usize = 128;
 /// Most `tools/call` requests tracked at once; beyond it new calls are not reported.
 pub(crate) const MAX_RUNNING: usize = 65_536;
+/// Most calls kept waiting for a Multi Round-Trip retry. Past it the oldest ends as
+/// unanswered: a client that leaves this many input requests open has moved on from the
+/// oldest, and the memory stays bounded.
+pub(crate) const MAX_WAITING: usize = 1024;
 
 /// What role a container plays, which decides which of its members the skeleton keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +99,9 @@ enum Role {
     Params,
     /// `result`, `error`, `params._meta`: keep scalars only.
     Scalars,
+    /// `params.inputResponses`: written as an empty container, so that its presence (a
+    /// Multi Round-Trip retry) is seen while the client's answers never are.
+    Opaque,
     /// Dropped subtree: lexed, never written.
     Dropped,
 }
@@ -95,12 +114,18 @@ impl Role {
             (Role::Message, Some(b"params")) => Role::Params,
             (Role::Message, Some(b"result")) | (Role::Message, Some(b"error")) => Role::Scalars,
             (Role::Params, Some(b"_meta")) => Role::Scalars,
+            (Role::Params, Some(b"inputResponses")) => Role::Opaque,
             _ => Role::Dropped,
         }
     }
 
     fn keeps_scalars(self) -> bool {
-        self != Role::Dropped
+        !matches!(self, Role::Dropped | Role::Opaque)
+    }
+
+    /// Whether the keys of an object in this role are read (to decide about their values).
+    fn reads_keys(self) -> bool {
+        self.keeps_scalars()
     }
 }
 
@@ -144,6 +169,9 @@ enum StrKind {
     DroppedKey,
     Kept,
     Dropped,
+    /// A `requestState` string: never kept, only digested as it streams by (any length), and
+    /// the digest is what the skeleton holds.
+    State,
 }
 
 /// Digests one line at a time into a skeleton. Feed pieces with [`push`](Self::push) and end
@@ -159,6 +187,8 @@ pub struct LineScanner {
     /// Incomplete UTF-8 sequence at the end of the last piece.
     utf8_carry: Vec<u8>,
     empty: bool,
+    /// The digest of the `requestState` string being read.
+    state: StateDigest,
 }
 
 impl Default for LineScanner {
@@ -177,6 +207,7 @@ impl LineScanner {
             tok_overflow: false,
             utf8_carry: Vec::new(),
             empty: true,
+            state: StateDigest::new(),
         }
     }
 
@@ -355,7 +386,7 @@ impl LineScanner {
                     b'"' => {
                         self.tok.clear();
                         self.tok_overflow = false;
-                        let dropped = self.role() == Role::Dropped;
+                        let dropped = !self.role().reads_keys();
                         let what = if dropped {
                             StrKind::DroppedKey
                         } else {
@@ -418,7 +449,10 @@ impl LineScanner {
                     b'"' => {
                         self.tok.clear();
                         self.tok_overflow = false;
-                        let what = if keep_scalar {
+                        let what = if keep_scalar && self.at_request_state() {
+                            self.state = StateDigest::new();
+                            StrKind::State
+                        } else if keep_scalar {
                             StrKind::Kept
                         } else {
                             StrKind::Dropped
@@ -453,6 +487,15 @@ impl LineScanner {
             None => true,
             Some(f) => f.role.keeps_scalars() && (!f.is_object || f.key.is_some()),
         }
+    }
+
+    /// Whether the value about to start is the member `requestState` of `params` or `result`.
+    fn at_request_state(&self) -> bool {
+        self.stack.last().is_some_and(|f| {
+            f.is_object
+                && matches!(f.role, Role::Params | Role::Scalars)
+                && f.key.as_deref() == Some(b"requestState".as_slice())
+        })
     }
 
     fn close(&mut self, is_object: bool) {
@@ -515,6 +558,14 @@ impl LineScanner {
     fn tok_bytes(&mut self, what: StrKind, bytes: &[u8]) {
         let cap = match what {
             StrKind::Dropped | StrKind::DroppedKey => return,
+            StrKind::State => {
+                if bytes.iter().any(|&b| b < 0x20) {
+                    self.fail();
+                } else {
+                    self.state.write(bytes);
+                }
+                return;
+            }
             StrKind::Key => KEY_CAP,
             StrKind::Kept => SCALAR_CAP,
         };
@@ -566,11 +617,120 @@ impl LineScanner {
                 self.lex = Lex::Colon;
                 return;
             }
+            StrKind::State => {
+                self.open_member();
+                self.out.push(b'"');
+                let digest = self.state.finish();
+                self.out.extend_from_slice(digest.as_bytes());
+                self.out.push(b'"');
+            }
             StrKind::Dropped => {}
         }
         self.tok.clear();
         self.tok_overflow = false;
         self.after_value();
+    }
+}
+
+/// SHA-256 of a `requestState` string's value (its JSON escapes decoded), fed as its raw bytes
+/// stream by. Only the digest is kept, in memory: the state itself is opaque server data the
+/// observer must never write, and it may be of any length (an AEAD blob of every answer so
+/// far). Decoding the escapes makes `"a\/b"` and `"a/b"` the same state, as they are to the
+/// server, whichever JSON writer the client re-serialises the echoed value with.
+#[derive(Debug, Clone)]
+struct StateDigest {
+    hash: sha2::Sha256,
+    /// An escape sequence not complete yet (up to `\uXXXX\uXXXX`).
+    esc: Vec<u8>,
+}
+
+impl StateDigest {
+    fn new() -> Self {
+        use sha2::Digest;
+        StateDigest {
+            hash: sha2::Sha256::new(),
+            esc: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use sha2::Digest;
+        let mut plain = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if self.esc.is_empty() && b != b'\\' {
+                continue;
+            }
+            if self.esc.is_empty() {
+                self.hash.update(&bytes[plain..i]);
+            }
+            self.esc.push(b);
+            self.decode();
+            plain = i + 1;
+        }
+        if self.esc.is_empty() {
+            self.hash.update(&bytes[plain..]);
+        }
+    }
+
+    /// Digests the pending escape once it is complete. Anything malformed is digested as it
+    /// is: such a line is not JSON, and no state compares equal to it by accident any more
+    /// than by its raw bytes.
+    fn decode(&mut self) {
+        use sha2::Digest;
+        let e = &self.esc;
+        let hex4 = |at: usize| {
+            std::str::from_utf8(&e[at..at + 4])
+                .ok()
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+        };
+        let c = match e.as_slice() {
+            [b'\\'] | [b'\\', b'u', ..] if e.len() < 6 => return,
+            [b'\\', b'u', ..] => match hex4(2) {
+                Some(hi @ 0xD800..=0xDBFF) => {
+                    if e.len() < 12 {
+                        if e.len() > 6 && (e[6] != b'\\' || e.get(7).is_some_and(|&b| b != b'u')) {
+                            None
+                        } else {
+                            return;
+                        }
+                    } else {
+                        match (e[6], e[7], hex4(8)) {
+                            (b'\\', b'u', Some(lo @ 0xDC00..=0xDFFF)) => {
+                                char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+                            }
+                            _ => None,
+                        }
+                    }
+                }
+                Some(cp) => char::from_u32(cp),
+                None => None,
+            },
+            [b'\\', x] => match x {
+                b'"' => Some('"'),
+                b'\\' => Some('\\'),
+                b'/' => Some('/'),
+                b'b' => Some('\u{8}'),
+                b'f' => Some('\u{c}'),
+                b'n' => Some('\n'),
+                b'r' => Some('\r'),
+                b't' => Some('\t'),
+                _ => None,
+            },
+            _ => None,
+        };
+        match c {
+            Some(c) => self.hash.update(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            None => self.hash.update(&self.esc),
+        }
+        self.esc.clear();
+    }
+
+    fn finish(&mut self) -> String {
+        use sha2::Digest;
+        let pending = std::mem::take(&mut self.esc);
+        self.hash.update(&pending);
+        let d = std::mem::replace(&mut self.hash, sha2::Sha256::new()).finalize();
+        hex::encode(d)
     }
 }
 
@@ -617,10 +777,56 @@ impl Id {
     }
 }
 
+/// A call whose last round was answered `input_required`, waiting for the client's retry.
+#[derive(Debug)]
+struct Waiting {
+    call: Call,
+    /// When the `input_required` answer went to the client.
+    since: u64,
+    /// Digest of the answer's `requestState`, if it had one.
+    state: Option<String>,
+}
+
 /// Pairs `tools/call` requests with their ends. One per MCP session (per wrapped server).
+///
+/// # Multi Round-Trip Requests (MCP 2026-07-28)
+///
+/// A server may answer `tools/call` with `result.resultType: "input_required"` (input
+/// requests and/or an opaque `requestState`); the client gathers the input and sends the call
+/// again, under a new JSON-RPC id, with `params.inputResponses` and the `requestState` echoed
+/// back. For the host it is one call, so it is reported as one: it starts with the first
+/// request, ends with the last answer, and counts its rounds and the time spent waiting on
+/// the client. The `input_required` answer ends nothing; the call waits.
+///
+/// Matching a retry to its call. A `tools/call` is a retry only if it carries `requestState`
+/// or `inputResponses` (the fields exist for nothing else); any other `tools/call` is a new
+/// call, however alike. Among the waiting calls with the same tool name and no conflicting
+/// identity hint (`_meta` toolUseId / itemId / callId: a host keeps them across the rounds of
+/// one tool use, and two different ones are two different calls):
+/// - with `requestState`, the call whose answer carried the same state. The state is the
+///   server's own binding of the retry to its request (the spec asks servers to put the
+///   originating request in it), so an equal state is the strongest evidence there is. It is
+///   compared as a SHA-256 digest of its value (escapes decoded, so a client's JSON writer
+///   may re-escape it), computed while the line streams by; the value itself is never kept
+///   or written, and may be of any length. A state that matches nothing is a new call, and a
+///   waiting call of the same tool use then ends unanswered: visible, never a wrong join;
+/// - without `requestState` (the answer had none), the one such call, preferring one whose
+///   identity hint is equal. Tool name alone cannot tell two waiting calls of the same tool
+///   apart, so if more than one remains the retry is not joined to either (reported as a new
+///   call) rather than guessed.
+///
+/// Hints of the retry fill the ones the first round lacked.
+///
+/// A call waiting for a retry ends `cancelled` with [`Call::unanswered`] set: when the pipe
+/// ends ([`lose_all`](Self::lose_all)); when a `tools/call` for the same tool use (same tool
+/// name, an equal identity hint) arrives and is not its retry, since the host went on without
+/// it; or when more than [`MAX_WAITING`] calls wait (the oldest). There is no time bound: a
+/// person answering an elicitation may take hours, and the wrapper has no clock of its own to
+/// judge that by.
 #[derive(Debug, Default)]
 pub struct Observer {
     running: HashMap<Id, Call>,
+    waiting: Vec<Waiting>,
     next_seq: u64,
 }
 
@@ -629,9 +835,9 @@ impl Observer {
         Self::default()
     }
 
-    /// How many calls have started and not ended.
+    /// How many calls have started and not ended (waiting ones included).
     pub fn running(&self) -> usize {
-        self.running.len()
+        self.running.len() + self.waiting.len()
     }
 
     /// Observes one complete line (without its `\n`) that travelled `dir` at time `t`.
@@ -664,17 +870,74 @@ impl Observer {
         }
     }
 
-    /// Ends every running call as `lost` (the server exited or a pipe broke), oldest first.
+    /// Ends every running call as `lost` (the server exited or a pipe broke), and every call
+    /// waiting for a retry as unanswered, oldest first.
     pub fn lose_all(&mut self, t: u64, out: &mut Vec<Observation>) {
-        let mut calls: Vec<Call> = self.running.drain().map(|(_, c)| c).collect();
-        calls.sort_by_key(|c| c.seq);
-        for call in calls {
+        let mut ends: Vec<(Call, Outcome)> = self
+            .running
+            .drain()
+            .map(|(_, c)| (c, Outcome::Lost))
+            .collect();
+        for w in self.waiting.drain(..) {
+            ends.push((unanswered(w, t), Outcome::Cancelled));
+        }
+        ends.sort_by_key(|(c, _)| c.seq);
+        for (call, outcome) in ends {
             let end = t.max(call.start);
-            out.push(Observation::End {
-                call,
-                end,
-                outcome: Outcome::Lost,
-            });
+            out.push(Observation::End { call, end, outcome });
+        }
+    }
+
+    /// Finds the waiting call a retry continues (see the type's doc), removing it.
+    fn take_waiting(&mut self, tool: &str, state: Option<&str>, hints: &Hints) -> Option<Waiting> {
+        let candidates: Vec<usize> = self
+            .waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| {
+                w.call.tool == tool
+                    && w.state.as_deref() == state
+                    && !hints_conflict(&w.call.hints, hints)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let pick = match candidates.as_slice() {
+            [] => None,
+            [one] => Some(*one),
+            _ if state.is_some() => Some(candidates[0]),
+            many => {
+                let same: Vec<usize> = many
+                    .iter()
+                    .copied()
+                    .filter(|&i| hints_agree(&self.waiting[i].call.hints, hints))
+                    .collect();
+                match same.as_slice() {
+                    [one] => Some(*one),
+                    _ => None,
+                }
+            }
+        };
+        pick.map(|i| self.waiting.remove(i))
+    }
+
+    /// Ends, as unanswered, the waiting calls a new (non-retry) request for the same tool use
+    /// shows the host has gone on from.
+    fn supersede(&mut self, tool: &str, hints: &Hints, t: u64, out: &mut Vec<Observation>) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let w = &self.waiting[i];
+            if w.call.tool == tool && hints_agree(&w.call.hints, hints) {
+                let w = self.waiting.remove(i);
+                let call = unanswered(w, t);
+                let end = t.max(call.start);
+                out.push(Observation::End {
+                    call,
+                    end,
+                    outcome: Outcome::Cancelled,
+                });
+            } else {
+                i += 1;
+            }
         }
     }
 
@@ -706,7 +969,29 @@ impl Observer {
                         outcome: Outcome::Lost,
                     });
                 }
-                if self.running.len() >= MAX_RUNNING {
+                let state = params
+                    .and_then(|p| p.get("requestState"))
+                    .and_then(Value::as_str)
+                    .map(state_key);
+                let retry =
+                    state.is_some() || params.is_some_and(|p| p.get("inputResponses").is_some());
+                if retry {
+                    if let Some(w) = self.take_waiting(tool, state.as_deref(), &hints) {
+                        let mut call = w.call;
+                        call.rounds = call.rounds.saturating_add(1);
+                        call.input_wait = call.input_wait.saturating_add(t.saturating_sub(w.since));
+                        fill_hints(&mut call.hints, hints);
+                        // No start: the call started with its first round.
+                        self.running.insert(id, call);
+                        return;
+                    }
+                }
+                // A request for the same tool use that continues none of its waiting calls
+                // shows the host went on without them.
+                self.supersede(tool, &hints, t, out);
+                // Waiting calls count: to the relay they are running (started, not ended),
+                // and it takes no more than this many from one wrapper.
+                if self.running() >= MAX_RUNNING {
                     return;
                 }
                 let call = Call {
@@ -714,6 +999,9 @@ impl Observer {
                     tool: tool.to_string(),
                     start: t,
                     hints,
+                    rounds: 1,
+                    input_wait: 0,
+                    unanswered: false,
                 };
                 self.next_seq += 1;
                 self.running.insert(id, call.clone());
@@ -732,6 +1020,10 @@ impl Observer {
                 let outcome = if obj.contains_key("error") {
                     Outcome::Error
                 } else if let Some(result) = obj.get("result") {
+                    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+                        self.wait(&id, result, t, out);
+                        return;
+                    }
                     if result.get("isError").and_then(Value::as_bool) == Some(true) {
                         Outcome::Error
                     } else {
@@ -749,12 +1041,84 @@ impl Observer {
         }
     }
 
+    /// An `input_required` answer: the call waits for the client's retry.
+    fn wait(&mut self, id: &Id, result: &Value, t: u64, out: &mut Vec<Observation>) {
+        let Some(call) = self.running.remove(id) else {
+            return;
+        };
+        if self.waiting.len() >= MAX_WAITING {
+            let oldest = self.waiting.remove(0);
+            let call = unanswered(oldest, t);
+            let end = t.max(call.start);
+            out.push(Observation::End {
+                call,
+                end,
+                outcome: Outcome::Cancelled,
+            });
+        }
+        let state = result
+            .get("requestState")
+            .and_then(Value::as_str)
+            .map(state_key);
+        self.waiting.push(Waiting {
+            call,
+            since: t,
+            state,
+        });
+    }
+
     fn end(&mut self, id: &Id, t: u64, outcome: Outcome, out: &mut Vec<Observation>) {
         if let Some(call) = self.running.remove(id) {
             let end = t.max(call.start);
             out.push(Observation::End { call, end, outcome });
         }
     }
+}
+
+/// The key a `requestState` is compared by. The scanner already put a digest in the skeleton;
+/// a line observed whole ([`Observer::line`] on a full parse, as in tests) holds the raw value,
+/// which is digested here so that nothing but digests is ever kept.
+fn state_key(s: &str) -> String {
+    let mut d = StateDigest::new();
+    d.write(s.as_bytes());
+    d.finish()
+}
+
+/// The call, ended while waiting on the client.
+fn unanswered(w: Waiting, t: u64) -> Call {
+    let mut call = w.call;
+    call.input_wait = call.input_wait.saturating_add(t.saturating_sub(w.since));
+    call.unanswered = true;
+    call
+}
+
+/// The identity hints that name one tool use (a thread hint is shared by many calls).
+fn identities(h: &Hints) -> [&Option<String>; 3] {
+    [&h.tool_use_id, &h.item_id, &h.call_id]
+}
+
+/// Two hint sets naming different tool uses.
+fn hints_conflict(a: &Hints, b: &Hints) -> bool {
+    identities(a)
+        .iter()
+        .zip(identities(b))
+        .any(|(x, y)| matches!((x, y), (Some(x), Some(y)) if x != y))
+}
+
+/// Two hint sets naming the same tool use: one identity in common and none different.
+fn hints_agree(a: &Hints, b: &Hints) -> bool {
+    !hints_conflict(a, b)
+        && identities(a)
+            .iter()
+            .zip(identities(b))
+            .any(|(x, y)| matches!((x, y), (Some(x), Some(y)) if x == y))
+}
+
+fn fill_hints(h: &mut Hints, from: Hints) {
+    h.tool_use_id = h.tool_use_id.take().or(from.tool_use_id);
+    h.item_id = h.item_id.take().or(from.item_id);
+    h.call_id = h.call_id.take().or(from.call_id);
+    h.thread = h.thread.take().or(from.thread);
 }
 
 fn hints_of(meta: &Value) -> Hints {
@@ -1071,6 +1435,378 @@ mod tests {
         }
     }
 
+    /// The 2026-07-28 `_meta` every request carries.
+    const META26: &str = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}"#;
+
+    fn mrtr_call(id: &str, tool: &str, meta: &str, retry: Option<&str>) -> String {
+        let retry = match retry {
+            Some(state) => format!(
+                r#","inputResponses":{{"ask":{{"action":"accept","content":{{"secret":"CANARY-answer"}}}}}},"requestState":"{state}""#
+            ),
+            None => String::new(),
+        };
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"q":"x"}},"_meta":{{{META26}{meta}}}{retry}}}}}"#
+        )
+    }
+
+    fn input_required(id: &str, state: Option<&str>) -> String {
+        let state = state
+            .map(|s| format!(r#","requestState":"{s}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{"ask":{{"method":"elicitation/create","params":{{"mode":"form","message":"CANARY-question","requestedSchema":{{}}}}}}}}{state}}}}}"#
+        )
+    }
+
+    fn done(id: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","content":[{{"type":"text","text":"ok"}}],"isError":false}}}}"#
+        )
+    }
+
+    /// Feeds (direction, line, time) and returns the observations.
+    fn feed(lines: &[(Direction, String, u64)]) -> (Observer, Vec<Observation>) {
+        let mut obs = Observer::new();
+        let mut out = Vec::new();
+        for (dir, line, t) in lines {
+            obs.line(*dir, line.as_bytes(), *t, &mut out);
+        }
+        (obs, out)
+    }
+
+    /// (start?, tool, rounds, input_wait, start, end, outcome, unanswered) of one observation.
+    type Summary = (bool, String, u32, u64, u64, u64, Option<Outcome>, bool);
+
+    /// The [`Summary`] of each observation.
+    fn summary(out: &[Observation]) -> Vec<Summary> {
+        out.iter()
+            .map(|o| match o {
+                Observation::Start(c) => (
+                    true,
+                    c.tool.clone(),
+                    c.rounds,
+                    c.input_wait,
+                    c.start,
+                    c.start,
+                    None,
+                    c.unanswered,
+                ),
+                Observation::End {
+                    call: c,
+                    end,
+                    outcome,
+                } => (
+                    false,
+                    c.tool.clone(),
+                    c.rounds,
+                    c.input_wait,
+                    c.start,
+                    *end,
+                    Some(*outcome),
+                    c.unanswered,
+                ),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_multi_round_trip_call_is_one_call_with_its_rounds_and_wait() {
+        let st = "eyJzdGF0ZSI6IkNBTkFSWS1zdGF0ZSJ9";
+        let st2 = "c2Vjb25kLXJvdW5k";
+        let (obs, out) = feed(&[
+            (
+                C2S,
+                mrtr_call("1", "book", r#","claudecode/toolUseId":"toolu_1""#, None),
+                10,
+            ),
+            (S2C, input_required("1", Some(st)), 20),
+            // The client takes 100 to answer; the retry has a new id.
+            (
+                C2S,
+                mrtr_call(
+                    "2",
+                    "book",
+                    r#","claudecode/toolUseId":"toolu_1""#,
+                    Some(st),
+                ),
+                120,
+            ),
+            (S2C, input_required("2", Some(st2)), 130),
+            (
+                C2S,
+                mrtr_call(
+                    "\"three\"",
+                    "book",
+                    r#","claudecode/toolUseId":"toolu_1""#,
+                    Some(st2),
+                ),
+                180,
+            ),
+            (S2C, done("\"three\""), 200),
+        ]);
+        assert_eq!(
+            summary(&out),
+            vec![
+                (true, "book".into(), 1, 0, 10, 10, None, false),
+                (
+                    false,
+                    "book".into(),
+                    3,
+                    100 + 50,
+                    10,
+                    200,
+                    Some(Outcome::Result),
+                    false
+                ),
+            ]
+        );
+        assert_eq!(obs.running(), 0);
+    }
+
+    #[test]
+    fn before_mrtr_an_input_required_answer_ended_the_call() {
+        // The same two rounds as a client sends them: one call, not two.
+        let st = "s1";
+        let (_, out) = feed(&[
+            (C2S, mrtr_call("1", "book", "", None), 1),
+            (S2C, input_required("1", Some(st)), 2),
+            (C2S, mrtr_call("2", "book", "", Some(st)), 5),
+            (S2C, done("2"), 6),
+        ]);
+        let starts = out
+            .iter()
+            .filter(|o| matches!(o, Observation::Start(_)))
+            .count();
+        assert_eq!((starts, out.len()), (1, 2), "{out:?}");
+    }
+
+    #[test]
+    fn retries_are_matched_by_state_then_by_tool_and_ids() {
+        use Outcome::*;
+        // Two waiting calls of one tool with different states: each retry joins its own.
+        let (_, out) = feed(&[
+            (C2S, mrtr_call("1", "t", "", None), 1),
+            (C2S, mrtr_call("2", "t", "", None), 2),
+            (S2C, input_required("1", Some("A")), 3),
+            (S2C, input_required("2", Some("B")), 4),
+            (C2S, mrtr_call("3", "t", "", Some("B")), 10),
+            (C2S, mrtr_call("4", "t", "", Some("A")), 20),
+            (S2C, done("4"), 30),
+            (
+                S2C,
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"}}"#.to_string(),
+                40,
+            ),
+        ]);
+        let s = summary(&out);
+        assert_eq!(s[2], (false, "t".into(), 2, 17, 1, 30, Some(Result), false));
+        assert_eq!(s[3], (false, "t".into(), 2, 6, 2, 40, Some(Error), false));
+        assert_eq!(s.len(), 4);
+
+        // Without state: one waiting call of the tool is joined; the inputResponses alone
+        // make the request a retry.
+        let retry_no_state = |id: &str, meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"t","_meta":{{{META26}{meta}}},"inputResponses":{{"a":{{}}}}}}}}"#
+            )
+        };
+        let (_, out) = feed(&[
+            (C2S, mrtr_call("1", "t", "", None), 1),
+            (S2C, input_required("1", None), 2),
+            (C2S, retry_no_state("2", ""), 7),
+            (S2C, done("2"), 9),
+        ]);
+        assert_eq!(
+            summary(&out)[1],
+            (false, "t".into(), 2, 5, 1, 9, Some(Result), false)
+        );
+
+        // Two waiting calls of the tool and nothing to tell them apart: not guessed. The
+        // retry is a new call; with a matching tool-use id it is joined.
+        let (obs, out) = feed(&[
+            (C2S, mrtr_call("1", "t", r#","itemId":"fc_1""#, None), 1),
+            (C2S, mrtr_call("2", "t", r#","itemId":"fc_2""#, None), 1),
+            (S2C, input_required("1", None), 2),
+            (S2C, input_required("2", None), 2),
+            (C2S, retry_no_state("3", ""), 5),
+            (C2S, retry_no_state("4", r#","itemId":"fc_2""#), 6),
+            (S2C, done("4"), 8),
+        ]);
+        let s = summary(&out);
+        assert_eq!(s[2], (true, "t".into(), 1, 0, 5, 5, None, false));
+        assert_eq!(s[3], (false, "t".into(), 2, 4, 1, 8, Some(Result), false));
+        assert_eq!(
+            obs.running(),
+            2,
+            "fc_1 still waits, the unjoined retry runs"
+        );
+
+        // A retry whose state matches nothing, or whose tool-use id differs, is a new call.
+        let (_, out) = feed(&[
+            (
+                C2S,
+                mrtr_call("1", "t", r#","claudecode/toolUseId":"toolu_1""#, None),
+                1,
+            ),
+            (S2C, input_required("1", Some("A")), 2),
+            (
+                C2S,
+                mrtr_call("2", "t", r#","claudecode/toolUseId":"toolu_2""#, Some("A")),
+                3,
+            ),
+            (C2S, mrtr_call("3", "u", "", Some("A")), 4),
+        ]);
+        let starts = out
+            .iter()
+            .filter(|o| matches!(o, Observation::Start(_)))
+            .count();
+        assert_eq!(starts, 3, "{out:?}");
+    }
+
+    #[test]
+    fn a_round_that_never_gets_its_retry_ends_unanswered() {
+        // At the end of the pipe, with the wait counted up to then.
+        let (mut obs, mut out) = feed(&[
+            (C2S, mrtr_call("1", "t", "", None), 1),
+            (S2C, input_required("1", Some("A")), 4),
+            (C2S, mrtr_call("2", "t", "", None), 5),
+        ]);
+        obs.lose_all(50, &mut out);
+        let s = summary(&out);
+        assert_eq!(
+            s[2],
+            (
+                false,
+                "t".into(),
+                1,
+                46,
+                1,
+                50,
+                Some(Outcome::Cancelled),
+                true
+            )
+        );
+        assert_eq!(
+            s[3],
+            (false, "t".into(), 1, 0, 5, 50, Some(Outcome::Lost), false)
+        );
+
+        // When the host sends a new request for the same tool use instead of the retry.
+        let (obs, out) = feed(&[
+            (C2S, mrtr_call("1", "t", r#","callId":"c1""#, None), 1),
+            (S2C, input_required("1", Some("A")), 4),
+            (C2S, mrtr_call("2", "t", r#","callId":"c1""#, None), 9),
+        ]);
+        let s = summary(&out);
+        assert_eq!(
+            s[1],
+            (
+                false,
+                "t".into(),
+                1,
+                5,
+                1,
+                9,
+                Some(Outcome::Cancelled),
+                true
+            )
+        );
+        assert_eq!(s[2], (true, "t".into(), 1, 0, 9, 9, None, false));
+        assert_eq!(obs.running(), 1);
+
+        // When too many wait: the oldest.
+        let mut lines = Vec::new();
+        for n in 0..=MAX_WAITING as u64 {
+            lines.push((C2S, mrtr_call(&n.to_string(), "t", "", None), n));
+            lines.push((
+                S2C,
+                input_required(&n.to_string(), Some(&format!("s{n}"))),
+                n,
+            ));
+        }
+        let (obs, out) = feed(&lines);
+        let ends: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::End { call, .. } => Some((call.seq, call.unanswered)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, vec![(0, true)]);
+        assert_eq!(obs.running(), MAX_WAITING);
+    }
+
+    #[test]
+    fn a_state_is_the_same_state_however_it_is_escaped() {
+        // The server writes `\/` and `\u00e9`, the client re-serialises them plainly; split
+        // anywhere, the retry still joins its call.
+        let server = r"a\/b\u00e9\ud83d\ude00\n";
+        let client = "a/b\u{e9}\u{1F600}\\n";
+        for cut in 1..8 {
+            let mut obs = Observer::new();
+            let mut out = Vec::new();
+            let scan = |dir, line: String, t, obs: &mut Observer, out: &mut Vec<Observation>| {
+                let mut s = LineScanner::new();
+                for p in line.as_bytes().chunks(cut) {
+                    s.push(p);
+                }
+                obs.skeleton(dir, &s.finish().unwrap(), t, out);
+            };
+            scan(C2S, mrtr_call("1", "t", "", None), 1, &mut obs, &mut out);
+            scan(
+                S2C,
+                input_required("1", Some(server)),
+                2,
+                &mut obs,
+                &mut out,
+            );
+            scan(
+                C2S,
+                mrtr_call("2", "t", "", Some(client)),
+                3,
+                &mut obs,
+                &mut out,
+            );
+            scan(S2C, done("2"), 4, &mut obs, &mut out);
+            assert_eq!(out.len(), 2, "cut {cut}: {out:?}");
+        }
+        // And the digest is that of the decoded value.
+        let mut raw = StateDigest::new();
+        raw.write(server.as_bytes());
+        assert_eq!(raw.finish(), state_key("a/b\u{e9}\u{1F600}\n"));
+    }
+
+    #[test]
+    fn state_and_answers_never_reach_the_skeleton() {
+        let st = "CANARY-state-0123456789";
+        for line in [
+            mrtr_call("2", "t", "", Some(st)),
+            input_required("1", Some(st)),
+        ] {
+            let mut s = LineScanner::new();
+            for piece in line.as_bytes().chunks(3) {
+                s.push(piece);
+            }
+            let sk = String::from_utf8(s.finish().unwrap()).unwrap();
+            assert!(!sk.contains("CANARY"), "{sk}");
+            assert!(sk.contains("\"requestState\":\""), "{sk}");
+        }
+        let mut s = LineScanner::new();
+        s.push(mrtr_call("2", "t", "", Some(st)).as_bytes());
+        let sk = String::from_utf8(s.finish().unwrap()).unwrap();
+        assert!(sk.contains(r#""inputResponses":{}"#), "{sk}");
+        // A state longer than any kept scalar still digests (and still matches).
+        let long = "S".repeat(SCALAR_CAP * 4);
+        let (_, out) = feed(&[
+            (C2S, mrtr_call("1", "t", "", None), 1),
+            (S2C, input_required("1", Some(&long)), 2),
+            (C2S, mrtr_call("2", "t", "", Some(&long)), 3),
+            (S2C, done("2"), 4),
+        ]);
+        assert_eq!(out.len(), 2, "{out:?}");
+    }
+
     #[test]
     fn hints_come_from_meta_for_both_hosts() {
         let (_, out) = run(&[
@@ -1289,6 +2025,8 @@ mod tests {
                 Just("quo\"te\\back\nline\u{1}é漢".to_string()),
                 Just("itemId".to_string()),
                 Just("params".to_string()),
+                Just("requestState".to_string()),
+                Just("inputResponses".to_string()),
             ]
         }
 
@@ -1358,6 +2096,22 @@ mod tests {
                     )
                 ),
                 (id(), value()).prop_map(|(id, e)| (Direction::ServerToClient, json!({"jsonrpc":"2.0","id":id,"error":e}))),
+                // Multi Round-Trip: an input-required answer, and a retry with the answers
+                // and a state from a small set (so that some match and some do not).
+                (id(), prop::option::of("[xy]"), value()).prop_map(|(id, state, asks)| {
+                    let mut r = json!({"resultType":"input_required","inputRequests":asks});
+                    if let Some(s) = state {
+                        r["requestState"] = s.into();
+                    }
+                    (Direction::ServerToClient, json!({"jsonrpc":"2.0","id":id,"result":r}))
+                }),
+                (id(), "[ab]", prop::option::of("[xy]"), value(), meta()).prop_map(|(id, name, state, answers, meta)| {
+                    let mut p = json!({"name":name,"inputResponses":answers,"_meta":meta});
+                    if let Some(s) = state {
+                        p["requestState"] = s.into();
+                    }
+                    (Direction::ClientToServer, json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":p}))
+                }),
                 id().prop_map(|id| (
                     Direction::ClientToServer,
                     json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id}})
@@ -1402,6 +2156,69 @@ mod tests {
                     whole.skeleton(*dir, &line, t, &mut want);
                 }
                 prop_assert_eq!(got, want);
+            }
+
+            /// Interleaved Multi Round-Trip calls, each of its own number of rounds, with states
+            /// written with or without escapes and lines cut anywhere: each is one start and one
+            /// end, with its rounds, however the rounds of different calls interleave.
+            #[test]
+            fn interleaved_multi_round_trip_calls_are_one_call_each(
+                plan in prop::collection::vec((1u32..4, any::<bool>(), any::<bool>()), 1..6),
+                order in prop::collection::vec(any::<prop::sample::Index>(), 0..64),
+                cuts in prop::collection::vec(1usize..48, 1..6),
+            ) {
+                // Each call: (rounds, escape its states, give it a tool-use id).
+                let mut next_id = 0u64;
+                let mut pending: Vec<(usize, u32)> = plan.iter().enumerate().map(|(c, _)| (c, 0)).collect();
+                let mut lines: Vec<(Direction, String)> = Vec::new();
+                let mut k = 0;
+                while !pending.is_empty() {
+                    let pick = order.get(k).map_or(0, |i| i.index(pending.len()));
+                    k += 1;
+                    let (c, done_rounds) = pending[pick];
+                    let (rounds, escape, with_id) = plan[c];
+                    let id = next_id;
+                    next_id += 1;
+                    let state = |r: u32, escaped: bool| {
+                        if escaped { format!("c{c}\\/r{r}\\u0041") } else { format!("c{c}/r{r}A") }
+                    };
+                    let meta = if with_id { format!(r#","claudecode/toolUseId":"tu{c}""#) } else { String::new() };
+                    let retry = (done_rounds > 0).then(|| state(done_rounds, false));
+                    lines.push((Direction::ClientToServer, mrtr_call(&id.to_string(), "same", &meta, retry.as_deref())));
+                    if done_rounds + 1 < rounds {
+                        lines.push((Direction::ServerToClient, input_required(&id.to_string(), Some(&state(done_rounds + 1, escape)))));
+                        pending[pick].1 += 1;
+                    } else {
+                        lines.push((Direction::ServerToClient, done(&id.to_string())));
+                        pending.remove(pick);
+                    }
+                }
+                let mut obs = Observer::new();
+                let mut out = Vec::new();
+                let mut scanner = LineScanner::new();
+                for (n, (dir, line)) in lines.iter().enumerate() {
+                    let mut rest = line.as_bytes();
+                    let mut j = n;
+                    while !rest.is_empty() {
+                        let take = cuts[j % cuts.len()].min(rest.len());
+                        scanner.push(&rest[..take]);
+                        rest = &rest[take..];
+                        j += 1;
+                    }
+                    let sk = scanner.finish().expect("a JSON line");
+                    obs.skeleton(*dir, &sk, n as u64, &mut out);
+                }
+                let mut rounds: Vec<u32> = out.iter().filter_map(|o| match o {
+                    Observation::End { call, outcome: Outcome::Result, .. } => Some(call.rounds),
+                    _ => None,
+                }).collect();
+                let starts = out.iter().filter(|o| matches!(o, Observation::Start(_))).count();
+                let mut want: Vec<u32> = plan.iter().map(|p| p.0).collect();
+                rounds.sort_unstable();
+                want.sort_unstable();
+                prop_assert_eq!(starts, plan.len(), "{:?}", out);
+                prop_assert_eq!(rounds, want);
+                prop_assert_eq!(obs.running(), 0);
             }
 
             /// Bytes that are not one JSON value never digest to anything.

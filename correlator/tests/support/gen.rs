@@ -338,6 +338,7 @@ impl Gen {
         agent.events.push(Event {
             t: agent.t,
             kind: EventKind::McpInterval {
+                rounds: None,
                 interval,
                 alias,
                 tool,
