@@ -640,7 +640,7 @@ impl LineScanner {
 #[derive(Debug, Clone)]
 struct StateDigest {
     hash: sha2::Sha256,
-    /// An escape sequence not complete yet (up to `\uXXXX\uXXXX`).
+    /// The bytes of an escape sequence still arriving (up to `\uXXXX\uXXXX`).
     esc: Vec<u8>,
 }
 
