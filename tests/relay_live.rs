@@ -960,6 +960,36 @@ fn windowtap(args: &[&std::ffi::OsStr]) -> std::process::Output {
         .unwrap()
 }
 
+/// `loops` Claude tool loops through a relay whose capture and records rotate at `size`
+/// bytes, `keep` pieces kept, then stopped; returns the records' and capture's base paths.
+async fn rotating_run(
+    dir: &std::path::Path,
+    size: usize,
+    keep: usize,
+    loops: usize,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let up = anthropic_upstream(0).await;
+    let (size, keep) = (size.to_string(), keep.to_string());
+    let (mut relay, records, capture) = relay_with_files(
+        &up,
+        "anthropic",
+        dir,
+        &[
+            "--close-wait",
+            "200",
+            "--rotate-size",
+            &size,
+            "--rotate-keep",
+            &keep,
+        ],
+    );
+    for _ in 0..loops {
+        drop(claude_tool_loop_with_mcp_call(&relay).await);
+    }
+    assert!(relay.stop().success(), "{}", relay.log());
+    (records, capture)
+}
+
 /// A relay whose capture and records rotate every few lines, so that streams, windows and
 /// MCP calls are open across cuts: no piece passes the size unless one line alone does, each
 /// capture piece checks on its own, and `windowtap replay` of the pieces in order gives the
@@ -967,25 +997,8 @@ fn windowtap(args: &[&std::ffi::OsStr]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotating_capture_replays_piece_by_piece_to_the_live_records() {
     const SIZE: usize = 600;
-    let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, records, capture) = relay_with_files(
-        &up,
-        "anthropic",
-        dir.path(),
-        &[
-            "--close-wait",
-            "200",
-            "--rotate-size",
-            "600",
-            "--rotate-keep",
-            "100000",
-        ],
-    );
-    for _ in 0..3 {
-        drop(claude_tool_loop_with_mcp_call(&relay).await);
-    }
-    assert!(relay.stop().success(), "{}", relay.log());
+    let (records, capture) = rotating_run(dir.path(), SIZE, 100_000, 3).await;
     assert!(
         !capture.exists() && !records.exists(),
         "only pieces are written"
@@ -1079,25 +1092,8 @@ fn capture_word(piece: &std::path::Path) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keep_count_deletes_the_oldest_pieces_and_the_rest_still_replay() {
     const SIZE: usize = 600;
-    let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut relay, _, _) = relay_with_files(
-        &up,
-        "anthropic",
-        dir.path(),
-        &[
-            "--close-wait",
-            "200",
-            "--rotate-size",
-            "600",
-            "--rotate-keep",
-            "3",
-        ],
-    );
-    for _ in 0..2 {
-        drop(claude_tool_loop_with_mcp_call(&relay).await);
-    }
-    assert!(relay.stop().success(), "{}", relay.log());
+    rotating_run(dir.path(), SIZE, 3, 2).await;
 
     let caps = pieces_of(dir.path(), "capture");
     assert_eq!(caps.len(), 3, "{caps:?}");
