@@ -1440,15 +1440,14 @@ fn attributions(records: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Two relays of one user side by side (issue 27, item 2): the other one on the default
-/// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
-/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
-/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
-/// record here.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
+/// Two relays of one user side by side: the other one on the default ingest socket (in its
+/// own `TMPDIR`), this one on a socket of its own, exported in the environment as `windowtap
+/// env` does; the scripted codex alone runs the README's Codex config (its `env_vars`
+/// forwarding WINDOWTAP_INGEST, or not when `forward` is false) against this relay; both
+/// relays are stopped. `None` where python3 lacks tomllib.
+async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRelays> {
     if !python_with_tomllib() {
-        return;
+        return None;
     }
     let up = responses_ws_upstream().await;
     let dir = tempfile::tempdir().unwrap();
@@ -1463,7 +1462,13 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
         "--close-wait".to_string(),
         "200".to_string(),
     ]);
-    let config = example_codex_config(&dir.path().join("gates"));
+    let mut config = example_codex_config(&dir.path().join("gates"));
+    if !forward {
+        config["mcp_servers"]["gate"]
+            .as_table_mut()
+            .unwrap()
+            .remove("env_vars");
+    }
     std::fs::create_dir_all(dir.path().join("gates")).unwrap();
     let ingest = relay.ingest.display().to_string();
     let stderr = codex_alone(
@@ -1473,10 +1478,51 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
         tmp.path(),
         &[("WINDOWTAP_INGEST", ingest)],
     );
-    let relay_pid = relay.pid();
+    let (relay_pid, other_pid) = (relay.pid(), other.pid());
     assert!(relay.stop().success(), "{}", relay.log());
     assert!(other.stop().success(), "{}", other.log());
-    let rs = attributions(&records);
+    Some(TwoRelays {
+        stderr,
+        relay,
+        other,
+        records,
+        relay_pid,
+        other_pid,
+        _dirs: (dir, tmp),
+    })
+}
+
+/// What [`two_relays_and_the_example_codex_config`] leaves to check.
+struct TwoRelays {
+    /// The host's stderr (the wrapper's goes there too).
+    stderr: String,
+    relay: Relay,
+    other: Relay,
+    records: PathBuf,
+    relay_pid: u32,
+    other_pid: u32,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+/// Two relays of one user side by side (issue 27, item 2): the other one on the default
+/// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
+/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
+/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
+/// record here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
+    let Some(run) = two_relays_and_the_example_codex_config(true).await else {
+        return;
+    };
+    let TwoRelays {
+        stderr,
+        relay,
+        other,
+        records,
+        relay_pid,
+        ..
+    } = &run;
+    let rs = attributions(records);
     assert_eq!(rs.len(), 1, "{}\n{}\n{}", stderr, relay.log(), other.log());
     assert_eq!(rs[0]["decision"], "attributed", "{rs:?}");
     assert!(
@@ -1495,40 +1541,17 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
 /// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
-    if !python_with_tomllib() {
+    let Some(run) = two_relays_and_the_example_codex_config(false).await else {
         return;
-    }
-    let up = responses_ws_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut other = Relay::start_at_default(&[], tmp.path());
-    let records = dir.path().join("records.jsonl");
-    let mut relay = Relay::start(&[
-        "--upstream".to_string(),
-        up.mount("openai", ""),
-        "--records".to_string(),
-        records.display().to_string(),
-        "--close-wait".to_string(),
-        "200".to_string(),
-    ]);
-    let mut config = example_codex_config(&dir.path().join("gates"));
-    config["mcp_servers"]["gate"]
-        .as_table_mut()
-        .unwrap()
-        .remove("env_vars");
-    std::fs::create_dir_all(dir.path().join("gates")).unwrap();
-    let ingest = relay.ingest.display().to_string();
-    let stderr = codex_alone(
-        dir.path(),
-        &relay,
-        &config,
-        tmp.path(),
-        &[("WINDOWTAP_INGEST", ingest)],
-    );
-    let other_pid = other.pid();
-    assert!(relay.stop().success(), "{}", relay.log());
-    assert!(other.stop().success(), "{}", other.log());
-    assert!(attributions(&records).is_empty(), "{}", relay.log());
+    };
+    let TwoRelays {
+        stderr,
+        relay,
+        records,
+        other_pid,
+        ..
+    } = &run;
+    assert!(attributions(records).is_empty(), "{}", relay.log());
     assert!(
         stderr.contains(&format!(
             "reports its calls to the relay with pid {}",
