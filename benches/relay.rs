@@ -44,6 +44,14 @@
 //! rows run, renewed each round: a host between two model calls holds one, and a proxy may
 //! keep a timer for it (windowtap's forwarding cores no longer do: src/relay/timers.rs).
 //!
+//! `--upstream-tls` puts the upstream behind TLS, the path users take (the built-in mounts are
+//! all `https`): a private CA made at run time that every proxy is given, stateless session
+//! tickets as public API front ends issue, and direct speaking TLS to the upstream itself as a
+//! host without a proxy does. The upstream counts full and resumed handshakes, and each row
+//! says how many upstream TLS sessions its proxy resumed. mitmproxy (`mitmdump`, streaming
+//! every body) joins as the observing proxy a user would otherwise pick; the floor then
+//! speaks TLS upstream too.
+//!
 //! Run: `cargo bench --bench relay` (`-- --quick` for a shorter run, `-- --rounds N`).
 
 #[path = "../tests/support/mod.rs"]
@@ -84,6 +92,103 @@ fn delta_event(k: u64, ts: u64, pad: usize) -> String {
 const PROLOGUE: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_b\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
 const EPILOGUE: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 
+/// The upstream's TLS, when the run asks for it (`--upstream-tls`).
+struct UpstreamTls {
+    /// Holds `ca.pem`, the private CA every proxy is told to trust.
+    dir: tempfile::TempDir,
+    acceptor: tokio_rustls::TlsAcceptor,
+    /// How direct (and the TLS floor) reach the upstream.
+    connector: tokio_rustls::TlsConnector,
+    full: AtomicU64,
+    resumed: AtomicU64,
+}
+
+static TLS: std::sync::OnceLock<UpstreamTls> = std::sync::OnceLock::new();
+
+/// The upstream's address once it listens: the one address dialled over TLS when TLS is on.
+static UPSTREAM: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
+
+impl UpstreamTls {
+    fn new() -> UpstreamTls {
+        use rustls_pki_types::pem::PemObject;
+        let pki = support::pki();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem).unwrap();
+        let mut server = (*pki.server).clone();
+        // Stateless tickets, as the APIs' front ends issue them: any ticket a client still
+        // holds resumes, so how many sessions a proxy resumes is its own doing.
+        server.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = rustls_pki_types::CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap();
+        roots.add(ca).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        UpstreamTls {
+            dir,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+            full: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
+        }
+    }
+
+    fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// Full and resumed handshakes the upstream has completed so far.
+    fn handshakes() -> (u64, u64) {
+        TLS.get().map_or((0, 0), |t| {
+            (
+                t.full.load(Ordering::Relaxed),
+                t.resumed.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// `tcp` as a TLS client connection to the upstream.
+    async fn dial(&self, tcp: tokio::net::TcpStream) -> std::io::Result<Io> {
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        Ok(Box::new(self.connector.connect(name, tcp).await?))
+    }
+}
+
+/// A client connection: plain TCP, or TLS to the upstream.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for S {}
+type Io = Box<dyn Stream>;
+
+/// Connects to `addr`: over TLS when it is the upstream and the run has TLS on (direct), over
+/// plain TCP otherwise (to a proxy, as a host reaches windowtap on loopback).
+async fn dial(addr: SocketAddr) -> std::io::Result<Io> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let _ = tcp.set_nodelay(true);
+    match TLS.get() {
+        Some(tls) if UPSTREAM.get() == Some(&addr) => tls.dial(tcp).await,
+        _ => Ok(Box::new(tcp)),
+    }
+}
+
+/// One request on a fresh connection to `addr` ([`dial`]).
+async fn send_to(
+    addr: SocketAddr,
+    req: hyper::Request<Body>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let io = dial(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(conn);
+    sender.send_request(req).await.map_err(|e| e.to_string())
+}
+
 /// The scripted upstream, like the tests' [`Upstream`] but with `TCP_NODELAY` on every
 /// connection: without it Nagle's algorithm holds a small write back until the previous one
 /// is acknowledged, and the client's delayed ACK turns that into ~30-40 ms stalls that would
@@ -111,13 +216,28 @@ async fn serve_upstream(handler: Handler) -> BenchUpstream {
                     let h = handler.clone();
                     async move { Ok::<_, std::convert::Infallible>(h(req).await) }
                 });
+                let io: Io = match TLS.get() {
+                    None => Box::new(tcp),
+                    Some(tls) => {
+                        let Ok(conn) = tls.acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let counter = match conn.get_ref().1.handshake_kind() {
+                            Some(rustls::HandshakeKind::Resumed) => &tls.resumed,
+                            _ => &tls.full,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        Box::new(conn)
+                    }
+                };
                 let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .serve_connection(hyper_util::rt::TokioIo::new(io), service)
                     .with_upgrades()
                     .await;
             });
         }
     });
+    let _ = UPSTREAM.set(addr);
     BenchUpstream { addr, task }
 }
 
@@ -239,7 +359,7 @@ async fn sse_stream(
         .header("x-claude-code-session-id", "bench")
         .body(full(r#"{"model":"m","stream":true,"messages":[]}"#))
         .unwrap();
-    let res = match send(addr, req).await {
+    let res = match send_to(addr, req).await {
         Ok(r) => r,
         Err(e) => {
             r.error = Some(format!("request: {e}"));
@@ -336,8 +456,13 @@ async fn ws_stream(
     gap_us: u64,
 ) -> StreamResult {
     let mut r = StreamResult::default();
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let _ = tcp.set_nodelay(true);
+    let mut tcp = match dial(addr).await {
+        Ok(io) => io,
+        Err(e) => {
+            r.error = Some(format!("connect: {e}"));
+            return r;
+        }
+    };
     let (status, _) = support::ws::client_handshake(
         &mut tcp,
         &addr.to_string(),
@@ -443,6 +568,9 @@ enum Kind {
     Before(&'static str),
     Nginx,
     Haproxy,
+    /// mitmproxy's `mitmdump` as a reverse proxy streaming every body: the observing proxy a
+    /// user would otherwise pick (its flows are parsed, as windowtap's are observed).
+    Mitmproxy,
     /// The floor: this bench binary run as a bare TCP copy loop ([`floor_proxy`]), no HTTP, no
     /// observation. A yardstick, not a product: what any tokio proxy costs on this machine at
     /// the least.
@@ -456,6 +584,7 @@ impl Kind {
             Kind::Before(_) => "windowtap-before",
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
+            Kind::Mitmproxy => "mitmproxy",
             Kind::Floor => "floor",
         }
     }
@@ -472,11 +601,15 @@ impl Kind {
             }
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
+            Kind::Mitmproxy => "mitmdump",
         };
-        ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
-            .iter()
+        let path = std::env::var("PATH").unwrap_or_default();
+        let found = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+            .into_iter()
+            .chain(path.split(':'))
             .map(|d| format!("{d}/{name}"))
-            .find(|p| std::path::Path::new(p).exists())
+            .find(|p| std::path::Path::new(p).exists());
+        found
     }
 }
 
@@ -486,13 +619,24 @@ impl Kind {
 /// `/...` like windowtap's mounts.
 fn nginx_conf(dir: &std::path::Path, port: u16, up: SocketAddr) -> String {
     let d = dir.display();
+    // Over TLS: the CA checked, the name sent, sessions reused (nginx's default, said here).
+    let (scheme, tls) = match TLS.get() {
+        None => ("http", String::new()),
+        Some(t) => (
+            "https",
+            format!(
+                "    proxy_ssl_trusted_certificate {};\n    proxy_ssl_verify on;\n    proxy_ssl_name localhost;\n    proxy_ssl_server_name on;\n    proxy_ssl_session_reuse on;\n",
+                t.ca_file().display()
+            ),
+        ),
+    };
     format!(
         "daemon off;
 master_process on;
 worker_processes 2;
 worker_rlimit_nofile 16384;
 pid {d}/nginx.pid;
-error_log {d}/error.log warn;
+error_log stderr warn;
 events {{ worker_connections 8192; }}
 http {{
   access_log off;
@@ -506,14 +650,14 @@ http {{
   upstream up {{ server {up}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{port};
-    proxy_buffering off;
+{tls}    proxy_buffering off;
     proxy_request_buffering off;
     proxy_http_version 1.1;
     proxy_set_header Upgrade $http_upgrade;
     proxy_set_header Connection $connection_upgrade;
     proxy_read_timeout 300s;
-    location /anthropic/ {{ proxy_pass http://up/; }}
-    location /openai/ {{ proxy_pass http://up/; }}
+    location /anthropic/ {{ proxy_pass {scheme}://up/; }}
+    location /openai/ {{ proxy_pass {scheme}://up/; }}
   }}
 }}
 "
@@ -523,6 +667,14 @@ http {{
 /// HAProxy in HTTP mode, `option http-no-delay` (no waiting to merge small writes), its
 /// default keep-alive to the upstream, WebSocket tunnels passed, `/NAME/...` to `/...`.
 fn haproxy_conf(port: u16, up: SocketAddr) -> String {
+    // Over TLS: the CA checked, the name sent, `http/1.1` offered (sessions are reused by
+    // default).
+    let tls = TLS.get().map_or(String::new(), |t| {
+        format!(
+            " ssl verify required ca-file {} sni str(localhost) alpn http/1.1",
+            t.ca_file().display()
+        )
+    });
     format!(
         "global
   nbthread 2
@@ -539,7 +691,7 @@ frontend fe
   default_backend be
 backend be
   http-request replace-path ^/(anthropic|openai)(/.*)$ \\2
-  server up {up}
+  server up {up}{tls}
 "
     )
 }
@@ -549,9 +701,26 @@ backend be
 /// nginx's two workers do), each connection copied both ways to a fresh upstream connection
 /// with one buffer per direction ([`floor_read_size`]). No HTTP parsing (the upstream
 /// ignores the `/NAME` prefix), no pooling, no observation: the system calls and loopback TCP
-/// work every proxy here pays, plus the least a tokio task adds. Never returns.
-fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
+/// work every proxy here pays, plus the least a tokio task adds. With `tls_ca` (a run with
+/// `--upstream-tls`) the upstream side is a rustls client trusting that CA, with rustls's
+/// default session cache: the least a proxy that speaks TLS upstream pays. Never returns.
+fn floor_proxy(listen: SocketAddr, up: SocketAddr, tls_ca: Option<std::path::PathBuf>) -> ! {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tls = tls_ca.map(|ca| {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls_pki_types::CertificateDer::from_pem_file(ca).unwrap())
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    });
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_reuseaddr(true).unwrap();
     socket.bind(listen).expect("binding the floor proxy");
@@ -560,6 +729,7 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let listener = listener.try_clone().unwrap();
+            let tls = tls.clone();
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_io()
@@ -571,16 +741,18 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
                         let Ok((client, _)) = listener.accept().await else {
                             continue;
                         };
+                        let tls = tls.clone();
                         tokio::spawn(async move {
                             let Ok(upstream) = tokio::net::TcpStream::connect(up).await else {
                                 return;
                             };
                             let _ = client.set_nodelay(true);
                             let _ = upstream.set_nodelay(true);
-                            let (cr, cw) = client.into_split();
-                            let (ur, uw) = upstream.into_split();
-                            let copy = |mut from: tokio::net::tcp::OwnedReadHalf,
-                                        mut to: tokio::net::tcp::OwnedWriteHalf| async move {
+                            async fn copy(
+                                mut from: impl tokio::io::AsyncRead + Unpin,
+                                mut to: impl tokio::io::AsyncWrite + Unpin,
+                                read_size: usize,
+                            ) {
                                 let mut buf = vec![0u8; read_size];
                                 while let Ok(n @ 1..) = from.read(&mut buf).await {
                                     if to.write_all(&buf[..n]).await.is_err() {
@@ -588,8 +760,23 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr) -> ! {
                                     }
                                 }
                                 let _ = to.shutdown().await;
-                            };
-                            tokio::join!(copy(cr, uw), copy(ur, cw));
+                            }
+                            let (cr, cw) = client.into_split();
+                            match tls {
+                                None => {
+                                    let (ur, uw) = upstream.into_split();
+                                    tokio::join!(copy(cr, uw, read_size), copy(ur, cw, read_size));
+                                }
+                                Some(tls) => {
+                                    let name = rustls_pki_types::ServerName::try_from("localhost")
+                                        .unwrap();
+                                    let Ok(conn) = tls.connect(name, upstream).await else {
+                                        return;
+                                    };
+                                    let (ur, uw) = tokio::io::split(conn);
+                                    tokio::join!(copy(cr, uw, read_size), copy(ur, cw, read_size));
+                                }
+                            }
                         });
                     }
                 })
@@ -651,16 +838,23 @@ impl Proxy {
         let mut cmd = std::process::Command::new(program);
         match kind {
             Kind::Windowtap | Kind::Before(_) => {
+                let base = match TLS.get() {
+                    None => format!("http://{up}"),
+                    Some(_) => format!("https://localhost:{}", up.port()),
+                };
                 cmd.args(["relay", "--listen", &format!("127.0.0.1:{port}")])
                     .arg("--ingest")
                     .arg(dir.path().join("ingest.sock"))
-                    .args(["--upstream", &format!("anthropic=http://{up}")])
-                    .args(["--upstream", &format!("openai=http://{up}")])
+                    .args(["--upstream", &format!("anthropic={base}")])
+                    .args(["--upstream", &format!("openai={base}")])
                     .args(["--log", "warn"])
                     // Read when the proxy stops: how many streams lost their observation.
                     .arg("--capture")
                     .arg(dir.path().join("capture.jsonl"))
                     .env_remove("RUST_LOG");
+                if let Some(t) = TLS.get() {
+                    cmd.arg("--upstream-ca").arg(t.ca_file());
+                }
             }
             Kind::Nginx => {
                 let conf = dir.path().join("nginx.conf");
@@ -672,12 +866,37 @@ impl Proxy {
                 std::fs::write(&conf, haproxy_conf(port, up)).unwrap();
                 cmd.arg("-db").arg("-f").arg(&conf);
             }
+            Kind::Mitmproxy => {
+                // Reverse mode to the upstream; every body streamed (`stream_large_bodies=1`:
+                // past one byte); quiet; its own config dir (it makes a CA there at start).
+                let scheme = if TLS.get().is_some() { "https" } else { "http" };
+                cmd.args(["-q", "--mode"])
+                    .arg(format!("reverse:{scheme}://localhost:{}", up.port()))
+                    .args([
+                        "--listen-host",
+                        "127.0.0.1",
+                        "--listen-port",
+                        &port.to_string(),
+                    ])
+                    .args(["--set", "stream_large_bodies=1"])
+                    .arg("--set")
+                    .arg(format!("confdir={}", dir.path().display()));
+                if let Some(t) = TLS.get() {
+                    cmd.arg("--set").arg(format!(
+                        "ssl_verify_upstream_trusted_ca={}",
+                        t.ca_file().display()
+                    ));
+                }
+            }
             Kind::Floor => {
                 cmd.args([
                     "--floor-proxy",
                     &format!("127.0.0.1:{port}"),
                     &up.to_string(),
                 ]);
+                if let Some(t) = TLS.get() {
+                    cmd.arg("--floor-tls-ca").arg(t.ca_file());
+                }
             }
         }
         let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
@@ -946,6 +1165,8 @@ impl Flow {
 /// One concurrency row's runs through one target.
 #[derive(Default)]
 struct Conc {
+    /// Upstream TLS handshakes over the runs: full, resumed.
+    handshakes: (u64, u64),
     p99: Vec<f64>,
     ratio: Vec<f64>,
     cpu_us: Vec<f64>,
@@ -1087,7 +1308,11 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--floor-proxy") {
         let (listen, up) = (&args[i + 1], &args[i + 2]);
-        floor_proxy(listen.parse().unwrap(), up.parse().unwrap());
+        let ca = args
+            .iter()
+            .position(|a| a == "--floor-tls-ca")
+            .map(|i| std::path::PathBuf::from(&args[i + 1]));
+        floor_proxy(listen.parse().unwrap(), up.parse().unwrap(), ca);
     }
     let quick = args.iter().any(|a| a == "--quick");
     let opt = |name: &str| {
@@ -1108,13 +1333,16 @@ async fn main() {
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let picked = opt("--proxies");
     let starts = if quick { 3 } else { 7 };
+    if args.iter().any(|a| a == "--upstream-tls") {
+        let _ = TLS.set(UpstreamTls::new());
+    }
     let up = upstream().await;
 
     let mut kinds = vec![Kind::Windowtap];
     if let Some(path) = opt("--windowtap-before") {
         kinds.push(Kind::Before(Box::leak(path.into_boxed_str())));
     }
-    kinds.extend([Kind::Nginx, Kind::Haproxy, Kind::Floor]);
+    kinds.extend([Kind::Nginx, Kind::Haproxy, Kind::Mitmproxy, Kind::Floor]);
     let mut targets = vec![Target::direct(&up)];
     for kind in kinds {
         if picked
@@ -1130,8 +1358,9 @@ async fn main() {
     }
     let names: Vec<&str> = targets.iter().map(|t| t.name).collect();
     println!(
-        "relay bench: {rounds} rounds, each running every workload through {} in turn",
-        names.join(", ")
+        "relay bench: {rounds} rounds, each running every workload through {} in turn, upstream over {}",
+        names.join(", "),
+        if TLS.get().is_some() { "TLS" } else { "plain TCP" }
     );
     let mut tally: Vec<Tally> = targets.iter().map(|_| Tally::default()).collect();
     let mut unobserved = Vec::new();
@@ -1274,7 +1503,11 @@ async fn main() {
                 let ((kind, _, path), out) = (&entries[i], &mut results[i]);
                 let p = Proxy::start(*kind, up.addr).await.expect("started before");
                 let (user0, kernel0) = p.settled_cpu().await;
+                let (full0, resumed0) = UpstreamTls::handshakes();
                 let (e, l) = concurrent(p.addr, path, ws, streams).await;
+                let (full1, resumed1) = UpstreamTls::handshakes();
+                out.handshakes.0 += full1 - full0;
+                out.handshakes.1 += resumed1 - resumed0;
                 let (user1, kernel1) = p.settled_cpu().await;
                 let rss = p.peak_rss_kib() as f64 / 1024.0;
                 let per_event = |secs: f64| secs * 1e6 / (streams * 50) as f64;
@@ -1294,8 +1527,15 @@ async fn main() {
             direct_runs.errors
         );
         for ((_, name, _), mut r) in entries.iter().zip(results) {
+            let tls = match TLS.get() {
+                None => String::new(),
+                Some(_) => format!(
+                    "  upstream TLS {} full, {} resumed",
+                    r.handshakes.0, r.handshakes.1
+                ),
+            };
             println!(
-                "{:<22} p99 {:>9.1}  errors {}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.1} us/event  (kernel {:.1})",
+                "{:<22} p99 {:>9.1}  errors {}  ({:.2}x direct)  RSS {:.1} MiB  CPU {:.1} us/event  (kernel {:.1}){tls}",
                 name,
                 median(&mut r.p99),
                 r.errors,

@@ -273,11 +273,19 @@ pub fn pki() -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: with rcgen's one default name on both, OpenSSL (nginx, HAProxy)
+    // takes the leaf for self-signed (its issuer is its subject) and refuses it.
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "windowtap test CA");
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf_key = KeyPair::generate().unwrap();
-    let leaf_params =
+    let mut leaf_params =
         CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    leaf_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "localhost");
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
     let key = rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
     let server = rustls::ServerConfig::builder_with_provider(Arc::new(

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 
 use super::{full, Body, WAIT};
 
@@ -98,8 +97,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Hashing<S> {
 
 /// Sends a WebSocket upgrade request for `path` and reads the response head byte by byte (so
 /// nothing after it is consumed). Returns the status and the head's lines.
-pub async fn client_handshake(
-    tcp: &mut TcpStream,
+pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    tcp: &mut S,
     host: &str,
     path: &str,
     extra_headers: &[(&str, &str)],
