@@ -2,7 +2,7 @@
 """CPU time and context switches of each proxy's threads over a bench run.
 
 The relay bench reads a proxy's CPU for the whole process. To see which threads it went to
-(windowtap's splicing loops, its observer, its main runtime; nginx's workers), this runs a
+(windowtap's cores, its observers, its main runtime; nginx's workers), this runs a
 command (the bench) and samples /proc every 0.2 s for processes whose name is one of
 --names, and prints, per process, its threads grouped by name (a trailing index dropped):
 CPU in clock ticks (utime + stime, 10 ms each here) and context switches (voluntary and

@@ -22,7 +22,7 @@ pub enum Flow {
 }
 
 impl Flow {
-    /// The tap's copy of WebSocket bytes flowing this way (either splice).
+    /// The tap's copy of WebSocket bytes flowing this way.
     pub(super) fn websocket_copy(self, bytes: Bytes) -> TapMsg {
         match self {
             Flow::Request => TapMsg::ClientBytes(bytes),

@@ -33,7 +33,6 @@ pub mod observer;
 pub mod server;
 pub mod shutdown;
 pub mod sinks;
-mod splicer;
 pub mod state;
 pub mod tap;
 mod timers;

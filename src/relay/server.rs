@@ -16,7 +16,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::args::RelayConfig;
 use super::limits::{self, Admission, Clients};
 use super::mounts::Mounts;
-use super::splicer::Splicers;
 use super::state::State;
 use super::timers::Timers;
 use super::tunnels::Tunnels;
@@ -145,7 +144,6 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         response_timeout: config.response_timeout,
         timers: timers.clone(),
         tunnels: tunnels.clone(),
-        splicers: Arc::new(Splicers::start(cores::Cores::default_count())?),
         clients: Clients::new(
             config.header_timeout,
             config

@@ -8,7 +8,6 @@ use correlator::observe::Budget;
 
 use super::limits::Clients;
 use super::mounts::Mounts;
-use super::splicer::Splicers;
 use super::tap;
 use super::timers::Timers;
 use super::tunnels::Tunnels;
@@ -30,8 +29,6 @@ pub struct State {
     pub(super) timers: Timers,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).
     pub tunnels: Arc<Tunnels>,
-    /// The loops that splice plain-TCP WebSocket tunnels.
-    pub(super) splicers: Arc<Splicers>,
     /// Client timeouts and the connection cap.
     pub clients: Clients,
     /// The memory budget every observer of the run shares.

@@ -1,13 +1,14 @@
 //! WebSocket forwarding: the upgrade request goes upstream, the upstream's `101` comes back as
-//! received, then raw bytes are spliced both ways: on a splicing loop ([`super::splicer`])
-//! when both ends are plain TCP, here on the core when one is TLS. Frames are never parsed or
-//! re-framed, so negotiated extensions (permessage-deflate) stay end to end.
+//! received, then raw bytes are spliced both ways on the connection's core, one read in flight
+//! per direction. Frames are never parsed or re-framed, so negotiated extensions
+//! (permessage-deflate) stay end to end.
 
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
@@ -28,11 +29,17 @@ use super::headers::strip_hop_by_hop;
 use super::http::respond;
 use super::mounts::Mount;
 use super::observer;
-use super::splicer::{PlainEnd, HALF_CLOSE_GRACE, READ_CHUNK};
 use super::state::State;
 use super::tap::{Stamp, Tap};
 use super::timers::{Timers, SEND_TIMEOUT};
 use super::verbatim::Prefixed;
+
+/// How long one direction of a tunnel may still run after the other ended cleanly (the
+/// client's close frame sent, say, while the upstream's answer is under way).
+const HALF_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Bytes offered to each read.
+const READ_CHUNK: usize = 16 * 1024;
 
 pub async fn forward_upgrade(
     state: Arc<State>,
@@ -95,7 +102,6 @@ pub async fn forward_upgrade(
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     let timers = state.timers.clone();
-    let splicers = state.splicers.clone();
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
     state.tunnels.spawn(async move {
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
@@ -105,12 +111,7 @@ pub async fn forward_upgrade(
                 return;
             }
         };
-        match (plain(client), plain(upstream)) {
-            (Ok(client), Ok(upstream)) => splicers.splice(client, upstream, tap, log).await,
-            (client, upstream) => {
-                splice(open(client), open(upstream), tap, &log, &timers).await;
-            }
-        }
+        splice(open(client), open(upstream), tap, &log, &timers).await;
     });
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
@@ -165,54 +166,33 @@ where
 type Reader = Box<dyn AsyncRead + Unpin + Send>;
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
-/// An end of a tunnel that is not a plain TCP socket.
-enum Wrapped {
-    /// A TLS upstream, with the bytes hyper had already read from it.
-    Tls(Bytes, Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
-    /// An I/O type nothing here knows (none today).
-    Other(Upgraded),
-}
-
-/// An upgraded connection that is a plain TCP socket (the client's, an `http` upstream's),
-/// taken out of hyper's wrappers with the bytes hyper had already read from it.
-fn plain(end: Upgraded) -> Result<PlainEnd, Wrapped> {
+/// Splits one end of a tunnel for the splice, with the bytes hyper had already read from it
+/// (a frame sent right behind the handshake): a plain socket (the client's, an `http`
+/// upstream's) into owned halves, with no lock and no dynamic I/O layers between a read and
+/// the socket; a TLS upstream, or an I/O type nothing here knows (none today), with a lock.
+fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
     let end = match end.downcast::<TokioIo<Prefixed>>() {
         Ok(parts) => {
             let (ahead, socket) = parts.io.into_inner().into_parts();
             let mut early = BytesMut::from(&ahead[..]);
             early.extend_from_slice(&parts.read_buf);
-            return Ok(PlainEnd {
-                early: early.freeze(),
-                socket,
-            });
+            let (r, w) = socket.into_split();
+            return (early.freeze(), Box::new(r), Box::new(w));
         }
         Err(end) => end,
     };
     match end.downcast::<MaybeHttpsStream<TokioIo<TcpStream>>>() {
         Ok(parts) => match parts.io {
-            MaybeHttpsStream::Http(socket) => Ok(PlainEnd {
-                early: parts.read_buf,
-                socket: socket.into_inner(),
-            }),
-            tls => Err(Wrapped::Tls(parts.read_buf, Box::new(tls))),
+            MaybeHttpsStream::Http(socket) => {
+                let (r, w) = socket.into_inner().into_split();
+                (parts.read_buf, Box::new(r), Box::new(w))
+            }
+            tls => {
+                let (r, w) = tokio::io::split(TokioIo::new(tls));
+                (parts.read_buf, Box::new(r), Box::new(w))
+            }
         },
-        Err(end) => Err(Wrapped::Other(end)),
-    }
-}
-
-/// Splits one end for the tokio splice: a plain socket into owned halves (no lock and no
-/// dynamic I/O layers between a read and the socket), anything else with a lock.
-fn open(end: Result<PlainEnd, Wrapped>) -> (Bytes, Reader, Writer) {
-    match end {
-        Ok(PlainEnd { early, socket }) => {
-            let (r, w) = socket.into_split();
-            (early, Box::new(r), Box::new(w))
-        }
-        Err(Wrapped::Tls(early, tls)) => {
-            let (r, w) = tokio::io::split(TokioIo::new(*tls));
-            (early, Box::new(r), Box::new(w))
-        }
-        Err(Wrapped::Other(end)) => {
+        Err(end) => {
             let (r, w) = tokio::io::split(TokioIo::new(end));
             (Bytes::new(), Box::new(r), Box::new(w))
         }
@@ -264,7 +244,8 @@ pub(super) async fn pass<W: AsyncWrite + Unpin>(
     passed
 }
 
-/// The tokio splice, for a tunnel with a TLS end ([`super::splicer`] takes plain ones).
+/// The splice: early bytes first, then both directions until one ends; a clean end is
+/// passed on and the other direction gets [`HALF_CLOSE_GRACE`] to finish.
 async fn splice(
     (client_early, cr, mut cw): (Bytes, Reader, Writer),
     (upstream_early, ur, mut uw): (Bytes, Reader, Writer),
