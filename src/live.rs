@@ -180,19 +180,50 @@ impl Ord for Held {
     }
 }
 
+/// How many events the [`Sequencer`] holds at most (a few tens of MB). A source that holds
+/// the watermark for long (an observer stuck on one stream) would otherwise let every other
+/// stream's events pile up behind it for as long as it is stuck. Past the bound the oldest
+/// events are released whatever the watermark says: memory stays bounded, and the price is
+/// paid by the late stream alone (its events, when they come, are moved up like any late
+/// event, and a decision near them may have been taken without them), counted in
+/// [`Sequencer::forced`] and logged.
+pub const MAX_HELD: usize = 1 << 18;
+
 /// Holds events back until the watermark passes them and releases them in `t` order (ties in
-/// arrival order). Sans-IO, so the ordering rules are unit-tested on their own.
-#[derive(Debug, Default)]
+/// arrival order), holding at most a bound of them ([`MAX_HELD`]). Sans-IO, so the ordering
+/// rules are unit-tested on their own.
+#[derive(Debug)]
 pub struct Sequencer {
     heap: BinaryHeap<Held>,
     seq: u64,
+    bound: usize,
     /// Every event released so far is older than this.
     released: Millis,
     /// Events that arrived stamped before what was already released and were moved up.
     pub late: u64,
+    /// Events released before the watermark passed them, because the bound was reached.
+    pub forced: u64,
+}
+
+impl Default for Sequencer {
+    fn default() -> Self {
+        Sequencer::with_bound(MAX_HELD)
+    }
 }
 
 impl Sequencer {
+    /// A sequencer holding at most `bound` events between two releases.
+    pub fn with_bound(bound: usize) -> Self {
+        Sequencer {
+            heap: BinaryHeap::new(),
+            seq: 0,
+            bound,
+            released: 0.0,
+            late: 0,
+            forced: 0,
+        }
+    }
+
     /// Offers an event. One stamped before what was already released cannot be fed in its
     /// place any more; it is moved up to the release point (for MCP reports that is simply
     /// when the report reached the correlator, which is what their `t` means).
@@ -211,10 +242,20 @@ impl Sequencer {
         });
     }
 
-    /// Releases, in order, every held event older than `w`.
+    /// Releases, in order, every held event older than `w`, and then the oldest of the rest
+    /// while more than the bound are held.
     pub fn release(&mut self, w: Millis, mut each: impl FnMut(Event)) {
-        while self.heap.peek().is_some_and(|h| h.t < w) {
+        while let Some(h) = self.heap.peek() {
+            if h.t >= w {
+                if self.heap.len() <= self.bound {
+                    break;
+                }
+                self.forced += 1;
+            }
             let h = self.heap.pop().expect("peeked");
+            if h.t > self.released {
+                self.released = h.t;
+            }
             each(Event {
                 t: h.t,
                 kind: h.kind,
@@ -751,6 +792,13 @@ pub fn spawn(
                 "events moved up to the watermark on arrival"
             );
         }
+        if task.seq.forced > 0 {
+            tracing::warn!(
+                forced = task.seq.forced,
+                held = MAX_HELD,
+                "events released ahead of the watermark: an observer fell this far behind, and decisions near its stream may have been taken without its events"
+            );
+        }
         let records = task.records_out.finish(wait).await;
         let unreported = task.tally.unreported();
         if unreported.calls > 0 {
@@ -817,6 +865,34 @@ mod tests {
         s.offer(4.0, close("late"));
         assert_eq!(s.late, 1);
         assert_eq!(drain(&mut s, 11.0), vec![(10.0, "late".to_string())]);
+    }
+
+    #[test]
+    fn past_its_bound_the_oldest_events_go_ahead_of_the_watermark_and_stragglers_move_up() {
+        let mut s = Sequencer::with_bound(3);
+        // A stuck source holds the watermark at 1 while the others go on.
+        for (t, id) in [(4.0, "d"), (2.0, "b"), (5.0, "e"), (3.0, "c"), (6.0, "f")] {
+            s.offer(t, close(id));
+        }
+        assert_eq!(
+            drain(&mut s, 1.0),
+            vec![(2.0, "b".to_string()), (3.0, "c".to_string())],
+            "the oldest go, in order, until the bound holds"
+        );
+        assert_eq!((s.held(), s.forced), (3, 2));
+        // The stuck source's event, when it comes, is moved up past what went ahead.
+        s.offer(1.5, close("stuck"));
+        assert_eq!(s.late, 1);
+        assert_eq!(
+            drain(&mut s, 7.0),
+            vec![
+                (3.0, "stuck".to_string()),
+                (4.0, "d".to_string()),
+                (5.0, "e".to_string()),
+                (6.0, "f".to_string())
+            ]
+        );
+        assert_eq!(s.forced, 2, "released behind the watermark: not forced");
     }
 
     #[test]
