@@ -9,6 +9,18 @@
 //! - `upload`: an unfinished zstd request body (63 MiB of zeros, about 2 KiB), never ended;
 //! - `valid`: one valid 62 MiB SSE event, identity, terminated, then held.
 //!
+//! And the data plane's (issue 29), raw sockets, `N` each:
+//! - `slow-reader`: asks for a 4 MiB SSE stream of small events and reads nothing for
+//!   `--hold`, then reads it all (every byte compared): the relay must neither buffer it
+//!   nor stall anyone else meanwhile;
+//! - `idle-body`: a request head announcing a 1 MiB body, 1 KiB of it, then nothing for
+//!   `--hold`;
+//! - `half-head`: half a request head, then nothing for `--hold`.
+//!
+//! The relay's open descriptors are sampled with its RSS; the harness raises its own (and so
+//! the relay's) open-files limit to its hard limit, so the relay's default connection cap is
+//! what it would be for a user with that limit.
+//!
 //! Every byte each client receives (and the upstream receives, for uploads) is compared with
 //! what was sent. Meanwhile a normal request (a small GET no observer watches) goes through
 //! the relay every 250 ms; its latency is reported quiet (before the attack) and during it,
@@ -18,7 +30,8 @@
 //! The relay's peak RSS is its VmHWM.
 //!
 //! Run: `cargo run --release --example attack -- --relay target/release/windowtap [--n 200]
-//! [--kinds gzip,zstd,upload,valid] [--hold 5] [-- RELAY_ARGS...]`
+//! [--kinds gzip,zstd,upload,valid,slow-reader,idle-body,half-head] [--hold 5]
+//! [-- RELAY_ARGS...]` (default kinds: the first four).
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Write};
@@ -42,6 +55,8 @@ type Body = BoxBody<Bytes, Infallible>;
 const MIB: usize = 1 << 20;
 
 struct Payloads {
+    /// The slow readers' stream: 4 MiB of small SSE events.
+    slow: Bytes,
     gzip: Bytes,
     zstd: Bytes,
     upload: Bytes,
@@ -65,7 +80,16 @@ fn payloads(hold: Duration) -> Payloads {
     let mut valid = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"pad\":\"".to_vec();
     valid.resize(valid.len() + 62 * MIB, b'x');
     valid.extend_from_slice(b"\"}}\n\n");
+    let mut slow = Vec::with_capacity(4 * MIB + 256);
+    let mut k = 0u64;
+    while slow.len() < 4 * MIB {
+        slow.extend_from_slice(
+            format!("event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":\"{k:0>200}\"}}\n\n").as_bytes(),
+        );
+        k += 1;
+    }
     Payloads {
+        slow: slow.into(),
         gzip: gzip.into(),
         zstd: zstd.into(),
         upload: upload.into(),
@@ -138,6 +162,12 @@ async fn answer(req: Request<Incoming>, p: &Payloads) -> Response<Body> {
         "gzip" => sse(p.gzip.clone(), Some("gzip")),
         "zstd" => sse(p.zstd.clone(), Some("zstd")),
         "valid" => sse(p.valid.clone(), None),
+        "slow-reader" => sse(p.slow.clone(), None),
+        "idle-body" => {
+            // As an API does: the answer comes once the whole body has.
+            let _ = req.into_body().collect().await;
+            Response::new(BodyExt::boxed(Full::new(Bytes::from_static(b"{}"))))
+        }
         "upload" => {
             // Read what arrives of the unfinished body; answer with its digest once all of it
             // has (the client then holds the body open, unfinished).
@@ -169,6 +199,11 @@ async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Bo
 
 /// One hostile stream; `Ok` when every byte arrived intact, else what went wrong.
 async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> Result<(), String> {
+    match kind {
+        "slow-reader" => return slow_reader(addr, &p).await,
+        "idle-body" | "half-head" => return idle(addr, kind, p.hold).await,
+        _ => {}
+    }
     let mut s = connect(addr).await;
     let req = Request::post(format!("/a/v1/responses?{kind}")).header("host", "a");
     let (req, expect): (Request<Body>, Vec<u8>) = if kind == "upload" {
@@ -228,6 +263,89 @@ async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> Resu
     }
 }
 
+/// A client that asks for the slow stream, reads nothing for the hold, then reads it all and
+/// compares it with what the upstream sent (the head's framing taken off first).
+async fn slow_reader(addr: SocketAddr, p: &Payloads) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = br#"{"model":"m","input":"hi","stream":true}"#;
+    let mut tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let head = format!(
+        "POST /a/v1/responses?slow-reader HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+    tcp.write_all(body).await.map_err(|e| format!("write: {e}"))?;
+    tokio::time::sleep(p.hold).await;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(120), tcp.read_to_end(&mut got))
+        .await
+        .map_err(|_| "read: stalled".to_string())?
+        .map_err(|e| format!("read: {e}"))?;
+    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Err(format!("no response head in {} bytes", got.len()));
+    };
+    let (head, rest) = (&got[..end], &got[end + 4..]);
+    let chunked = String::from_utf8_lossy(head)
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked { dechunk(rest)? } else { rest.to_vec() };
+    if sha(&body) == sha(&p.slow) {
+        Ok(())
+    } else {
+        Err(format!("{} body bytes, not the upstream's", body.len()))
+    }
+}
+
+/// A chunked body's data (the relay passes the upstream's chunking as it is).
+fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line = b
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("a chunk-size line without its end")?;
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..line]).unwrap_or("").trim(), 16)
+            .map_err(|_| "a bad chunk size")?;
+        b = &b[line + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if b.len() < size + 2 {
+            return Err("a chunk cut short".into());
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
+
+/// `idle-body`: a head announcing 1 MiB and 1 KiB of it; `half-head`: half a head. Then
+/// nothing for the hold. `Ok` unless the relay answered something other than its own refusal
+/// or a timeout's close before the hold ended (it may close the connection: that is fine).
+async fn idle(addr: SocketAddr, kind: &str, hold: Duration) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let sent: Vec<u8> = if kind == "idle-body" {
+        let mut v = format!(
+            "POST /a/v1/responses?idle-body HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {MIB}\r\n\r\n"
+        )
+        .into_bytes();
+        v.extend(std::iter::repeat_n(b' ', 1024));
+        v
+    } else {
+        b"POST /a/v1/responses?half-head HTTP/1.1\r\nHost: a\r\nContent-Ty".to_vec()
+    };
+    tcp.write_all(&sent).await.map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    match tokio::time::timeout(hold, tcp.read_to_end(&mut answer)).await {
+        Err(_) => Ok(()),
+        Ok(_) if answer.is_empty() || answer.starts_with(b"HTTP/1.1 503") => Ok(()),
+        Ok(_) => Err(format!(
+            "answered before the hold: {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(12)])
+        )),
+    }
+}
+
 fn tokio_stream_from<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures_util::Stream<Item = T> {
@@ -255,6 +373,25 @@ async fn probe(addr: SocketAddr, path: &'static str, stop: Arc<AtomicU64>) -> Ve
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     out
+}
+
+/// The relay's open descriptors.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// The open-files soft limit raised to the hard one, for this process and the relay it
+/// starts (thousands of streams at once need thousands of descriptors on both sides).
+fn raise_open_files() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    );
 }
 
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -285,9 +422,13 @@ async fn main() {
             "zstd" => "zstd",
             "upload" => "upload",
             "valid" => "valid",
+            "slow-reader" => "slow-reader",
+            "idle-body" => "idle-body",
+            "half-head" => "half-head",
             other => panic!("unknown kind {other}"),
         })
         .collect();
+    raise_open_files();
     let relay_args: Vec<String> = match args.iter().position(|a| a == "--") {
         Some(i) => args[i + 1..].to_vec(),
         None => Vec::new(),
@@ -384,12 +525,13 @@ async fn main() {
     let sampler = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            let mut peak = 0;
+            let (mut peak, mut fds) = (0, 0);
             while stop.load(Ordering::Relaxed) == 0 {
                 peak = peak.max(status_kib(pid, "VmRSS:"));
+                fds = fds.max(open_fds(pid));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            peak
+            (peak, fds)
         })
     };
     let mut why = std::collections::BTreeMap::<String, usize>::new();
@@ -408,7 +550,8 @@ async fn main() {
     let during = prober.await.unwrap();
     let during_alone = prober_alone.await.unwrap();
     drop(probe_stop_tx);
-    peak_sampled = peak_sampled.max(sampler.await.unwrap());
+    let (peak, peak_fds) = sampler.await.unwrap();
+    peak_sampled = peak_sampled.max(peak);
     let hwm = status_kib(pid, "VmHWM:");
     let alive = child.try_wait().unwrap().is_none();
     let _ = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -432,7 +575,7 @@ async fn main() {
         println!("broken: {why:?}");
     }
     println!(
-        "relay RSS: idle {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB",
+        "relay RSS: idle {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB; open descriptors at most {peak_fds}",
         base_rss as f64 / 1024.0,
         peak_sampled as f64 / 1024.0,
         hwm as f64 / 1024.0
