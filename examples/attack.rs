@@ -268,13 +268,19 @@ async fn hostile(addr: SocketAddr, kind: &'static str, p: Arc<Payloads>) -> Resu
 async fn slow_reader(addr: SocketAddr, p: &Payloads) -> Result<(), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = br#"{"model":"m","input":"hi","stream":true}"#;
-    let mut tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let mut tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let head = format!(
         "POST /a/v1/responses?slow-reader HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    tcp.write_all(head.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
-    tcp.write_all(body).await.map_err(|e| format!("write: {e}"))?;
+    tcp.write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    tcp.write_all(body)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
     tokio::time::sleep(p.hold).await;
     let mut got = Vec::new();
     tokio::time::timeout(Duration::from_secs(120), tcp.read_to_end(&mut got))
@@ -288,7 +294,11 @@ async fn slow_reader(addr: SocketAddr, p: &Payloads) -> Result<(), String> {
     let chunked = String::from_utf8_lossy(head)
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    let body = if chunked { dechunk(rest)? } else { rest.to_vec() };
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        rest.to_vec()
+    };
     if sha(&body) == sha(&p.slow) {
         Ok(())
     } else {
@@ -323,7 +333,9 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
 /// or a timeout's close before the hold ended (it may close the connection: that is fine).
 async fn idle(addr: SocketAddr, kind: &str, hold: Duration) -> Result<(), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let mut tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let sent: Vec<u8> = if kind == "idle-body" {
         let mut v = format!(
             "POST /a/v1/responses?idle-body HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {MIB}\r\n\r\n"
@@ -334,7 +346,9 @@ async fn idle(addr: SocketAddr, kind: &str, hold: Duration) -> Result<(), String
     } else {
         b"POST /a/v1/responses?half-head HTTP/1.1\r\nHost: a\r\nContent-Ty".to_vec()
     };
-    tcp.write_all(&sent).await.map_err(|e| format!("write: {e}"))?;
+    tcp.write_all(&sent)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
     let mut answer = Vec::new();
     match tokio::time::timeout(hold, tcp.read_to_end(&mut answer)).await {
         Err(_) => Ok(()),

@@ -80,7 +80,8 @@ async fn read_request(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(String,
 
 /// A raw HTTP/1.1 upstream answering by path: `/framed` a chunked body with an extension
 /// and a trailer, `/close` a body ended by closing, `/early` a 413 before reading the body
-/// (then closing), anything else an echo of the request body.
+/// (then closing), `/stall` a chunked body's first chunk and then nothing for a minute with
+/// the connection open, anything else an echo of the request body.
 async fn raw_upstream() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -99,6 +100,12 @@ async fn raw_upstream() -> std::net::SocketAddr {
                             .await;
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         let _ = tcp.write_all(b"the close").await;
+                        return;
+                    } else if path.ends_with("/stall") {
+                        let _ = tcp
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+                            .await;
+                        tokio::time::sleep(Duration::from_secs(60)).await;
                         return;
                     } else if path.ends_with("/early") {
                         let _ = tcp
@@ -292,4 +299,52 @@ async fn an_answer_before_the_whole_upload_reaches_the_client_and_the_connection
         "{text}"
     );
     assert!(text.ends_with("too long"), "{text}");
+}
+
+/// An upstream that stops sending mid-body ends its exchange after `--body-timeout`: the
+/// client gets what came, no end of the body (so it can tell), and a closed connection.
+#[tokio::test]
+async fn an_upstream_quiet_mid_body_ends_its_exchange_after_the_body_timeout() {
+    let up = raw_upstream().await;
+    let relay = Relay::start(&[
+        format!("--upstream=t=http://{up}"),
+        "--body-timeout=300".to_string(),
+    ]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"POST /t/stall HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the relay ends the exchange and closes");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.ends_with("5\r\nfirst\r\n"),
+        "the body is cut, not ended: {text}"
+    );
+}
+
+/// A client that announces a body and stops sending it ends its exchange after
+/// `--client-body-timeout` (before: it held its connection and an upstream one for the
+/// response timeout, five minutes).
+#[tokio::test]
+async fn a_client_quiet_mid_body_ends_its_exchange_after_the_client_body_timeout() {
+    let up = raw_upstream().await;
+    let relay = Relay::start(&[
+        format!("--upstream=t=http://{up}"),
+        "--client-body-timeout=300".to_string(),
+    ]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"POST /t/echo HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the relay closes the connection");
+    assert!(
+        got.is_empty(),
+        "no answer: {}",
+        String::from_utf8_lossy(&got)
+    );
 }

@@ -100,6 +100,15 @@ pub struct RelayArgs {
     /// (answered with 504). Bodies may stream for as long as they take.
     #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
     response_timeout: u64,
+    /// End an exchange whose upstream sends nothing of its response body for this many
+    /// milliseconds (the client's response then ends unfinished, as when an upstream breaks).
+    /// A model that thinks may be quiet for a while: keep it in minutes.
+    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    body_timeout: u64,
+    /// End an exchange whose client sends nothing of the request body it announced for this
+    /// many milliseconds (hosts send their requests whole).
+    #[arg(long, default_value_t = 60_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    client_body_timeout: u64,
     /// Close a client connection that has not sent a complete request head within this many
     /// milliseconds of connecting or of its previous response (slow and idle clients alike).
     #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
@@ -226,6 +235,8 @@ pub fn relay_config(
         upstream_roots,
         connect_timeout: Duration::from_millis(args.connect_timeout),
         response_timeout: Duration::from_millis(args.response_timeout),
+        body_timeout: Duration::from_millis(args.body_timeout),
+        client_body_timeout: Duration::from_millis(args.client_body_timeout),
         upstream_idle: Duration::from_millis(args.upstream_idle),
         header_timeout: Duration::from_millis(args.header_timeout),
         max_connections: args.max_connections,
@@ -259,6 +270,10 @@ pub struct RelayConfig {
     pub upstream_roots: UpstreamRoots,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// How long an upstream may send nothing of a response body.
+    pub body_timeout: Duration,
+    /// How long a client may send nothing of a request body it announced.
+    pub client_body_timeout: Duration,
     /// How long an idle upstream connection is kept for reuse.
     pub upstream_idle: Duration,
     /// How long a client connection may take to send a request head.

@@ -142,6 +142,8 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         .with_budget(config.observer_budget.clone()),
         live: Some(live),
         response_timeout: config.response_timeout,
+        body_timeout: config.body_timeout,
+        client_body_timeout: config.client_body_timeout,
         timers: timers.clone(),
         tunnels: tunnels.clone(),
         clients: Clients::new(

@@ -25,6 +25,10 @@ pub struct State {
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
+    /// How long an upstream may send nothing of a response body ([`super::timers::IdleTimer`]).
+    pub body_timeout: Duration,
+    /// How long a client may send nothing of a request body it announced.
+    pub client_body_timeout: Duration,
     /// The timers connections set, kept off the cores ([`super::timers`]).
     pub(super) timers: Timers,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).

@@ -92,6 +92,54 @@ impl Timers {
 /// only its own exchange, its upstream connection and one read's bytes, and only this long.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A bound on how long a body may go without progress (`--body-timeout`, 5 minutes: a model
+/// that thinks may be quiet that long, and what people put in front of model APIs, nginx's
+/// `proxy_read_timeout`, is set to minutes for that reason; `--client-body-timeout`, 60 s, as
+/// nginx's `client_body_timeout`), with one timer for the whole body rather than one per read: [`IdleTimer::progress`] only notes the time, and the timer, when
+/// it fires, is set again for what is left since the last progress.
+#[derive(Debug)]
+pub struct IdleTimer {
+    timers: Timers,
+    wait: Duration,
+    last: Instant,
+    sleep: Option<Sleep>,
+}
+
+impl IdleTimer {
+    /// Starts counting now.
+    pub fn new(timers: &Timers, wait: Duration) -> IdleTimer {
+        IdleTimer {
+            timers: timers.clone(),
+            wait,
+            last: Instant::now(),
+            sleep: None,
+        }
+    }
+
+    /// The body moved.
+    pub fn progress(&mut self) {
+        self.last = Instant::now();
+    }
+
+    /// Ready once `wait` has passed since the last progress; registers `cx` until then. The
+    /// timer is set at the first poll, not at `new`: a body that never waits costs none.
+    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let deadline = self.last + self.wait;
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| self.timers.sleep_until(deadline));
+            if Pin::new(sleep).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+            if Instant::now() >= self.last + self.wait {
+                return Poll::Ready(());
+            }
+        }
+    }
+}
+
 /// A timer set with [`Timers`]; dropping it cancels the timer.
 #[derive(Debug)]
 pub struct Sleep {
@@ -194,6 +242,32 @@ mod tests {
             .timeout_if_waits(Duration::from_millis(20), std::future::pending::<()>())
             .await;
         assert_eq!(slow, Err(Elapsed));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_idle_timer_fires_only_after_a_whole_wait_without_progress() {
+        let timers = Timers::new(Handle::current());
+        let wait = Duration::from_millis(60);
+        let mut idle = IdleTimer::new(&timers, wait);
+        let start = Instant::now();
+        // Progress every 20 ms for 200 ms: never a whole wait without it.
+        while start.elapsed() < Duration::from_millis(200) {
+            let tick = tokio::time::sleep(Duration::from_millis(20));
+            tokio::pin!(tick);
+            let fired = std::future::poll_fn(|cx| {
+                if idle.poll_expired(cx).is_ready() {
+                    return Poll::Ready(true);
+                }
+                tick.as_mut().poll(cx).map(|()| false)
+            })
+            .await;
+            assert!(!fired, "fired with progress {:?} ago", idle.last.elapsed());
+            idle.progress();
+        }
+        // Then none: it fires, a whole wait after the last.
+        let last = idle.last;
+        std::future::poll_fn(|cx| idle.poll_expired(cx)).await;
+        assert!(last.elapsed() >= wait);
     }
 
     #[test]

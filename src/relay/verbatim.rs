@@ -36,6 +36,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -52,7 +53,7 @@ use super::failure::{self, Failure, Phase};
 use super::mounts::{Mount, Mounts};
 use super::state::State;
 use super::tap::{Tap, TapMsg};
-use super::timers::{Timers, SEND_TIMEOUT};
+use super::timers::{IdleTimer, Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
 use h1::{client_head, parse_response, Framing, Parsed, RequestHead, ResponseHead, ResponseParsed};
 
@@ -68,6 +69,7 @@ pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Re
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
         timers: state.timers.clone(),
+        body_timeout: state.body_timeout,
     };
     loop {
         let next = tokio::select! {
@@ -109,6 +111,8 @@ struct Client {
     buf: BytesMut,
     /// Where the send timeout's timer runs.
     timers: Timers,
+    /// How long its exchanges' upstreams may send nothing of a response body.
+    body_timeout: Duration,
 }
 
 enum Next {
@@ -275,6 +279,10 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
             log.failed.store(true, Ordering::Relaxed);
             false
         }
+        BodyEnd::UpstreamIdle => {
+            log.fail(Failure::Timeout);
+            false
+        }
         BodyEnd::ClientGone => false,
     }
 }
@@ -305,7 +313,9 @@ async fn send(
     }
     let mut pending = Bytes::new();
     let mut flushed = false;
+    let mut idle = IdleTimer::new(&client.timers, state.client_body_timeout);
     poll_fn(|cx| {
+        let before = *left;
         if let Err(e) = pump_request(
             client,
             &mut up,
@@ -317,6 +327,18 @@ async fn send(
             log,
         ) {
             return Poll::Ready(Err(e));
+        }
+        if *left != before {
+            idle.progress();
+        }
+        if *left > 0 && pending.is_empty() && idle.poll_expired(cx).is_ready() {
+            // The client stopped sending its body: the exchange ends (the upstream's
+            // connection with it, which holds half a request).
+            tracing::info!(
+                mount = %r.mount.name,
+                "a client sent nothing of its request body for --client-body-timeout; the exchange ends"
+            );
+            return Poll::Ready(Err(Unsent::Client));
         }
         poll_response_head(&mut up, cx, ubuf)
     })
@@ -480,6 +502,8 @@ enum BodyEnd {
     Done { clean_upstream: bool },
     /// The upstream broke the body (closed early, broke the framing).
     UpstreamBroken,
+    /// The upstream sent nothing of the body for `--body-timeout`.
+    UpstreamIdle,
     /// The client went away.
     ClientGone,
 }
@@ -512,6 +536,7 @@ async fn pass_body(
     // The chunk-size lines, cut from one buffer: no allocation per read.
     let mut lines = BytesMut::new();
     let mut upstream_ended = false;
+    let mut idle = IdleTimer::new(&client.timers, client.body_timeout);
     loop {
         let mut done = framing.is_done();
         let mut clean = true;
@@ -587,6 +612,7 @@ async fn pass_body(
         if !matches!(written, Ok(Ok(()))) {
             return BodyEnd::ClientGone;
         }
+        idle.progress();
         if done {
             return BodyEnd::Done {
                 clean_upstream: clean && ubuf.is_empty(),
@@ -612,11 +638,15 @@ async fn pass_body(
                     Poll::Pending => {}
                 }
             }
+            if idle.poll_expired(cx).is_ready() {
+                return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
+            }
             Poll::Pending
         })
         .await;
         match read {
             None => return BodyEnd::ClientGone,
+            Some(Err(e)) if e.kind() == io::ErrorKind::TimedOut => return BodyEnd::UpstreamIdle,
             Some(Ok(0)) if matches!(framing, Framing::UntilClose) => upstream_ended = true,
             Some(Ok(0)) | Some(Err(_)) => return BodyEnd::UpstreamBroken,
             Some(Ok(_)) => {}
