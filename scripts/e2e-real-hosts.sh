@@ -382,7 +382,15 @@ def marker_calls(path):
 
 def main():
     spec = json.load(open(sys.argv[2]))
-    live = spec["mode"] == "windowtap"
+    live = spec["mode"] != "direct"
+    # `--hosts off`: no host anywhere, and every session decided as in the hosts-on leg.
+    hosts_off = spec["mode"] == "hosts-off"
+    hosts_on = {}
+    if spec.get("hosts_on_result"):
+        try:
+            hosts_on = {x["name"]: x for x in json.load(open(spec["hosts_on_result"]))["rows"]}
+        except (OSError, ValueError, KeyError):
+            hosts_on = {}
     trace = lines(spec.get("trace", ""))
     epoch = next((e.get("epoch_unix_ms") for e in trace if e.get("type") == "trace"), None)
     outcome = {e.get("interval"): e.get("outcome") for e in trace if e.get("type") == "mcp_interval"}
@@ -476,10 +484,21 @@ def main():
                     why.append(f"{len(recs_s)} records for {made} calls")
                 if len(identity) != made:
                     why.append(f"{len(identity)} attributed with {need}")
-                if len(with_host) != made:
+                if not hosts_off and len(with_host) != made:
                     why.append(f"{len(with_host)} with host evidence")
         if nested == "NO":
             why.append(f"call not inside {s['nest_in']}'s call")
+        # Evidence of the attributed records, without `host` (what hosts-off is compared on).
+        evidence = sorted({x for r in attributed for x in (r.get("evidence") or []) if x != "host"})
+        if hosts_off:
+            if host_known or with_host:
+                why.append(f"{len(host_known)} calls with a host although hosts are off")
+            on = hosts_on.get(s["name"])
+            if on is None:
+                why.append("no hosts-on leg to compare with")
+            elif on["decisions"] != (",".join(decisions) or "-") or on["evidence"] != evidence:
+                why.append("decided otherwise than with hosts on (%s %s)" % (
+                    on["decisions"], "+".join(on["evidence"]) or "-"))
         ok = not why
         all_ok = all_ok and ok
         rows.append({
@@ -489,8 +508,9 @@ def main():
             # (For the killed session only shown when something was attributed: not required.)
             "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO")
             if live and recs_s and (attributed or not s["killed"]) else "-",
-            "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
+            "host": "off" if hosts_off else ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
             if live and recs_s and (attributed or not s["killed"]) else "-",
+            "evidence": evidence,
             "hostid": f"{len(host_known)}/{len(recs_s)}" if live else "-",
             "outcome": ",".join(outcomes) if live and recs_s else "-",
             "nested": nested, "same": same, "ok": ok, "why": "; ".join(why)})
@@ -741,7 +761,7 @@ shared_session() {
     mkdir -p "$sdir/home" "$sdir/codex-home" "$sdir/work"
     local marker="$sdir/marker.jsonl" cmd=python3 args
     args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$E2E/echo_mcp.py")
-    if [ "$leg" = windowtap ]; then
+    if [ "$leg" != direct ]; then
         cmd=$WT
         args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \
             wrap --alias "$ALIAS" -- python3 "$E2E/echo_mcp.py")
@@ -794,18 +814,23 @@ for l in open(sys.argv[1]):
     fi
 }
 
-# shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py.
+# shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py. LEG is
+# direct (no windowtap), windowtap, or hosts-off (windowtap with `--hosts off`: no host is
+# resolved, as on a system without the process and socket tables or for a client in a
+# container; the hints alone must keep the sessions apart, design §4).
 shared_relay() {
     local leg=$1 dir="$RUNS/shared-relay-$1"
     mkdir -p "$dir"
     start_upstream "$dir" 0
     SHARED_RELAY_RC=-
     SHARED_INGEST=
-    if [ "$leg" = windowtap ]; then
+    local relay_flags=()
+    [ "$leg" = hosts-off ] && relay_flags=(--hosts off)
+    if [ "$leg" != direct ]; then
         # As a user would: `windowtap relay` with the defaults, upstreams overridden (the
         # defaults are the real APIs), records and capture to files.
         "$WT" relay --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" "${relay_flags[@]}" \
             >"$dir/relay.out" 2>"$dir/relay.err" &
         local relay=$!
         PIDS+=("$relay")
@@ -858,7 +883,7 @@ shared_relay() {
         wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
     done
     say "shared-relay $leg: sessions done in $((SECONDS - t0)) s"
-    if [ "$leg" = windowtap ]; then
+    if [ "$leg" != direct ]; then
         kill -INT "$relay" 2>/dev/null || true
         local i
         for i in $(seq 300); do
@@ -877,9 +902,9 @@ shared_relay() {
     for n in A B C K D; do
         echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_NEST[$n]} ${SESSION_RC[$n]}"
     done >"$dir/sessions.txt"
-    python3 - "$dir" "$leg" "$CANARY" "$RUNS/shared-relay-direct" K <<'PY' >"$dir/spec.json"
+    python3 - "$dir" "$leg" "$CANARY" "$RUNS/shared-relay-direct" K "$RUNS/shared-relay-windowtap" <<'PY' >"$dir/spec.json"
 import json, sys
-d, leg, canary, direct, killed = sys.argv[1:6]
+d, leg, canary, direct, killed, hosts_on = sys.argv[1:7]
 sessions = []
 for line in open(f"{d}/sessions.txt"):
     n, kind, sleep_ms, nest_in, rc = line.split()
@@ -887,17 +912,20 @@ for line in open(f"{d}/sessions.txt"):
                      "rc": int(rc), "killed": n == killed,
                      "nest_in": None if nest_in == "-" else nest_in,
                      "marker": f"{d}/{n}/marker.jsonl", "output": f"{d}/{n}/host.jsonl",
-                     "direct_output": f"{direct}/{n}/host.jsonl" if leg == "windowtap" else None})
+                     "direct_output": f"{direct}/{n}/host.jsonl" if leg != "direct" else None})
 scanned = [f"{d}/{f}" for f in ("records.jsonl", "trace.jsonl", "replayed.jsonl", "relay.err", "relay.out")]
 scanned += [f"{d}/{s['name']}/host.err" for s in sessions]
 print(json.dumps({"mode": leg, "canary": canary, "records": f"{d}/records.jsonl",
                   "trace": f"{d}/trace.jsonl", "replayed": f"{d}/replayed.jsonl",
+                  # hosts-off: the hosts-on leg's result, which every session must match.
+                  "hosts_on_result": f"{hosts_on}/result.json" if leg == "hosts-off" else None,
                   "scanned": scanned, "sessions": sessions}))
 PY
 }
 
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
-    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay)
+    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay
+    shared-relay-hosts-off)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -907,17 +935,23 @@ ROWS=()
 fail=0
 SHARED_ROWS=()
 SHARED_RUN=
-# run_shared: the shared-relay scenario (holds do not apply): the direct leg, then (unless
-# E2E_DIRECT_ONLY) the windowtap leg, each checked per session.
+# run_shared [hosts-off]: the shared-relay scenario (holds do not apply): the direct leg, then
+# (unless E2E_DIRECT_ONLY) the windowtap leg, each checked per session; with hosts-off also
+# the leg with `--hosts off`, checked against the windowtap leg. A leg already run (both
+# scenarios asked for) is not run again.
 run_shared() {
-    local legs=(direct) leg dir result checked
-    [ -z "${E2E_DIRECT_ONLY:-}" ] && legs+=(windowtap)
+    local legs=() leg dir result checked
+    [ -f "$RUNS/shared-relay-direct/result.json" ] || legs+=(direct)
+    if [ -z "${E2E_DIRECT_ONLY:-}" ]; then
+        [ -f "$RUNS/shared-relay-windowtap/result.json" ] || legs+=(windowtap)
+        [ "${1:-}" = hosts-off ] && legs+=(hosts-off)
+    fi
     for leg in "${legs[@]}"; do
         say "shared-relay ($leg)"
         dir="$RUNS/shared-relay-$leg"
         shared_relay "$leg" || { fail=1; SHARED_RUN+="$leg: did not run; "; continue; }
         checked=-
-        if [ "$leg" = windowtap ]; then
+        if [ "$leg" != direct ]; then
             checked=yes
             "$WT" check "$dir/trace.jsonl" "$dir/records.jsonl" >"$dir/check.out" 2>&1 || checked=NO
             "$WT" replay "$dir/trace.jsonl" -o "$dir/replayed.jsonl" >/dev/null 2>"$dir/replay.err" || true
@@ -937,11 +971,11 @@ leg, rc, checked = sys.argv[2:5]
 if leg == "direct":
     print("direct: %s; " % ("PASS" if r["ok"] else "FAIL"), end="")
 else:
-    print("windowtap: relay exit %s (SIGINT), %d records (%d not matched to a call), check %s, replay %s, canary %s; " % (
-        rc, run["records"], run["unmatched"], checked, "yes" if run["replay_same"] else "NO",
+    print("%s: relay exit %s (SIGINT), %d records (%d not matched to a call), check %s, replay %s, canary %s; " % (
+        leg, rc, run["records"], run["unmatched"], checked, "yes" if run["replay_same"] else "NO",
         ("in " + ",".join(run["leaks"])) if run["leaks"] else "nowhere"), end="")' "$result" "$leg" "$SHARED_RELAY_RC" "$checked")
         if [ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ok"])' "$result")" != True ] ||
-            { [ "$leg" = windowtap ] && { [ "$checked" != yes ] || [ "$SHARED_RELAY_RC" != 0 ]; }; }; then
+            { [ "$leg" != direct ] && { [ "$checked" != yes ] || [ "$SHARED_RELAY_RC" != 0 ]; }; }; then
             fail=1
         fi
     done
@@ -950,6 +984,10 @@ else:
 for scenario in "${scenarios[@]}"; do
     if [ "$scenario" = shared-relay ]; then
         run_shared
+        continue
+    fi
+    if [ "$scenario" = shared-relay-hosts-off ]; then
+        run_shared hosts-off
         continue
     fi
     for hold in "${holds[@]}"; do
