@@ -265,12 +265,20 @@ def claude_norm(events):
 
 
 def codex_norm(events):
-    """codex exec --json without ids (item ids are synthetic, thread ids random)."""
+    """codex exec --json without ids (item ids are synthetic, thread ids random). Multi-agent
+    items (`collab_tool_call`) keep their tool, status and how many agents they name with what
+    status, not which: the subagents' thread ids are random, and which one a wait reports first
+    is timing."""
     out = []
     for e in events:
         t = e.get("type")
         if t and t.startswith("item."):
             item = {k: v for k, v in (e.get("item") or {}).items() if k != "id"}
+            if item.get("type") == "collab_tool_call":
+                states = item.get("agents_states") or {}
+                item = {"type": item["type"], "tool": item.get("tool"), "status": item.get("status"),
+                        "prompt": item.get("prompt"), "receivers": len(item.get("receiver_thread_ids") or []),
+                        "states": sorted(json.dumps(v, sort_keys=True) for v in states.values())}
             out.append([t, item])
         elif t == "turn.completed":
             out.append([t, e.get("usage")])
@@ -298,6 +306,9 @@ def main():
     norm = claude_norm if host == "claude" else codex_norm
     same = norm(d) == norm(v) and len(d) > 0
     calls = mcp_calls(host, v)
+    # Calls the host's output does not show (Codex subagents'): counted by the MCP server.
+    if os.environ.get("E2E_MARKER_CALLS"):
+        calls = sum(1 for m in lines(os.environ["E2E_MARKER_CALLS"]) if m.get("ev") == "start")
     recs = [r for r in lines(records) if r.get("type") == "attribution"]
     need = ["tool_use_id"] if host == "claude" else ["item_id", "thread"]
     if os.environ.get("E2E_REQUIRE_HOST"):
@@ -646,7 +657,7 @@ one_run() {
     case $scenario in
     claude-subagent-blocking) upstream_flags=(--subagent blocking) ;;
     claude-subagent-background) upstream_flags=(--subagent background) ;;
-    claude-subagent-parallel) upstream_flags=(--subagent parallel) ;;
+    claude-subagent-parallel | codex-subagent-parallel) upstream_flags=(--subagent parallel) ;;
     esac
     start_upstream "$dir" "$hold" "${upstream_flags[@]}"
     local base="http://$UP_ADDR" wrapped=plain launcher=()
@@ -685,6 +696,10 @@ one_run() {
         local transport mode
         transport=$(echo "$scenario" | cut -d- -f2)
         mode=$(echo "$scenario" | cut -d- -f3)
+        # Parallel subagents: HTTP (the scripted main thread reads the agent ids from the whole
+        # input), function mode; the MCP server's calls take 3 s each, and its marker counts
+        # them (`codex exec --json` shows the subagents' spawns and waits, not their calls).
+        [ "$scenario" = codex-subagent-parallel ] && transport=http mode=function
         if [ "$leg" = windowtap ] && [ "$WT_MODE" = manual ]; then
             base="http://$RELAY_ADDR/openai"
         fi
@@ -699,6 +714,9 @@ one_run() {
         argv=$(mcp_argv "$wrapped")
         XARGS+=(-c "mcp_servers.$ALIAS.command=$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]))')")
         XARGS+=(-c "mcp_servers.$ALIAS.args=$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[1:]))')")
+        if [ "$scenario" = codex-subagent-parallel ]; then
+            XARGS+=(-c "mcp_servers.$ALIAS.env={E2E_SLEEP_MS=\"3000\",E2E_MARKER=\"$dir/marker.jsonl\"}")
+        fi
         (cd "$dir/work" && env "${XENV[@]}" timeout 180 \
             "${launcher[@]}" "$BIN/codex" "${XARGS[@]}" "$PROMPT" </dev/null >"$dir/host.jsonl" 2>"$dir/host.err") || rc=$?
         ;;
@@ -924,8 +942,8 @@ PY
 }
 
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
-    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay
-    shared-relay-hosts-off)
+    claude-subagent-blocking claude-subagent-background claude-subagent-parallel codex-subagent-parallel
+    shared-relay shared-relay-hosts-off)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -995,7 +1013,9 @@ for scenario in "${scenarios[@]}"; do
         drc=0
         one_run "$scenario" "$hold" direct || drc=$?
         d="$RUNS/$scenario-h$hold-direct"
-        direct_calls=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null /dev/null x |
+        marker_calls=
+        [ "$scenario" = codex-subagent-parallel ] && marker_calls=$RUNS/$scenario-h$hold-direct/marker.jsonl
+        direct_calls=$(E2E_MARKER_CALLS=$marker_calls python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null /dev/null x |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
         answers=$(python3 -c 'import json,sys
 print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "answer" in l and json.loads(l).get("answer") not in ("websocket","models","hello")))' "$d/upstream.log")
@@ -1013,7 +1033,8 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         checked=yes
         "$WT" check "$v/trace.jsonl" "$v/records.jsonl" >"$v/check.out" 2>&1 || checked=NO
         "$WT" replay "$v/trace.jsonl" -o "$v/replayed.jsonl" >/dev/null 2>"$v/replay.err" || true
-        result=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
+        [ -n "$marker_calls" ] && marker_calls=$v/marker.jsonl
+        result=$(E2E_MARKER_CALLS=$marker_calls python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
             "$v/records.jsonl" "$v/trace.jsonl" "$v/replayed.jsonl" "$CANARY" "$v/records.jsonl" "$v/trace.jsonl" "$v/relay.err" \
             "$v/relay.out" "$v/host.err")
         # `why` is last, so it takes the rest of the line, spaces and all.
