@@ -79,6 +79,9 @@ BIN=$E2E/npm/node_modules/.bin
 WT=${WINDOWTAP_BIN:-$ROOT/target/release/windowtap}
 UPSTREAM=$ROOT/target/release/examples/scripted_upstream
 RUNS=$E2E/runs
+# Unlinked before they are written: a target/ hard-linked from another worktree's would
+# otherwise share these files' inodes, and a run there would rewrite the scripts of a run here.
+rm -f "$E2E/echo_mcp.py" "$E2E/check.py" "$E2E/check_shared.py" "$E2E/summary.txt"
 rm -rf "$RUNS"
 mkdir -p "$RUNS"
 "$BIN/claude" --version >/dev/null 2>&1 || die "claude does not start (npm install incomplete?)"

@@ -848,6 +848,9 @@ mod tests {
         assert_eq!((tl.lanes[1].parent, tl.lanes[1].depth), (Some(0), 1));
         assert_eq!((tl.lanes[0].parent, tl.lanes[2].parent), (None, None));
         assert_eq!(tl.windows[0].names, ["Agent"]);
+        // The one Agent call of the parent's window started it; a root names none.
+        assert_eq!(tl.lanes[1].spawned_by, ["Agent a"]);
+        assert!(tl.lanes[0].spawned_by.is_empty() && tl.lanes[2].spawned_by.is_empty());
     }
 
     #[test]
