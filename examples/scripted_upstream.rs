@@ -501,7 +501,11 @@ fn codex_team(s: &Script, req: &Value) -> Option<Team> {
         input
             .iter()
             .filter(|i| i["type"] == "function_call_output")
-            .filter(|i| i["call_id"].as_str().is_some_and(|c| calls.iter().any(|x| x == c)))
+            .filter(|i| {
+                i["call_id"]
+                    .as_str()
+                    .is_some_and(|c| calls.iter().any(|x| x == c))
+            })
             .filter_map(|i| serde_json::from_str(i["output"].as_str()?).ok())
             .collect()
     };
@@ -513,12 +517,19 @@ fn codex_team(s: &Script, req: &Value) -> Option<Team> {
     // finished (the first one, when several are waited on).
     let finished: Vec<String> = outputs_of(&waits)
         .iter()
-        .filter_map(|o| o["status"].as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()))
+        .filter_map(|o| {
+            o["status"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>())
+        })
         .flatten()
         .collect();
     Some(Team {
         spawned: !agents.is_empty(),
-        running: agents.into_iter().filter(|a| !finished.contains(a)).collect(),
+        running: agents
+            .into_iter()
+            .filter(|a| !finished.contains(a))
+            .collect(),
     })
 }
 
@@ -604,7 +615,14 @@ fn responses_steps(s: &Script, plan: Plan, req: &Value) -> Vec<Step> {
         Plan::McpCall => {
             let (namespace, name) =
                 function_route(s, req).unwrap_or((Some(s.namespace()), s.tool.clone()));
-            vec![function_call_item(s, 0, namespace, name, s.input.to_string(), &mut steps)]
+            vec![function_call_item(
+                s,
+                0,
+                namespace,
+                name,
+                s.input.to_string(),
+                &mut steps,
+            )]
         }
         Plan::CodeExec => vec![custom_call_item(s, &mut steps)],
         // Codex's parallel subagents: the spawns side by side in one response.
@@ -619,7 +637,14 @@ fn responses_steps(s: &Script, plan: Plan, req: &Value) -> Vec<Step> {
             let running = codex_team(s, req).map(|t| t.running).unwrap_or_default();
             let args = json!({"targets": running, "timeout_ms": 120_000}).to_string();
             let ns = Some(CODEX_AGENTS_NAMESPACE.to_owned());
-            vec![function_call_item(s, 0, ns, CODEX_WAIT.to_owned(), args, &mut steps)]
+            vec![function_call_item(
+                s,
+                0,
+                ns,
+                CODEX_WAIT.to_owned(),
+                args,
+                &mut steps,
+            )]
         }
         _ => {
             let text = match plan {
@@ -1557,8 +1582,10 @@ mod tests {
              "tools": [{"type": "function", "name": "echo"}]}]);
         let spawn = |c: &str| json!({"type": "function_call", "name": "spawn_agent", "call_id": c});
         let wait = |c: &str| json!({"type": "function_call", "name": "wait_agent", "call_id": c});
-        let out = |c: &str, o: Value| json!({"type": "function_call_output", "call_id": c,
-            "output": o.to_string()});
+        let out = |c: &str, o: Value| {
+            json!({"type": "function_call_output", "call_id": c,
+            "output": o.to_string()})
+        };
         let mut input = vec![json!({"type": "message"})];
         let req = |input: &Vec<Value>| json!({"tools": tools, "input": input});
 
@@ -1574,26 +1601,52 @@ mod tests {
             assert_eq!(d["output_index"], i);
             assert_eq!(d["item"]["namespace"], "multi_agent_v1");
             assert_eq!(d["item"]["name"], "spawn_agent");
-            let args: Value = serde_json::from_str(d["item"]["arguments"].as_str().unwrap()).unwrap();
-            assert!(args["message"].as_str().unwrap().contains("mcp__probe__echo"));
+            let args: Value =
+                serde_json::from_str(d["item"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args["message"]
+                .as_str()
+                .unwrap()
+                .contains("mcp__probe__echo"));
         }
-        assert_eq!(ev.last().unwrap()["response"]["output"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            ev.last().unwrap()["response"]["output"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
 
         // The agent ids back: wait on both.
-        input.extend([spawn("c1"), spawn("c2"), out("c1", json!({"agent_id": "a1"})),
-            out("c2", json!({"agent_id": "a2"}))]);
+        input.extend([
+            spawn("c1"),
+            spawn("c2"),
+            out("c1", json!({"agent_id": "a1"})),
+            out("c2", json!({"agent_id": "a2"})),
+        ]);
         assert_eq!(responses_plan(&s, &req(&input)).word(), "wait_agent");
         let ev = events(&responses_steps(&s, Plan::WaitAgent, &req(&input)));
-        let d = ev.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
+        let d = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap();
         assert_eq!(d["item"]["name"], "wait_agent");
         let args: Value = serde_json::from_str(d["item"]["arguments"].as_str().unwrap()).unwrap();
         assert_eq!(args["targets"], json!(["a1", "a2"]));
 
         // The first finished: wait on the other; both finished: the final text.
-        input.extend([wait("w1"), out("w1", json!({"status": {"a1": {"completed": "x"}}}))]);
-        assert_eq!(codex_team(&s, &req(&input)).unwrap().running, vec!["a2".to_string()]);
+        input.extend([
+            wait("w1"),
+            out("w1", json!({"status": {"a1": {"completed": "x"}}})),
+        ]);
+        assert_eq!(
+            codex_team(&s, &req(&input)).unwrap().running,
+            vec!["a2".to_string()]
+        );
         assert_eq!(responses_plan(&s, &req(&input)).word(), "wait_agent");
-        input.extend([wait("w2"), out("w2", json!({"status": {"a2": {"completed": "y"}}}))]);
+        input.extend([
+            wait("w2"),
+            out("w2", json!({"status": {"a2": {"completed": "y"}}})),
+        ]);
         assert_eq!(responses_plan(&s, &req(&input)).word(), "final_text");
 
         // A subagent's request (marked in client_metadata) goes through the MCP loop, and
@@ -1601,7 +1654,10 @@ mod tests {
         let sub = json!({"tools": tools, "input": [{"type": "message"}],
             "client_metadata": {"x-openai-subagent": "collab_spawn"}});
         assert_eq!(responses_plan(&s, &sub).word(), "mcp_call");
-        assert_eq!(responses_plan(&script(0), &req(&vec![json!({"type": "message"})])).word(), "mcp_call");
+        assert_eq!(
+            responses_plan(&script(0), &req(&vec![json!({"type": "message"})])).word(),
+            "mcp_call"
+        );
     }
 
     #[test]
