@@ -17,9 +17,12 @@
 # claude-subagent-blocking / -background: the main thread spawns a subagent (`Agent`,
 # run_in_background false / true) and the subagent calls the MCP tool (scripted upstream's
 # --subagent). claude-subagent-parallel: one response launches two subagents at once, whose
-# 3 s calls of the one tool overlap inside each other's windows (issue 25). shared-relay: one `windowtap relay` started by hand serves five concurrent
+# 3 s calls of the one tool overlap inside each other's windows (issue 25);
+# codex-subagent-parallel the same with Codex's spawn_agent (two subagents, then wait_agent).
+# shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
-# per session (see shared_relay below and docs/e2e.md).
+# per session (see shared_relay below and docs/e2e.md). shared-relay-hosts-off runs it once
+# more with `--hosts off` and checks every session is decided as with hosts on.
 #
 # Environment:
 #   E2E_HOLDS       holds (ms) of the terminal event after the tool call item (default "0 1500")
