@@ -481,9 +481,12 @@ fn codex_team(s: &Script, req: &Value) -> Option<Team> {
                 .flatten()
                 .any(|f| f["name"] == CODEX_SPAWN)
     });
+    // A WebSocket continuation (`previous_response_id`) carries only the new items: without
+    // the spawn calls this could not tell a spawn's output apart, and would spawn again.
     if s.subagent != Some(Subagent::Parallel)
         || !offers_spawn
         || req["client_metadata"]["x-openai-subagent"].is_string()
+        || req["previous_response_id"].is_string()
     {
         return None;
     }
@@ -1658,6 +1661,10 @@ mod tests {
             responses_plan(&script(0), &req(&vec![json!({"type": "message"})])).word(),
             "mcp_call"
         );
+        // A WebSocket delta (only the outputs, no spawn calls) never spawns again.
+        let delta = json!({"tools": tools, "previous_response_id": "resp_1",
+            "input": [out("c1", json!({"agent_id": "a1"}))]});
+        assert_eq!(responses_plan(&s, &delta).word(), "final_text");
     }
 
     #[test]
