@@ -273,21 +273,32 @@ def claude_norm(events):
 def codex_norm(events):
     """codex exec --json without ids (item ids are synthetic, thread ids random). Multi-agent
     items (`collab_tool_call`) keep their tool, status and how many agents they name with what
-    status, not which: the subagents' thread ids are random, and which one a wait reports first
-    is timing."""
-    out = []
+    status, not which: the subagents' thread ids are random. How many waits it took to see
+    every agent finish is timing (one wait may report both, or one each), so the waits become
+    one entry, every agent state they reported, and the turn's usage (one request per wait) is
+    left out."""
+    out, waited = [], None
     for e in events:
         t = e.get("type")
         if t and t.startswith("item."):
             item = {k: v for k, v in (e.get("item") or {}).items() if k != "id"}
             if item.get("type") == "collab_tool_call":
-                states = item.get("agents_states") or {}
+                states = sorted(json.dumps(v, sort_keys=True)
+                                for v in (item.get("agents_states") or {}).values())
+                if item.get("tool") == "wait":
+                    if waited is None:
+                        waited = []
+                        out.append(["waits", waited])
+                    if t == "item.completed":
+                        waited.extend(states)
+                        waited.sort()
+                    continue
                 item = {"type": item["type"], "tool": item.get("tool"), "status": item.get("status"),
                         "prompt": item.get("prompt"), "receivers": len(item.get("receiver_thread_ids") or []),
-                        "states": sorted(json.dumps(v, sort_keys=True) for v in states.values())}
+                        "states": states}
             out.append([t, item])
         elif t == "turn.completed":
-            out.append([t, e.get("usage")])
+            out.append([t, e.get("usage") if waited is None else "usage (waits vary)"])
         elif t == "turn.failed":
             out.append([t, e.get("error")])
         else:
