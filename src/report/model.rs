@@ -853,6 +853,57 @@ mod tests {
         assert!(tl.lanes[0].spawned_by.is_empty() && tl.lanes[2].spawned_by.is_empty());
     }
 
+    /// Parallel subagents (one response, two spawn calls): each subagent's call is drawn on
+    /// its own subagent's lane, and both lanes name both calls as candidates.
+    #[test]
+    fn parallel_subagents_calls_sit_on_their_own_lanes() {
+        for (file, parent, calls) in [
+            (
+                "claude_parallel_agents_same_tool.jsonl",
+                "sess1",
+                ["Agent toolu_a1", "Agent toolu_a2"],
+            ),
+            (
+                "codex_parallel_subagents.jsonl",
+                "thP",
+                ["spawn_agent call_s1", "spawn_agent call_s2"],
+            ),
+        ] {
+            let path = format!("{}/traces/{file}", env!("CARGO_MANIFEST_DIR"));
+            let ev = read_all(std::fs::read(&path).unwrap().as_slice(), file).unwrap();
+            let mut c = correlator::Correlator::new(correlator::Config::default());
+            let mut records = Vec::new();
+            for e in &ev {
+                c.push(e, &mut records);
+            }
+            c.finish(&mut records);
+            let tl = Timeline::build(records, Some((&ev, 1_800_000.0)));
+            let mut subagent_marks = 0;
+            for m in &tl.marks {
+                let r = &tl.records[m.record];
+                let Some(w) = &r.window else { continue };
+                let lane = &tl.lanes[m.lane];
+                assert_eq!(
+                    lane.key,
+                    LaneKey::Thread(w.thread.clone().unwrap()),
+                    "{file}"
+                );
+                if lane.parent.is_some() {
+                    subagent_marks += 1;
+                    assert_eq!(
+                        tl.lanes[lane.parent.unwrap()].key,
+                        LaneKey::Thread(parent.into())
+                    );
+                    assert_eq!(lane.spawned_by, calls, "{file}");
+                }
+            }
+            assert_eq!(
+                subagent_marks, 2,
+                "{file}: both subagents' calls attributed"
+            );
+        }
+    }
+
     #[test]
     fn max_window_breaks_a_window_at_its_deadline_and_records_alone_give_their_windows() {
         let ev = events(&[
