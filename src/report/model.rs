@@ -888,12 +888,9 @@ mod tests {
                     LaneKey::Thread(w.thread.clone().unwrap()),
                     "{file}"
                 );
-                if lane.parent.is_some() {
+                if let Some(p) = lane.parent {
                     subagent_marks += 1;
-                    assert_eq!(
-                        tl.lanes[lane.parent.unwrap()].key,
-                        LaneKey::Thread(parent.into())
-                    );
+                    assert_eq!(tl.lanes[p].key, LaneKey::Thread(parent.into()));
                     assert_eq!(lane.spawned_by, calls, "{file}");
                 }
             }
