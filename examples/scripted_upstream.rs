@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example scripted_upstream -- --listen 127.0.0.1:0 \
 //!     --alias probe --tool echo [--hold-ms 1500] [--log FILE] [--no-ws-deflate] \
-//!     [--subagent blocking|background]
+//!     [--subagent blocking|background|parallel]
 //! ```
 //!
 //! It prints `listening on ADDR` on stdout, then serves until killed:
@@ -23,7 +23,16 @@
 //! subagent (`run_in_background` false or true) told to call the MCP tool; requests carrying
 //! `x-claude-code-agent-id` (the subagent's) go through the MCP loop above, and the main thread
 //! gets the final text once it has spawned. Two MCP calls per run: the main thread's, then the
-//! subagent's (inside the main thread's `Agent` window when blocking).
+//! subagent's (inside the main thread's `Agent` window when blocking). `--subagent parallel`
+//! spawns two blocking subagents from one response instead (two `Agent` calls side by side).
+//!
+//! `--subagent parallel` (Codex, multi-agent tools offered: `multi_agent_v1.spawn_agent`): the
+//! main thread's first request gets two `spawn_agent` calls in one response; once their outputs
+//! (the agent ids) are back, `wait_agent` on the agents not yet finished, again after each
+//! wait that leaves one running, and the final text once every agent has finished. Requests of
+//! the subagents (`client_metadata["x-openai-subagent"]`) go through the MCP loop above, so
+//! their two MCP calls run at the same time. Needs the whole input in each request (HTTP, not
+//! WebSocket's `previous_response_id` deltas).
 //!
 //! `--hold-ms N` holds the terminal event back N ms after the tool call item is complete, so
 //! the host runs the MCP call while the response is still streaming (protocols.md §6).
@@ -80,6 +89,7 @@ struct Args {
     no_ws_deflate: bool,
     /// Claude Code: after its own MCP call the main thread spawns a `general-purpose` subagent
     /// with the `Agent` tool (`run_in_background` false or true), which calls the MCP tool too.
+    /// `parallel`: two at once (Claude Code `Agent`; Codex `spawn_agent`, then `wait_agent`).
     #[arg(long, value_enum)]
     subagent: Option<Subagent>,
 }
@@ -171,6 +181,7 @@ enum Step {
 enum Plan {
     Warmup,
     SpawnAgent,
+    WaitAgent,
     ToolSearch,
     McpCall,
     CodeExec,
@@ -184,6 +195,7 @@ impl Plan {
         match self {
             Plan::Warmup => "warmup",
             Plan::SpawnAgent => "spawn_agent",
+            Plan::WaitAgent => "wait_agent",
             Plan::ToolSearch => "tool_search",
             Plan::McpCall => "mcp_call",
             Plan::CodeExec => "code_exec",
@@ -414,6 +426,13 @@ fn responses_plan(s: &Script, req: &Value) -> Plan {
     if req["generate"] == false {
         return Plan::Warmup;
     }
+    if let Some(team) = codex_team(s, req) {
+        return match team {
+            Team { spawned: false, .. } => Plan::SpawnAgent,
+            Team { running, .. } if running.is_empty() => Plan::Final,
+            _ => Plan::WaitAgent,
+        };
+    }
     let input = req["input"].as_array().cloned().unwrap_or_default();
     let has_output = input.iter().any(|i| {
         matches!(
@@ -431,6 +450,95 @@ fn responses_plan(s: &Script, req: &Value) -> Plan {
         return Plan::CodeExec;
     }
     Plan::NoTool
+}
+
+/// Codex's multi-agent tools (protocols.md §3.4): the namespace and its two tools used here.
+const CODEX_AGENTS_NAMESPACE: &str = "multi_agent_v1";
+const CODEX_SPAWN: &str = "spawn_agent";
+const CODEX_WAIT: &str = "wait_agent";
+/// How many subagents the Codex main thread spawns with `--subagent parallel`.
+const CODEX_TEAM: usize = 2;
+
+/// Where the Codex main thread of a `--subagent parallel` run stands, read from its input.
+#[derive(Debug, PartialEq)]
+struct Team {
+    /// Its `spawn_agent` calls have their outputs.
+    spawned: bool,
+    /// The agent ids `spawn_agent` returned whose end no `wait_agent` output has reported.
+    running: Vec<String>,
+}
+
+/// `Some` for a request of the Codex main thread in `--subagent parallel` mode: one that
+/// offers `spawn_agent` and is not a subagent's (Codex marks those with
+/// `client_metadata["x-openai-subagent"]`, as it does the `x-openai-subagent` header).
+fn codex_team(s: &Script, req: &Value) -> Option<Team> {
+    let offers_spawn = req["tools"].as_array().into_iter().flatten().any(|t| {
+        t["type"] == "namespace"
+            && t["name"] == CODEX_AGENTS_NAMESPACE
+            && t["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|f| f["name"] == CODEX_SPAWN)
+    });
+    // A WebSocket continuation (`previous_response_id`) carries only the new items: without
+    // the spawn calls this could not tell a spawn's output apart, and would spawn again.
+    if s.subagent != Some(Subagent::Parallel)
+        || !offers_spawn
+        || req["client_metadata"]["x-openai-subagent"].is_string()
+        || req["previous_response_id"].is_string()
+    {
+        return None;
+    }
+    let input = req["input"].as_array().cloned().unwrap_or_default();
+    let calls_named = |name: &str| -> Vec<String> {
+        input
+            .iter()
+            .filter(|i| i["type"] == "function_call" && i["name"] == name)
+            .filter_map(|i| i["call_id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (spawns, waits) = (calls_named(CODEX_SPAWN), calls_named(CODEX_WAIT));
+    // A tool output's JSON (Codex sends these outputs as strings).
+    let outputs_of = |calls: &[String]| -> Vec<Value> {
+        input
+            .iter()
+            .filter(|i| i["type"] == "function_call_output")
+            .filter(|i| {
+                i["call_id"]
+                    .as_str()
+                    .is_some_and(|c| calls.iter().any(|x| x == c))
+            })
+            .filter_map(|i| serde_json::from_str(i["output"].as_str()?).ok())
+            .collect()
+    };
+    let agents: Vec<String> = outputs_of(&spawns)
+        .iter()
+        .filter_map(|o| o["agent_id"].as_str().map(str::to_owned))
+        .collect();
+    // `wait_agent` answers `{"status": {AGENT_ID: {"completed": …}}, …}` for the agents that
+    // finished (the first one, when several are waited on).
+    let finished: Vec<String> = outputs_of(&waits)
+        .iter()
+        .filter_map(|o| {
+            o["status"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>())
+        })
+        .flatten()
+        .collect();
+    Some(Team {
+        spawned: !agents.is_empty(),
+        running: agents
+            .into_iter()
+            .filter(|a| !finished.contains(a))
+            .collect(),
+    })
+}
+
+/// What the Codex main thread tells each subagent: call the MCP tool with the scripted input.
+fn codex_spawn_arguments(s: &Script) -> Value {
+    json!({"message": format!("Call the {} tool once with the input {}.", s.flat_name(), s.input)})
 }
 
 /// `(namespace, name)` of the MCP tool when the request offers it as a function.
@@ -506,58 +614,88 @@ fn responses_steps(s: &Script, plan: Plan, req: &Value) -> Vec<Step> {
     }
     steps.push(Step::Event(json!({"type": "response.in_progress",
         "response": response_object(&resp_id, model, "in_progress", vec![])})));
-    let item = match plan {
+    let items = match plan {
         Plan::McpCall => {
             let (namespace, name) =
                 function_route(s, req).unwrap_or((Some(s.namespace()), s.tool.clone()));
-            function_call_item(s, namespace, name, &mut steps)
+            vec![function_call_item(
+                s,
+                0,
+                namespace,
+                name,
+                s.input.to_string(),
+                &mut steps,
+            )]
         }
-        Plan::CodeExec => custom_call_item(s, &mut steps),
+        Plan::CodeExec => vec![custom_call_item(s, &mut steps)],
+        // Codex's parallel subagents: the spawns side by side in one response.
+        Plan::SpawnAgent => (0..CODEX_TEAM)
+            .map(|i| {
+                let args = codex_spawn_arguments(s).to_string();
+                let ns = Some(CODEX_AGENTS_NAMESPACE.to_owned());
+                function_call_item(s, i, ns, CODEX_SPAWN.to_owned(), args, &mut steps)
+            })
+            .collect(),
+        Plan::WaitAgent => {
+            let running = codex_team(s, req).map(|t| t.running).unwrap_or_default();
+            let args = json!({"targets": running, "timeout_ms": 120_000}).to_string();
+            let ns = Some(CODEX_AGENTS_NAMESPACE.to_owned());
+            vec![function_call_item(
+                s,
+                0,
+                ns,
+                CODEX_WAIT.to_owned(),
+                args,
+                &mut steps,
+            )]
+        }
         _ => {
             let text = match plan {
                 Plan::NoTool => NO_TOOL_TEXT,
                 _ => FINAL_TEXT,
             };
-            message_item(s, text, &mut steps)
+            vec![message_item(s, text, &mut steps)]
         }
     };
     if matches!(plan, Plan::McpCall | Plan::CodeExec) {
         steps.push(Step::Hold(s.hold));
     }
     steps.push(Step::Event(json!({"type": "response.completed",
-        "response": response_object(&resp_id, model, "completed", vec![item])})));
+        "response": response_object(&resp_id, model, "completed", items)})));
     steps
 }
 
+/// One function call item at `output_index` `index`, streamed as the real API does.
 fn function_call_item(
     s: &Script,
+    index: usize,
     namespace: Option<String>,
     name: String,
+    args: String,
     steps: &mut Vec<Step>,
 ) -> Value {
     let item_id = s.id("fc");
     let call_id = s.id("call");
-    let args = s.input.to_string();
     let mut item = json!({"type": "function_call", "id": item_id, "call_id": call_id,
         "name": name, "arguments": "", "status": "in_progress"});
     if let Some(ns) = namespace {
         item["namespace"] = json!(ns);
     }
     steps.push(Step::Event(
-        json!({"type": "response.output_item.added", "output_index": 0, "item": item.clone()}),
+        json!({"type": "response.output_item.added", "output_index": index, "item": item.clone()}),
     ));
     steps.push(Step::Event(
         json!({"type": "response.function_call_arguments.delta",
-        "item_id": item_id, "output_index": 0, "delta": args}),
+        "item_id": item_id, "output_index": index, "delta": args}),
     ));
     steps.push(Step::Event(
         json!({"type": "response.function_call_arguments.done",
-        "item_id": item_id, "output_index": 0, "name": name, "arguments": args}),
+        "item_id": item_id, "output_index": index, "name": name, "arguments": args}),
     ));
     item["arguments"] = json!(args);
     item["status"] = json!("completed");
     steps.push(Step::Event(
-        json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+        json!({"type": "response.output_item.done", "output_index": index, "item": item.clone()}),
     ));
     item
 }
@@ -1435,6 +1573,98 @@ mod tests {
         assert_eq!(done["item"]["name"], "exec");
         let program = done["item"]["input"].as_str().unwrap();
         assert!(program.contains(r#"await tools.mcp__probe__echo({"text":"hi"})"#));
+    }
+
+    #[test]
+    fn codex_parallel_mode_spawns_two_agents_then_waits_until_both_finished() {
+        let s = subagent_script(Subagent::Parallel);
+        let tools = json!([{"type": "namespace", "name": "multi_agent_v1",
+            "tools": [{"type": "function", "name": "spawn_agent"},
+                      {"type": "function", "name": "wait_agent"}]},
+            {"type": "namespace", "name": "mcp__probe",
+             "tools": [{"type": "function", "name": "echo"}]}]);
+        let spawn = |c: &str| json!({"type": "function_call", "name": "spawn_agent", "call_id": c});
+        let wait = |c: &str| json!({"type": "function_call", "name": "wait_agent", "call_id": c});
+        let out = |c: &str, o: Value| {
+            json!({"type": "function_call_output", "call_id": c,
+            "output": o.to_string()})
+        };
+        let mut input = vec![json!({"type": "message"})];
+        let req = |input: &Vec<Value>| json!({"tools": tools, "input": input});
+
+        // First: two spawn_agent calls side by side in one response.
+        assert_eq!(responses_plan(&s, &req(&input)).word(), "spawn_agent");
+        let ev = events(&responses_steps(&s, Plan::SpawnAgent, &req(&input)));
+        let done: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.done")
+            .collect();
+        assert_eq!(done.len(), 2);
+        for (i, d) in done.iter().enumerate() {
+            assert_eq!(d["output_index"], i);
+            assert_eq!(d["item"]["namespace"], "multi_agent_v1");
+            assert_eq!(d["item"]["name"], "spawn_agent");
+            let args: Value =
+                serde_json::from_str(d["item"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args["message"]
+                .as_str()
+                .unwrap()
+                .contains("mcp__probe__echo"));
+        }
+        assert_eq!(
+            ev.last().unwrap()["response"]["output"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+
+        // The agent ids back: wait on both.
+        input.extend([
+            spawn("c1"),
+            spawn("c2"),
+            out("c1", json!({"agent_id": "a1"})),
+            out("c2", json!({"agent_id": "a2"})),
+        ]);
+        assert_eq!(responses_plan(&s, &req(&input)).word(), "wait_agent");
+        let ev = events(&responses_steps(&s, Plan::WaitAgent, &req(&input)));
+        let d = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap();
+        assert_eq!(d["item"]["name"], "wait_agent");
+        let args: Value = serde_json::from_str(d["item"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args["targets"], json!(["a1", "a2"]));
+
+        // The first finished: wait on the other; both finished: the final text.
+        input.extend([
+            wait("w1"),
+            out("w1", json!({"status": {"a1": {"completed": "x"}}})),
+        ]);
+        assert_eq!(
+            codex_team(&s, &req(&input)).unwrap().running,
+            vec!["a2".to_string()]
+        );
+        assert_eq!(responses_plan(&s, &req(&input)).word(), "wait_agent");
+        input.extend([
+            wait("w2"),
+            out("w2", json!({"status": {"a2": {"completed": "y"}}})),
+        ]);
+        assert_eq!(responses_plan(&s, &req(&input)).word(), "final_text");
+
+        // A subagent's request (marked in client_metadata) goes through the MCP loop, and
+        // without --subagent parallel the main thread does too.
+        let sub = json!({"tools": tools, "input": [{"type": "message"}],
+            "client_metadata": {"x-openai-subagent": "collab_spawn"}});
+        assert_eq!(responses_plan(&s, &sub).word(), "mcp_call");
+        assert_eq!(
+            responses_plan(&script(0), &req(&vec![json!({"type": "message"})])).word(),
+            "mcp_call"
+        );
+        // A WebSocket delta (only the outputs, no spawn calls) never spawns again.
+        let delta = json!({"tools": tools, "previous_response_id": "resp_1",
+            "input": [out("c1", json!({"agent_id": "a1"}))]});
+        assert_eq!(responses_plan(&s, &delta).word(), "final_text");
     }
 
     #[test]

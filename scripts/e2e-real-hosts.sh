@@ -17,9 +17,12 @@
 # claude-subagent-blocking / -background: the main thread spawns a subagent (`Agent`,
 # run_in_background false / true) and the subagent calls the MCP tool (scripted upstream's
 # --subagent). claude-subagent-parallel: one response launches two subagents at once, whose
-# 3 s calls of the one tool overlap inside each other's windows (issue 25). shared-relay: one `windowtap relay` started by hand serves five concurrent
+# 3 s calls of the one tool overlap inside each other's windows (issue 25);
+# codex-subagent-parallel the same with Codex's spawn_agent (two subagents, then wait_agent).
+# shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
-# per session (see shared_relay below and docs/e2e.md).
+# per session (see shared_relay below and docs/e2e.md). shared-relay-hosts-off runs it once
+# more with `--hosts off` and checks every session is decided as with hosts on.
 #
 # Environment:
 #   E2E_HOLDS       holds (ms) of the terminal event after the tool call item (default "0 1500")
@@ -79,6 +82,9 @@ BIN=$E2E/npm/node_modules/.bin
 WT=${WINDOWTAP_BIN:-$ROOT/target/release/windowtap}
 UPSTREAM=$ROOT/target/release/examples/scripted_upstream
 RUNS=$E2E/runs
+# Unlinked before they are written: a target/ hard-linked from another worktree's would
+# otherwise share these files' inodes, and a run there would rewrite the scripts of a run here.
+rm -f "$E2E/echo_mcp.py" "$E2E/check.py" "$E2E/check_shared.py" "$E2E/summary.txt"
 rm -rf "$RUNS"
 mkdir -p "$RUNS"
 "$BIN/claude" --version >/dev/null 2>&1 || die "claude does not start (npm install incomplete?)"
@@ -265,15 +271,34 @@ def claude_norm(events):
 
 
 def codex_norm(events):
-    """codex exec --json without ids (item ids are synthetic, thread ids random)."""
-    out = []
+    """codex exec --json without ids (item ids are synthetic, thread ids random). Multi-agent
+    items (`collab_tool_call`) keep their tool, status and how many agents they name with what
+    status, not which: the subagents' thread ids are random. How many waits it took to see
+    every agent finish is timing (one wait may report both, or one each), so the waits become
+    one entry, every agent state they reported, and the turn's usage (one request per wait) is
+    left out."""
+    out, waited = [], None
     for e in events:
         t = e.get("type")
         if t and t.startswith("item."):
             item = {k: v for k, v in (e.get("item") or {}).items() if k != "id"}
+            if item.get("type") == "collab_tool_call":
+                states = sorted(json.dumps(v, sort_keys=True)
+                                for v in (item.get("agents_states") or {}).values())
+                if item.get("tool") == "wait":
+                    if waited is None:
+                        waited = []
+                        out.append(["waits", waited])
+                    if t == "item.completed":
+                        waited.extend(states)
+                        waited.sort()
+                    continue
+                item = {"type": item["type"], "tool": item.get("tool"), "status": item.get("status"),
+                        "prompt": item.get("prompt"), "receivers": len(item.get("receiver_thread_ids") or []),
+                        "states": states}
             out.append([t, item])
         elif t == "turn.completed":
-            out.append([t, e.get("usage")])
+            out.append([t, e.get("usage") if waited is None else "usage (waits vary)"])
         elif t == "turn.failed":
             out.append([t, e.get("error")])
         else:
@@ -298,6 +323,9 @@ def main():
     norm = claude_norm if host == "claude" else codex_norm
     same = norm(d) == norm(v) and len(d) > 0
     calls = mcp_calls(host, v)
+    # Calls the host's output does not show (Codex subagents'): counted by the MCP server.
+    if os.environ.get("E2E_MARKER_CALLS"):
+        calls = sum(1 for m in lines(os.environ["E2E_MARKER_CALLS"]) if m.get("ev") == "start")
     recs = [r for r in lines(records) if r.get("type") == "attribution"]
     need = ["tool_use_id"] if host == "claude" else ["item_id", "thread"]
     if os.environ.get("E2E_REQUIRE_HOST"):
@@ -382,7 +410,15 @@ def marker_calls(path):
 
 def main():
     spec = json.load(open(sys.argv[2]))
-    live = spec["mode"] == "windowtap"
+    live = spec["mode"] != "direct"
+    # `--hosts off`: no host anywhere, and every session decided as in the hosts-on leg.
+    hosts_off = spec["mode"] == "hosts-off"
+    hosts_on = {}
+    if spec.get("hosts_on_result"):
+        try:
+            hosts_on = {x["name"]: x for x in json.load(open(spec["hosts_on_result"]))["rows"]}
+        except (OSError, ValueError, KeyError):
+            hosts_on = {}
     trace = lines(spec.get("trace", ""))
     epoch = next((e.get("epoch_unix_ms") for e in trace if e.get("type") == "trace"), None)
     outcome = {e.get("interval"): e.get("outcome") for e in trace if e.get("type") == "mcp_interval"}
@@ -476,10 +512,21 @@ def main():
                     why.append(f"{len(recs_s)} records for {made} calls")
                 if len(identity) != made:
                     why.append(f"{len(identity)} attributed with {need}")
-                if len(with_host) != made:
+                if not hosts_off and len(with_host) != made:
                     why.append(f"{len(with_host)} with host evidence")
         if nested == "NO":
             why.append(f"call not inside {s['nest_in']}'s call")
+        # Evidence of the attributed records, without `host` (what hosts-off is compared on).
+        evidence = sorted({x for r in attributed for x in (r.get("evidence") or []) if x != "host"})
+        if hosts_off:
+            if host_known or with_host:
+                why.append(f"{len(host_known)} calls with a host although hosts are off")
+            on = hosts_on.get(s["name"])
+            if on is None:
+                why.append("no hosts-on leg to compare with")
+            elif on["decisions"] != (",".join(decisions) or "-") or on["evidence"] != evidence:
+                why.append("decided otherwise than with hosts on (%s %s)" % (
+                    on["decisions"], "+".join(on["evidence"]) or "-"))
         ok = not why
         all_ok = all_ok and ok
         rows.append({
@@ -489,8 +536,9 @@ def main():
             # (For the killed session only shown when something was attributed: not required.)
             "identity": ("yes" if attributed and len(identity) == len(recs_s) else "NO")
             if live and recs_s and (attributed or not s["killed"]) else "-",
-            "host": ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
+            "host": "off" if hosts_off else ("yes" if attributed and len(with_host) == len(recs_s) else "NO")
             if live and recs_s and (attributed or not s["killed"]) else "-",
+            "evidence": evidence,
             "hostid": f"{len(host_known)}/{len(recs_s)}" if live else "-",
             "outcome": ",".join(outcomes) if live and recs_s else "-",
             "nested": nested, "same": same, "ok": ok, "why": "; ".join(why)})
@@ -626,7 +674,7 @@ one_run() {
     case $scenario in
     claude-subagent-blocking) upstream_flags=(--subagent blocking) ;;
     claude-subagent-background) upstream_flags=(--subagent background) ;;
-    claude-subagent-parallel) upstream_flags=(--subagent parallel) ;;
+    claude-subagent-parallel | codex-subagent-parallel) upstream_flags=(--subagent parallel) ;;
     esac
     start_upstream "$dir" "$hold" "${upstream_flags[@]}"
     local base="http://$UP_ADDR" wrapped=plain launcher=()
@@ -665,6 +713,10 @@ one_run() {
         local transport mode
         transport=$(echo "$scenario" | cut -d- -f2)
         mode=$(echo "$scenario" | cut -d- -f3)
+        # Parallel subagents: HTTP (the scripted main thread reads the agent ids from the whole
+        # input), function mode; the MCP server's calls take 3 s each, and its marker counts
+        # them (`codex exec --json` shows the subagents' spawns and waits, not their calls).
+        [ "$scenario" = codex-subagent-parallel ] && transport=http mode=function
         if [ "$leg" = windowtap ] && [ "$WT_MODE" = manual ]; then
             base="http://$RELAY_ADDR/openai"
         fi
@@ -679,6 +731,9 @@ one_run() {
         argv=$(mcp_argv "$wrapped")
         XARGS+=(-c "mcp_servers.$ALIAS.command=$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]))')")
         XARGS+=(-c "mcp_servers.$ALIAS.args=$(echo "$argv" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[1:]))')")
+        if [ "$scenario" = codex-subagent-parallel ]; then
+            XARGS+=(-c "mcp_servers.$ALIAS.env={E2E_SLEEP_MS=\"3000\",E2E_MARKER=\"$dir/marker.jsonl\"}")
+        fi
         (cd "$dir/work" && env "${XENV[@]}" timeout 180 \
             "${launcher[@]}" "$BIN/codex" "${XARGS[@]}" "$PROMPT" </dev/null >"$dir/host.jsonl" 2>"$dir/host.err") || rc=$?
         ;;
@@ -741,7 +796,7 @@ shared_session() {
     mkdir -p "$sdir/home" "$sdir/codex-home" "$sdir/work"
     local marker="$sdir/marker.jsonl" cmd=python3 args
     args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$E2E/echo_mcp.py")
-    if [ "$leg" = windowtap ]; then
+    if [ "$leg" != direct ]; then
         cmd=$WT
         args=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \
             wrap --alias "$ALIAS" -- python3 "$E2E/echo_mcp.py")
@@ -794,18 +849,23 @@ for l in open(sys.argv[1]):
     fi
 }
 
-# shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py.
+# shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py. LEG is
+# direct (no windowtap), windowtap, or hosts-off (windowtap with `--hosts off`: no host is
+# resolved, as on a system without the process and socket tables or for a client in a
+# container; the hints alone must keep the sessions apart, design §4).
 shared_relay() {
     local leg=$1 dir="$RUNS/shared-relay-$1"
     mkdir -p "$dir"
     start_upstream "$dir" 0
     SHARED_RELAY_RC=-
     SHARED_INGEST=
-    if [ "$leg" = windowtap ]; then
+    local relay_flags=()
+    [ "$leg" = hosts-off ] && relay_flags=(--hosts off)
+    if [ "$leg" != direct ]; then
         # As a user would: `windowtap relay` with the defaults, upstreams overridden (the
         # defaults are the real APIs), records and capture to files.
         "$WT" relay --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" "${relay_flags[@]}" \
             >"$dir/relay.out" 2>"$dir/relay.err" &
         local relay=$!
         PIDS+=("$relay")
@@ -858,7 +918,7 @@ shared_relay() {
         wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
     done
     say "shared-relay $leg: sessions done in $((SECONDS - t0)) s"
-    if [ "$leg" = windowtap ]; then
+    if [ "$leg" != direct ]; then
         kill -INT "$relay" 2>/dev/null || true
         local i
         for i in $(seq 300); do
@@ -877,9 +937,9 @@ shared_relay() {
     for n in A B C K D; do
         echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_NEST[$n]} ${SESSION_RC[$n]}"
     done >"$dir/sessions.txt"
-    python3 - "$dir" "$leg" "$CANARY" "$RUNS/shared-relay-direct" K <<'PY' >"$dir/spec.json"
+    python3 - "$dir" "$leg" "$CANARY" "$RUNS/shared-relay-direct" K "$RUNS/shared-relay-windowtap" <<'PY' >"$dir/spec.json"
 import json, sys
-d, leg, canary, direct, killed = sys.argv[1:6]
+d, leg, canary, direct, killed, hosts_on = sys.argv[1:7]
 sessions = []
 for line in open(f"{d}/sessions.txt"):
     n, kind, sleep_ms, nest_in, rc = line.split()
@@ -887,17 +947,20 @@ for line in open(f"{d}/sessions.txt"):
                      "rc": int(rc), "killed": n == killed,
                      "nest_in": None if nest_in == "-" else nest_in,
                      "marker": f"{d}/{n}/marker.jsonl", "output": f"{d}/{n}/host.jsonl",
-                     "direct_output": f"{direct}/{n}/host.jsonl" if leg == "windowtap" else None})
+                     "direct_output": f"{direct}/{n}/host.jsonl" if leg != "direct" else None})
 scanned = [f"{d}/{f}" for f in ("records.jsonl", "trace.jsonl", "replayed.jsonl", "relay.err", "relay.out")]
 scanned += [f"{d}/{s['name']}/host.err" for s in sessions]
 print(json.dumps({"mode": leg, "canary": canary, "records": f"{d}/records.jsonl",
                   "trace": f"{d}/trace.jsonl", "replayed": f"{d}/replayed.jsonl",
+                  # hosts-off: the hosts-on leg's result, which every session must match.
+                  "hosts_on_result": f"{hosts_on}/result.json" if leg == "hosts-off" else None,
                   "scanned": scanned, "sessions": sessions}))
 PY
 }
 
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
-    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay)
+    claude-subagent-blocking claude-subagent-background claude-subagent-parallel codex-subagent-parallel
+    shared-relay shared-relay-hosts-off)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -907,17 +970,23 @@ ROWS=()
 fail=0
 SHARED_ROWS=()
 SHARED_RUN=
-# run_shared: the shared-relay scenario (holds do not apply): the direct leg, then (unless
-# E2E_DIRECT_ONLY) the windowtap leg, each checked per session.
+# run_shared [hosts-off]: the shared-relay scenario (holds do not apply): the direct leg, then
+# (unless E2E_DIRECT_ONLY) the windowtap leg, each checked per session; with hosts-off also
+# the leg with `--hosts off`, checked against the windowtap leg. A leg already run (both
+# scenarios asked for) is not run again.
 run_shared() {
-    local legs=(direct) leg dir result checked
-    [ -z "${E2E_DIRECT_ONLY:-}" ] && legs+=(windowtap)
+    local legs=() leg dir result checked
+    [ -f "$RUNS/shared-relay-direct/result.json" ] || legs+=(direct)
+    if [ -z "${E2E_DIRECT_ONLY:-}" ]; then
+        [ -f "$RUNS/shared-relay-windowtap/result.json" ] || legs+=(windowtap)
+        [ "${1:-}" = hosts-off ] && legs+=(hosts-off)
+    fi
     for leg in "${legs[@]}"; do
         say "shared-relay ($leg)"
         dir="$RUNS/shared-relay-$leg"
         shared_relay "$leg" || { fail=1; SHARED_RUN+="$leg: did not run; "; continue; }
         checked=-
-        if [ "$leg" = windowtap ]; then
+        if [ "$leg" != direct ]; then
             checked=yes
             "$WT" check "$dir/trace.jsonl" "$dir/records.jsonl" >"$dir/check.out" 2>&1 || checked=NO
             "$WT" replay "$dir/trace.jsonl" -o "$dir/replayed.jsonl" >/dev/null 2>"$dir/replay.err" || true
@@ -937,11 +1006,11 @@ leg, rc, checked = sys.argv[2:5]
 if leg == "direct":
     print("direct: %s; " % ("PASS" if r["ok"] else "FAIL"), end="")
 else:
-    print("windowtap: relay exit %s (SIGINT), %d records (%d not matched to a call), check %s, replay %s, canary %s; " % (
-        rc, run["records"], run["unmatched"], checked, "yes" if run["replay_same"] else "NO",
+    print("%s: relay exit %s (SIGINT), %d records (%d not matched to a call), check %s, replay %s, canary %s; " % (
+        leg, rc, run["records"], run["unmatched"], checked, "yes" if run["replay_same"] else "NO",
         ("in " + ",".join(run["leaks"])) if run["leaks"] else "nowhere"), end="")' "$result" "$leg" "$SHARED_RELAY_RC" "$checked")
         if [ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ok"])' "$result")" != True ] ||
-            { [ "$leg" = windowtap ] && { [ "$checked" != yes ] || [ "$SHARED_RELAY_RC" != 0 ]; }; }; then
+            { [ "$leg" != direct ] && { [ "$checked" != yes ] || [ "$SHARED_RELAY_RC" != 0 ]; }; }; then
             fail=1
         fi
     done
@@ -952,12 +1021,18 @@ for scenario in "${scenarios[@]}"; do
         run_shared
         continue
     fi
+    if [ "$scenario" = shared-relay-hosts-off ]; then
+        run_shared hosts-off
+        continue
+    fi
     for hold in "${holds[@]}"; do
         say "$scenario hold=${hold}ms"
         drc=0
         one_run "$scenario" "$hold" direct || drc=$?
         d="$RUNS/$scenario-h$hold-direct"
-        direct_calls=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null /dev/null x |
+        marker_calls=
+        [ "$scenario" = codex-subagent-parallel ] && marker_calls=$RUNS/$scenario-h$hold-direct/marker.jsonl
+        direct_calls=$(E2E_MARKER_CALLS=$marker_calls python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$d/host.jsonl" /dev/null /dev/null /dev/null x |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["calls"])')
         answers=$(python3 -c 'import json,sys
 print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "answer" in l and json.loads(l).get("answer") not in ("websocket","models","hello")))' "$d/upstream.log")
@@ -975,7 +1050,8 @@ print(",".join(json.loads(l).get("answer","") for l in open(sys.argv[1]) if "ans
         checked=yes
         "$WT" check "$v/trace.jsonl" "$v/records.jsonl" >"$v/check.out" 2>&1 || checked=NO
         "$WT" replay "$v/trace.jsonl" -o "$v/replayed.jsonl" >/dev/null 2>"$v/replay.err" || true
-        result=$(python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
+        [ -n "$marker_calls" ] && marker_calls=$v/marker.jsonl
+        result=$(E2E_MARKER_CALLS=$marker_calls python3 "$E2E/check.py" "${scenario%%-*}" "$d/host.jsonl" "$v/host.jsonl" \
             "$v/records.jsonl" "$v/trace.jsonl" "$v/replayed.jsonl" "$CANARY" "$v/records.jsonl" "$v/trace.jsonl" "$v/relay.err" \
             "$v/relay.out" "$v/host.err")
         # `why` is last, so it takes the rest of the line, spaces and all.

@@ -765,16 +765,20 @@ fn subagents_are_nested_under_their_parents() {
     assert!(html.contains(">↳ thread S0-sub</text>"));
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
-    for (file, parent, children) in [
+    // Parallel subagents: the trace does not say which of the parent's calls started which
+    // subagent, so each lane names every candidate.
+    for (file, parent, children, calls) in [
         (
             "claude_parallel_agents_same_tool.jsonl",
             "thread sess1",
             &["thread sess1+agentA", "thread sess1+agentB"][..],
+            "one of the 2 calls Agent toolu_a1, Agent toolu_a2 of thread sess1",
         ),
         (
             "codex_parallel_subagents.jsonl",
             "thread thP",
             &["thread thC1", "thread thC2"][..],
+            "one of the 2 calls spawn_agent call_s1, spawn_agent call_s2 of thread thP",
         ),
     ] {
         let r = dir.path().join(format!("{file}.records"));
@@ -795,6 +799,16 @@ fn subagents_are_nested_under_their_parents() {
             assert!(
                 html.find(&format!("<title>{parent}</title>")).unwrap()
                     < html.find(&format!("<title>{child}</title>")).unwrap()
+            );
+            let lane = html
+                .split("<g class=\"lane\" ")
+                .find(|g| g.contains(&format!("<title>{child}</title>")))
+                .unwrap();
+            assert!(
+                lane.contains(&format!(
+                    "started by {calls} (the trace does not say which)"
+                )),
+                "{file}: {child}: {lane}"
             );
         }
     }

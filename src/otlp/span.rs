@@ -61,6 +61,8 @@ pub mod attr {
     pub const TOOL_CALL_NAMES: &str = "windowtap.tool_call.names";
     pub const TURN_RESPONSES: &str = "windowtap.turn.responses";
     pub const TURN_KIND: &str = "windowtap.turn.kind";
+    /// A subagent turn placed under its parent's turn: how many calls may have started it.
+    pub const TURN_SPAWN_CANDIDATES: &str = "windowtap.turn.spawn_candidates";
     pub const LINK_ROLE: &str = "windowtap.link";
     /// Experimental: open-telemetry/semantic-conventions-genai PR #370 (not merged).
     pub const ATTRIBUTION_LINK_TYPE: &str = "gen_ai.attribution.link_type";

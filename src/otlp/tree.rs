@@ -5,8 +5,11 @@
 //! invoke_agent {agent}               one agent turn of a thread (root, or under a Task call)
 //! ├── chat {model}                   one model response: request time to response end
 //! │   ├── execute_tool {tool}        an MCP call attributed to this response's window
-//! │   └── execute_tool Task          a Claude Code Agent/Task call, open until its result
-//! │       └── invoke_agent {agent}   the blocking subagent's turn
+//! │   └── execute_tool Agent         a call that starts a subagent (Claude Code Agent/Task,
+//! │       │                          Codex spawn_agent), open until its result
+//! │       └── invoke_agent {agent}   the subagent's turn, when one such call is its only
+//! │                                  candidate; with several (parallel subagents) it sits
+//! │                                  under the parent's turn, linked to each candidate call
 //! └── execute_tool {tool}            an abstained call whose candidates share this trace
 //! ```
 //!
@@ -101,9 +104,14 @@ fn nonzero(id: &mut [u8]) {
     }
 }
 
-/// Claude Code's tool that runs a blocking subagent (older builds call it `Task`).
+/// A call that starts a subagent: Claude Code's `Agent` (older builds: `Task`), Codex's
+/// `spawn_agent` (namespace `multi_agent_v1`).
 fn is_subagent_call(client: Client, name: &str, kind: CallKind) -> bool {
-    client == Client::Claude && kind == CallKind::ToolUse && matches!(name, "Agent" | "Task")
+    match client {
+        Client::Claude => kind == CallKind::ToolUse && matches!(name, "Agent" | "Task"),
+        Client::Codex => kind == CallKind::Function && name == "spawn_agent",
+        Client::Other => false,
+    }
 }
 
 /// `gen_ai.provider.name` for a host: the API it talks to.
@@ -194,18 +202,37 @@ struct Turn {
     /// How its last response ended, when not completed.
     error: Option<&'static str>,
     subagent: bool,
+    /// A subagent turn whose start has several candidate calls: one link to each.
+    links: Vec<Link>,
 }
 
-/// An Agent/Task call: open from its call item until a request carries its result.
+/// A call that starts a subagent: its span runs from its call item until a request carries
+/// its result. It stays a candidate for a subagent's first turn until one is placed under it
+/// (Codex's `spawn_agent` answers at once, before its subagent's first request).
 struct SubagentCall {
     name: String,
+    client: Client,
     response: String,
+    /// The turn of the response that made it.
+    turn: String,
     thread: Option<String>,
     host: Option<String>,
     trace: TraceId,
     span: SpanId,
     parent: SpanId,
     start: Millis,
+    /// When a request carried its result (its span went out then).
+    ended: Option<Millis>,
+    /// A subagent's turn was placed under it (or its set of candidates is used up).
+    claimed: bool,
+}
+
+/// Where a subagent thread's turns go: under a span (the one call that started it, or its
+/// parent's turn), with a link to each candidate call when there were several.
+#[derive(Clone)]
+struct Placement {
+    under: Option<(TraceId, SpanId)>,
+    links: Vec<Link>,
 }
 
 /// What an `mcp_interval` told that its record does not: the outcome and the thread hint.
@@ -232,6 +259,12 @@ pub struct Tree {
     calls: HashMap<String, String>,
     turns: HashMap<String, Turn>,
     subagent_calls: HashMap<String, SubagentCall>,
+    /// Threads by id, from their first turn: where their turns go (`None`: not a subagent's)
+    /// and when one last started (forgotten after the horizon).
+    placed: HashMap<String, (Millis, Option<Placement>)>,
+    /// Candidate sets (sorted call ids) and how many threads were placed under them without
+    /// knowing which call is theirs: once as many as the calls, the set is used up.
+    shared: HashMap<Vec<String>, usize>,
     reported: HashMap<String, Reported>,
     /// Host parents of streams not yet opened here (they come ahead of the stream's events).
     joins: HashMap<String, HostParent>,
@@ -259,6 +292,8 @@ impl Tree {
             calls: HashMap::new(),
             turns: HashMap::new(),
             subagent_calls: HashMap::new(),
+            placed: HashMap::new(),
+            shared: HashMap::new(),
             reported: HashMap::new(),
             joins: HashMap::new(),
             request_joins: HashMap::new(),
@@ -411,17 +446,24 @@ impl Tree {
         out: &mut Vec<Span>,
     ) {
         let thread = self.streams.get(stream).and_then(|s| s.thread.clone());
-        // Results of Agent/Task calls: the subagent is done, its call span too.
+        // Results of calls that start subagents: the call span is done (a blocking subagent
+        // is done too; Codex's spawn_agent answers at once, and the call stays a candidate for
+        // its subagent's first turn until one is placed under it).
         for call in outputs {
-            if let Some(sc) = self.subagent_calls.remove(call) {
-                out.push(self.subagent_span(call, &sc, t, None));
-                if let Some(turn) = self
-                    .responses
-                    .get(&sc.response)
-                    .and_then(|r| self.turns.get_mut(&r.turn))
-                {
-                    turn.end = turn.end.max(t);
-                }
+            let Some(sc) = self.subagent_calls.get(call) else {
+                continue;
+            };
+            if sc.ended.is_some() {
+                continue;
+            }
+            out.push(self.subagent_span(call, sc, t, None));
+            if let Some(turn) = self.turns.get_mut(&sc.turn) {
+                turn.end = turn.end.max(t);
+            }
+            if sc.claimed {
+                self.subagent_calls.remove(call);
+            } else if let Some(sc) = self.subagent_calls.get_mut(call) {
+                sc.ended = Some(t);
             }
         }
         // The continued responses (docs/design.md §3), the latest first; only one of an
@@ -549,32 +591,24 @@ impl Tree {
         }
     }
 
-    /// A new turn: under the one open Agent/Task call of another thread of the same host (as
-    /// far as known), if there is exactly one (a blocking subagent), else the root of a trace
-    /// of its own.
+    /// A new turn: a subagent thread's goes where [`Self::place_subagent`] says, any other
+    /// is the root of a trace of its own.
     fn new_turn(
-        &self,
+        &mut self,
         key: &str,
         client: Client,
         thread: Option<String>,
         host: Option<&str>,
         start: Millis,
     ) -> Turn {
-        let under: Vec<&SubagentCall> = match (&thread, client) {
-            (Some(th), Client::Claude) => self
-                .subagent_calls
-                .values()
-                .filter(|sc| {
-                    sc.start <= start
-                        && sc.thread.as_ref() != Some(th)
-                        && same_host(sc.host.as_deref(), host)
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let (trace, parent) = match under.as_slice() {
-            [sc] => (sc.trace, Some(sc.span)),
-            _ => (self.key.trace_id("turn", key), None),
+        let placement = thread
+            .as_deref()
+            .and_then(|th| self.place_subagent(th, client, host, start));
+        let subagent = placement.is_some();
+        let (under, links) = placement.map_or((None, Vec::new()), |p| (p.under, p.links));
+        let (trace, parent) = match under {
+            Some((trace, span)) => (trace, Some(span)),
+            None => (self.key.trace_id("turn", key), None),
         };
         Turn {
             trace,
@@ -589,7 +623,95 @@ impl Tree {
             requests: Vec::new(),
             done: false,
             error: None,
-            subagent: parent.is_some(),
+            subagent,
+            links,
+        }
+    }
+
+    /// Where the turns of thread `th` go, decided at its first turn. Its candidates: the
+    /// calls that start subagents, made on another thread of the same host and client before
+    /// this turn started, not yet claimed. One: under it, and it is claimed. Several
+    /// (parallel subagents; the trace does not say which call started which thread): under
+    /// the turn that made them when that is one turn, else a root, with a link to each; the
+    /// set is used up once as many threads were placed on it as it has calls. None: not a
+    /// subagent's thread.
+    fn place_subagent(
+        &mut self,
+        th: &str,
+        client: Client,
+        host: Option<&str>,
+        start: Millis,
+    ) -> Option<Placement> {
+        if let Some((last, placement)) = self.placed.get_mut(th) {
+            *last = start;
+            return placement.clone();
+        }
+        let mut candidates: Vec<&String> = self
+            .subagent_calls
+            .iter()
+            .filter(|(_, sc)| {
+                !sc.claimed
+                    && sc.client == client
+                    && sc.start <= start
+                    && sc.thread.as_deref() != Some(th)
+                    && same_host(sc.host.as_deref(), host)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        candidates.sort();
+        let candidates: Vec<String> = candidates.into_iter().cloned().collect();
+        let placement = match candidates.as_slice() {
+            [] => None,
+            [one] => {
+                let under = self.subagent_calls.get(one).map(|sc| (sc.trace, sc.span));
+                self.claim(one);
+                Some(Placement {
+                    under,
+                    links: Vec::new(),
+                })
+            }
+            several => {
+                let links = several
+                    .iter()
+                    .filter_map(|c| self.subagent_calls.get(c))
+                    .map(|sc| link(sc.trace, sc.span, "spawn_candidate"))
+                    .collect();
+                let turn = &self.subagent_calls[&several[0]].turn;
+                let one_turn = several.iter().all(|c| {
+                    self.subagent_calls
+                        .get(c)
+                        .is_some_and(|sc| sc.turn == *turn)
+                });
+                let under = self
+                    .turns
+                    .get(turn)
+                    .filter(|_| one_turn)
+                    .map(|t| (t.trace, t.span));
+                let placed = self.shared.entry(candidates.clone()).or_insert(0);
+                *placed += 1;
+                if *placed >= candidates.len() {
+                    self.shared.remove(&candidates);
+                    for c in &candidates {
+                        self.claim(c);
+                    }
+                }
+                Some(Placement { under, links })
+            }
+        };
+        self.placed
+            .insert(th.to_owned(), (start, placement.clone()));
+        placement
+    }
+
+    /// A call a subagent was placed under: no longer a candidate; forgotten once its span is
+    /// out (else when its result comes).
+    fn claim(&mut self, call: &str) {
+        let Some(sc) = self.subagent_calls.get_mut(call) else {
+            return;
+        };
+        sc.claimed = true;
+        if sc.ended.is_some() {
+            self.subagent_calls.remove(call);
         }
     }
 
@@ -618,13 +740,17 @@ impl Tree {
                 call.to_owned(),
                 SubagentCall {
                     name: name.to_owned(),
+                    client: resp.client,
                     response: response.to_owned(),
+                    turn: resp.turn.clone(),
                     thread: resp.thread.clone(),
                     host: resp.host.clone(),
                     trace: resp.trace,
                     span: self.key.span_id("call", call),
                     parent: resp.span,
                     start: t,
+                    ended: None,
+                    claimed: false,
                 },
             );
         }
@@ -872,11 +998,16 @@ impl Tree {
         for r in open {
             self.end_response(now, &r, Some("unfinished"), out);
         }
-        let mut calls: Vec<(String, SubagentCall)> = self.subagent_calls.drain().collect();
+        let mut calls: Vec<(String, SubagentCall)> = self
+            .subagent_calls
+            .drain()
+            .filter(|(_, sc)| sc.ended.is_none())
+            .collect();
         calls.sort_by(|a, b| a.0.cmp(&b.0));
         for (id, sc) in calls {
             out.push(self.subagent_span(&id, &sc, now, Some("unfinished")));
         }
+        self.shared.clear();
         let mut turns: Vec<String> = self
             .turns
             .iter()
@@ -913,9 +1044,15 @@ impl Tree {
         calls.sort();
         for id in calls {
             if let Some(sc) = self.subagent_calls.remove(&id) {
-                out.push(self.subagent_span(&id, &sc, now, Some("unfinished")));
+                if sc.ended.is_none() {
+                    out.push(self.subagent_span(&id, &sc, now, Some("unfinished")));
+                }
             }
         }
+        let calls = &self.subagent_calls;
+        self.shared
+            .retain(|set, _| set.iter().all(|c| calls.contains_key(c)));
+        self.placed.retain(|_, (last, _)| *last >= cutoff);
         let mut idle: Vec<String> = self
             .turns
             .iter()
@@ -1036,6 +1173,9 @@ impl Tree {
         if turn.subagent {
             a.push(kv_str(attr::TURN_KIND, "subagent"));
         }
+        if !turn.links.is_empty() {
+            a.push(kv_int(attr::TURN_SPAWN_CANDIDATES, turn.links.len() as i64));
+        }
         let status = turn.error.map(|e| {
             a.push(kv_str(attr::ERROR_TYPE, e));
             error_status(e)
@@ -1044,7 +1184,7 @@ impl Tree {
             Some(n) => format!("invoke_agent {n}"),
             None => "invoke_agent".to_owned(),
         };
-        self.span(
+        let mut span = self.span(
             turn.trace,
             turn.span,
             turn.parent,
@@ -1053,7 +1193,9 @@ impl Tree {
             (turn.start, turn.end),
             a,
             status,
-        )
+        );
+        span.links = turn.links.clone();
+        span
     }
 
     fn subagent_span(

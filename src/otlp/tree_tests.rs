@@ -726,3 +726,178 @@ fn a_websocket_request_joins_by_its_own_context_and_the_others_do_not() {
     assert!(is_child(call, chat(&s, "r1")));
     assert_eq!(call.links[1].trace_id, p.trace.to_vec());
 }
+
+/// The subagent turns of `thread` (its `invoke_agent` spans).
+fn turns_of<'a>(spans: &'a [Span], thread: &str) -> Vec<&'a Span> {
+    spans
+        .iter()
+        .filter(|s| s.name.starts_with("invoke_agent") && string(s, "session.id") == Some(thread))
+        .collect()
+}
+
+/// The span ids a span links to with `role`.
+fn linked(s: &Span, role: &str) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = s
+        .links
+        .iter()
+        .filter(|l| link_attr(l, "windowtap.link") == Some(role))
+        .map(|l| l.span_id.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Claude Code: one response launches two `Agent` subagents at once (real-host scenario
+/// `claude-subagent-parallel`); each subagent calls the MCP tool and the calls overlap. The
+/// trace does not say which `Agent` call started which thread.
+const CLAUDE_PARALLEL: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"m1","client":"claude","transport":"http","thread":"sess","host":"h1"}"#,
+    r#"{"type":"request","t":1,"stream":"m1","request":"qm1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":50,"stream":"m1","response":"rm1","request":"qm1"}"#,
+    r#"{"type":"tool_call","t":200,"stream":"m1","response":"rm1","call":"toolu_ag1","item":null,"name":"Agent","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"tool_call","t":201,"stream":"m1","response":"rm1","call":"toolu_ag2","item":null,"name":"Agent","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"response_end","t":210,"stream":"m1","response":"rm1","status":"completed"}"#,
+    r#"{"type":"stream_open","t":300,"stream":"a1","client":"claude","transport":"http","thread":"sess:A","host":"h1"}"#,
+    r#"{"type":"stream_open","t":301,"stream":"b1","client":"claude","transport":"http","thread":"sess:B","host":"h1"}"#,
+    r#"{"type":"request","t":302,"stream":"a1","request":"qa1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"request","t":303,"stream":"b1","request":"qb1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":350,"stream":"a1","response":"ra1","request":"qa1"}"#,
+    r#"{"type":"response_start","t":351,"stream":"b1","response":"rb1","request":"qb1"}"#,
+    r#"{"type":"tool_call","t":500,"stream":"a1","response":"ra1","call":"toolu_a","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"tool_call","t":501,"stream":"b1","response":"rb1","call":"toolu_b","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+    r#"{"type":"response_end","t":510,"stream":"a1","response":"ra1","status":"completed"}"#,
+    r#"{"type":"response_end","t":511,"stream":"b1","response":"rb1","status":"completed"}"#,
+    r#"{"type":"mcp_interval","t":3600,"interval":"ia","alias":"probe","tool":"echo","start":520,"end":3520,"outcome":"result","tool_use_id":"toolu_a","item_id":null,"call_id":null,"thread":null,"host":"h1"}"#,
+    r#"{"type":"mcp_interval","t":3601,"interval":"ib","alias":"probe","tool":"echo","start":530,"end":3530,"outcome":"result","tool_use_id":"toolu_b","item_id":null,"call_id":null,"thread":null,"host":"h1"}"#,
+    r#"{"type":"stream_open","t":3610,"stream":"a2","client":"claude","transport":"http","thread":"sess:A","host":"h1"}"#,
+    r#"{"type":"request","t":3611,"stream":"a2","request":"qa2","previous_response":null,"outputs":["toolu_a"]}"#,
+    r#"{"type":"response_start","t":3650,"stream":"a2","response":"ra2","request":"qa2"}"#,
+    r#"{"type":"response_end","t":3700,"stream":"a2","response":"ra2","status":"completed"}"#,
+    r#"{"type":"stream_open","t":3701,"stream":"b2","client":"claude","transport":"http","thread":"sess:B","host":"h1"}"#,
+    r#"{"type":"request","t":3720,"stream":"b2","request":"qb2","previous_response":null,"outputs":["toolu_b"]}"#,
+    r#"{"type":"response_start","t":3750,"stream":"b2","response":"rb2","request":"qb2"}"#,
+    r#"{"type":"response_end","t":3800,"stream":"b2","response":"rb2","status":"completed"}"#,
+    r#"{"type":"request","t":3900,"stream":"m1","request":"qm2","previous_response":null,"outputs":["toolu_ag1","toolu_ag2"]}"#,
+    r#"{"type":"response_start","t":3950,"stream":"m1","response":"rm2","request":"qm2"}"#,
+    r#"{"type":"response_end","t":4000,"stream":"m1","response":"rm2","status":"completed"}"#,
+];
+
+/// Several candidate calls: each subagent's turn sits under the parent's turn with a link to
+/// every candidate; its MCP call under its own subagent's response.
+fn assert_parallel_subagents(
+    s: &[Span],
+    parent_thread: &str,
+    subagents: &[(&str, &str)],
+    spawn: &str,
+) {
+    assert_tree_is_whole(s);
+    let main = turns_of(s, parent_thread);
+    assert_eq!(main.len(), 1, "{:?}", names(s));
+    let main = main[0];
+    assert!(main.parent_span_id.is_empty());
+    let spawns = named(s, &format!("execute_tool {spawn}"));
+    assert_eq!(spawns.len(), 2, "{:?}", names(s));
+    let mut spawn_ids: Vec<Vec<u8>> = spawns.iter().map(|c| c.span_id.clone()).collect();
+    spawn_ids.sort();
+    for (thread, response) in subagents {
+        let turns = turns_of(s, thread);
+        assert!(!turns.is_empty(), "no turn of {thread}");
+        for t in &turns {
+            assert!(is_child(t, main), "{thread}: under the parent's turn");
+            assert_eq!(string(t, "windowtap.turn.kind"), Some("subagent"));
+            assert_eq!(int(t, "windowtap.turn.spawn_candidates"), Some(2));
+            assert_eq!(
+                linked(t, "spawn_candidate"),
+                spawn_ids,
+                "{thread}: a link to each"
+            );
+        }
+        let calls: Vec<&Span> = named(s, "execute_tool echo")
+            .into_iter()
+            .filter(|c| is_child(c, chat(s, response)))
+            .collect();
+        assert_eq!(
+            calls.len(),
+            1,
+            "{thread}: its call under its own response {response}"
+        );
+        assert_eq!(string(calls[0], "windowtap.decision"), Some("attributed"));
+        assert!(is_child(chat(s, response), turns[0]));
+    }
+}
+
+#[test]
+fn parallel_claude_subagents_sit_under_the_parents_turn_linked_to_each_agent_call() {
+    let s = spans(CLAUDE_PARALLEL);
+    assert_parallel_subagents(&s, "sess", &[("sess:A", "ra1"), ("sess:B", "rb1")], "Agent");
+    // The Agent calls run until the request that carries their results.
+    for c in named(&s, "execute_tool Agent") {
+        assert_eq!(c.end_time_unix_nano, 1_000_000_000 + 3_900_000_000);
+    }
+}
+
+#[test]
+fn parallel_codex_subagents_sit_under_the_parents_turn_linked_to_each_spawn_call() {
+    // traces/codex_parallel_subagents.jsonl: two spawn_agent calls in one response.
+    let text = include_str!("../../traces/codex_parallel_subagents.jsonl");
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    let s = spans(&lines);
+    assert_parallel_subagents(
+        &s,
+        "thP",
+        &[("thC1", "rC1"), ("thC2", "rC2")],
+        "spawn_agent",
+    );
+}
+
+/// Codex: one spawn_agent call, answered at once (the parent's next request carries its
+/// output before the subagent's first request): the subagent's turn still sits under it.
+const CODEX_ONE_SPAWN: &[&str] = &[
+    r#"{"type":"stream_open","t":0,"stream":"sP","client":"codex","transport":"http","thread":"thP","host":"hC"}"#,
+    r#"{"type":"request","t":10,"stream":"sP","request":"qP1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":20,"stream":"sP","response":"rP1","request":"qP1"}"#,
+    r#"{"type":"tool_call","t":100,"stream":"sP","response":"rP1","call":"call_s","item":"fc_s","name":"spawn_agent","namespace":"multi_agent_v1","kind":"function"}"#,
+    r#"{"type":"response_end","t":110,"stream":"sP","response":"rP1","status":"completed"}"#,
+    r#"{"type":"stream_close","t":111,"stream":"sP"}"#,
+    r#"{"type":"stream_open","t":150,"stream":"sP2","client":"codex","transport":"http","thread":"thP","host":"hC"}"#,
+    r#"{"type":"request","t":151,"stream":"sP2","request":"qP2","previous_response":null,"outputs":["call_s"]}"#,
+    r#"{"type":"response_start","t":160,"stream":"sP2","response":"rP2","request":"qP2"}"#,
+    r#"{"type":"response_end","t":170,"stream":"sP2","response":"rP2","status":"completed"}"#,
+    r#"{"type":"stream_close","t":171,"stream":"sP2"}"#,
+    r#"{"type":"stream_open","t":200,"stream":"sC","client":"codex","transport":"http","thread":"thC","host":"hC"}"#,
+    r#"{"type":"request","t":201,"stream":"sC","request":"qC1","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":210,"stream":"sC","response":"rC1","request":"qC1"}"#,
+    r#"{"type":"response_end","t":300,"stream":"sC","response":"rC1","status":"completed"}"#,
+    r#"{"type":"stream_close","t":301,"stream":"sC"}"#,
+    r#"{"type":"stream_open","t":400,"stream":"sC2","client":"codex","transport":"http","thread":"thC","host":"hC"}"#,
+    r#"{"type":"request","t":401,"stream":"sC2","request":"qC2","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":410,"stream":"sC2","response":"rC2","request":"qC2"}"#,
+    r#"{"type":"response_end","t":420,"stream":"sC2","response":"rC2","status":"completed"}"#,
+    r#"{"type":"stream_close","t":421,"stream":"sC2"}"#,
+    // Another thread of another host: not a subagent of this spawn.
+    r#"{"type":"stream_open","t":500,"stream":"sX","client":"codex","transport":"http","thread":"thX","host":"hX"}"#,
+    r#"{"type":"request","t":501,"stream":"sX","request":"qX","previous_response":null,"outputs":[]}"#,
+    r#"{"type":"response_start","t":510,"stream":"sX","response":"rX","request":"qX"}"#,
+    r#"{"type":"response_end","t":520,"stream":"sX","response":"rX","status":"completed"}"#,
+];
+
+#[test]
+fn a_codex_subagent_sits_under_its_one_spawn_call_even_after_it_answered() {
+    let s = spans(CODEX_ONE_SPAWN);
+    assert_tree_is_whole(&s);
+    let spawn = one(&s, "execute_tool spawn_agent");
+    assert!(is_child(spawn, chat(&s, "rP1")));
+    assert_eq!(spawn.end_time_unix_nano, 1_000_000_000 + 151_000_000);
+    let sub = turns_of(&s, "thC");
+    assert_eq!(sub.len(), 2, "both of the subagent's turns");
+    for t in sub {
+        assert!(is_child(t, spawn));
+        assert!(t.links.is_empty());
+        assert_eq!(int(t, "windowtap.turn.spawn_candidates"), None);
+    }
+    let other = turns_of(&s, "thX");
+    assert!(
+        other[0].parent_span_id.is_empty(),
+        "another host's thread is a root"
+    );
+}

@@ -117,6 +117,10 @@ pub struct Lane {
     pub parent: Option<usize>,
     /// How many parents up to a top-level thread (0 for one).
     pub depth: usize,
+    /// A subagent's: the spawn calls (`Agent c1`, `spawn_agent c2`) of the parent's window
+    /// it was placed under. One: the call that started it. Several (parallel subagents): the
+    /// trace does not say which one did; each is a candidate.
+    pub spawned_by: Vec<String>,
 }
 
 /// Tool calls that start a subagent: Claude Code's `Agent` (formerly `Task`), Codex's
@@ -224,6 +228,7 @@ impl Lanes {
             first: t,
             parent: None,
             depth: 0,
+            spawned_by: Vec::new(),
         });
         self.index.insert(key, self.lanes.len() - 1);
         self.lanes.len() - 1
@@ -236,8 +241,8 @@ struct FromTrace {
     lost: Vec<Lost>,
     /// Turn starts by lane key: only lanes that get something else are drawn.
     turns: Vec<(LaneKey, Millis, String)>,
-    /// Subagent lane key -> its parent's lane key.
-    parents: HashMap<LaneKey, LaneKey>,
+    /// Subagent lane key -> its parent's lane key and the spawn calls of the parent's window.
+    parents: HashMap<LaneKey, (LaneKey, Vec<String>)>,
 }
 
 /// Every window of a trace, every loss of observation and every turn start, per docs/design.md §3.
@@ -252,6 +257,8 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
     // Call id -> window, for continuations by tool output.
     let mut by_call: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut windows: Vec<Window> = Vec::new();
+    // Response -> its spawn calls (`name call`), for naming what started a subagent.
+    let mut spawn_calls: HashMap<&str, Vec<String>> = HashMap::new();
     let mut open: Vec<usize> = Vec::new();
     let mut lost = Vec::new();
     let mut turns = Vec::new();
@@ -357,6 +364,12 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                     }
                 };
                 by_call.entry(call).or_default().push(idx);
+                if SPAWN_TOOLS.contains(&name.as_str()) {
+                    spawn_calls
+                        .entry(response)
+                        .or_default()
+                        .push(format!("{name} {call}"));
+                }
             }
             EventKind::Request {
                 stream,
@@ -469,11 +482,16 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 };
                 // A host's subagents are of its own kind (Claude Code's, Codex's).
                 let same_client = clients.get(&k) == clients.get(key);
-                (k != *key && started < *t && same_host && same_client).then_some((w.open, k))
+                (k != *key && started < *t && same_host && same_client).then_some((
+                    w.open,
+                    k,
+                    w.response.as_str(),
+                ))
             })
             .max_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some((_, k)) = parent {
-            parents.insert(key.clone(), k);
+        if let Some((_, k, response)) = parent {
+            let calls = spawn_calls.get(response).cloned().unwrap_or_default();
+            parents.insert(key.clone(), (k, calls));
         }
     }
     FromTrace {
@@ -599,7 +617,7 @@ impl Timeline {
             .map(|l| {
                 parents
                     .get(&l.key)
-                    .and_then(|k| lanes.index.get(k).copied())
+                    .and_then(|(k, _)| lanes.index.get(k).copied())
             })
             .collect();
         let mut by_first: Vec<usize> = (0..lanes.lanes.len()).collect();
@@ -648,6 +666,13 @@ impl Timeline {
             .map(|i| Lane {
                 parent: parent_of[*i].map(|p| new_index[p]),
                 depth: depth[*i],
+                spawned_by: match parent_of[*i] {
+                    Some(_) => parents
+                        .get(&lanes.lanes[*i].key)
+                        .map(|(_, calls)| calls.clone())
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                },
                 ..lanes.lanes[*i].clone()
             })
             .collect();
@@ -823,6 +848,57 @@ mod tests {
         assert_eq!((tl.lanes[1].parent, tl.lanes[1].depth), (Some(0), 1));
         assert_eq!((tl.lanes[0].parent, tl.lanes[2].parent), (None, None));
         assert_eq!(tl.windows[0].names, ["Agent"]);
+        // The one Agent call of the parent's window started it; a root names none.
+        assert_eq!(tl.lanes[1].spawned_by, ["Agent a"]);
+        assert!(tl.lanes[0].spawned_by.is_empty() && tl.lanes[2].spawned_by.is_empty());
+    }
+
+    /// Parallel subagents (one response, two spawn calls): each subagent's call is drawn on
+    /// its own subagent's lane, and both lanes name both calls as candidates.
+    #[test]
+    fn parallel_subagents_calls_sit_on_their_own_lanes() {
+        for (file, parent, calls) in [
+            (
+                "claude_parallel_agents_same_tool.jsonl",
+                "sess1",
+                ["Agent toolu_a1", "Agent toolu_a2"],
+            ),
+            (
+                "codex_parallel_subagents.jsonl",
+                "thP",
+                ["spawn_agent call_s1", "spawn_agent call_s2"],
+            ),
+        ] {
+            let path = format!("{}/traces/{file}", env!("CARGO_MANIFEST_DIR"));
+            let ev = read_all(std::fs::read(&path).unwrap().as_slice(), file).unwrap();
+            let mut c = correlator::Correlator::new(correlator::Config::default());
+            let mut records = Vec::new();
+            for e in &ev {
+                c.push(e, &mut records);
+            }
+            c.finish(&mut records);
+            let tl = Timeline::build(records, Some((&ev, 1_800_000.0)));
+            let mut subagent_marks = 0;
+            for m in &tl.marks {
+                let r = &tl.records[m.record];
+                let Some(w) = &r.window else { continue };
+                let lane = &tl.lanes[m.lane];
+                assert_eq!(
+                    lane.key,
+                    LaneKey::Thread(w.thread.clone().unwrap()),
+                    "{file}"
+                );
+                if let Some(p) = lane.parent {
+                    subagent_marks += 1;
+                    assert_eq!(tl.lanes[p].key, LaneKey::Thread(parent.into()));
+                    assert_eq!(lane.spawned_by, calls, "{file}");
+                }
+            }
+            assert_eq!(
+                subagent_marks, 2,
+                "{file}: both subagents' calls attributed"
+            );
+        }
     }
 
     #[test]

@@ -551,6 +551,20 @@ pub const LABEL_CHARS: usize = 24;
 /// How far each level of subagent nesting indents a lane's label.
 const INDENT: f64 = 14.0;
 
+/// What started a subagent lane, for its hover title: the parent's spawn call when the
+/// trace says which one, else every candidate (parallel subagents).
+fn started_by_text(parent: &str, spawned_by: &[String]) -> String {
+    match spawned_by {
+        [] => parent.to_owned(),
+        [one] => format!("{one} of {parent}"),
+        several => format!(
+            "one of the {} calls {} of {parent} (the trace does not say which)",
+            several.len(),
+            several.join(", ")
+        ),
+    }
+}
+
 fn lane_label(out: &mut String, label: &str, depth: usize, y: f64, h: f64) {
     // Long ids (a pseudonym is 32 hex digits) are shortened on screen; the full label is in
     // the hover title. A subagent's label is indented under its parent's and marked `↳`.
@@ -642,6 +656,8 @@ struct Slots {
     depths: Vec<usize>,
     /// The label of each slot's parent lane, for a subagent's.
     parents: Vec<Option<String>>,
+    /// What started each slot's subagent lane (its hover title).
+    started_by: Vec<Option<String>>,
 }
 
 impl Slots {
@@ -651,6 +667,7 @@ impl Slots {
         let mut details = Vec::new();
         let mut depths = Vec::new();
         let mut parents = Vec::new();
+        let mut started_by = Vec::new();
         let threads = tl
             .lanes
             .iter()
@@ -666,6 +683,10 @@ impl Slots {
                     (Some(_), None) => Some("subagent".into()),
                     (None, d) => d.clone(),
                 });
+                started_by.push(
+                    lane.parent
+                        .map(|p| started_by_text(&tl.lanes[p].key.label(), &lane.spawned_by)),
+                );
                 parents.push(lane.parent.map(|p| tl.lanes[p].key.label()));
                 depths.push(lane.depth);
                 of.push(labels.len() - 1);
@@ -675,6 +696,7 @@ impl Slots {
                     details.push(None);
                     depths.push(0);
                     parents.push(None);
+                    started_by.push(None);
                     labels.len() - 1
                 });
                 of.push(slot);
@@ -686,6 +708,7 @@ impl Slots {
             details,
             depths,
             parents,
+            started_by,
         }
     }
 }
@@ -836,7 +859,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 } else {
                     d.clone()
                 };
-                let full = match &slots.parents[lane] {
+                let full = match &slots.started_by[lane] {
                     Some(p) => format!("{d}: started by {p}"),
                     None => d.clone(),
                 };
