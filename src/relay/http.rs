@@ -7,8 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header::{self, HeaderMap};
-use http::{Method, Request, Response, Version};
+use http::header;
+use http::{Request, Response, Version};
 use http_body_util::Either;
 use hyper::body::Incoming;
 
@@ -22,32 +22,6 @@ use super::observer;
 use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::upstream::{Driven, Lease};
-use crate::otlp::host_trace::HostParent;
-
-/// Starts observing an exchange (`method`, the path under its mount, the request headers) if
-/// its route is observed. The verbatim path starts its exchanges' observation here too.
-pub(super) fn observe(
-    state: &State,
-    method: &Method,
-    rest: &str,
-    headers: &HeaderMap,
-) -> Option<Tap> {
-    let live = state.live.as_ref()?;
-    let plan = observer::plan(method.as_str(), rest_path(rest), false, headers)?;
-    let encoding = header_str(headers, &header::CONTENT_ENCODING);
-    // `--join-host-trace`: the host's span this request was made under, left for the
-    // correlator task before the stream's first event can reach it (docs/design.md §7).
-    let joined = live
-        .host_parents
-        .as_ref()
-        .and_then(|hp| Some((hp, HostParent::from_headers(headers)?)));
-    state.start_tap(|stream, out| {
-        if let Some((hp, parent)) = joined {
-            hp.put(&stream, parent);
-        }
-        plan.open_http(stream, encoding, &state.budget, out)
-    })
-}
 
 /// Forwards one HTTP exchange to `mount`'s upstream and streams its response back.
 pub async fn forward(
@@ -57,7 +31,7 @@ pub async fn forward(
     req: Request<Incoming>,
 ) -> Response<ResBody> {
     let log = ExchangeLog::new(&mount.name, req.method(), rest_path(&rest));
-    let tap = observe(&state, req.method(), &rest, req.headers()).map(Arc::new);
+    let tap = observer::observe(&state, req.method(), &rest, req.headers()).map(Arc::new);
     let Ok(uri) = mount.upstream_uri(&rest) else {
         return failure::bad_path(&log, &mount.name);
     };

@@ -6,11 +6,40 @@ use correlator::observe::{classify, observed_route, Api, ExchangeInfo, HttpObser
 use std::sync::Arc;
 
 use correlator::EventKind;
-use http::HeaderMap;
+use http::header::{self, HeaderMap};
+use http::Method;
 
 use crate::otlp::host_trace::{HostParent, HostParents};
 
-use super::tap::{StreamObserver, TapMsg};
+use super::dispatch::rest_path;
+use super::headers::header_str;
+use super::state::State;
+use super::tap::{StreamObserver, Tap, TapMsg};
+
+/// Starts observing an exchange (`method`, the path under its mount, the request headers) if
+/// its route is observed: for both the verbatim path and hyper's.
+pub(super) fn observe(
+    state: &State,
+    method: &Method,
+    rest: &str,
+    headers: &HeaderMap,
+) -> Option<Tap> {
+    let live = state.live.as_ref()?;
+    let plan = plan(method.as_str(), rest_path(rest), false, headers)?;
+    let encoding = header_str(headers, &header::CONTENT_ENCODING);
+    // `--join-host-trace`: the host's span this request was made under, left for the
+    // correlator task before the stream's first event can reach it (docs/design.md §7).
+    let joined = live
+        .host_parents
+        .as_ref()
+        .and_then(|hp| Some((hp, HostParent::from_headers(headers)?)));
+    state.start_tap(|stream, out| {
+        if let Some((hp, parent)) = joined {
+            hp.put(&stream, parent);
+        }
+        plan.open_http(stream, encoding, &state.budget, out)
+    })
+}
 
 /// An exchange that will be observed: decided from its request head.
 pub struct Plan {

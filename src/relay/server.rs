@@ -19,7 +19,7 @@ use super::mounts::Mounts;
 use super::state::State;
 use super::timers::Timers;
 use super::tunnels::Tunnels;
-use super::{cores, dispatch, failure, tap, upstream, verbatim};
+use super::{cores, failure, tap, upstream, verbatim};
 use crate::clock::Clock;
 use crate::live::{self, LiveConfig, Sinks, Timed};
 use crate::ratelimit::Repeated;
@@ -272,40 +272,6 @@ pub async fn serve(
     }
 }
 
-/// Serves a client connection with hyper (WebSocket upgrades, everything the verbatim path
-/// hands over) until it ends or the drain closes it.
-pub(super) async fn serve_hyper<I>(io: I, state: Arc<State>, mut drain: watch::Receiver<bool>)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let header_timeout = state.clients.header_timeout;
-    let timers = state.timers.clone();
-    let service = hyper::service::service_fn(move |req| dispatch::handle(state.clone(), req));
-    let conn = hyper::server::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        // The response head is the upstream's: no Date it did not send.
-        .auto_date_header(false)
-        // Without a timer hyper applies no header read timeout at all: slow and idle
-        // clients held their connections (and descriptors) for good.
-        .timer(timers)
-        .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let ended = tokio::select! {
-        r = conn.as_mut() => r,
-        // Also when the sender is gone: nobody is left to wait for this connection.
-        _ = async { drop(drain.wait_for(|d| *d).await) } => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    drop(drain);
-    if let Err(e) = ended {
-        tracing::debug!(error_kind = %error_kind(&e), "client connection ended with an error");
-    }
-}
-
 static ACCEPT_FAILED_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
 
 /// Answers a connection over the cap with a 503 and closes it: a clean refusal the client
@@ -321,19 +287,4 @@ async fn refuse(io: tokio::net::TcpStream, refusal: limits::Admitted) {
         .serve_connection(TokioIo::new(io), service)
         .await;
     drop(refusal);
-}
-
-/// A fixed word for a connection error (its text could echo request bytes).
-fn error_kind(e: &hyper::Error) -> &'static str {
-    if e.is_parse() {
-        "parse"
-    } else if e.is_incomplete_message() {
-        "incomplete"
-    } else if e.is_timeout() {
-        "timeout"
-    } else if e.is_canceled() {
-        "canceled"
-    } else {
-        "io"
-    }
 }

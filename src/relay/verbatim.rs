@@ -19,7 +19,7 @@
 //! Anything else (a WebSocket upgrade, `Expect`, a chunked or ambiguous request body, `HEAD`,
 //! `CONNECT`, a head too large or malformed, a path no mount routes) hands the connection to
 //! hyper, with the bytes read so far put back in front of it: hyper then serves it to its end
-//! as before ([`super::server::serve_hyper`]). What the verbatim path serves it serves as
+//! as before ([`super::dispatch::serve_hyper`]). What the verbatim path serves it serves as
 //! hyper did: the same header changes, the same timeouts (the header timeout from the start
 //! of waiting for a head; the response timeout until the response head), the same error
 //! answers ([`super::failure`]), the same log line and observation. Where it differs, it is
@@ -88,7 +88,7 @@ pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Re
                     ahead: client.buf.freeze(),
                     io: client.io,
                 };
-                return super::server::serve_hyper(io, state, drain).await;
+                return super::dispatch::serve_hyper(io, state, drain).await;
             }
             Ok(Next::Request(r)) => r,
         };
@@ -203,7 +203,7 @@ fn observe(state: &State, r: &Routed) -> Option<Tap> {
             headers.append(n, v);
         }
     }
-    super::http::observe(state, &r.head.method, &r.rest, &headers)
+    super::observer::observe(state, &r.head.method, &r.rest, &headers)
 }
 
 /// Why sending a request did not get a response head.
