@@ -14,7 +14,7 @@ up across all of them. The check, for the run's spans:
 - every attributed MCP call (one per `attributed` record) is an `execute_tool` span under a
   `chat` span, in that trace, with the window's attribution (`windowtap.decision` =
   `attributed`, `windowtap.window.*`), and every trace holding a call has exactly one root,
-  the host's interaction span (one trace per interaction);
+  the host's (Claude Code's interaction, Codex's turn): one trace per interaction;
 - every model request the upstream logged carried exactly one `traceparent` of the W3C shape
   (with --expect-parent).
 
@@ -146,9 +146,8 @@ def main():
         in_trace = [s for s in spans.values() if s["context"]["trace_id"] == tid]
         rs = [s["name"] for s in in_trace if not s.get("parent_id")]
         roots[tid] = rs
-        if len(rs) != 1 or rs[0] in ("invoke_agent Claude Code", "invoke_agent Codex"):
-            if expect:
-                why.append(f"trace with a call: roots {rs}")
+        if len(rs) != 1 or rs[0].startswith("invoke_agent"):
+            why.append(f"trace with a call: roots {rs}")
 
     # What the host sent: header names and the shape of its trace context (never values).
     seen = lines(upstream_log)
@@ -170,9 +169,25 @@ def main():
         if bad or not model:
             why.append(f"{len(bad)} of {len(model)} model requests without one W3C traceparent")
 
+    # The run's traces (those its spans are in), their span names, and each chat span's and
+    # call's ancestors up to the root, as counted paths.
+    run_traces = {s["context"]["trace_id"] for s in ours}
     names = {}
     for s in spans.values():
-        names[s["name"]] = names.get(s["name"], 0) + 1
+        if s["context"]["trace_id"] in run_traces:
+            names[s["name"]] = names.get(s["name"], 0) + 1
+
+    def path(s):
+        out = []
+        while s is not None and len(out) < 64:
+            out.append(s["name"])
+            s = parent(s)
+        return " < ".join(out)
+
+    paths = {}
+    for s in chats + calls:
+        k = path(s)
+        paths[k] = paths.get(k, 0) + 1
     url = None
     for t in calls:
         c = parent(t)
@@ -182,10 +197,12 @@ def main():
             break
     out = {
         "ok": not why, "why": why[:20],
-        "spans": len(spans), "traces": len({s["context"]["trace_id"] for s in spans.values()}),
+        "run_traces": len(run_traces),
+        "run_trace_spans": sum(1 for s in spans.values() if s["context"]["trace_id"] in run_traces),
         "chat_spans": len(chats), "chat_parents": chat_parents,
         "attributed_records": len(attributed), "calls_joined": joined_calls,
         "call_trace_roots": sorted({" | ".join(r) for r in roots.values()}),
+        "paths": dict(sorted(paths.items())),
         "span_names": dict(sorted(names.items())),
         "model_requests": len(model), "traceparent_shapes": shapes,
         "model_request_headers": sorted({h for e in model for h in e.get("headers", [])}),
