@@ -33,7 +33,9 @@
 #                   runs inside the namespace; each windowtap leg (`windowtap run` only) adds
 #                   `--join-host-trace --otlp-endpoint` toward it, and scripts/phoenix-joined.py
 #                   checks through Phoenix's API that the host's spans and windowtap's are one
-#                   trace; a picture of it goes to DIR/phoenix-trace.png (needs chromium)
+#                   trace; a picture of it goes to DIR/phoenix-trace.png (needs chromium;
+#                   with E2E_PHOENIX_NODE_PATH, a node_modules holding playwright-core, the
+#                   picture shows the MCP call's attributes, scripts/phoenix-picture.mjs)
 #   E2E_PHOENIX_EXPECT  per host, the span the chat spans must hang under, e.g.
 #                   "claude=claude_code.llm_request" (a host not named is only reported)
 set -euo pipefail
@@ -588,7 +590,11 @@ phoenix_check() {
     echo "$result" >"$dir/phoenix.json"
     local url
     url=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("url") or "")' "$result" 2>/dev/null)
-    if [ -n "$url" ] && command -v chromium >/dev/null; then
+    if [ -n "$url" ] && [ -n "${E2E_PHOENIX_NODE_PATH:-}" ]; then
+        # The call's span with windowtap's attributes open (playwright-core drives chromium).
+        NODE_PATH=$E2E_PHOENIX_NODE_PATH timeout 120 node "$ROOT/scripts/phoenix-picture.mjs" \
+            "$url" "$dir/phoenix-trace.png" windowtap >/dev/null 2>&1 || say "could not render $url"
+    elif [ -n "$url" ] && command -v chromium >/dev/null; then
         timeout 120 chromium --headless=new --no-sandbox --disable-gpu --no-first-run \
             --disable-background-networking --hide-scrollbars --window-size=1400,900 \
             --virtual-time-budget=15000 --screenshot="$dir/phoenix-trace.png" "$url" \

@@ -19,8 +19,9 @@ up across all of them. The check, for the run's spans:
   (with --expect-parent).
 
 Prints one JSON object: ok, why, counts, the span names seen, the parent names of the chat
-spans, what the upstream saw (header names, trace-context shapes), and `url`, Phoenix's view of
-one joined trace with its chat span selected (for the picture). Exit 0 when ok.
+spans and each joined span's ancestors, what the upstream saw (header names, trace-context
+shapes), and `url`, Phoenix's view of one joined trace with an MCP call's span selected (for
+the picture). Exit 0 when ok.
 """
 import json
 import sys
@@ -192,8 +193,8 @@ def main():
     for t in calls:
         c = parent(t)
         if c is not None and parent(c) is not None:
-            url = (f"{base}/projects/{c['_project']['id']}/traces/{c['context']['trace_id']}"
-                   f"?selectedSpanNodeId={c['id']}")
+            url = (f"{base}/projects/{t['_project']['id']}/traces/{t['context']['trace_id']}"
+                   f"?selectedSpanNodeId={t['id']}")
             break
     out = {
         "ok": not why, "why": why[:20],

@@ -13,8 +13,9 @@
 # exported hangs under Claude Code's `claude_code.llm_request` span (the one whose
 # `traceparent` the request carried), that every attributed MCP call's execute_tool span is
 # under its chat span with the window's attribution, and that each such trace has one root,
-# Claude Code's interaction; it fails the row otherwise. Pictures: target/e2e/runs/<run>/
-# phoenix-trace.png.
+# Claude Code's interaction; it fails the row otherwise. Pictures (Phoenix's view of the MCP
+# call's span in its trace, windowtap's attributes open; scripts/phoenix-picture.mjs with
+# playwright-core from npm): target/e2e/runs/<run>/phoenix-trace.png.
 #
 # Environment: E2E_SCENARIOS (default "claude-toolsearch claude-subagent-blocking"; Codex
 # scenarios are reported, not required: see docs/otlp.md for what Codex sends), E2E_HOLDS
@@ -30,6 +31,15 @@ if [ ! -x "$venv/bin/phoenix" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check arize-phoenix
 fi
+# playwright-core (npm, once) drives chromium for the pictures; without it, plain chromium.
+pw="$scratch/playwright"
+if [ ! -d "$pw/node_modules/playwright-core" ]; then
+    mkdir -p "$pw"
+    [ -f "$pw/package.json" ] || echo '{"private":true}' >"$pw/package.json"
+    (cd "$pw" && npm install --no-audit --no-fund --loglevel=error playwright-core >&2) ||
+        echo "phoenix-real-claude: no playwright-core: plain chromium pictures" >&2
+fi
+[ -d "$pw/node_modules/playwright-core" ] && export E2E_PHOENIX_NODE_PATH="$(realpath "$pw/node_modules")"
 # The namespace gets a fresh /tmp: the venv must live elsewhere to be seen from inside.
 case "$(realpath "$venv")" in
 /tmp/*) echo "phoenix-real-claude: WINDOWTAP_PHOENIX_DIR must not be under /tmp (the namespace mounts its own)" >&2; exit 2 ;;
