@@ -24,36 +24,12 @@ shapes), and `url`, Phoenix's view of one joined trace with an MCP call's span s
 the picture). Exit 0 when ok.
 """
 import json
+import os
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
-
-def get(base, path, **q):
-    url = f"{base}{path}" + ("?" + urllib.parse.urlencode(q) if q else "")
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.load(r)
-
-
-def project_spans(base, name):
-    """Every span of a project, following the REST API's cursor."""
-    out, cursor = [], None
-    while True:
-        q = {"limit": "1000"}
-        if cursor:
-            q["cursor"] = cursor
-        try:
-            page = get(base, f"/v1/projects/{urllib.parse.quote(name)}/spans", **q)
-        except urllib.error.HTTPError as e:
-            if e.code == 404:  # the project appears with its first span
-                return []
-            raise
-        out += page["data"]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from phoenix_api import get, project_spans  # noqa: E402
 
 
 def all_spans(base):
