@@ -592,7 +592,7 @@ phoenix_check() {
     url=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("url") or "")' "$result" 2>/dev/null)
     if [ -n "$url" ] && [ -n "${E2E_PHOENIX_NODE_PATH:-}" ]; then
         # The call's span with windowtap's attributes open (playwright-core drives chromium).
-        NODE_PATH=$E2E_PHOENIX_NODE_PATH timeout 120 node "$ROOT/scripts/phoenix-picture.mjs" \
+        NODE_PATH=$E2E_PHOENIX_NODE_PATH timeout 300 node "$ROOT/scripts/phoenix-picture.mjs" \
             "$url" "$dir/phoenix-trace.png" windowtap >/dev/null 2>&1 || say "could not render $url"
     elif [ -n "$url" ] && command -v chromium >/dev/null; then
         timeout 120 chromium --headless=new --no-sandbox --disable-gpu --no-first-run \

@@ -19,10 +19,10 @@ const browser = await chromium.launch({
 });
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
-  await page.goto(url, { waitUntil: "networkidle", timeout: 60000 });
+  await page.goto(url, { waitUntil: "networkidle", timeout: 120000 });
   // The selected span's details (its tabs) show once the trace has rendered.
   const attributes = page.getByRole("tab", { name: /Attributes/ }).first();
-  await attributes.waitFor({ timeout: 60000 });
+  await attributes.waitFor({ timeout: 120000 });
   await attributes.click();
   // Only windowtap's own attributes: the attribution (decision, evidence, window) fits.
   if (filter) {
