@@ -5,7 +5,7 @@
 #
 #   scripts/phoenix-real-claude.sh
 #
-# Installs arize-phoenix into a venv (as scripts/phoenix-check.sh does, in the same place),
+# Installs arize-phoenix into a venv (as scripts/phoenix-check.sh does),
 # then runs scripts/e2e-real-hosts.sh with E2E_PHOENIX: inside its network namespace Phoenix
 # serves on loopback, and each windowtap leg is `windowtap run --join-host-trace
 # --otlp-endpoint <Phoenix>` around the real host with a wrapped MCP server. After each leg
@@ -19,11 +19,13 @@
 #
 # Environment: E2E_SCENARIOS (default "claude-toolsearch claude-subagent-blocking"; Codex
 # scenarios are reported, not required: see docs/otlp.md for what Codex sends), E2E_HOLDS
-# (default 0), WINDOWTAP_PHOENIX_DIR (default $TMPDIR/windowtap-phoenix).
+# (default 0), WINDOWTAP_PHOENIX_DIR (venv and playwright-core; default target/phoenix, not
+# under /tmp).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-scratch="${WINDOWTAP_PHOENIX_DIR:-${TMPDIR:-/tmp}/windowtap-phoenix}"
+# Not under /tmp: the namespace mounts a fresh one, where the venv would not be seen.
+scratch="${WINDOWTAP_PHOENIX_DIR:-$here/target/phoenix}"
 venv="$scratch/venv"
 if [ ! -x "$venv/bin/phoenix" ]; then
     echo "phoenix-real-claude: installing arize-phoenix into $venv" >&2
