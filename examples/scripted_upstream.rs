@@ -40,7 +40,13 @@
 //! `--log FILE` gets one JSON line per exchange (and per WebSocket frame): method, path
 //! template, what the script chose to answer and the event types sent; for Messages also
 //! whether the request came from a subagent and the names of its `x-claude-code-*` headers.
-//! Never a header value, a body, a prompt or a tool argument.
+//! Before it, a `seen` line per HTTP request with the names of all its headers, and for trace
+//! context (a `traceparent` header, or a `response.create` frame's
+//! `client_metadata.ws_request_header_traceparent`) only its shape, e.g.
+//! `00-<32 hex>-<16 hex>-01`, and for `x-codex-turn-metadata` (header or `client_metadata`
+//! entry) only its JSON keys; a frame's line also names its `client_metadata` keys. That is what
+//! docs/otlp.md says each host sends. Never a header value, an id, a body, a prompt or a tool
+//! argument.
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -1097,6 +1103,79 @@ fn upgrade(s: Arc<Script>, req: Request<Incoming>, path: String) -> Response<Bod
         .expect("static response parts are valid")
 }
 
+/// What a request says about trace context, without a value: the W3C `traceparent` shape
+/// with its version and flags spelled out and its ids reduced to their length, or `other`
+/// with the length.
+fn traceparent_shape(v: &[u8]) -> String {
+    let hex = |b: &[u8]| b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    let parts: Vec<&[u8]> = v.split(|c| *c == b'-').collect();
+    match parts.as_slice() {
+        [ver, trace, span, flags, rest @ ..]
+            if ver.len() == 2
+                && trace.len() == 32
+                && span.len() == 16
+                && flags.len() == 2
+                && hex(ver)
+                && hex(trace)
+                && hex(span)
+                && hex(flags) =>
+        {
+            format!(
+                "{}-<32 hex>-<16 hex>-{}{}",
+                String::from_utf8_lossy(ver),
+                String::from_utf8_lossy(flags),
+                if rest.is_empty() { "" } else { "-<more>" }
+            )
+        }
+        _ => format!("other ({} bytes)", v.len()),
+    }
+}
+
+/// The keys of `x-codex-turn-metadata` (a JSON object in a string), never its values.
+fn turn_metadata_keys(v: &[u8]) -> Value {
+    match serde_json::from_slice::<Value>(v) {
+        Ok(Value::Object(m)) => json!(m.keys().collect::<Vec<_>>()),
+        _ => json!("not a JSON object"),
+    }
+}
+
+/// The `seen` log line of an HTTP request: header names, the trace context's shape (one
+/// entry per `traceparent` header) and the turn metadata's keys.
+fn seen_line(method: &Method, path: &str, headers: &HeaderMap) -> Value {
+    let mut names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    let traceparent: Vec<String> = headers
+        .get_all("traceparent")
+        .iter()
+        .map(|v| traceparent_shape(v.as_bytes()))
+        .collect();
+    let mut line = json!({"seen": method.as_str(), "path": path, "headers": names,
+        "traceparent": traceparent});
+    if let Some(v) = headers.get("x-codex-turn-metadata") {
+        line["turn_metadata_keys"] = turn_metadata_keys(v.as_bytes());
+    }
+    line
+}
+
+/// The same for a `response.create` frame's `client_metadata`: its keys, the shape of the
+/// trace context Codex puts there, and the turn metadata's keys.
+fn client_metadata_facts(req: &Value) -> Value {
+    let Some(meta) = req["client_metadata"].as_object() else {
+        return json!(null);
+    };
+    let mut facts = json!({"keys": meta.keys().collect::<Vec<_>>()});
+    if let Some(tp) = meta
+        .get("ws_request_header_traceparent")
+        .and_then(Value::as_str)
+    {
+        facts["traceparent"] = json!(traceparent_shape(tp.as_bytes()));
+    }
+    if let Some(tm) = meta.get("x-codex-turn-metadata").and_then(Value::as_str) {
+        facts["turn_metadata_keys"] = turn_metadata_keys(tm.as_bytes());
+    }
+    facts
+}
+
 /// Serves `response.create` frames one at a time until the client goes away. Returns a fixed
 /// word for how the connection ended.
 async fn serve_ws<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
@@ -1149,7 +1228,7 @@ async fn serve_ws<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         }
         s.log(json!({"ws": path, "frame": frame, "answer": plan.word(),
             "continues": req["previous_response_id"].is_string(), "events": types,
-            "held_ms": held}));
+            "held_ms": held, "client_metadata": client_metadata_facts(&req)}));
     }
 }
 
@@ -1160,6 +1239,7 @@ fn route(s: Arc<Script>, req: Request<Incoming>) -> RouteFuture {
     Box::pin(async move {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
+        s.log(seen_line(&method, &path, req.headers()));
         if method == Method::GET && path.ends_with("/responses") && is_upgrade(req.headers()) {
             return Ok(upgrade(s, req, path));
         }
@@ -1308,6 +1388,37 @@ async fn run(args: Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_keeps_the_shape_of_trace_context_not_its_ids() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(traceparent_shape(tp.as_bytes()), "00-<32 hex>-<16 hex>-01");
+        assert_eq!(
+            traceparent_shape(format!("01-{}-x", &tp[3..]).as_bytes()),
+            "01-<32 hex>-<16 hex>-01-<more>"
+        );
+        assert_eq!(traceparent_shape(b"secret"), "other (6 bytes)");
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", tp.parse().unwrap());
+        h.insert(
+            "x-codex-turn-metadata",
+            r#"{"turn_id":"secret-turn"}"#.parse().unwrap(),
+        );
+        let line = seen_line(&Method::POST, "/v1/responses", &h).to_string();
+        assert!(
+            !line.contains("4bf92f") && !line.contains("secret"),
+            "{line}"
+        );
+        assert!(line.contains("turn_id") && line.contains("x-codex-turn-metadata"));
+        let frame = json!({"client_metadata": {"ws_request_header_traceparent": tp,
+            "x-codex-turn-metadata": r#"{"turn_id":"secret-turn"}"#}});
+        let facts = client_metadata_facts(&frame).to_string();
+        assert!(
+            !facts.contains("4bf92f") && !facts.contains("secret"),
+            "{facts}"
+        );
+        assert!(facts.contains("00-<32 hex>-<16 hex>-01"), "{facts}");
+    }
 
     fn script(hold_ms: u64) -> Script {
         Script {

@@ -32,6 +32,15 @@
 #                   always does)
 #   E2E_SHARED_LONG_MS  shared-relay: how long session A's MCP call runs (default 8000)
 #   CLAUDE_CODE_VERSION, CODEX_VERSION  npm versions to install (default: the ones below)
+#   E2E_PHOENIX     a venv with arize-phoenix (scripts/phoenix-real-claude.sh sets it): Phoenix
+#                   runs inside the namespace; each windowtap leg (`windowtap run` only) adds
+#                   `--join-host-trace --otlp-endpoint` toward it, and scripts/phoenix-joined.py
+#                   checks through Phoenix's API that the host's spans and windowtap's are one
+#                   trace; a picture of it goes to DIR/phoenix-trace.png (needs chromium;
+#                   with E2E_PHOENIX_NODE_PATH, a node_modules holding playwright-core, the
+#                   picture shows the MCP call's attributes, scripts/phoenix-picture.mjs)
+#   E2E_PHOENIX_EXPECT  per host, the span the chat spans must hang under, e.g.
+#                   "claude=claude_code.llm_request" (a host not named is only reported)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -598,6 +607,56 @@ start_upstream() {
 
 stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
+# Phoenix (E2E_PHOENIX): started once, inside the namespace, with its working directory in
+# the runs directory; each windowtap leg exports to a project of its own.
+PHOENIX_BASE=
+if [ -n "${E2E_PHOENIX:-}" ]; then
+    mkdir -p "$RUNS/phoenix"
+    PHOENIX_HOST=127.0.0.1 PHOENIX_PORT=6006 PHOENIX_GRPC_PORT=4317 \
+    PHOENIX_WORKING_DIR="$RUNS/phoenix" PHOENIX_TELEMETRY_ENABLED=false \
+        "$E2E_PHOENIX/bin/phoenix" serve >"$RUNS/phoenix/phoenix.log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 240); do
+        curl -fsS http://127.0.0.1:6006/healthz >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    curl -fsS http://127.0.0.1:6006/healthz >/dev/null 2>&1 || die "phoenix did not start ($RUNS/phoenix/phoenix.log)"
+    PHOENIX_BASE=http://127.0.0.1:6006
+    say "phoenix serving on $PHOENIX_BASE"
+fi
+PHOENIX_ROWS=()
+
+# phoenix_check SCENARIO DIR: the joined-trace check of one windowtap leg and its picture.
+# Returns 1 when the check fails.
+phoenix_check() {
+    local host=${1%%-*} dir=$2 expect=() result rc=0
+    local want
+    want=$(tr ' ' '\n' <<<"${E2E_PHOENIX_EXPECT:-}" | sed -n "s/^$host=//p")
+    [ -n "$want" ] && expect=(--expect-parent "$want")
+    result=$(python3 "$ROOT/scripts/phoenix-joined.py" "$PHOENIX_BASE" "$(basename "$dir")" \
+        "$dir/records.jsonl" "$dir/upstream.log" "${expect[@]}") || rc=$?
+    echo "$result" >"$dir/phoenix.json"
+    local url
+    url=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("url") or "")' "$result" 2>/dev/null)
+    if [ -n "$url" ] && [ -n "${E2E_PHOENIX_NODE_PATH:-}" ]; then
+        # The call's span with windowtap's attributes open (playwright-core drives chromium).
+        NODE_PATH=$E2E_PHOENIX_NODE_PATH timeout 300 node "$ROOT/scripts/phoenix-picture.mjs" \
+            "$url" "$dir/phoenix-trace.png" windowtap >/dev/null 2>&1 || say "could not render $url"
+    elif [ -n "$url" ] && command -v chromium >/dev/null; then
+        timeout 120 chromium --headless=new --no-sandbox --disable-gpu --no-first-run \
+            --disable-background-networking --hide-scrollbars --window-size=1400,900 \
+            --virtual-time-budget=15000 --screenshot="$dir/phoenix-trace.png" "$url" \
+            >/dev/null 2>&1 || say "chromium could not render $url"
+    fi
+    PHOENIX_ROWS+=("$(python3 -c 'import json,sys
+r = json.loads(sys.argv[1])
+print("%-26s %-4s chat %d (parents %s), calls joined %d/%d, model requests %d (traceparent %s), ws frames %d (client_metadata traceparent %s)%s" % (
+    sys.argv[2], "PASS" if r["ok"] else "FAIL", r["chat_spans"], r["chat_parents"], r["calls_joined"],
+    r["attributed_records"], r["model_requests"], r["traceparent_shapes"], r["ws_frames"],
+    r["ws_frame_traceparent"], ("; " + "; ".join(r["why"])) if r["why"] else ""))' "$result" "$(basename "$dir")")")
+    return $rc
+}
+
 # How windowtap is driven: `windowtap run` once it exists, else relay + wrap by hand.
 WT_MODE=manual
 if "$WT" run --help >/dev/null 2>&1; then WT_MODE=run; fi
@@ -681,6 +740,12 @@ one_run() {
     if [ "$leg" = windowtap ]; then
         if [ "$WT_MODE" = run ]; then
             launcher=("$WT" run --records "$dir/records.jsonl" --capture "$dir/trace.jsonl")
+            if [ -n "$PHOENIX_BASE" ]; then
+                # Windowtap's spans (and Claude Code's, which inherits the variable) go to a
+                # Phoenix project named after the run's directory.
+                launcher=(env "OTEL_EXPORTER_OTLP_HEADERS=x-project-name=$(basename "$dir")"
+                    "${launcher[@]}" --join-host-trace --otlp-endpoint "$PHOENIX_BASE")
+            fi
         else
             start_relay "$dir" || { stop "$UP_PID"; return 97; }
             wrapped=wrapped
@@ -1060,6 +1125,9 @@ r=json.loads(sys.argv[1])
 print(r["ok"], r["calls"], r["records"], r["attributed"], r["early"], "+".join(r["evidence"]) or "-", "yes" if r["same_output"] else "NO", "yes" if r["replay_same"] else "NO", r["why"] or "-")' "$result")
         status=PASS
         if [ "$checked" != yes ]; then why="windowtap check failed ($v/check.out); $why"; fi
+        if [ -n "$PHOENIX_BASE" ] && [ "$WT_MODE" = run ]; then
+            phoenix_check "$scenario" "$v" || { ok=False; why="phoenix: joined trace check failed; $why"; }
+        fi
         if [ "$ok" != True ] || [ "$checked" != yes ] || [ "$drc" != 0 ] || [ "$vrc" != 0 ]; then
             status=FAIL
             fail=1
@@ -1085,6 +1153,11 @@ done
         printf '%-9s %-3s %-18s %6s %4s %3s %3s  %-22s %-8s %-4s %-6s %-8s %-6s %-4s %s\n' leg ses kind sleep rc mcp rec decisions identity host hostid outcome nested same status
         printf '%s\n' "${SHARED_ROWS[@]}"
         echo "${SHARED_RUN%; }"
+    fi
+    if [ ${#PHOENIX_ROWS[@]} -gt 0 ]; then
+        echo
+        echo "phoenix: the host's trace and windowtap's, one trace (--join-host-trace; DIR/phoenix.json, DIR/phoenix-trace.png)"
+        printf '%s\n' "${PHOENIX_ROWS[@]}"
     fi
     echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"

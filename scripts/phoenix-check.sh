@@ -181,34 +181,16 @@ exported="$(sed -n "s|^otlp: \([0-9]*\) spans exported to $base/v1/traces\$|\1|p
 [ -n "$exported" ] || { echo "phoenix-check: FAIL: the export did not report success" >&2; exit 1; }
 
 # 3. Compare what Phoenix stored with what was sent; pick the turns to render.
-"$venv/bin/python" - "$base" "$project" "$work/expected.jsonl" "$exported" "$work/render.tsv" <<'PY'
-import json, sys, time, urllib.error, urllib.parse, urllib.request
+"$venv/bin/python" - "$base" "$project" "$work/expected.jsonl" "$exported" "$work/render.tsv" "$here/scripts" <<'PY'
+import json, sys, time
 base, project, expected_file, exported, render_out = sys.argv[1:6]
 exported = int(exported)
 expected = [json.loads(l) for l in open(expected_file) if l.strip()]
 
-def get(path, **q):
-    url = f"{base}{path}" + ("?" + urllib.parse.urlencode(q) if q else "")
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.load(r)
-
-def all_spans():
-    """Every span of the project, following the REST API's cursor (1000 a page at most)."""
-    out, cursor = [], None
-    while True:
-        q = {"limit": "1000"}
-        if cursor:
-            q["cursor"] = cursor
-        try:
-            page = get(f"/v1/projects/{urllib.parse.quote(project)}/spans", **q)
-        except urllib.error.HTTPError as e:
-            if e.code == 404:  # the project appears with its first span
-                return []
-            raise
-        out += page["data"]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return out
+sys.path.insert(0, sys.argv[6])
+import phoenix_api  # noqa: E402
+get = lambda path, **q: phoenix_api.get(base, path, **q)
+all_spans = lambda: phoenix_api.project_spans(base, project)
 
 # Ingestion is asynchronous: poll, bounded, until every exported span is there.
 stored = []

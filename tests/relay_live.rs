@@ -731,11 +731,13 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The Claude tool loop with the host's `traceparent` on the first request and a repeated one
-/// on the continuation, through a relay with or without `--join-host-trace`. Returns the
-/// spans, and every output the relay wrote (records, capture, log).
+/// The Claude tool loop with the given trace context headers on the first request and on the
+/// continuation, through a relay with or without `--join-host-trace`. Returns the spans, and
+/// every output the relay wrote (records, capture, log).
 async fn tool_loop_with_host_trace(
     join: bool,
+    first: &[(&str, &str)],
+    continuation: &[(&str, &str)],
 ) -> (Vec<opentelemetry_proto::tonic::trace::v1::Span>, String) {
     let up = anthropic_upstream(0).await;
     let dir = tempfile::tempdir().unwrap();
@@ -746,20 +748,7 @@ async fn tool_loop_with_host_trace(
         args.push("--join-host-trace");
     }
     let (mut relay, records, capture) = relay_with_files(&up, "anthropic", dir.path(), &args);
-    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
-    let sock = claude_tool_loop_with_headers(
-        &relay,
-        &[("traceparent", &traceparent)],
-        // Two values: ambiguous, ignored.
-        &[
-            ("traceparent", &traceparent),
-            (
-                "traceparent",
-                "00-11111111111111111111111111111111-2222222222222222-01",
-            ),
-        ],
-    )
-    .await;
+    let sock = claude_tool_loop_with_headers(&relay, first, continuation).await;
     drop(sock);
     assert!(relay.stop().success(), "{}", relay.log());
     let live = std::fs::read_to_string(&records).unwrap();
@@ -773,12 +762,32 @@ async fn tool_loop_with_host_trace(
     (otlp_support::spans(&spans_got), written)
 }
 
+/// The host's `traceparent` on the first request and a repeated one (two values: ambiguous)
+/// on the continuation.
+async fn tool_loop_with_a_joined_first_request(
+    join: bool,
+) -> (Vec<opentelemetry_proto::tonic::trace::v1::Span>, String) {
+    let traceparent = format!("00-{HOST_TRACE}-{HOST_SPAN}-01");
+    tool_loop_with_host_trace(
+        join,
+        &[("traceparent", &traceparent)],
+        &[
+            ("traceparent", &traceparent),
+            (
+                "traceparent",
+                "00-11111111111111111111111111111111-2222222222222222-01",
+            ),
+        ],
+    )
+    .await
+}
+
 /// `--join-host-trace`: the request's chat span is the child of the host's span its
 /// `traceparent` names, the MCP call it asked for is under it in the host's trace, and the
 /// context is written nowhere else. The continuation's repeated header is ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joined_request_puts_its_spans_in_the_hosts_trace_and_nothing_else_changes() {
-    let (spans, written) = tool_loop_with_host_trace(true).await;
+    let (spans, written) = tool_loop_with_a_joined_first_request(true).await;
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(spans.len(), 4, "{names:?}");
     let call = spans
@@ -824,13 +833,52 @@ async fn a_joined_request_puts_its_spans_in_the_hosts_trace_and_nothing_else_cha
 /// Without the flag the same requests give windowtap's own tree, one trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traceparent_is_not_used_unless_asked_for() {
-    let (spans, written) = tool_loop_with_host_trace(false).await;
+    let (spans, written) = tool_loop_with_a_joined_first_request(false).await;
     assert_eq!(spans.len(), 4);
     assert!(spans.iter().all(|s| s.trace_id == spans[0].trace_id));
     assert!(spans
         .iter()
         .all(|s| hex(&s.trace_id) != HOST_TRACE && hex(&s.parent_span_id) != HOST_SPAN));
     assert!(!written.contains(HOST_TRACE));
+}
+
+/// With `--join-host-trace`, a malformed `traceparent` (uppercase hex) on the first request
+/// and an oversized one (a later version's 300 bytes) on the continuation are ignored: the
+/// exchange goes through, the spans stay in windowtap's own tree, and no part of either value
+/// and no word about them is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_or_oversized_traceparent_is_ignored_and_written_nowhere() {
+    let malformed = format!("00-{}-{HOST_SPAN}-01", HOST_TRACE.to_uppercase());
+    let oversized = format!("01-{HOST_TRACE}-{HOST_SPAN}-01-{}", "7".repeat(245));
+    assert_eq!(oversized.len(), 301);
+    let (spans, written) = tool_loop_with_host_trace(
+        true,
+        &[("traceparent", &malformed)],
+        &[("traceparent", &oversized)],
+    )
+    .await;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 4, "{names:?}");
+    assert!(spans.iter().all(|s| s.trace_id == spans[0].trace_id));
+    let turn = spans
+        .iter()
+        .find(|s| s.name.starts_with("invoke_agent"))
+        .unwrap();
+    for chat in spans.iter().filter(|s| s.name.starts_with("chat")) {
+        assert_eq!(chat.parent_span_id, turn.span_id, "{names:?}");
+    }
+    for id in [
+        HOST_TRACE,
+        &HOST_TRACE.to_uppercase(),
+        HOST_SPAN,
+        "7777777777",
+    ] {
+        assert!(!written.contains(id), "{id} was written");
+    }
+    assert!(
+        !written.to_ascii_lowercase().contains("traceparent"),
+        "{written}"
+    );
 }
 
 /// A client that stops reading an observed SSE response holds up nobody: with its write to
