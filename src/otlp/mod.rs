@@ -8,8 +8,10 @@
 //!   from a source key.
 //! - [`span`]: attribute names and values, times, the export request.
 //! - [`offline`]: the tree of a replayed trace file; [`LiveTree`]: of a live run.
-//! - [`export`]: the never-blocking queue, batching and the HTTP client.
-//! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
+//! - [`span_data`]: a finished span in the OpenTelemetry SDK's form.
+//! - [`export`]: the OpenTelemetry SDK's batch processor and `opentelemetry-otlp`'s exporter,
+//!   over windowtap's HTTP transport, counting what became of each span.
+//! - [`blocking`]: batches sent one by one for synchronous commands (`replay`).
 //! - [`host_trace`]: `--join-host-trace`, a request's W3C `traceparent` as its chat span's
 //!   parent, carried beside the events, never in them.
 //!
@@ -23,6 +25,7 @@ pub mod export;
 pub mod host_trace;
 pub mod offline;
 pub mod span;
+pub mod span_data;
 #[cfg(test)]
 pub mod testing;
 pub mod tree;
@@ -108,7 +111,7 @@ impl LiveTree {
 
     fn send(&mut self) {
         for s in self.buf.drain(..) {
-            // Never waits: a full queue drops the span and counts it.
+            // Never waits: a full queue drops the span.
             self.handle.span(s);
         }
     }
