@@ -114,7 +114,7 @@ mod tests {
         }
     }
     use crate::otlp::config::Endpoint;
-    use crate::otlp::testing::{Answer, Receiver};
+    use crate::otlp::testing::{start_with_env, Answer, Receiver};
 
     fn record(end: f64, decided_at: f64) -> Record {
         Record {
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn a_replay_waits_for_each_batch_and_delivers_every_span() {
         let (_rt, rx) = receiver(vec![Answer::Ok]);
-        let e = BlockingExporter::start(one_span_batches(&rx.url())).unwrap();
+        let e = start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
         for i in 0..40 {
             e.span(span(i));
         }
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn a_stuck_collector_costs_one_batch_then_drops() {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
-        let e = BlockingExporter::start(one_span_batches(&rx.url())).unwrap();
+        let e = start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
         for i in 0..40 {
             e.span(span(i));
         }
