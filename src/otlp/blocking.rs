@@ -151,7 +151,8 @@ mod tests {
     #[test]
     fn a_replay_waits_for_each_batch_and_delivers_every_span() {
         let (_rt, rx) = receiver(vec![Answer::Ok]);
-        let e = start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
+        let e =
+            start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
         for i in 0..40 {
             e.span(span(i));
         }
@@ -163,7 +164,8 @@ mod tests {
     #[test]
     fn a_stuck_collector_costs_one_batch_then_drops() {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
-        let e = start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
+        let e =
+            start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
         for i in 0..40 {
             e.span(span(i));
         }
@@ -172,7 +174,12 @@ mod tests {
         // The first batch timed out; nothing else was sent.
         assert_eq!(rx.batch_sizes(), [1]);
         assert_eq!(
-            (report.exported, report.failed, report.dropped, report.lost()),
+            (
+                report.exported,
+                report.failed,
+                report.dropped,
+                report.lost()
+            ),
             (0, 1, 39, 40)
         );
         assert_eq!(report.first_error, Some(super::super::ExportError::Timeout));

@@ -285,9 +285,8 @@ pub fn resolve(
     if let Some(v) = env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") {
         match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => c.max_batch = n,
-            _ => warnings.push(
-                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: not a positive number; ignored".to_string(),
-            ),
+            _ => warnings
+                .push("OTEL_BSP_MAX_EXPORT_BATCH_SIZE: not a positive number; ignored".to_string()),
         }
     }
     Ok(Resolved {
@@ -425,7 +424,10 @@ mod tests {
         .unwrap();
         let c = r.config.as_ref().unwrap();
         assert_eq!(c.timeout, Duration::from_millis(1500));
-        assert_eq!(c.ca_file.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+        assert_eq!(
+            c.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("only http/protobuf"));
     }

@@ -382,10 +382,8 @@ fn resource() -> Resource {
     let named = detected
         .get(&opentelemetry::Key::from_static_str("service.name"))
         .is_some_and(|n| !n.as_str().starts_with("unknown_service"));
-    let mut b = Resource::builder().with_attribute(KeyValue::new(
-        "service.version",
-        env!("CARGO_PKG_VERSION"),
-    ));
+    let mut b = Resource::builder()
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
     if !named {
         b = b.with_service_name("windowtap");
     }
@@ -458,11 +456,10 @@ impl Exporter {
         let Exporter { handle, bound, .. } = self;
         let processor = handle.processor.clone();
         // The SDK's shutdown blocks its caller until the flush is done or the bound ran out.
-        let flushed = tokio::task::spawn_blocking(move || {
-            processor.shutdown_with_timeout(bound).is_ok()
-        })
-        .await
-        .unwrap_or(false);
+        let flushed =
+            tokio::task::spawn_blocking(move || processor.shutdown_with_timeout(bound).is_ok())
+                .await
+                .unwrap_or(false);
         handle.counters.report(flushed)
     }
 }

@@ -49,7 +49,11 @@ pub fn span_data(s: Span, scope: &InstrumentationScope) -> SpanData {
         .into_iter()
         .map(|l| {
             let context = context(&l.trace_id, &l.span_id, l.flags, &l.trace_state);
-            Link::new(context, attributes(l.attributes), l.dropped_attributes_count)
+            Link::new(
+                context,
+                attributes(l.attributes),
+                l.dropped_attributes_count,
+            )
         })
         .collect();
     links.dropped_count = s.dropped_links_count;
@@ -148,7 +152,10 @@ fn value(v: any_value::Value) -> Option<Value> {
 }
 
 /// Every item of one kind, or `None` for a mixed array (`Value` arrays are homogeneous).
-fn collect<T>(items: Vec<any_value::Value>, f: impl Fn(any_value::Value) -> Option<T>) -> Option<Vec<T>> {
+fn collect<T>(
+    items: Vec<any_value::Value>,
+    f: impl Fn(any_value::Value) -> Option<T>,
+) -> Option<Vec<T>> {
     items.into_iter().map(f).collect()
 }
 
@@ -194,7 +201,8 @@ mod tests {
             ..Default::default()
         };
         let data = span_data(span.clone(), &scope());
-        let rs = group_spans_by_resource_and_scope(vec![data], &ResourceAttributesWithSchema::default());
+        let rs =
+            group_spans_by_resource_and_scope(vec![data], &ResourceAttributesWithSchema::default());
         let req = ExportTraceServiceRequest { resource_spans: rs };
         let scope_spans = &req.resource_spans[0].scope_spans[0];
         assert_eq!(scope_spans.scope.as_ref().unwrap().name, "windowtap");
