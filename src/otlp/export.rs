@@ -320,6 +320,11 @@ impl Counting {
         let mut inner = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(transport)
+            // The crate's default names itself; collectors' logs should name windowtap.
+            .with_headers(std::collections::HashMap::from([(
+                "User-Agent".to_string(),
+                concat!("windowtap/", env!("CARGO_PKG_VERSION")).to_string(),
+            )]))
             .with_endpoint(config.endpoint.uri().to_string())
             .with_timeout(config.timeout)
             .build()
@@ -527,6 +532,10 @@ mod tests {
         assert!(sizes.iter().all(|n| *n <= 2), "{sizes:?}");
         let got = rx.received.lock().unwrap();
         assert_eq!(got[0].headers["content-type"], "application/x-protobuf");
+        assert_eq!(
+            got[0].headers["user-agent"],
+            concat!("windowtap/", env!("CARGO_PKG_VERSION"))
+        );
         assert_eq!(got[0].headers["content-encoding"], "gzip");
         assert_eq!(got[0].headers["x-api-key"], "s3cret==");
         assert_eq!(got[0].headers["x-a"], "1");
