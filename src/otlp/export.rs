@@ -301,7 +301,6 @@ fn classify(e: hyper_util::client::legacy::Error) -> ExportError {
 }
 
 /// `opentelemetry-otlp`'s span exporter, counting what became of each batch.
-#[derive(Debug)]
 pub struct Counting {
     inner: opentelemetry_otlp::SpanExporter,
     last: SharedAttempt,
@@ -335,6 +334,13 @@ impl Counting {
             last,
             counters: Arc::default(),
         })
+    }
+}
+
+/// Not the crate's exporter: its `Debug` shows the request headers, values included.
+impl fmt::Debug for Counting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Counting")
     }
 }
 
@@ -567,6 +573,23 @@ mod tests {
             spans[4],
             (vec![5; 8], "execute_tool echo".into(), 1_400_000_000)
         );
+    }
+
+    #[tokio::test]
+    async fn no_debug_form_shows_a_header_value() {
+        let headers = [("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret")];
+        let c = config("http://127.0.0.1:9");
+        let counting = start_with_env(&headers, || {
+            Counting::new(&c, tokio::runtime::Handle::current())
+        })
+        .unwrap();
+        // The crate's own exporter would show it (its headers are not marked sensitive).
+        assert!(format!("{:?}", counting.inner).contains("s3cret"));
+        assert!(!format!("{counting:?}").contains("s3cret"));
+        let exporter = start(c, &headers);
+        let h = exporter.handle();
+        assert!(!format!("{:?}", h.processor).contains("s3cret"));
+        exporter.shutdown().await;
     }
 
     #[tokio::test]
