@@ -1,5 +1,7 @@
-//! Where and how to export: the `--otlp-endpoint` flag and the standard `OTEL_*` environment
-//! variables, resolved the way the OpenTelemetry specification says.
+//! Where to export, and the few settings windowtap resolves itself: the `--otlp-endpoint` flag
+//! and the `OTEL_*` variables of the endpoint, the timeout and the certificate, read the way the
+//! OpenTelemetry specification says. The rest of `OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*` is the
+//! OpenTelemetry crates' to read ([`super::export`]).
 //!
 //! Precedence: the flag, then `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is), then
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (a base: `v1/traces` is appended). An invalid flag is an

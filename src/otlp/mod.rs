@@ -3,7 +3,8 @@
 //! `execute_tool {tool}` span under the response it ran in, or, abstained, linked to every
 //! candidate with windowtap's reason.
 //!
-//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
+//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` variables windowtap reads itself
+//!   (endpoint, timeout, certificate).
 //! - [`tree`]: the sans-IO span builder: events and records in, finished spans out, ids derived
 //!   from a source key.
 //! - [`span`]: attribute names and values, times, the export request.
