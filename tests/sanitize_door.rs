@@ -20,7 +20,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("logging.rs", 4, "the one log formatter, by the door's log policy"),
     ("main.rs", 2, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments"),
     ("otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
-    ("otlp/export.rs", 1, "gzip of the protobuf of spans the tree built from door-cleared events and records"),
+    ("otlp/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
     ("relay/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
     ("relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),

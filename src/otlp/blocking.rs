@@ -1,25 +1,32 @@
-//! The exporter for synchronous commands (`windowtap replay`): its own small runtime on one
-//! worker thread, so the caller's thread only builds spans and queues them.
-//!
-//! Replay hands over a whole trace's records at once, far faster than any collector takes
-//! them, so here a full queue is waited for (bounded by the export timeout) instead of
-//! dropping spans: the records are decided already, and a replay into a backend should be
-//! complete. Once a wait runs out or a batch fails, the collector is taken to be stuck or down
-//! and the rest is queued without waiting (and dropped when full), so a dead collector costs
-//! a replay about one export timeout, not one per record.
+//! The exporter for synchronous commands (`windowtap replay`), and where a replayed trace sits
+//! in time.
 
 use correlator::Record;
+use opentelemetry::InstrumentationScope;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::config::{Endpoint, ExportConfig};
-use super::export::{ExportReport, Exporter, ExporterHandle, StartError};
+use super::export::{Counting, ExportReport, StartError};
 use super::span::unix_nanos;
+use super::span_data::{scope, span_data};
 
+/// The exporter for synchronous commands (`windowtap replay`): batches are sent from the
+/// caller's thread, one at a time, each bounded by the export timeout, on a runtime of its own.
+///
+/// Replay hands over a whole trace's records at once, far faster than any collector takes
+/// them, and the SDK's processor only drops what does not fit its queue. Here the caller waits
+/// for each batch instead: the records are decided already, and a replay into a backend should
+/// be complete. Once a batch fails, the collector is taken to be down and the rest is dropped,
+/// so a dead collector costs a replay about one export timeout, not one per batch.
 pub struct BlockingExporter {
     rt: tokio::runtime::Runtime,
-    exporter: Exporter,
-    handle: ExporterHandle,
+    exporter: Counting,
+    scope: InstrumentationScope,
+    batch: std::cell::RefCell<Vec<SpanData>>,
+    max_batch: usize,
     stuck: std::cell::Cell<bool>,
+    endpoint: Endpoint,
 }
 
 impl BlockingExporter {
@@ -30,39 +37,52 @@ impl BlockingExporter {
             .enable_all()
             .build()
             .map_err(|_| StartError::NoRuntime)?;
-        let exporter = {
-            let _in_rt = rt.enter();
-            Exporter::start(config)?
-        };
-        let handle = exporter.handle();
+        let exporter = Counting::new(&config, rt.handle().clone())?;
         Ok(BlockingExporter {
             rt,
             exporter,
-            handle,
-            stuck: std::cell::Cell::new(false),
+            scope: scope(),
+            batch: Default::default(),
+            max_batch: config.max_batch.max(1),
+            stuck: Default::default(),
+            endpoint: config.endpoint,
         })
     }
 
-    /// Queues one span, waiting for room at most once per export timeout.
-    pub fn span(&self, span: Span) -> bool {
-        if self.stuck.get() || self.handle.has_failed() {
-            return self.handle.span(span);
+    /// Hands one span over; sends a batch when one is full.
+    pub fn span(&self, span: Span) {
+        self.exporter.handed();
+        if self.stuck.get() {
+            return;
         }
-        let wait = self.exporter.timeout();
-        let queued = self.rt.block_on(self.handle.span_waiting(span, wait));
-        if !queued {
-            self.stuck.set(true);
+        let full = {
+            let mut batch = self.batch.borrow_mut();
+            batch.push(span_data(span, &self.scope));
+            batch.len() >= self.max_batch
+        };
+        if full {
+            self.send();
         }
-        queued
     }
 
-    /// Flushes (bounded by the export timeout) and says what was delivered, and where.
+    fn send(&self) {
+        let batch = std::mem::take(&mut *self.batch.borrow_mut());
+        if batch.is_empty() || self.stuck.get() {
+            return;
+        }
+        if self.rt.block_on(self.exporter.export(batch)).is_err() {
+            self.stuck.set(true);
+        }
+    }
+
+    /// Sends the last batch and says what was delivered, and where.
     pub fn finish(self) -> (Endpoint, ExportReport) {
-        let endpoint = self.exporter.endpoint().clone();
-        let report = self.rt.block_on(self.exporter.shutdown());
-        // Idle connections and the aborted task (if any) go with the runtime, without waiting.
+        self.send();
+        let _ = self.exporter.shutdown();
+        // Idle connections go with the runtime, without waiting.
+        let report = self.exporter.report(true);
         self.rt.shutdown_background();
-        (endpoint, report)
+        (self.endpoint, report)
     }
 }
 
@@ -94,7 +114,7 @@ mod tests {
         }
     }
     use crate::otlp::config::Endpoint;
-    use crate::otlp::testing::{Answer, Receiver};
+    use crate::otlp::testing::{start_with_env, Answer, Receiver};
 
     fn record(end: f64, decided_at: f64) -> Record {
         Record {
@@ -121,20 +141,20 @@ mod tests {
         (rt, rx)
     }
 
-    fn tiny_queue(url: &str) -> ExportConfig {
+    fn one_span_batches(url: &str) -> ExportConfig {
         let mut c = ExportConfig::new(Endpoint::from_flag(url).unwrap());
-        c.max_queue = 1;
         c.max_batch = 1;
         c.timeout = std::time::Duration::from_millis(500);
         c
     }
 
     #[test]
-    fn a_replay_waits_for_room_and_delivers_every_span() {
+    fn a_replay_waits_for_each_batch_and_delivers_every_span() {
         let (_rt, rx) = receiver(vec![Answer::Ok]);
-        let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
+        let e =
+            start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
         for i in 0..40 {
-            assert!(e.span(span(i)));
+            e.span(span(i));
         }
         let (_, report) = e.finish();
         assert_eq!((report.exported, report.lost()), (40, 0));
@@ -142,17 +162,27 @@ mod tests {
     }
 
     #[test]
-    fn a_stuck_collector_costs_one_wait_then_drops() {
+    fn a_stuck_collector_costs_one_batch_then_drops() {
         let (_rt, rx) = receiver(vec![Answer::Stall]);
-        let e = BlockingExporter::start(tiny_queue(&rx.url())).unwrap();
-        let queued = (0..40).filter(|i| e.span(span(*i))).count();
-        // One in flight, one queued, and perhaps one more that got in as the first request
-        // failed; after that nothing waits.
-        assert!(queued <= 3, "{queued}");
-        assert!(e.stuck.get() || e.handle.has_failed());
+        let e =
+            start_with_env(&[], || BlockingExporter::start(one_span_batches(&rx.url()))).unwrap();
+        for i in 0..40 {
+            e.span(span(i));
+        }
+        assert!(e.stuck.get());
         let (_, report) = e.finish();
-        assert_eq!((report.exported, report.lost()), (0, 40));
-        assert_eq!(report.dropped, 40 - queued as u64);
+        // The first batch timed out; nothing else was sent.
+        assert_eq!(rx.batch_sizes(), [1]);
+        assert_eq!(
+            (
+                report.exported,
+                report.failed,
+                report.dropped,
+                report.lost()
+            ),
+            (0, 1, 39, 40)
+        );
+        assert_eq!(report.first_error, Some(super::super::ExportError::Timeout));
     }
 
     #[test]

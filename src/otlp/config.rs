@@ -1,5 +1,7 @@
-//! Where and how to export: the `--otlp-endpoint` flag and the standard `OTEL_*` environment
-//! variables, resolved the way the OpenTelemetry specification says.
+//! Where to export, and the few settings windowtap resolves itself: the `--otlp-endpoint` flag
+//! and the `OTEL_*` variables of the endpoint, the timeout and the certificate, read the way the
+//! OpenTelemetry specification says. The rest of `OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*` is the
+//! OpenTelemetry crates' to read ([`super::export`]).
 //!
 //! Precedence: the flag, then `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is), then
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (a base: `v1/traces` is appended). An invalid flag is an
@@ -11,7 +13,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use http::header::{HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Uri};
 
 /// The OTLP/HTTP path for traces.
@@ -121,26 +122,28 @@ fn parse(url: &str, source_name: &'static str) -> Result<Uri, ConfigError> {
     Ok(uri)
 }
 
-/// Everything the exporter needs, with the OpenTelemetry defaults except the batch delay
-/// (1 s rather than 5 s: records are few and a user watches for them).
+/// What windowtap decides itself; everything else (headers, compression, protocol, batching,
+/// resource) the `opentelemetry-otlp` and `opentelemetry_sdk` builders read from the
+/// environment (docs/otlp.md, "What comes from the OpenTelemetry crates").
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
     pub endpoint: Endpoint,
-    /// Extra request headers (`OTEL_EXPORTER_OTLP_HEADERS`), e.g. a backend's API key.
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// The bound on one export request, and on the flush at shutdown.
+    /// The bound on one export request and on the flush at stop. The crate resolves
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` too, but keeps the value to itself and does not
+    /// cut a request short with it; windowtap's transport does.
     pub timeout: Duration,
-    pub gzip: bool,
-    /// An extra trusted root (PEM) for https endpoints.
+    /// An extra trusted root (PEM) for https endpoints: the crate's HTTP transport does not
+    /// read `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`.
     pub ca_file: Option<PathBuf>,
-    /// Spans waiting to be sent; more are dropped and counted.
-    pub max_queue: usize,
-    /// Spans per request.
+    /// Whether export headers are set (only their presence: the crate reads the values).
+    pub headers_set: bool,
+    /// The delay of a partial batch when `OTEL_BSP_SCHEDULE_DELAY` is unset: 1 s rather than
+    /// the SDK's 5 s (records are few and a user watches for them). `None`: the SDK's.
+    pub schedule_delay: Option<Duration>,
+    /// Spans per request for replay, which sends its batches itself
+    /// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: the SDK's batch configuration does not say what it
+    /// read).
     pub max_batch: usize,
-    /// How long a partial batch waits before it is sent.
-    pub schedule_delay: Duration,
-    /// Resource attributes: `service.name`, `service.version` and whatever the caller adds.
-    pub resource: Vec<(String, String)>,
 }
 
 impl ExportConfig {
@@ -148,42 +151,29 @@ impl ExportConfig {
     pub fn new(endpoint: Endpoint) -> Self {
         ExportConfig {
             endpoint,
-            headers: Vec::new(),
-            timeout: Duration::from_secs(10),
-            gzip: false,
+            timeout: DEFAULT_TIMEOUT,
             ca_file: None,
-            max_queue: 2048,
+            headers_set: false,
+            schedule_delay: Some(Duration::from_secs(1)),
             max_batch: 512,
-            schedule_delay: Duration::from_secs(1),
-            resource: vec![
-                ("service.name".into(), "windowtap".into()),
-                ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
-            ],
         }
     }
 
-    /// Adds (or replaces) a resource attribute.
-    pub fn resource_attr(&mut self, key: &str, value: &str) {
-        match self.resource.iter_mut().find(|(k, _)| k == key) {
-            Some((_, v)) => *v = value.to_owned(),
-            None => self.resource.push((key.to_owned(), value.to_owned())),
-        }
-    }
-}
-
-impl ExportConfig {
     /// A warning for headers (a backend's API key, usually) sent in clear text over a
     /// network: an `http://` endpoint that is not on this machine.
     pub fn clear_text_warning(&self) -> Option<String> {
         let uri = &self.endpoint.uri;
         let loopback = crate::net::is_loopback_host(uri.host().unwrap_or(""));
-        (uri.scheme_str() == Some("http") && !self.headers.is_empty() && !loopback).then(|| {
+        (uri.scheme_str() == Some("http") && self.headers_set && !loopback).then(|| {
             "the endpoint is plain http:// and headers are set (OTEL_EXPORTER_OTLP_HEADERS): \
              they cross the network unencrypted (use https://)"
                 .to_string()
         })
     }
 }
+
+/// The OpenTelemetry default export timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The resolved configuration (`None`: no endpoint anywhere, export is off), with warnings
 /// for the user about ignored environment values.
@@ -194,6 +184,11 @@ pub struct Resolved {
 }
 
 /// Resolves the flag and the environment (`env` looks a variable up; empty means unset).
+///
+/// The endpoint is resolved here, not by the crate: the crate exports to `localhost:4318`
+/// when nothing is set (windowtap exports only when asked), it does not fall back to
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` when the traces variable is invalid, and its error for an
+/// invalid one quotes the value, which may carry a credential.
 pub fn resolve(
     flag: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -252,6 +247,8 @@ pub fn resolve(
             .or_else(|| env(generic).map(|v| (generic.to_owned(), v)))
     };
 
+    // The crate takes other protocols only with features windowtap does not build (gRPC
+    // would bring tonic), and says so only in its internal log, which is off.
     if let Some((name, v)) = pick(
         "OTEL_EXPORTER_OTLP_PROTOCOL",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -273,106 +270,31 @@ pub fn resolve(
             )),
         }
     }
-    if let Some((name, v)) = pick(
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-    ) {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "gzip" => c.gzip = true,
-            "none" => c.gzip = false,
-            _ => warnings.push(format!("{name}: only gzip or none; ignored")),
-        }
-    }
     if let Some((_, v)) = pick(
         "OTEL_EXPORTER_OTLP_CERTIFICATE",
         "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
     ) {
         c.ca_file = Some(PathBuf::from(v.trim()));
     }
-    for name in [
+    c.headers_set = pick(
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    ] {
-        if let Some(v) = env(name) {
-            for (k, value) in parse_headers(&v, name, &mut warnings) {
-                c.headers.retain(|(existing, _)| *existing != k);
-                c.headers.push((k, value));
-            }
-        }
+    )
+    .is_some();
+    if env("OTEL_BSP_SCHEDULE_DELAY").is_some() {
+        c.schedule_delay = None;
     }
-    let mut count = |name: &str, slot: &mut usize| {
-        if let Some(v) = env(name) {
-            match v.trim().parse::<usize>() {
-                Ok(n) if n > 0 => *slot = n,
-                _ => warnings.push(format!("{name}: not a positive number; ignored")),
-            }
-        }
-    };
-    count("OTEL_BSP_MAX_QUEUE_SIZE", &mut c.max_queue);
-    count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &mut c.max_batch);
-    c.max_batch = c.max_batch.min(c.max_queue);
-    if let Some(v) = env("OTEL_BSP_SCHEDULE_DELAY") {
-        match v.trim().parse::<u64>() {
-            Ok(ms) => c.schedule_delay = Duration::from_millis(ms.max(1)),
+    if let Some(v) = env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => c.max_batch = n,
             _ => warnings
-                .push("OTEL_BSP_SCHEDULE_DELAY: not a number of milliseconds; ignored".into()),
+                .push("OTEL_BSP_MAX_EXPORT_BATCH_SIZE: not a positive number; ignored".to_string()),
         }
-    }
-    if let Some(v) = env("OTEL_SERVICE_NAME") {
-        c.resource_attr("service.name", v.trim());
     }
     Ok(Resolved {
         config: Some(c),
         warnings,
     })
-}
-
-/// `key1=value1,key2=value2`, values percent-decoded (the W3C baggage form the spec names).
-fn parse_headers(
-    s: &str,
-    source_name: &str,
-    warnings: &mut Vec<String>,
-) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out = Vec::new();
-    for (i, item) in s.split(',').enumerate() {
-        if item.trim().is_empty() {
-            continue;
-        }
-        let parsed = item.split_once('=').and_then(|(k, v)| {
-            let name = HeaderName::from_bytes(k.trim().as_bytes()).ok()?;
-            let value = HeaderValue::from_bytes(&percent_decode(v.trim())?).ok()?;
-            Some((name, value))
-        });
-        match parsed {
-            Some(mut h) => {
-                h.1.set_sensitive(true);
-                out.push(h);
-            }
-            None => warnings.push(format!(
-                "{source_name}: entry {} is not `name=value`; ignored",
-                i + 1
-            )),
-        }
-    }
-    out
-}
-
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -479,45 +401,35 @@ mod tests {
                 ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "nonsense"),
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
-                ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
             ],
         )
         .unwrap();
         let c = r.config.as_ref().unwrap();
         assert_eq!(c.endpoint.uri().to_string(), "http://c:4318/v1/traces");
         assert_eq!(c.timeout, Duration::from_secs(10));
-        assert_eq!(c.max_queue, 2048);
-        assert_eq!(r.warnings.len(), 3, "{:?}", r.warnings);
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
         assert!(r.warnings[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: not a valid URL"));
+        assert!(!r.warnings[0].contains("nonsense"));
     }
 
     #[test]
-    fn batch_and_transport_settings_come_from_the_environment() {
+    fn the_timeout_certificate_and_protocol_come_from_the_environment() {
         let r = with_env(
             Some("http://c"),
             &[
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
-                ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip"),
-                ("OTEL_BSP_MAX_QUEUE_SIZE", "4"),
-                ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16"),
-                ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-                ("OTEL_SERVICE_NAME", "my-agent"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1500"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/ca.pem"),
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ],
         )
         .unwrap();
         let c = r.config.as_ref().unwrap();
-        assert_eq!(c.timeout, Duration::from_millis(2500));
-        assert!(c.gzip);
+        assert_eq!(c.timeout, Duration::from_millis(1500));
         assert_eq!(
-            (c.max_queue, c.max_batch),
-            (4, 4),
-            "a batch never exceeds the queue"
+            c.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
         );
-        assert_eq!(c.schedule_delay, Duration::from_millis(50));
-        assert!(c
-            .resource
-            .contains(&("service.name".to_string(), "my-agent".to_string())));
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("only http/protobuf"));
     }
@@ -531,46 +443,16 @@ mod tests {
             ("http://127.0.0.1:4318", true, false),
             ("http://localhost:4318", true, false),
         ] {
-            let mut c = ExportConfig::new(Endpoint::from_flag(url).unwrap());
-            if headers {
-                c.headers.push((
-                    HeaderName::from_static("x-api-key"),
-                    HeaderValue::from_static("k"),
-                ));
-            }
+            let vars: &[(&str, &str)] = if headers {
+                &[("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=s3cret")]
+            } else {
+                &[]
+            };
+            let r = with_env(Some(url), vars).unwrap();
+            let c = r.config.unwrap();
             assert_eq!(c.clear_text_warning().is_some(), warned, "{url} {headers}");
+            assert!(!format!("{c:?}").contains("s3cret"));
         }
-    }
-
-    #[test]
-    fn headers_are_decoded_merged_and_never_echoed() {
-        let r = with_env(
-            Some("http://c"),
-            &[
-                (
-                    "OTEL_EXPORTER_OTLP_HEADERS",
-                    "api_key=s3cret%3D%3D, x-a = 1 ,broken",
-                ),
-                ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=2"),
-            ],
-        )
-        .unwrap();
-        let c = r.config.as_ref().unwrap();
-        let h: Vec<(String, Vec<u8>)> = c
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-            .collect();
-        assert_eq!(
-            h,
-            [
-                ("api_key".to_string(), b"s3cret==".to_vec()),
-                ("x-a".to_string(), b"2".to_vec())
-            ]
-        );
-        assert_eq!(r.warnings.len(), 1);
-        assert!(!r.warnings[0].contains("s3cret"));
-        assert!(!format!("{c:?}").contains("s3cret"));
     }
 
     #[test]

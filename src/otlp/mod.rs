@@ -3,13 +3,16 @@
 //! `execute_tool {tool}` span under the response it ran in, or, abstained, linked to every
 //! candidate with windowtap's reason.
 //!
-//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` environment variables.
+//! - [`config`]: the `--otlp-endpoint` flag and the `OTEL_*` variables windowtap reads itself
+//!   (endpoint, timeout, certificate).
 //! - [`tree`]: the sans-IO span builder: events and records in, finished spans out, ids derived
 //!   from a source key.
 //! - [`span`]: attribute names and values, times, the export request.
 //! - [`offline`]: the tree of a replayed trace file; [`LiveTree`]: of a live run.
-//! - [`export`]: the never-blocking queue, batching and the HTTP client.
-//! - [`blocking`]: the same for synchronous commands (`replay`), on a runtime of its own.
+//! - [`span_data`]: a finished span in the OpenTelemetry SDK's form.
+//! - [`export`]: the OpenTelemetry SDK's batch processor and `opentelemetry-otlp`'s exporter,
+//!   over windowtap's HTTP transport, counting what became of each span.
+//! - [`blocking`]: batches sent one by one for synchronous commands (`replay`).
 //! - [`host_trace`]: `--join-host-trace`, a request's W3C `traceparent` as its chat span's
 //!   parent, carried beside the events, never in them.
 //!
@@ -23,6 +26,7 @@ pub mod export;
 pub mod host_trace;
 pub mod offline;
 pub mod span;
+pub mod span_data;
 #[cfg(test)]
 pub mod testing;
 pub mod tree;
@@ -108,7 +112,7 @@ impl LiveTree {
 
     fn send(&mut self) {
         for s in self.buf.drain(..) {
-            // Never waits: a full queue drops the span and counts it.
+            // Never waits: a full queue drops the span.
             self.handle.span(s);
         }
     }

@@ -1,18 +1,12 @@
 //! The pieces of an OTLP span: the GenAI, MCP and `windowtap.*` attribute names, typed
 //! attribute values, the attributes of a record and of a response's usage, error status,
-//! trace-clock times in Unix nanoseconds, and the export request. The tree of spans itself is
+//! trace-clock times in Unix nanoseconds. The tree of spans itself is
 //! built in [`super::tree`].
 
 use correlator::records::{Record, WindowRef};
 use correlator::{Client, Usage};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{
-    status::StatusCode, ResourceSpans, ScopeSpans, Span, Status,
-};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Status};
 
 /// Attribute names. GenAI and MCP names are the semantic-convention ones (design: protocols.md
 /// §5); the `opentelemetry-semantic-conventions` constants are deprecated, so they live here.
@@ -202,30 +196,6 @@ fn window_attributes(w: &WindowRef, a: &mut Vec<KeyValue>) {
     a.push(kv_ms(attr::WINDOW_OPEN_MS, w.open));
     if let Some(close) = w.close {
         a.push(kv_ms(attr::WINDOW_CLOSE_MS, close));
-    }
-}
-
-/// One export request: every span under one resource and the windowtap scope.
-pub fn request(resource: &[KeyValue], spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: resource.to_vec(),
-                dropped_attributes_count: 0,
-                entity_refs: Vec::new(),
-            }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: SCOPE_NAME.to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    attributes: Vec::new(),
-                    dropped_attributes_count: 0,
-                }),
-                spans,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
     }
 }
 

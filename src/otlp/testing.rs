@@ -18,6 +18,21 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio::net::TcpListener;
 
+/// The OpenTelemetry crates read their `OTEL_*` variables from the process environment when
+/// an exporter is made: tests that set some make theirs one at a time, and unset them after.
+pub fn start_with_env<T>(vars: &[(&str, &str)], start: impl FnOnce() -> T) -> T {
+    static ENV: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let made = start();
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    made
+}
+
 /// How the receiver answers the n-th request (the last entry repeats).
 #[derive(Clone, Debug)]
 pub enum Answer {
