@@ -245,11 +245,18 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
             .context("writing the report")?,
     }
     let sum = |f: fn(&Timeline) -> usize| sections.iter().map(|s| f(&s.timeline)).sum::<usize>();
+    let unreported = sum(|t| t.unreported.as_ref().map_or(0, |u| u.calls));
     eprintln!(
-        "{} intervals, {} windows, {} lanes{}{}",
+        "{} intervals, {} windows, {} lanes{}{}{}",
         sum(|t| t.records.len()),
         sum(|t| t.windows.len()),
         sum(|t| t.lanes.len()),
+        if unreported > 0 {
+            let s = if unreported == 1 { "" } else { "s" };
+            format!(", {unreported} MCP tool call{s} no wrapper reported (see the page)")
+        } else {
+            String::new()
+        },
         if sections.len() > 1 {
             format!(" in {} traces", sections.len())
         } else {

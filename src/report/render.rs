@@ -252,6 +252,7 @@ pub fn render(sections: &[Section]) -> String {
         let tl = &only.timeline;
         warning(&mut out, only);
         meta_line(&mut out, tl, &only.sources);
+        unreported(&mut out, tl);
         summary_table(&mut out, &summary_of(tl.records.iter()));
         legend(&mut out, is_aggregated(tl));
         view(&mut out, tl);
@@ -279,6 +280,7 @@ pub fn render(sections: &[Section]) -> String {
             );
             warning(&mut out, s);
             meta_line(&mut out, &s.timeline, &s.sources);
+            unreported(&mut out, &s.timeline);
             summary_table(&mut out, &summary_of(s.timeline.records.iter()));
             view(&mut out, &s.timeline);
         }
@@ -293,6 +295,65 @@ fn warning(out: &mut String, s: &Section) {
     if let Some(w) = &s.warning {
         let _ = writeln!(out, "<p class=\"warning\">warning: {}</p>", esc(w));
     }
+}
+
+/// How many of the model's tool calls to MCP tools no wrapper reported (they have no interval,
+/// so nothing else on the page shows them), in the words the relay's stop uses, with the lanes
+/// they were made on; or, without the trace, that the count needs it.
+fn unreported(out: &mut String, tl: &Timeline) {
+    let Some(u) = &tl.unreported else {
+        out.push_str(
+            "<p class=\"meta unreported\" data-unreported=\"unknown\">Model tool calls to MCP \
+             tools that no wrapper reported: not known without the trace (pass --trace with the \
+             run's capture to count them).</p>\n",
+        );
+        return;
+    };
+    let Some(text) = u.describe(crate::mcp_tally::Setting::Capture) else {
+        out.push_str(
+            "<p class=\"meta unreported\" data-unreported=\"0\">Every model tool call to an MCP \
+             tool in the trace got a wrapper's report.</p>\n",
+        );
+        return;
+    };
+    let by_lane = tl
+        .unreported_lanes
+        .iter()
+        .map(|(lane, n)| {
+            let l = &tl.lanes[*lane];
+            let what = match (l.parent, &l.detail) {
+                (Some(p), _) => format!(" (subagent of {})", tl.lanes[p].key.label()),
+                (None, Some(d)) => format!(" ({d})"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "<span class=\"lane-unreported\" data-lane=\"{}\" data-n=\"{n}\">{}{}: {n}</span>",
+                esc(&l.key.label()),
+                esc(&l.key.label()),
+                esc(&what)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let _ = writeln!(
+        out,
+        "<p class=\"warning unreported\" data-unreported=\"{}\">warning: {}{}</p>",
+        u.calls,
+        esc(&text),
+        if by_lane.is_empty() {
+            String::new()
+        } else {
+            // Reports that named no call take one each off the total, not off a lane.
+            let named: usize = tl.unreported_lanes.iter().map(|(_, n)| n).sum();
+            let of = if named > u.calls {
+                " (of the calls no report named; reports that named no call may account for \
+                 some of them)"
+            } else {
+                ""
+            };
+            format!("<br/>By thread{of}: {by_lane}")
+        }
+    );
 }
 
 fn meta_line(out: &mut String, tl: &Timeline, sources: &[String]) {
