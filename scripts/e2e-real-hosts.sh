@@ -794,6 +794,49 @@ for l in open(sys.argv[1]):
     fi
 }
 
+# start_user_relay DIR ANTHROPIC_UPSTREAM OPENAI_UPSTREAM: one `windowtap relay` started as a
+# user would (default listen address, default ingest socket), upstreams overridden (the defaults
+# are the real APIs), records and capture to DIR. Sets SHARED_ANTHROPIC and SHARED_OPENAI (the
+# overrides it printed, as a user copies them), SHARED_INGEST and SHARED_RELAY_PID.
+start_user_relay() {
+    local dir=$1
+    "$WT" relay --upstream "anthropic=$2" --upstream "openai=$3" \
+        --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+        >"$dir/relay.out" 2>"$dir/relay.err" &
+    SHARED_RELAY_PID=$!
+    PIDS+=("$SHARED_RELAY_PID")
+    wait_line "$dir/relay.err" 'listening on http://' || {
+        sed 's/^/    relay: /' "$dir/relay.err" >&2
+        return 1
+    }
+    SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
+    SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
+    SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
+    if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
+        say "could not read the relay's overrides ($dir/relay.err)"
+        stop "$SHARED_RELAY_PID"
+        return 1
+    fi
+    say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
+}
+
+# stop_user_relay: SIGINT to the relay of start_user_relay (a second one if it still drains
+# after 30 s); sets SHARED_RELAY_RC to its exit code.
+stop_user_relay() {
+    kill -INT "$SHARED_RELAY_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 300); do
+        kill -0 "$SHARED_RELAY_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$SHARED_RELAY_PID" 2>/dev/null; then
+        say "relay still draining after 30 s: second SIGINT"
+        kill -INT "$SHARED_RELAY_PID" 2>/dev/null || true
+    fi
+    SHARED_RELAY_RC=0
+    wait "$SHARED_RELAY_PID" || SHARED_RELAY_RC=$?
+}
+
 # shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py.
 shared_relay() {
     local leg=$1 dir="$RUNS/shared-relay-$1"
@@ -802,29 +845,10 @@ shared_relay() {
     SHARED_RELAY_RC=-
     SHARED_INGEST=
     if [ "$leg" = windowtap ]; then
-        # As a user would: `windowtap relay` with the defaults, upstreams overridden (the
-        # defaults are the real APIs), records and capture to files.
-        "$WT" relay --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
-            >"$dir/relay.out" 2>"$dir/relay.err" &
-        local relay=$!
-        PIDS+=("$relay")
-        wait_line "$dir/relay.err" 'listening on http://' || {
-            sed 's/^/    relay: /' "$dir/relay.err" >&2
+        start_user_relay "$dir" "http://$UP_ADDR" "http://$UP_ADDR" || {
             stop "$UP_PID"
             return 1
         }
-        # The overrides the relay printed, as a user copies them.
-        SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
-        SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
-        SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
-        if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
-            say "could not read the relay's overrides ($dir/relay.err)"
-            stop "$relay"
-            stop "$UP_PID"
-            return 1
-        fi
-        say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
     else
         SHARED_ANTHROPIC="http://$UP_ADDR"
         SHARED_OPENAI="http://$UP_ADDR/v1"
@@ -858,20 +882,7 @@ shared_relay() {
         wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
     done
     say "shared-relay $leg: sessions done in $((SECONDS - t0)) s"
-    if [ "$leg" = windowtap ]; then
-        kill -INT "$relay" 2>/dev/null || true
-        local i
-        for i in $(seq 300); do
-            kill -0 "$relay" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$relay" 2>/dev/null; then
-            say "relay still draining after 30 s: second SIGINT"
-            kill -INT "$relay" 2>/dev/null || true
-        fi
-        SHARED_RELAY_RC=0
-        wait "$relay" || SHARED_RELAY_RC=$?
-    fi
+    if [ "$leg" = windowtap ]; then stop_user_relay; fi
     end_orphans "$dir/K/marker.jsonl"
     stop "$UP_PID"
     for n in A B C K D; do
@@ -896,8 +907,139 @@ print(json.dumps({"mode": leg, "canary": canary, "records": f"{d}/records.jsonl"
 PY
 }
 
+# ------------------------------------------------------------------ report-run
+# The report of one real run, drawn and photographed (docs/report-real-run.png): one relay as
+# start_user_relay starts it, its anthropic mount on an upstream with `--subagent parallel`, its
+# openai mount on a plain one, and four sessions at once (name kind sleep):
+#   A  claude-toolsearch  3000 ms: its own call, then one response launching two `Agent`
+#                         subagents whose calls run at the same time (nested under A);
+#   B  codex-ws-function  1500 ms, started once A's first call runs;
+#   C  codex-http-function 1500 ms, likewise (function mode: code mode's `exec` names no tool,
+#                         so its report would take one off the unreported count, by design);
+#   U  codex-ws-function   300 ms, likewise, its MCP server NOT under `windowtap wrap`: the
+#                         call the relay's stop and the report count as never reported.
+# Then `windowtap check`, `replay`, `report --trace` and two screenshots with headless Chromium:
+# the whole page, and the page zoomed (its `#t=FROM,TO` fragment, seconds) to A's turn.
+# E2E_REPORT_PNG_DIR: where the PNGs go (default: the run's directory).
+chromium_shot() { # HTML PNG HEIGHT [FRAGMENT]
+    chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
+        --hide-scrollbars --user-data-dir="$(dirname "$2")/.chromium" --window-size="1400,$3" \
+        --screenshot="$2" "file://$1${4:+#$4}" >/dev/null 2>&1
+    rm -rf "$(dirname "$2")/.chromium"
+    [ -s "$2" ]
+}
+
+report_run() {
+    local dir="$RUNS/report-run" png_dir
+    mkdir -p "$dir/up-claude" "$dir/up-codex"
+    start_upstream "$dir/up-claude" 0 --subagent parallel
+    local claude_up=$UP_PID claude_addr=$UP_ADDR
+    start_upstream "$dir/up-codex" 0
+    local codex_up=$UP_PID
+    start_user_relay "$dir" "http://$claude_addr" "http://$UP_ADDR" || {
+        stop "$claude_up"
+        stop "$codex_up"
+        return 1
+    }
+    local t0=$SECONDS n
+    shared_session windowtap "$dir" A claude-toolsearch 3000
+    wait_marker "$dir/A/marker.jsonl" 90 || say "A's call never started"
+    shared_session windowtap "$dir" B codex-ws-function 1500
+    shared_session windowtap "$dir" C codex-http-function 1500
+    # `direct`: the server as the host would start it, unwrapped.
+    shared_session direct "$dir" U codex-ws-function 300
+    for n in A B C U; do
+        SESSION_RC[$n]=0
+        wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
+    done
+    say "report-run: sessions done in $((SECONDS - t0)) s"
+    stop_user_relay
+    stop "$claude_up"
+    stop "$codex_up"
+    REPORT_CHECK=yes
+    "$WT" check "$dir/trace.jsonl" "$dir/records.jsonl" >"$dir/check.out" 2>&1 || REPORT_CHECK=NO
+    "$WT" replay "$dir/trace.jsonl" -o "$dir/replayed.jsonl" >/dev/null 2>"$dir/replay.err" || true
+    # From the run's directory, so that the page names its files as a user's would.
+    (cd "$dir" && "$WT" report records.jsonl --trace trace.jsonl -o report.html) 2>"$dir/report.err" || {
+        sed 's/^/    report: /' "$dir/report.err" >&2
+        return 1
+    }
+    png_dir=${E2E_REPORT_PNG_DIR:-$dir}
+    mkdir -p "$png_dir"
+    # A's turn: from its first call to the end of its subagents' calls (Claude Code's records).
+    local zoom
+    zoom=$(python3 - "$dir/trace.jsonl" "$dir/records.jsonl" <<'PY'
+import json, sys
+claude = set()
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e.get("type") == "stream_open" and e.get("client") == "claude":
+        claude.add(e["stream"])
+spans = [(r["start"], r["end"]) for r in map(json.loads, open(sys.argv[2]))
+         if (r.get("window") or {}).get("stream") in claude]
+a, b = min(s for s, _ in spans), max(e for _, e in spans)
+pad = (b - a) * 0.08
+print("%.3f,%.3f" % ((a - pad) / 1000, (b + pad) / 1000))
+PY
+    ) || zoom=
+    chromium_shot "$dir/report.html" "$png_dir/report-real-run.png" 1100 || say "no screenshot (chromium)"
+    [ -n "$zoom" ] && { chromium_shot "$dir/report.html" "$png_dir/report-real-run-turn.png" 1100 "t=$zoom" ||
+        say "no zoomed screenshot (chromium)"; }
+    for n in A B C U; do
+        echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_RC[$n]}"
+    done >"$dir/sessions.txt"
+    say "report-run: $dir/report.html, $png_dir/report-real-run.png, $png_dir/report-real-run-turn.png (#t=$zoom)"
+}
+
+# run_report: report-run, checked: every host exits 0, the relay exits 0 on SIGINT, check and
+# replay agree with the live records, A's three calls and B's and C's are attributed (A's two
+# subagents' lanes nested under A), U's call has no record, and the relay's stop and the page
+# both count it as the one call no wrapper reported.
+REPORT_ROW=
+run_report() {
+    say "report-run"
+    local dir="$RUNS/report-run"
+    report_run || { fail=1; REPORT_ROW="report-run: did not run"; return; }
+    REPORT_ROW=$(python3 - "$dir" "$SHARED_RELAY_RC" "$REPORT_CHECK" "$CANARY" <<'PY'
+import json, re, sys
+d, relay_rc, checked, canary = sys.argv[1:5]
+rcs = {l.split()[0]: int(l.split()[3]) for l in open(f"{d}/sessions.txt")}
+recs = [json.loads(l) for l in open(f"{d}/records.jsonl")]
+same = open(f"{d}/records.jsonl").read() == open(f"{d}/replayed.jsonl").read()
+html = open(f"{d}/report.html").read()
+page = re.search(r'data-unreported="([^"]*)"', html)
+page = page.group(1) if page else "-"
+stop = re.search(r"warning: (\d+) model tool calls? to MCP tools", open(f"{d}/relay.err").read())
+stop = stop.group(1) if stop else "0"
+decisions = {}
+for r in recs:
+    decisions[r["decision"] if r["decision"] != "abstained" else r["reason"]] = \
+        decisions.get(r["decision"] if r["decision"] != "abstained" else r["reason"], 0) + 1
+nested = html.count('data-depth="1"')
+leaks = [f for f in ("records.jsonl", "trace.jsonl", "relay.err", "report.html")
+         if canary in open(f"{d}/{f}").read()]
+why = []
+if any(rcs.values()): why.append("host rc %s" % rcs)
+if relay_rc != "0": why.append("relay rc " + relay_rc)
+if checked != "yes": why.append("check failed")
+if not same: why.append("replay differs")
+if decisions != {"attributed": 5}: why.append("decisions %s" % decisions)
+if page != "1" or stop != "1": why.append("unreported: page %s, stop %s" % (page, stop))
+if nested < 2: why.append("subagent lanes nested: %d" % nested)
+if leaks: why.append("canary in " + ",".join(leaks))
+print("report-run: 4 sessions (A claude + 2 subagents, B, C codex, U codex unwrapped), hosts rc %s, relay rc %s, "
+      "%d records %s, check %s, replay %s, unreported: stop %s page %s, nested lanes %d, canary %s: %s%s" % (
+      ",".join("%s=%d" % kv for kv in rcs.items()), relay_rc, len(recs),
+      "/".join("%s %d" % kv for kv in sorted(decisions.items())), checked, "same" if same else "DIFFERS",
+      stop, page, nested, ("in " + ",".join(leaks)) if leaks else "nowhere",
+      "FAIL " if why else "PASS", "; ".join(why)))
+PY
+    )
+    case $REPORT_ROW in *": PASS"*) ;; *) fail=1 ;; esac
+}
+
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
-    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay)
+    claude-subagent-blocking claude-subagent-background claude-subagent-parallel shared-relay report-run)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -950,6 +1092,10 @@ else:
 for scenario in "${scenarios[@]}"; do
     if [ "$scenario" = shared-relay ]; then
         run_shared
+        continue
+    fi
+    if [ "$scenario" = report-run ]; then
+        [ -z "${E2E_DIRECT_ONLY:-}" ] && run_report
         continue
     fi
     for hold in "${holds[@]}"; do
@@ -1009,6 +1155,10 @@ done
         printf '%-9s %-3s %-18s %6s %4s %3s %3s  %-22s %-8s %-4s %-6s %-8s %-6s %-4s %s\n' leg ses kind sleep rc mcp rec decisions identity host hostid outcome nested same status
         printf '%s\n' "${SHARED_ROWS[@]}"
         echo "${SHARED_RUN%; }"
+    fi
+    if [ -n "$REPORT_ROW" ]; then
+        echo
+        echo "$REPORT_ROW"
     fi
     echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"

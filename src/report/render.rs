@@ -6,7 +6,8 @@
 //! tool and decision in full, placed so that no label is cut by the drawing's edges, windows
 //! carry the names of their calls when they fit, subagent lanes sit under their parent's lane
 //! (see [`super::model::SPAWN_TOOLS`]), and a list of every call follows each timeline. The
-//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked) by laying
+//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked, or given in
+//! the address as `#t=FROM,TO` in seconds, as W3C Media Fragments write a time range) by laying
 //! its elements out again from their `data-` times with the same rules as here, and finds calls
 //! by tool, alias, decision, thread or id.
 //!
@@ -1397,6 +1398,9 @@ all(document,'svg.tl[data-t0]').forEach(function(svg){
    layout(svg,t-(end-t)*0.03,end+(end-t)*0.03);}
   else{var s=num(el,'data-s'),e=num(el,'data-e'),p=Math.max((e-s)*0.1,5);layout(svg,s-p,e+p);}});
 });
+function hash(){var h=/^#t=(-?[0-9.]+),(-?[0-9.]+)$/.exec(location.hash);
+ if(h)all(document,'svg.tl[data-t0]').forEach(function(svg){layout(svg,parseFloat(h[1])*1000,parseFloat(h[2])*1000);});}
+hash();window.addEventListener('hashchange',hash);
 var box=document.getElementById('find'),found=document.getElementById('found'),hits=[],at=-1;
 function find(){var q=box.value.trim().toLowerCase();hits=[];at=-1;
  all(document,'g.interval').forEach(function(g){var m=!!q&&g.getAttribute('data-find').indexOf(q)>=0;g.classList.toggle('hit',m);if(m)hits.push(g);});
