@@ -19,7 +19,9 @@
 # --subagent). claude-subagent-parallel: one response launches two subagents at once, whose
 # 3 s calls of the one tool overlap inside each other's windows (issue 25). shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
-# per session (see shared_relay below and docs/e2e.md).
+# per session (see shared_relay below and docs/e2e.md). report-run: one relay, five real sessions
+# (parallel Claude Code subagents, one server left unwrapped), reported and photographed in
+# headless Chromium (see report_run below).
 #
 # Environment:
 #   E2E_HOLDS       holds (ms) of the terminal event after the tool call item (default "0 1500")
@@ -28,6 +30,8 @@
 #   E2E_REQUIRE_HOST=1 the scenario rows also need the evidence word `host` (shared-relay
 #                   always does)
 #   E2E_SHARED_LONG_MS  shared-relay: how long session A's MCP call runs (default 8000)
+#   E2E_REPORT_GAP_S    report-run: seconds between the four sessions and the last (default 20)
+#   E2E_REPORT_PNG_DIR  report-run: where its two screenshots go (default: its run directory)
 #   CLAUDE_CODE_VERSION, CODEX_VERSION  npm versions to install (default: the ones below)
 set -euo pipefail
 
@@ -917,7 +921,10 @@ PY
 #   C  codex-http-function 1500 ms, likewise (function mode: code mode's `exec` names no tool,
 #                         so its report would take one off the unreported count, by design);
 #   U  codex-ws-function   300 ms, likewise, its MCP server NOT under `windowtap wrap`: the
-#                         call the relay's stop and the report count as never reported.
+#                         call the relay's stop and the report count as never reported;
+#   D  claude-direct       300 ms, E2E_REPORT_GAP_S (20) s after the others ended, as a user
+#                         comes back to a relay left running (its two subagents too), so that
+#                         the run is long and one turn is a small part of it.
 # Then `windowtap check`, `replay`, `report --trace` and two screenshots with headless Chromium:
 # the whole page, and the page zoomed (its `#t=FROM,TO` fragment, seconds) to A's turn.
 # E2E_REPORT_PNG_DIR: where the PNGs go (default: the run's directory).
@@ -952,6 +959,13 @@ report_run() {
         SESSION_RC[$n]=0
         wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
     done
+    sleep "${E2E_REPORT_GAP_S:-20}"
+    # Wall-clock ms when D starts: A's turn is what Claude Code did before it.
+    local d_at
+    d_at=$(date +%s%3N)
+    shared_session windowtap "$dir" D claude-direct 300
+    SESSION_RC[D]=0
+    wait "${SESSION_PID[D]}" 2>/dev/null || SESSION_RC[D]=$?
     say "report-run: sessions done in $((SECONDS - t0)) s"
     stop_user_relay
     stop "$claude_up"
@@ -968,15 +982,18 @@ report_run() {
     mkdir -p "$png_dir"
     # A's turn: from its first call to the end of its subagents' calls (Claude Code's records).
     local zoom
-    zoom=$(python3 - "$dir/trace.jsonl" "$dir/records.jsonl" <<'PY'
+    zoom=$(python3 - "$dir/trace.jsonl" "$dir/records.jsonl" "$d_at" <<'PY'
 import json, sys
-claude = set()
+claude, epoch = set(), None
 for l in open(sys.argv[1]):
     e = json.loads(l)
+    if e.get("type") == "trace":
+        epoch = e["epoch_unix_ms"]
     if e.get("type") == "stream_open" and e.get("client") == "claude":
         claude.add(e["stream"])
+d_at = int(sys.argv[3]) - epoch
 spans = [(r["start"], r["end"]) for r in map(json.loads, open(sys.argv[2]))
-         if (r.get("window") or {}).get("stream") in claude]
+         if (r.get("window") or {}).get("stream") in claude and r["start"] < d_at]
 a, b = min(s for s, _ in spans), max(e for _, e in spans)
 pad = (b - a) * 0.08
 print("%.3f,%.3f" % ((a - pad) / 1000, (b + pad) / 1000))
@@ -985,16 +1002,16 @@ PY
     chromium_shot "$dir/report.html" "$png_dir/report-real-run.png" 1100 || say "no screenshot (chromium)"
     [ -n "$zoom" ] && { chromium_shot "$dir/report.html" "$png_dir/report-real-run-turn.png" 1100 "t=$zoom" ||
         say "no zoomed screenshot (chromium)"; }
-    for n in A B C U; do
+    for n in A B C U D; do
         echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_RC[$n]}"
     done >"$dir/sessions.txt"
     say "report-run: $dir/report.html, $png_dir/report-real-run.png, $png_dir/report-real-run-turn.png (#t=$zoom)"
 }
 
 # run_report: report-run, checked: every host exits 0, the relay exits 0 on SIGINT, check and
-# replay agree with the live records, A's three calls and B's and C's are attributed (A's two
-# subagents' lanes nested under A), U's call has no record, and the relay's stop and the page
-# both count it as the one call no wrapper reported.
+# replay agree with the live records, A's and D's three calls each and B's and C's are
+# attributed (A's and D's subagents' lanes nested under them), U's call has no record, and the
+# relay's stop and the page both count it as the one call no wrapper reported.
 REPORT_ROW=
 run_report() {
     say "report-run"
@@ -1023,11 +1040,11 @@ if any(rcs.values()): why.append("host rc %s" % rcs)
 if relay_rc != "0": why.append("relay rc " + relay_rc)
 if checked != "yes": why.append("check failed")
 if not same: why.append("replay differs")
-if decisions != {"attributed": 5}: why.append("decisions %s" % decisions)
+if decisions != {"attributed": 8}: why.append("decisions %s" % decisions)
 if page != "1" or stop != "1": why.append("unreported: page %s, stop %s" % (page, stop))
-if nested < 2: why.append("subagent lanes nested: %d" % nested)
+if nested != 4: why.append("subagent lanes nested: %d" % nested)
 if leaks: why.append("canary in " + ",".join(leaks))
-print("report-run: 4 sessions (A claude + 2 subagents, B, C codex, U codex unwrapped), hosts rc %s, relay rc %s, "
+print("report-run: 5 sessions (A, D claude + 2 subagents each, B, C codex, U codex unwrapped), hosts rc %s, relay rc %s, "
       "%d records %s, check %s, replay %s, unreported: stop %s page %s, nested lanes %d, canary %s: %s%s" % (
       ",".join("%s=%d" % kv for kv in rcs.items()), relay_rc, len(recs),
       "/".join("%s %d" % kv for kv in sorted(decisions.items())), checked, "same" if same else "DIFFERS",

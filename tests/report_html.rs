@@ -888,6 +888,9 @@ fn mcp_calls_no_wrapper_reported_are_counted_from_the_trace() {
         "{html}"
     );
     assert!(!html.contains("data-lane=\"thread cx\""));
+    // And its lane in the drawing, where no mark shows the call.
+    assert_eq!(html.matches("<text class=\"lane-noreport\"").count(), 1);
+    assert!(html.contains("⚠ 1 MCP call not reported</text>"));
     let out = windowtap(&[
         "report",
         s(&r),

@@ -810,6 +810,11 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
+    // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
+    let mut unreported = vec![0usize; lanes];
+    for (l, n) in &tl.unreported_lanes {
+        unreported[lane_of(*l)] += n;
+    }
     for lane in 0..lanes {
         let in_lane = |l: usize| lane_of(l) == lane;
         let wins: Vec<&Window> = tl
@@ -859,8 +864,10 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             .collect();
         let mext: Vec<(f64, f64)> = placed.iter().map(|p| p.3 .2).collect();
         let (mrow, nmrows) = pack(&mext);
-        // At least two text lines tall, for the label and its detail.
-        let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(44.0);
+        // At least two text lines tall, for the label and its detail (three with a count of
+        // unreported calls).
+        let min_h = if unreported[lane] > 0 { 58.0 } else { 44.0 };
+        let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(min_h);
         // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
             bg,
@@ -911,6 +918,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 );
             }
             None => lane_label(&mut body, &slots.labels[lane], depth, y, h),
+        }
+        if unreported[lane] > 0 {
+            let n = unreported[lane];
+            let _ = write!(
+                body,
+                "<text class=\"lane-noreport\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" font-weight=\"600\" fill=\"#b35c00\"><title>model tool calls to MCP tools on this thread that no wrapper reported: no mark shows them (see the warning above)</title>⚠ {n} MCP call{} not reported</text>",
+                8.0 + depth.min(4) as f64 * INDENT,
+                y + h / 2.0 + 24.0,
+                if n == 1 { "" } else { "s" }
+            );
         }
         // Turn starts first, under the windows and marks.
         for s in &turns {
@@ -1170,6 +1187,11 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
+    // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
+    let mut unreported = vec![0usize; lanes];
+    for (l, n) in &tl.unreported_lanes {
+        unreported[lane_of(*l)] += n;
+    }
     for lane in 0..lanes {
         let total: usize = counts[lane].iter().flat_map(|b| b.iter()).sum();
         let _ = write!(
@@ -1398,7 +1420,7 @@ all(document,'svg.tl[data-t0]').forEach(function(svg){
    layout(svg,t-(end-t)*0.03,end+(end-t)*0.03);}
   else{var s=num(el,'data-s'),e=num(el,'data-e'),p=Math.max((e-s)*0.1,5);layout(svg,s-p,e+p);}});
 });
-function hash(){var h=/^#t=(-?[0-9.]+),(-?[0-9.]+)$/.exec(location.hash);
+function hash(){var h=/#t=(-?[0-9.]+),(-?[0-9.]+)$/.exec(document.URL);
  if(h)all(document,'svg.tl[data-t0]').forEach(function(svg){layout(svg,parseFloat(h[1])*1000,parseFloat(h[2])*1000);});}
 hash();window.addEventListener('hashchange',hash);
 var box=document.getElementById('find'),found=document.getElementById('found'),hits=[],at=-1;
