@@ -811,11 +811,15 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let mut bg = String::new();
     let mut y = AXIS_H;
     // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
-    let mut unreported = vec![0usize; lanes];
-    for (l, n) in &tl.unreported_lanes {
-        unreported[lane_of(*l)] += n;
-    }
+    let unreported_in = |slot: usize| -> usize {
+        tl.unreported_lanes
+            .iter()
+            .filter(|(l, _)| lane_of(*l) == slot)
+            .map(|(_, n)| n)
+            .sum()
+    };
     for lane in 0..lanes {
+        let unreported = unreported_in(lane);
         let in_lane = |l: usize| lane_of(l) == lane;
         let wins: Vec<&Window> = tl
             .windows
@@ -866,7 +870,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         let (mrow, nmrows) = pack(&mext);
         // At least two text lines tall, for the label and its detail (three with a count of
         // unreported calls).
-        let min_h = if unreported[lane] > 0 { 58.0 } else { 44.0 };
+        let min_h = if unreported > 0 { 58.0 } else { 44.0 };
         let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(min_h);
         // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
@@ -919,8 +923,8 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             }
             None => lane_label(&mut body, &slots.labels[lane], depth, y, h),
         }
-        if unreported[lane] > 0 {
-            let n = unreported[lane];
+        if unreported > 0 {
+            let n = unreported;
             let _ = write!(
                 body,
                 "<text class=\"lane-noreport\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" font-weight=\"600\" fill=\"#b35c00\"><title>model tool calls to MCP tools on this thread that no wrapper reported: no mark shows them (see the warning above)</title>⚠ {n} MCP call{} not reported</text>",
@@ -1187,11 +1191,6 @@ fn aggregated_view(out: &mut String, tl: &Timeline) {
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
-    // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
-    let mut unreported = vec![0usize; lanes];
-    for (l, n) in &tl.unreported_lanes {
-        unreported[lane_of(*l)] += n;
-    }
     for lane in 0..lanes {
         let total: usize = counts[lane].iter().flat_map(|b| b.iter()).sum();
         let _ = write!(
