@@ -561,22 +561,31 @@ if [ -n "${E2E_WT_MODE:-}" ]; then WT_MODE=$E2E_WT_MODE; fi
 RELAY_INGEST_FLAG=
 if "$WT" relay --help 2>/dev/null | grep -q -- '--ingest'; then RELAY_INGEST_FLAG=--ingest; fi
 
+# launch_relay DIR ARGS...: `windowtap relay ARGS` with records and capture in DIR (and its
+# output there), in the background; sets LAUNCHED_PID, and returns once it listens.
+launch_relay() {
+    local dir=$1
+    shift
+    "$WT" relay "$@" --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+        >"$dir/relay.out" 2>"$dir/relay.err" &
+    LAUNCHED_PID=$!
+    PIDS+=("$LAUNCHED_PID")
+    wait_line "$dir/relay.err" 'listening on http://' || {
+        sed 's/^/    relay: /' "$dir/relay.err" >&2
+        return 1
+    }
+}
+
 # start_relay DIR: `windowtap relay` with both mounts on the scripted upstream; sets
 # RELAY_ADDR, RELAY_PID and INGEST (the socket wrappers report to).
 start_relay() {
     INGEST="$1/ingest.sock"
     local extra=()
     if [ -n "$RELAY_INGEST_FLAG" ]; then extra=("$RELAY_INGEST_FLAG" "$INGEST"); fi
-    "$WT" relay --listen 127.0.0.1:0 \
-        --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-        --records "$1/records.jsonl" --capture "$1/trace.jsonl" "${extra[@]}" \
-        >"$1/relay.out" 2>"$1/relay.err" &
-    RELAY_PID=$!
-    PIDS+=("$RELAY_PID")
-    wait_line "$1/relay.err" 'listening on http://' || {
-        sed 's/^/    relay: /' "$1/relay.err" >&2
+    launch_relay "$1" --listen 127.0.0.1:0 \
+        --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" "${extra[@]}" ||
         return 1
-    }
+    RELAY_PID=$LAUNCHED_PID
     RELAY_ADDR=$(sed -n 's/.*listening on http:\/\/\([^ ]*\).*/\1/p' "$1/relay.err" | head -1)
 }
 
@@ -804,15 +813,8 @@ for l in open(sys.argv[1]):
 # overrides it printed, as a user copies them), SHARED_INGEST and SHARED_RELAY_PID.
 start_user_relay() {
     local dir=$1
-    "$WT" relay --upstream "anthropic=$2" --upstream "openai=$3" \
-        --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
-        >"$dir/relay.out" 2>"$dir/relay.err" &
-    SHARED_RELAY_PID=$!
-    PIDS+=("$SHARED_RELAY_PID")
-    wait_line "$dir/relay.err" 'listening on http://' || {
-        sed 's/^/    relay: /' "$dir/relay.err" >&2
-        return 1
-    }
+    launch_relay "$dir" --upstream "anthropic=$2" --upstream "openai=$3" || return 1
+    SHARED_RELAY_PID=$LAUNCHED_PID
     SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
     SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
     SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
