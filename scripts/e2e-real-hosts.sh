@@ -22,7 +22,9 @@
 # shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
 # per session (see shared_relay below and docs/e2e.md). shared-relay-hosts-off runs it once
-# more with `--hosts off` and checks every session is decided as with hosts on.
+# more with `--hosts off` and checks every session is decided as with hosts on. report-run:
+# one relay, five real sessions (parallel Claude Code subagents, one server left unwrapped),
+# reported and photographed in headless Chromium (see report_run below).
 #
 # Environment:
 #   E2E_HOLDS       holds (ms) of the terminal event after the tool call item (default "0 1500")
@@ -31,6 +33,8 @@
 #   E2E_REQUIRE_HOST=1 the scenario rows also need the evidence word `host` (shared-relay
 #                   always does)
 #   E2E_SHARED_LONG_MS  shared-relay: how long session A's MCP call runs (default 8000)
+#   E2E_REPORT_GAP_S    report-run: seconds between the four sessions and the last (default 20)
+#   E2E_REPORT_PNG_DIR  report-run: where its two screenshots go (default: its run directory)
 #   CLAUDE_CODE_VERSION, CODEX_VERSION  npm versions to install (default: the ones below)
 #   E2E_PHOENIX     a venv with arize-phoenix (scripts/phoenix-real-claude.sh sets it): Phoenix
 #                   runs inside the namespace; each windowtap leg (`windowtap run` only) adds
@@ -664,22 +668,31 @@ if [ -n "${E2E_WT_MODE:-}" ]; then WT_MODE=$E2E_WT_MODE; fi
 RELAY_INGEST_FLAG=
 if "$WT" relay --help 2>/dev/null | grep -q -- '--ingest'; then RELAY_INGEST_FLAG=--ingest; fi
 
+# launch_relay DIR ARGS...: `windowtap relay ARGS` with records and capture in DIR (and its
+# output there), in the background; sets LAUNCHED_PID, and returns once it listens.
+launch_relay() {
+    local dir=$1
+    shift
+    "$WT" relay "$@" --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" \
+        >"$dir/relay.out" 2>"$dir/relay.err" &
+    LAUNCHED_PID=$!
+    PIDS+=("$LAUNCHED_PID")
+    wait_line "$dir/relay.err" 'listening on http://' || {
+        sed 's/^/    relay: /' "$dir/relay.err" >&2
+        return 1
+    }
+}
+
 # start_relay DIR: `windowtap relay` with both mounts on the scripted upstream; sets
 # RELAY_ADDR, RELAY_PID and INGEST (the socket wrappers report to).
 start_relay() {
     INGEST="$1/ingest.sock"
     local extra=()
     if [ -n "$RELAY_INGEST_FLAG" ]; then extra=("$RELAY_INGEST_FLAG" "$INGEST"); fi
-    "$WT" relay --listen 127.0.0.1:0 \
-        --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-        --records "$1/records.jsonl" --capture "$1/trace.jsonl" "${extra[@]}" \
-        >"$1/relay.out" 2>"$1/relay.err" &
-    RELAY_PID=$!
-    PIDS+=("$RELAY_PID")
-    wait_line "$1/relay.err" 'listening on http://' || {
-        sed 's/^/    relay: /' "$1/relay.err" >&2
+    launch_relay "$1" --listen 127.0.0.1:0 \
+        --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" "${extra[@]}" ||
         return 1
-    }
+    RELAY_PID=$LAUNCHED_PID
     RELAY_ADDR=$(sed -n 's/.*listening on http:\/\/\([^ ]*\).*/\1/p' "$1/relay.err" | head -1)
 }
 
@@ -914,6 +927,42 @@ for l in open(sys.argv[1]):
     fi
 }
 
+# start_user_relay DIR ANTHROPIC_UPSTREAM OPENAI_UPSTREAM [FLAGS...]: one `windowtap relay` started as a
+# user would (default listen address, default ingest socket), upstreams overridden (the defaults
+# are the real APIs), records and capture to DIR. Sets SHARED_ANTHROPIC and SHARED_OPENAI (the
+# overrides it printed, as a user copies them), SHARED_INGEST and SHARED_RELAY_PID.
+start_user_relay() {
+    local dir=$1
+    launch_relay "$dir" --upstream "anthropic=$2" --upstream "openai=$3" "${@:4}" || return 1
+    SHARED_RELAY_PID=$LAUNCHED_PID
+    SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
+    SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
+    SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
+    if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
+        say "could not read the relay's overrides ($dir/relay.err)"
+        stop "$SHARED_RELAY_PID"
+        return 1
+    fi
+    say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
+}
+
+# stop_user_relay: SIGINT to the relay of start_user_relay (a second one if it still drains
+# after 30 s); sets SHARED_RELAY_RC to its exit code.
+stop_user_relay() {
+    kill -INT "$SHARED_RELAY_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 300); do
+        kill -0 "$SHARED_RELAY_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$SHARED_RELAY_PID" 2>/dev/null; then
+        say "relay still draining after 30 s: second SIGINT"
+        kill -INT "$SHARED_RELAY_PID" 2>/dev/null || true
+    fi
+    SHARED_RELAY_RC=0
+    wait "$SHARED_RELAY_PID" || SHARED_RELAY_RC=$?
+}
+
 # shared_relay LEG: the choreography above; writes DIR/spec.json for check_shared.py. LEG is
 # direct (no windowtap), windowtap, or hosts-off (windowtap with `--hosts off`: no host is
 # resolved, as on a system without the process and socket tables or for a client in a
@@ -927,29 +976,10 @@ shared_relay() {
     local relay_flags=()
     [ "$leg" = hosts-off ] && relay_flags=(--hosts off)
     if [ "$leg" != direct ]; then
-        # As a user would: `windowtap relay` with the defaults, upstreams overridden (the
-        # defaults are the real APIs), records and capture to files.
-        "$WT" relay --upstream "anthropic=http://$UP_ADDR" --upstream "openai=http://$UP_ADDR" \
-            --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" "${relay_flags[@]}" \
-            >"$dir/relay.out" 2>"$dir/relay.err" &
-        local relay=$!
-        PIDS+=("$relay")
-        wait_line "$dir/relay.err" 'listening on http://' || {
-            sed 's/^/    relay: /' "$dir/relay.err" >&2
+        start_user_relay "$dir" "http://$UP_ADDR" "http://$UP_ADDR" "${relay_flags[@]}" || {
             stop "$UP_PID"
             return 1
         }
-        # The overrides the relay printed, as a user copies them.
-        SHARED_ANTHROPIC=$(sed -n 's/.*ANTHROPIC_BASE_URL=\([^ ]*\) claude.*/\1/p' "$dir/relay.err" | head -1)
-        SHARED_OPENAI=$(sed -n "s/^Codex (API key): *codex -c 'openai_base_url=\"\\([^\"]*\\)\"'.*/\\1/p" "$dir/relay.err" | head -1)
-        SHARED_INGEST=$(sed -n 's/.* report to \([^ ]*\) .*/\1/p' "$dir/relay.err" | head -1)
-        if [ -z "$SHARED_ANTHROPIC" ] || [ -z "$SHARED_OPENAI" ]; then
-            say "could not read the relay's overrides ($dir/relay.err)"
-            stop "$relay"
-            stop "$UP_PID"
-            return 1
-        fi
-        say "shared relay: $SHARED_ANTHROPIC $SHARED_OPENAI ingest ${SHARED_INGEST:-?}"
     else
         SHARED_ANTHROPIC="http://$UP_ADDR"
         SHARED_OPENAI="http://$UP_ADDR/v1"
@@ -983,20 +1013,7 @@ shared_relay() {
         wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
     done
     say "shared-relay $leg: sessions done in $((SECONDS - t0)) s"
-    if [ "$leg" != direct ]; then
-        kill -INT "$relay" 2>/dev/null || true
-        local i
-        for i in $(seq 300); do
-            kill -0 "$relay" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$relay" 2>/dev/null; then
-            say "relay still draining after 30 s: second SIGINT"
-            kill -INT "$relay" 2>/dev/null || true
-        fi
-        SHARED_RELAY_RC=0
-        wait "$relay" || SHARED_RELAY_RC=$?
-    fi
+    if [ "$leg" != direct ]; then stop_user_relay; fi
     end_orphans "$dir/K/marker.jsonl"
     stop "$UP_PID"
     for n in A B C K D; do
@@ -1023,9 +1040,153 @@ print(json.dumps({"mode": leg, "canary": canary, "records": f"{d}/records.jsonl"
 PY
 }
 
+# ------------------------------------------------------------------ report-run
+# The report of one real run, drawn and photographed (docs/report-real-run.png): one relay as
+# start_user_relay starts it, its anthropic mount on an upstream with `--subagent parallel`, its
+# openai mount on a plain one, and four sessions at once (name kind sleep):
+#   A  claude-toolsearch  3000 ms: its own call, then one response launching two `Agent`
+#                         subagents whose calls run at the same time (nested under A);
+#   B  codex-ws-function  1500 ms, started once A's first call runs;
+#   C  codex-http-function 1500 ms, likewise (function mode: code mode's `exec` names no tool,
+#                         so its report would take one off the unreported count, by design);
+#   U  codex-ws-function   300 ms, likewise, its MCP server NOT under `windowtap wrap`: the
+#                         call the relay's stop and the report count as never reported;
+#   D  claude-direct       300 ms, E2E_REPORT_GAP_S (20) s after the others ended, as a user
+#                         comes back to a relay left running (its two subagents too), so that
+#                         the run is long and one turn is a small part of it.
+# Then `windowtap check`, `replay`, `report --trace` and two screenshots with headless Chromium:
+# the whole page, and the page zoomed (its `#t=FROM,TO` fragment, seconds) to A's turn.
+# E2E_REPORT_PNG_DIR: where the PNGs go (default: the run's directory).
+chromium_shot() { # HTML PNG HEIGHT [FRAGMENT]
+    chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
+        --hide-scrollbars --user-data-dir="$(dirname "$2")/.chromium" --window-size="1400,$3" \
+        --screenshot="$2" "file://$1${4:+#$4}" >/dev/null 2>&1
+    rm -rf "$(dirname "$2")/.chromium"
+    [ -s "$2" ]
+}
+
+report_run() {
+    local dir="$RUNS/report-run" png_dir
+    mkdir -p "$dir/up-claude" "$dir/up-codex"
+    start_upstream "$dir/up-claude" 0 --subagent parallel
+    local claude_up=$UP_PID claude_addr=$UP_ADDR
+    start_upstream "$dir/up-codex" 0
+    local codex_up=$UP_PID
+    start_user_relay "$dir" "http://$claude_addr" "http://$UP_ADDR" || {
+        stop "$claude_up"
+        stop "$codex_up"
+        return 1
+    }
+    local t0=$SECONDS n
+    shared_session windowtap "$dir" A claude-toolsearch 3000
+    wait_marker "$dir/A/marker.jsonl" 90 || say "A's call never started"
+    shared_session windowtap "$dir" B codex-ws-function 1500
+    shared_session windowtap "$dir" C codex-http-function 1500
+    # `direct`: the server as the host would start it, unwrapped.
+    shared_session direct "$dir" U codex-ws-function 300
+    for n in A B C U; do
+        SESSION_RC[$n]=0
+        wait "${SESSION_PID[$n]}" 2>/dev/null || SESSION_RC[$n]=$?
+    done
+    sleep "${E2E_REPORT_GAP_S:-20}"
+    # Wall-clock ms when D starts: A's turn is what Claude Code did before it.
+    local d_at
+    d_at=$(date +%s%3N)
+    shared_session windowtap "$dir" D claude-direct 300
+    SESSION_RC[D]=0
+    wait "${SESSION_PID[D]}" 2>/dev/null || SESSION_RC[D]=$?
+    say "report-run: sessions done in $((SECONDS - t0)) s"
+    stop_user_relay
+    stop "$claude_up"
+    stop "$codex_up"
+    REPORT_CHECK=yes
+    "$WT" check "$dir/trace.jsonl" "$dir/records.jsonl" >"$dir/check.out" 2>&1 || REPORT_CHECK=NO
+    "$WT" replay "$dir/trace.jsonl" -o "$dir/replayed.jsonl" >/dev/null 2>"$dir/replay.err" || true
+    # From the run's directory, so that the page names its files as a user's would.
+    (cd "$dir" && "$WT" report records.jsonl --trace trace.jsonl -o report.html) 2>"$dir/report.err" || {
+        sed 's/^/    report: /' "$dir/report.err" >&2
+        return 1
+    }
+    png_dir=${E2E_REPORT_PNG_DIR:-$dir}
+    mkdir -p "$png_dir"
+    # A's turn: from its first call to the end of its subagents' calls (Claude Code's records).
+    local zoom
+    zoom=$(python3 - "$dir/trace.jsonl" "$dir/records.jsonl" "$d_at" <<'PY'
+import json, sys
+claude, epoch = set(), None
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e.get("type") == "trace":
+        epoch = e["epoch_unix_ms"]
+    if e.get("type") == "stream_open" and e.get("client") == "claude":
+        claude.add(e["stream"])
+d_at = int(sys.argv[3]) - epoch
+spans = [(r["start"], r["end"]) for r in map(json.loads, open(sys.argv[2]))
+         if (r.get("window") or {}).get("stream") in claude and r["start"] < d_at]
+a, b = min(s for s, _ in spans), max(e for _, e in spans)
+pad = (b - a) * 0.08
+print("%.3f,%.3f" % ((a - pad) / 1000, (b + pad) / 1000))
+PY
+    ) || zoom=
+    chromium_shot "$dir/report.html" "$png_dir/report-real-run.png" 1100 || say "no screenshot (chromium)"
+    [ -n "$zoom" ] && { chromium_shot "$dir/report.html" "$png_dir/report-real-run-turn.png" 1100 "t=$zoom" ||
+        say "no zoomed screenshot (chromium)"; }
+    for n in A B C U D; do
+        echo "$n ${SESSION_KIND[$n]} ${SESSION_SLEEP[$n]} ${SESSION_RC[$n]}"
+    done >"$dir/sessions.txt"
+    say "report-run: $dir/report.html, $png_dir/report-real-run.png, $png_dir/report-real-run-turn.png (#t=$zoom)"
+}
+
+# run_report: report-run, checked: every host exits 0, the relay exits 0 on SIGINT, check and
+# replay agree with the live records, A's and D's three calls each and B's and C's are
+# attributed (A's and D's subagents' lanes nested under them), U's call has no record, and the
+# relay's stop and the page both count it as the one call no wrapper reported.
+REPORT_ROW=
+run_report() {
+    say "report-run"
+    local dir="$RUNS/report-run"
+    report_run || { fail=1; REPORT_ROW="report-run: did not run"; return; }
+    REPORT_ROW=$(python3 - "$dir" "$SHARED_RELAY_RC" "$REPORT_CHECK" "$CANARY" <<'PY'
+import json, re, sys
+d, relay_rc, checked, canary = sys.argv[1:5]
+rcs = {l.split()[0]: int(l.split()[3]) for l in open(f"{d}/sessions.txt")}
+recs = [json.loads(l) for l in open(f"{d}/records.jsonl")]
+same = open(f"{d}/records.jsonl").read() == open(f"{d}/replayed.jsonl").read()
+html = open(f"{d}/report.html").read()
+page = re.search(r'data-unreported="([^"]*)"', html)
+page = page.group(1) if page else "-"
+stop = re.search(r"warning: (\d+) model tool calls? to MCP tools", open(f"{d}/relay.err").read())
+stop = stop.group(1) if stop else "0"
+decisions = {}
+for r in recs:
+    decisions[r["decision"] if r["decision"] != "abstained" else r["reason"]] = \
+        decisions.get(r["decision"] if r["decision"] != "abstained" else r["reason"], 0) + 1
+nested = html.count('data-depth="1"')
+leaks = [f for f in ("records.jsonl", "trace.jsonl", "relay.err", "report.html")
+         if canary in open(f"{d}/{f}").read()]
+why = []
+if any(rcs.values()): why.append("host rc %s" % rcs)
+if relay_rc != "0": why.append("relay rc " + relay_rc)
+if checked != "yes": why.append("check failed")
+if not same: why.append("replay differs")
+if decisions != {"attributed": 8}: why.append("decisions %s" % decisions)
+if page != "1" or stop != "1": why.append("unreported: page %s, stop %s" % (page, stop))
+if nested != 4: why.append("subagent lanes nested: %d" % nested)
+if leaks: why.append("canary in " + ",".join(leaks))
+print("report-run: 5 sessions (A, D claude + 2 subagents each, B, C codex, U codex unwrapped), hosts rc %s, relay rc %s, "
+      "%d records %s, check %s, replay %s, unreported: stop %s page %s, nested lanes %d, canary %s: %s%s" % (
+      ",".join("%s=%d" % kv for kv in rcs.items()), relay_rc, len(recs),
+      "/".join("%s %d" % kv for kv in sorted(decisions.items())), checked, "same" if same else "DIFFERS",
+      stop, page, nested, ("in " + ",".join(leaks)) if leaks else "nowhere",
+      "FAIL " if why else "PASS", "; ".join(why)))
+PY
+    )
+    case $REPORT_ROW in *": PASS"*) ;; *) fail=1 ;; esac
+}
+
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
     claude-subagent-blocking claude-subagent-background claude-subagent-parallel codex-subagent-parallel
-    shared-relay shared-relay-hosts-off)
+    shared-relay shared-relay-hosts-off report-run)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
 
@@ -1088,6 +1249,10 @@ for scenario in "${scenarios[@]}"; do
     fi
     if [ "$scenario" = shared-relay-hosts-off ]; then
         run_shared hosts-off
+        continue
+    fi
+    if [ "$scenario" = report-run ]; then
+        [ -z "${E2E_DIRECT_ONLY:-}" ] && run_report
         continue
     fi
     for hold in "${holds[@]}"; do
@@ -1158,6 +1323,10 @@ done
         echo
         echo "phoenix: the host's trace and windowtap's, one trace (--join-host-trace; DIR/phoenix.json, DIR/phoenix-trace.png)"
         printf '%s\n' "${PHOENIX_ROWS[@]}"
+    fi
+    if [ -n "$REPORT_ROW" ]; then
+        echo
+        echo "$REPORT_ROW"
     fi
     echo "runs: $RUNS ($((SECONDS - started)) s)"
 } | tee "$E2E/summary.txt"

@@ -44,6 +44,8 @@ pub struct McpTally {
 struct Waiting {
     ids: Vec<String>,
     name: String,
+    /// The stream that carried the call (a pseudonym), for a report to say which session.
+    stream: String,
 }
 
 /// What the tally says at the stop.
@@ -53,6 +55,9 @@ pub struct Unreported {
     pub calls: usize,
     /// Their visible names (`mcp__alias__tool`), with how many of each (of those tracked).
     pub names: BTreeMap<String, usize>,
+    /// The streams that carried them, with how many each (of those tracked): the report
+    /// places them on their sessions' lanes.
+    pub streams: BTreeMap<String, usize>,
 }
 
 /// The visible name of a model call that routes to an MCP tool, or `None` for any other call.
@@ -74,6 +79,7 @@ impl McpTally {
     pub fn event(&mut self, kind: &EventKind) {
         match kind {
             EventKind::ToolCall {
+                stream,
                 call,
                 item,
                 name,
@@ -95,7 +101,14 @@ impl McpTally {
                 for id in &ids {
                     self.by_id.insert(id.clone(), key);
                 }
-                self.waiting.insert(key, Waiting { ids, name: route });
+                self.waiting.insert(
+                    key,
+                    Waiting {
+                        ids,
+                        name: route,
+                        stream: stream.clone(),
+                    },
+                );
             }
             EventKind::McpInterval { hints, .. } => {
                 let named = [&hints.tool_use_id, &hints.item_id, &hints.call_id]
@@ -120,13 +133,18 @@ impl McpTally {
     /// The calls no report accounts for.
     pub fn unreported(&self) -> Unreported {
         let calls = (self.waiting.len() + self.untracked).saturating_sub(self.unnamed_reports);
-        let mut names = BTreeMap::new();
+        let (mut names, mut streams) = (BTreeMap::new(), BTreeMap::new());
         if calls > 0 {
             for w in self.waiting.values() {
                 *names.entry(w.name.clone()).or_default() += 1;
+                *streams.entry(w.stream.clone()).or_default() += 1;
             }
         }
-        Unreported { calls, names }
+        Unreported {
+            calls,
+            names,
+            streams,
+        }
     }
 }
 
@@ -136,6 +154,39 @@ pub enum Setting<'a> {
     Relay { ingest: Option<&'a std::path::Path> },
     /// `windowtap run`, which wrapped every server it found.
     Run,
+    /// `windowtap report` of a capture, which does not say whether a relay on its own or
+    /// `run` wrote it: the causes of both.
+    Capture,
+}
+
+/// The likely causes, one phrase each, shared by every setting that can have them.
+mod cause {
+    /// A relay on its own: the server was never wrapped.
+    pub const UNWRAPPED: &str = "its MCP server does not run under `windowtap wrap` (a remote, \
+        HTTP one never can)";
+    /// `run`: a remote server, which run cannot wrap.
+    pub const REMOTE: &str = "its MCP server is a remote (HTTP) one, which no wrapper observes \
+        (run names those it found)";
+    /// `run`: a server declared where run does not look.
+    pub const UNSEEN_BY_RUN: &str = "it was declared where run does not look (run reads \
+        --mcp-config, ~/.claude.json and .mcp.json for Claude Code; $CODEX_HOME/config.toml \
+        and -c for Codex), so it ran unwrapped";
+    pub const NOT_RUN: &str = "the host did not run the call (denied, interrupted, timed out)";
+
+    /// The wrapper reported elsewhere; `sock` is the relay's own socket when known.
+    pub fn other_socket(sock: Option<&std::path::Path>) -> String {
+        let (which, sock) = match sock {
+            Some(p) => (p.display().to_string(), p.display().to_string()),
+            None => ("the one it printed at start".into(), "SOCKET".into()),
+        };
+        format!(
+            "its wrapper reported to another relay's ingest socket (this relay's is {which}: \
+             give it to the wrapper as `--ingest {sock}` in the server's args, or set {env} for \
+             it; Codex passes no environment to MCP servers unless the server's table says \
+             `env_vars = [\"{env}\"]` or has it in `env`)",
+            env = crate::ingest::ENV
+        )
+    }
 }
 
 impl Unreported {
@@ -162,28 +213,25 @@ impl Unreported {
         } else {
             format!(" ({})", tools.join(", "))
         };
-        let causes = match setting {
-            Setting::Relay { ingest } => {
-                let sock = ingest
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "the one it printed at start".to_string());
-                format!(
-                    "its MCP server does not run under `windowtap wrap` (a remote, HTTP one never \
-                     can); or its wrapper reported to another relay's ingest socket (this relay's is {sock}: give it to the \
-                     wrapper as `--ingest {sock}` in the server's args, or set {env} for it; \
-                     Codex passes no environment to MCP servers unless the server's table says \
-                     `env_vars = [\"{env}\"]` or has it in `env`); or the host did not run the \
-                     call (denied, interrupted, timed out)",
-                    env = crate::ingest::ENV
-                )
-            }
-            Setting::Run => "its MCP server is a remote (HTTP) one, which no wrapper observes \
-                 (run names those it found); or it was declared where run does not look \
-                 (run reads --mcp-config, ~/.claude.json and .mcp.json for Claude Code; \
-                 $CODEX_HOME/config.toml and -c for Codex), so it ran unwrapped; or the host \
-                 did not run the call (denied, interrupted, timed out)"
-                .to_string(),
+        let causes: Vec<String> = match setting {
+            Setting::Relay { ingest } => vec![
+                cause::UNWRAPPED.into(),
+                cause::other_socket(ingest),
+                cause::NOT_RUN.into(),
+            ],
+            Setting::Run => vec![
+                cause::REMOTE.into(),
+                cause::UNSEEN_BY_RUN.into(),
+                cause::NOT_RUN.into(),
+            ],
+            Setting::Capture => vec![
+                cause::UNWRAPPED.into(),
+                cause::other_socket(None),
+                format!("under `windowtap run`, {}", cause::UNSEEN_BY_RUN),
+                cause::NOT_RUN.into(),
+            ],
         };
+        let causes = causes.join("; or ");
         Some(format!(
             "{n} model tool call{s} to MCP tools{tools} got no report from a wrapper, so no \
              record says where it ran. Likely causes: {causes}"
@@ -281,6 +329,7 @@ mod tests {
         let u = Unreported {
             calls: 1,
             names: BTreeMap::from([("mcp__gate__wait".to_string(), 1)]),
+            streams: BTreeMap::new(),
         };
         let text = u
             .describe(Setting::Relay {

@@ -848,3 +848,83 @@ fn a_trace_that_does_not_belong_to_the_records_is_refused_or_warned_about() {
     assert!(html.contains("<p class=\"warning\">warning: --trace"));
     assert_balanced(&html);
 }
+
+/// A run in which the model called an MCP tool twice and only one call was ever reported (its
+/// wrapper reported elsewhere, or the server was not wrapped): the call has no interval, so no
+/// mark shows it. With the trace the page says how many such calls there are, on which thread,
+/// and the likely causes in the words of the relay's stop; without it, that the count needs it.
+/// A call to a built-in tool (Bash) and a Codex call reported by item id are not counted.
+#[test]
+fn mcp_calls_no_wrapper_reported_are_counted_from_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(
+        dir.path(),
+        "lost.jsonl",
+        &[
+            r#"{"type":"trace","version":2}"#,
+            r#"{"type":"stream_open","t":0,"stream":"c1","client":"claude","transport":"http","thread":"sess","host":null}"#,
+            r#"{"type":"request","t":5,"stream":"c1","request":"q1","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":300,"stream":"c1","response":"r1","request":"q1"}"#,
+            r#"{"type":"tool_call","t":1800,"stream":"c1","response":"r1","call":"toolu_1","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"tool_call","t":1810,"stream":"c1","response":"r1","call":"toolu_2","item":null,"name":"mcp__probe__echo","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"tool_call","t":1820,"stream":"c1","response":"r1","call":"toolu_3","item":null,"name":"Bash","namespace":null,"kind":"tool_use"}"#,
+            r#"{"type":"response_end","t":1900,"stream":"c1","response":"r1","status":"completed"}"#,
+            r#"{"type":"mcp_interval","t":2102,"interval":"i1","alias":"probe","tool":"echo","start":1850,"end":2100,"outcome":"result","tool_use_id":"toolu_1","host":null}"#,
+            r#"{"type":"request","t":2205,"stream":"c1","request":"q2","previous_response":null,"outputs":["toolu_1","toolu_2","toolu_3"]}"#,
+            r#"{"type":"stream_open","t":3000,"stream":"x1","client":"codex","transport":"websocket","thread":"cx","host":null}"#,
+            r#"{"type":"request","t":3005,"stream":"x1","request":"qx","previous_response":null,"outputs":[]}"#,
+            r#"{"type":"response_start","t":3100,"stream":"x1","response":"rx","request":"qx"}"#,
+            r#"{"type":"tool_call","t":3200,"stream":"x1","response":"rx","call":"call_x","item":"fc_x","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+            r#"{"type":"response_end","t":3300,"stream":"x1","response":"rx","status":"completed"}"#,
+            r#"{"type":"mcp_interval","t":3502,"interval":"i2","alias":"probe","tool":"echo","start":3350,"end":3500,"outcome":"result","item_id":"fc_x","host":null}"#,
+            r#"{"type":"request","t":3600,"stream":"x1","request":"qx2","previous_response":"rx","outputs":["call_x"]}"#,
+            "",
+        ]
+        .join("\n"),
+    );
+    let r = dir.path().join("records.jsonl");
+    replay_into(&t, &r);
+
+    let html = report(&r, Some(&t));
+    assert_balanced(&html);
+    assert!(
+        html.contains("data-unreported=\"1\">warning: 1 model tool call to MCP tools (mcp__probe__echo \u{d7}1) got no report from a wrapper"),
+        "{html}"
+    );
+    // The causes of a relay on its own and of `run`, as their stops say them.
+    assert!(html.contains("does not run under `windowtap wrap`"));
+    assert!(html.contains("another relay&#39;s ingest socket"));
+    assert!(html.contains("declared where run does not look"));
+    assert!(html.contains("the host did not run the call"));
+    // On the thread that made it.
+    assert!(
+        html.contains("data-lane=\"thread sess\" data-n=\"1\">thread sess (claude · http): 1<"),
+        "{html}"
+    );
+    assert!(!html.contains("data-lane=\"thread cx\""));
+    // And its lane in the drawing, where no mark shows the call.
+    assert_eq!(html.matches("<text class=\"lane-noreport\"").count(), 1);
+    assert!(html.contains("⚠ 1 MCP call not reported</text>"));
+    let out = windowtap(&[
+        "report",
+        s(&r),
+        "--trace",
+        s(&t),
+        "-o",
+        s(&dir.path().join("x.html")),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(", 1 MCP tool call no wrapper reported"),
+        "{err}"
+    );
+
+    // Without the trace the count is not known, and the page says what it needs.
+    let html = report(&r, None);
+    assert!(html.contains("data-unreported=\"unknown\""));
+    assert!(html.contains("pass --trace with the run's capture"));
+
+    // A run where every call was reported says so.
+    let (t, r) = replayed(dir.path(), "probe");
+    assert!(report(&r, Some(&t)).contains("data-unreported=\"0\""));
+}

@@ -27,7 +27,8 @@ A lane per thread, subagents nested under the thread whose Agent/Task/spawn_agen
 them; each window is a bar from its first complete tool call to the request that continued it; \
 each MCP interval is a mark coloured by its decision and labelled with its tool and decision; \
 hover for times and evidence. Find a call by tool, alias, decision, thread or id in the find \
-box or the list of calls; zoom by a range, a drag, or a click on a turn's flag or a window. \
+box or the list of calls; zoom by a range, a drag, a click on a turn's flag or a window, or the \
+address: `report.html#t=12.5,20` shows 12.5 s to 20 s. \
 Text stays at 11 px or more (a narrow window scrolls sideways). A --trace none of whose MCP \
 intervals are the records' is refused; one that lacks some is drawn under a warning. Without --trace only the windows that intervals \
 were attributed to are known, and abstentions go on an `unattributed` lane; with it every \
@@ -245,11 +246,18 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
             .context("writing the report")?,
     }
     let sum = |f: fn(&Timeline) -> usize| sections.iter().map(|s| f(&s.timeline)).sum::<usize>();
+    let unreported = sum(|t| t.unreported.as_ref().map_or(0, |u| u.calls));
     eprintln!(
-        "{} intervals, {} windows, {} lanes{}{}",
+        "{} intervals, {} windows, {} lanes{}{}{}",
         sum(|t| t.records.len()),
         sum(|t| t.windows.len()),
         sum(|t| t.lanes.len()),
+        if unreported > 0 {
+            let s = if unreported == 1 { "" } else { "s" };
+            format!(", {unreported} MCP tool call{s} no wrapper reported (see the page)")
+        } else {
+            String::new()
+        },
         if sections.len() > 1 {
             format!(" in {} traces", sections.len())
         } else {

@@ -20,6 +20,8 @@ use correlator::records::Reason;
 use correlator::{Client, EventKind, ResponseStatus, StopReason, Usage};
 use correlator::{Event, Millis, Record};
 
+use crate::mcp_tally::{McpTally, Unreported};
+
 /// How a window ended, as far as the input shows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum WindowEnd {
@@ -205,6 +207,11 @@ pub struct Timeline {
     pub turns: Vec<TurnStart>,
     /// Whether windows come from a trace (all windows) or from records (attributed ones only).
     pub from_trace: bool,
+    /// Model tool calls to MCP tools that no wrapper reported, counted from the trace as the
+    /// relay counts them at its stop (`crate::mcp_tally`); `None` without a trace.
+    pub unreported: Option<Unreported>,
+    /// Those calls by lane (lane, count), in lane order, of the ones the tally names.
+    pub unreported_lanes: Vec<(usize, usize)>,
     pub t0: Millis,
     pub t1: Millis,
 }
@@ -704,6 +711,32 @@ impl Timeline {
             )
             .chain(lost.iter().map(|l| l.t))
             .chain(turns.iter().map(|s| s.t));
+        // The same tally the relay keeps live, over the same (pseudonymized) events; each
+        // waiting call's stream has a window (its tool call opened or joined one), hence a lane.
+        let unreported = trace.map(|(events, _)| {
+            let mut tally = McpTally::default();
+            for e in events {
+                tally.event(&e.kind);
+            }
+            tally.unreported()
+        });
+        let mut unreported_lanes: Vec<(usize, usize)> = Vec::new();
+        if let Some(u) = &unreported {
+            let lane_of: HashMap<&str, usize> = windows[..n_trace]
+                .iter()
+                .map(|w| (w.stream.as_str(), w.lane))
+                .collect();
+            for (stream, n) in &u.streams {
+                if let Some(&lane) = lane_of.get(stream.as_str()) {
+                    match unreported_lanes.iter_mut().find(|(l, _)| *l == lane) {
+                        Some((_, k)) => *k += n,
+                        None => unreported_lanes.push((lane, *n)),
+                    }
+                }
+            }
+            unreported_lanes.sort();
+        }
+
         let (mut t0, mut t1) = (f64::INFINITY, f64::NEG_INFINITY);
         for t in times {
             t0 = t0.min(t);
@@ -723,6 +756,8 @@ impl Timeline {
             lost,
             turns,
             from_trace: trace.is_some(),
+            unreported,
+            unreported_lanes,
             t0,
             t1,
         }

@@ -6,7 +6,8 @@
 //! tool and decision in full, placed so that no label is cut by the drawing's edges, windows
 //! carry the names of their calls when they fit, subagent lanes sit under their parent's lane
 //! (see [`super::model::SPAWN_TOOLS`]), and a list of every call follows each timeline. The
-//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked) by laying
+//! script zooms a timeline to a range (typed, dragged, a turn or a window clicked, or given in
+//! the address as `#t=FROM,TO` in seconds, as W3C Media Fragments write a time range) by laying
 //! its elements out again from their `data-` times with the same rules as here, and finds calls
 //! by tool, alias, decision, thread or id.
 //!
@@ -252,6 +253,7 @@ pub fn render(sections: &[Section]) -> String {
         let tl = &only.timeline;
         warning(&mut out, only);
         meta_line(&mut out, tl, &only.sources);
+        unreported(&mut out, tl);
         summary_table(&mut out, &summary_of(tl.records.iter()));
         legend(&mut out, is_aggregated(tl));
         view(&mut out, tl);
@@ -279,6 +281,7 @@ pub fn render(sections: &[Section]) -> String {
             );
             warning(&mut out, s);
             meta_line(&mut out, &s.timeline, &s.sources);
+            unreported(&mut out, &s.timeline);
             summary_table(&mut out, &summary_of(s.timeline.records.iter()));
             view(&mut out, &s.timeline);
         }
@@ -293,6 +296,65 @@ fn warning(out: &mut String, s: &Section) {
     if let Some(w) = &s.warning {
         let _ = writeln!(out, "<p class=\"warning\">warning: {}</p>", esc(w));
     }
+}
+
+/// How many of the model's tool calls to MCP tools no wrapper reported (they have no interval,
+/// so nothing else on the page shows them), in the words the relay's stop uses, with the lanes
+/// they were made on; or, without the trace, that the count needs it.
+fn unreported(out: &mut String, tl: &Timeline) {
+    let Some(u) = &tl.unreported else {
+        out.push_str(
+            "<p class=\"meta unreported\" data-unreported=\"unknown\">Model tool calls to MCP \
+             tools that no wrapper reported: not known without the trace (pass --trace with the \
+             run's capture to count them).</p>\n",
+        );
+        return;
+    };
+    let Some(text) = u.describe(crate::mcp_tally::Setting::Capture) else {
+        out.push_str(
+            "<p class=\"meta unreported\" data-unreported=\"0\">Every model tool call to an MCP \
+             tool in the trace got a wrapper's report.</p>\n",
+        );
+        return;
+    };
+    let by_lane = tl
+        .unreported_lanes
+        .iter()
+        .map(|(lane, n)| {
+            let l = &tl.lanes[*lane];
+            let what = match (l.parent, &l.detail) {
+                (Some(p), _) => format!(" (subagent of {})", tl.lanes[p].key.label()),
+                (None, Some(d)) => format!(" ({d})"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "<span class=\"lane-unreported\" data-lane=\"{}\" data-n=\"{n}\">{}{}: {n}</span>",
+                esc(&l.key.label()),
+                esc(&l.key.label()),
+                esc(&what)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let _ = writeln!(
+        out,
+        "<p class=\"warning unreported\" data-unreported=\"{}\">warning: {}{}</p>",
+        u.calls,
+        esc(&text),
+        if by_lane.is_empty() {
+            String::new()
+        } else {
+            // Reports that named no call take one each off the total, not off a lane.
+            let named: usize = tl.unreported_lanes.iter().map(|(_, n)| n).sum();
+            let of = if named > u.calls {
+                " (of the calls no report named; reports that named no call may account for \
+                 some of them)"
+            } else {
+                ""
+            };
+            format!("<br/>By thread{of}: {by_lane}")
+        }
+    );
 }
 
 fn meta_line(out: &mut String, tl: &Timeline, sources: &[String]) {
@@ -771,7 +833,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
+    // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
+    let unreported_in = |slot: usize| -> usize {
+        tl.unreported_lanes
+            .iter()
+            .filter(|(l, _)| lane_of(*l) == slot)
+            .map(|(_, n)| n)
+            .sum()
+    };
     for lane in 0..lanes {
+        let unreported = unreported_in(lane);
         let in_lane = |l: usize| lane_of(l) == lane;
         let wins: Vec<&Window> = tl
             .windows
@@ -820,8 +891,10 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             .collect();
         let mext: Vec<(f64, f64)> = placed.iter().map(|p| p.3 .2).collect();
         let (mrow, nmrows) = pack(&mext);
-        // At least two text lines tall, for the label and its detail.
-        let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(44.0);
+        // At least two text lines tall, for the label and its detail (three with a count of
+        // unreported calls).
+        let min_h = if unreported > 0 { 58.0 } else { 44.0 };
+        let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(min_h);
         // Backgrounds go first, under the time grid; the lane's content over it.
         let _ = write!(
             bg,
@@ -872,6 +945,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 );
             }
             None => lane_label(&mut body, &slots.labels[lane], depth, y, h),
+        }
+        if unreported > 0 {
+            let n = unreported;
+            let _ = write!(
+                body,
+                "<text class=\"lane-noreport\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" font-weight=\"600\" fill=\"#b35c00\"><title>model tool calls to MCP tools on this thread that no wrapper reported: no mark shows them (see the warning above)</title>⚠ {n} MCP call{} not reported</text>",
+                8.0 + depth.min(4) as f64 * INDENT,
+                y + h / 2.0 + 24.0,
+                if n == 1 { "" } else { "s" }
+            );
         }
         // Turn starts first, under the windows and marks.
         for s in &turns {
@@ -1359,6 +1442,9 @@ all(document,'svg.tl[data-t0]').forEach(function(svg){
    layout(svg,t-(end-t)*0.03,end+(end-t)*0.03);}
   else{var s=num(el,'data-s'),e=num(el,'data-e'),p=Math.max((e-s)*0.1,5);layout(svg,s-p,e+p);}});
 });
+function hash(){var h=/#t=(-?[0-9.]+),(-?[0-9.]+)$/.exec(document.URL);
+ if(h)all(document,'svg.tl[data-t0]').forEach(function(svg){layout(svg,parseFloat(h[1])*1000,parseFloat(h[2])*1000);});}
+hash();window.addEventListener('hashchange',hash);
 var box=document.getElementById('find'),found=document.getElementById('found'),hits=[],at=-1;
 function find(){var q=box.value.trim().toLowerCase();hits=[];at=-1;
  all(document,'g.interval').forEach(function(g){var m=!!q&&g.getAttribute('data-find').indexOf(q)>=0;g.classList.toggle('hit',m);if(m)hits.push(g);});
