@@ -340,11 +340,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     };
     let reason = match f.opt_string("reason")? {
         None => None,
-        Some(s) => Some(Reason::parse(&s).ok_or_else(|| {
+        Some(s) => Some(Reason::parse(s).ok_or_else(|| {
             fault(
                 "reason",
                 Problem::NotOneOf {
-                    got: Token::of(&s),
+                    got: Token::of(s),
                     words: Reason::WORDS,
                     or_null: true,
                 },

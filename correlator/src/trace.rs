@@ -1101,7 +1101,7 @@ impl<R: BufRead> TraceReader<R> {
                     "type",
                     Problem::NotAHeader {
                         header: HEADER,
-                        got: Token::of(&ty),
+                        got: Token::of(ty),
                     },
                 ));
             }
