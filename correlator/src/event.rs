@@ -192,10 +192,10 @@ impl Usage {
 
 impl<S: AsRef<str>> Event<S> {
     /// The same event with ids of its own (for a reader's caller that keeps events).
-    pub fn to_owned_event(&self) -> Event {
+    pub fn into_owned(self) -> Event {
         Event {
             t: self.t,
-            kind: self.kind.to_owned_kind(),
+            kind: self.kind.map_strings(|_, s| s.as_ref().to_owned()),
         }
     }
 }
@@ -213,6 +213,139 @@ impl<S: AsRef<str>> Hints<S> {
     }
 }
 
+/// What a string of an event stands for, and so what a door makes of it (docs/design.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Text {
+    /// An id: a stream, request, response, call, item, interval, thread or host.
+    Id,
+    /// A tool name or namespace, an MCP alias or tool.
+    ToolName,
+    /// A model name.
+    ModelName,
+    /// A fixed word (`observation_lost.reason`).
+    Word,
+}
+
+impl<S> EventKind<S> {
+    /// The same event with every string mapped by `f`, which is told what the string stands
+    /// for; kinds, statuses, counts and times are kept.
+    pub fn map_strings<T>(self, mut f: impl FnMut(Text, S) -> T) -> EventKind<T> {
+        match self {
+            EventKind::StreamOpen {
+                stream,
+                client,
+                transport,
+                thread,
+                host,
+            } => EventKind::StreamOpen {
+                stream: f(Text::Id, stream),
+                client,
+                transport,
+                thread: thread.map(|s| f(Text::Id, s)),
+                host: host.map(|s| f(Text::Id, s)),
+            },
+            EventKind::Request {
+                stream,
+                request,
+                previous_response,
+                outputs,
+            } => EventKind::Request {
+                stream: f(Text::Id, stream),
+                request: f(Text::Id, request),
+                previous_response: previous_response.map(|s| f(Text::Id, s)),
+                outputs: outputs.into_iter().map(|s| f(Text::Id, s)).collect(),
+            },
+            EventKind::ResponseStart {
+                stream,
+                response,
+                request,
+                model,
+            } => EventKind::ResponseStart {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                request: request.map(|s| f(Text::Id, s)),
+                model: model.map(|m| f(Text::ModelName, m)),
+            },
+            EventKind::ToolCall {
+                stream,
+                response,
+                call,
+                item,
+                name,
+                namespace,
+                kind,
+            } => EventKind::ToolCall {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                call: f(Text::Id, call),
+                item: item.map(|s| f(Text::Id, s)),
+                name: f(Text::ToolName, name),
+                namespace: namespace.map(|n| f(Text::ToolName, n)),
+                kind,
+            },
+            EventKind::ResponseEnd {
+                stream,
+                response,
+                status,
+                usage,
+                stop_reason,
+            } => EventKind::ResponseEnd {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                status,
+                usage,
+                stop_reason,
+            },
+            EventKind::StreamClose { stream } => EventKind::StreamClose {
+                stream: f(Text::Id, stream),
+            },
+            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
+                stream: f(Text::Id, stream),
+                reason: f(Text::Word, reason),
+            },
+            EventKind::McpStart {
+                interval,
+                alias,
+                tool,
+                start,
+                host,
+            } => EventKind::McpStart {
+                interval: f(Text::Id, interval),
+                alias: f(Text::ToolName, alias),
+                tool: f(Text::ToolName, tool),
+                start,
+                host: host.map(|s| f(Text::Id, s)),
+            },
+            EventKind::McpInterval {
+                interval,
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints,
+                host,
+                rounds,
+            } => EventKind::McpInterval {
+                interval: f(Text::Id, interval),
+                alias: f(Text::ToolName, alias),
+                tool: f(Text::ToolName, tool),
+                start,
+                end,
+                outcome,
+                hints: Hints {
+                    tool_use_id: hints.tool_use_id.map(|s| f(Text::Id, s)),
+                    item_id: hints.item_id.map(|s| f(Text::Id, s)),
+                    call_id: hints.call_id.map(|s| f(Text::Id, s)),
+                    thread: hints.thread.map(|s| f(Text::Id, s)),
+                },
+                host: host.map(|s| f(Text::Id, s)),
+                rounds,
+            },
+        }
+    }
+}
+
 impl<S: AsRef<str>> EventKind<S> {
     /// The `type` word of this event in trace v2.
     pub fn type_name(&self) -> &'static str {
@@ -226,120 +359,6 @@ impl<S: AsRef<str>> EventKind<S> {
             EventKind::ObservationLost { .. } => "observation_lost",
             EventKind::McpStart { .. } => "mcp_start",
             EventKind::McpInterval { .. } => "mcp_interval",
-        }
-    }
-
-    /// The same event kind with ids of its own.
-    pub fn to_owned_kind(&self) -> EventKind {
-        let own = |s: &S| s.as_ref().to_owned();
-        let opt = |s: &Option<S>| s.as_ref().map(own);
-        match self {
-            EventKind::StreamOpen {
-                stream,
-                client,
-                transport,
-                thread,
-                host,
-            } => EventKind::StreamOpen {
-                stream: own(stream),
-                client: *client,
-                transport: *transport,
-                thread: opt(thread),
-                host: opt(host),
-            },
-            EventKind::Request {
-                stream,
-                request,
-                previous_response,
-                outputs,
-            } => EventKind::Request {
-                stream: own(stream),
-                request: own(request),
-                previous_response: opt(previous_response),
-                outputs: outputs.iter().map(own).collect(),
-            },
-            EventKind::ResponseStart {
-                stream,
-                response,
-                request,
-                model,
-            } => EventKind::ResponseStart {
-                stream: own(stream),
-                response: own(response),
-                request: opt(request),
-                model: opt(model),
-            },
-            EventKind::ToolCall {
-                stream,
-                response,
-                call,
-                item,
-                name,
-                namespace,
-                kind,
-            } => EventKind::ToolCall {
-                stream: own(stream),
-                response: own(response),
-                call: own(call),
-                item: opt(item),
-                name: own(name),
-                namespace: opt(namespace),
-                kind: *kind,
-            },
-            EventKind::ResponseEnd {
-                stream,
-                response,
-                status,
-                usage,
-                stop_reason,
-            } => EventKind::ResponseEnd {
-                stream: own(stream),
-                response: own(response),
-                status: *status,
-                usage: *usage,
-                stop_reason: *stop_reason,
-            },
-            EventKind::StreamClose { stream } => EventKind::StreamClose {
-                stream: own(stream),
-            },
-            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
-                stream: own(stream),
-                reason: own(reason),
-            },
-            EventKind::McpStart {
-                interval,
-                alias,
-                tool,
-                start,
-                host,
-            } => EventKind::McpStart {
-                interval: own(interval),
-                alias: own(alias),
-                tool: own(tool),
-                start: *start,
-                host: opt(host),
-            },
-            EventKind::McpInterval {
-                interval,
-                alias,
-                tool,
-                start,
-                end,
-                outcome,
-                hints,
-                host,
-                rounds,
-            } => EventKind::McpInterval {
-                interval: own(interval),
-                alias: own(alias),
-                tool: own(tool),
-                start: *start,
-                end: *end,
-                outcome: *outcome,
-                hints: hints.to_owned_hints(),
-                host: opt(host),
-                rounds: *rounds,
-            },
         }
     }
 

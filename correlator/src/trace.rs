@@ -1187,7 +1187,7 @@ impl<R: BufRead> Iterator for TraceReader<R> {
     type Item = Result<Event, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        Some(self.next_event()?.map(|ev| ev.to_owned_event()))
+        Some(self.next_event()?.map(Event::into_owned))
     }
 }
 
@@ -1514,11 +1514,11 @@ mod tests {
 
     /// The strict path's answer for one event line.
     fn strict(line: &str) -> Result<Event, Fault> {
-        parse_event(&object(line)?, Version::V2).map(|ev| ev.to_owned_event())
+        parse_event(&object(line)?, Version::V2).map(Event::into_owned)
     }
 
     fn strict_v1(line: &str) -> Result<Event, Fault> {
-        parse_event(&object(line)?, Version::V1).map(|ev| ev.to_owned_event())
+        parse_event(&object(line)?, Version::V1).map(Event::into_owned)
     }
 
     #[test]
@@ -1552,7 +1552,7 @@ mod tests {
             r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
         ];
         for line in lines {
-            let fast = fast::event(line, Version::V2).map(|ev| ev.to_owned_event());
+            let fast = fast::event(line, Version::V2).map(Event::into_owned);
             assert!(fast.is_some(), "the fast path should take {line}");
             assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
         }
@@ -1578,7 +1578,7 @@ mod tests {
             };
             let line = event_line(&ev);
             let line = line.trim_end();
-            if let Some(fast) = fast::event(line, Version::V2).map(|ev| ev.to_owned_event()) {
+            if let Some(fast) = fast::event(line, Version::V2).map(Event::into_owned) {
                 assert_eq!(Ok(fast.clone()), strict(line), "{line}");
                 assert_eq!(fast, ev, "{line}");
                 taken += 1;
@@ -1654,7 +1654,7 @@ mod tests {
             "not json",
         ];
         for line in lines {
-            if let Some(ev) = fast::event(line, Version::V2).map(|ev| ev.to_owned_event()) {
+            if let Some(ev) = fast::event(line, Version::V2).map(Event::into_owned) {
                 assert_eq!(Ok(ev), strict(line), "{line}");
             }
         }
@@ -1813,7 +1813,7 @@ mod tests {
         ];
         for line in v1 {
             let ev = strict_v1(line).unwrap();
-            if let Some(fast) = fast::event(line, Version::V1).map(|ev| ev.to_owned_event()) {
+            if let Some(fast) = fast::event(line, Version::V1).map(Event::into_owned) {
                 assert_eq!(fast, ev, "{line}");
             }
             let text = event_line(&ev);
