@@ -295,15 +295,12 @@ fn replay_file(
         Ok(())
     };
     while let Some(next) = trace.next_event() {
-        let ev = match next {
-            Ok(ref ev) => ev,
-            Err(e) => return Err(Stop::Trace(e)),
-        };
+        let (ev, options) = next.map_err(Stop::Trace)?;
         let c = match &mut correlator {
             Some(c) => c,
-            None => correlator.insert(Correlator::new(config_for(args, trace.options()))),
+            None => correlator.insert(Correlator::new(config_for(args, Some(options)))),
         };
-        c.push(ev, &mut out);
+        c.push(&ev, &mut out);
         if !out.is_empty() {
             drain(&mut out)?;
         }

@@ -177,28 +177,38 @@ impl TraceFile {
         self.options.as_ref()
     }
 
-    /// The next event; `None` at the end or after an error. The header's options are checked
-    /// as soon as the header has been read, before its first event is handed out.
-    pub fn next_event(&mut self) -> Option<anyhow::Result<Event>> {
+    /// The next event (its ids borrowed from the file's line), with the header's options;
+    /// `None` at the end or after an error. The header's options are checked as soon as the
+    /// header has been read, before its first event is handed out.
+    pub fn next_event(&mut self) -> Option<anyhow::Result<(Event<&str>, &HeaderOptions)>> {
         if self.failed {
             return None;
         }
-        let next = self.reader.next();
         if self.options.is_none() {
-            if let Some(h) = self.reader.header() {
-                match HeaderOptions::read(h, &self.path) {
-                    Ok(o) => self.options = Some(o),
-                    Err(e) => {
-                        self.failed = true;
-                        return Some(Err(e));
-                    }
+            let read = match self.reader.read_header() {
+                Ok(()) => match self.reader.header() {
+                    Some(h) => HeaderOptions::read(h, &self.path),
+                    None => Ok(HeaderOptions::default()),
+                },
+                Err(e) => Err(e.into()),
+            };
+            match read {
+                Ok(o) => self.options = Some(o),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
                 }
             }
         }
-        if let Some(Err(_)) = &next {
-            self.failed = true;
+        // Set just above once the header has read cleanly.
+        let options = self.options.as_ref()?;
+        match self.reader.next_event()? {
+            Ok(ev) => Some(Ok((ev, options))),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e.into()))
+            }
         }
-        next.map(|r| r.map_err(Into::into))
     }
 }
 

@@ -322,7 +322,7 @@ impl Correlator {
 
     /// Applies one event. First decides everything due strictly before `ev.t`. An event older
     /// than the current time (which a live caller must not send) is applied at the current time.
-    pub fn push(&mut self, ev: &Event, out: &mut Vec<Record>) {
+    pub fn push<S: AsRef<str>>(&mut self, ev: &Event<S>, out: &mut Vec<Record>) {
         let t = if self.started {
             ev.t.max(self.now)
         } else {
@@ -373,7 +373,7 @@ impl Correlator {
         self.tracker.set_now(t);
     }
 
-    fn apply(&mut self, t: Millis, kind: &EventKind) {
+    fn apply<S: AsRef<str>>(&mut self, t: Millis, kind: &EventKind<S>) {
         let mut ch = self.take_changes();
         let tr = &mut self.tracker;
         match kind {
@@ -383,8 +383,8 @@ impl Correlator {
                 host,
                 ..
             } => {
-                let host = host.as_deref().map(|h| tr.intern(h));
-                tr.stream_open(t, stream, thread.as_deref(), host)
+                let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
+                tr.stream_open(t, stream.as_ref(), thread.as_ref().map(AsRef::as_ref), host)
             }
             EventKind::Request {
                 stream,
@@ -393,15 +393,15 @@ impl Correlator {
                 outputs,
             } => tr.request(
                 t,
-                stream,
-                request,
-                previous_response.as_deref(),
+                stream.as_ref(),
+                request.as_ref(),
+                previous_response.as_ref().map(AsRef::as_ref),
                 outputs,
                 &mut ch,
             ),
             EventKind::ResponseStart {
                 stream, response, ..
-            } => tr.response_start(stream, response),
+            } => tr.response_start(stream.as_ref(), response.as_ref()),
             EventKind::ToolCall {
                 response,
                 call,
@@ -413,30 +413,32 @@ impl Correlator {
             } => {
                 let call = Call {
                     at: t,
-                    call: call.as_str().into(),
-                    item: item.as_deref().map(Arc::from),
-                    name: tr.intern(name),
-                    namespace: namespace.as_deref().map(|n| tr.intern(n)),
+                    call: call.as_ref().into(),
+                    item: item.as_ref().map(|i| Arc::from(i.as_ref())),
+                    name: tr.intern(name.as_ref()),
+                    namespace: namespace.as_ref().map(|n| tr.intern(n.as_ref())),
                     kind: *kind,
                 };
-                tr.tool_call(t, response, call)
+                tr.tool_call(t, response.as_ref(), call)
             }
             EventKind::ResponseEnd {
                 stream,
                 response,
                 status,
                 ..
-            } => tr.response_end(t, stream, response, *status, &mut ch),
-            EventKind::StreamClose { stream } => tr.stream_close(t, stream, &mut ch),
-            EventKind::ObservationLost { stream, .. } => tr.observation_lost(t, stream, &mut ch),
+            } => tr.response_end(t, stream.as_ref(), response.as_ref(), *status, &mut ch),
+            EventKind::StreamClose { stream } => tr.stream_close(t, stream.as_ref(), &mut ch),
+            EventKind::ObservationLost { stream, .. } => {
+                tr.observation_lost(t, stream.as_ref(), &mut ch)
+            }
             EventKind::McpStart {
                 interval,
                 start,
                 host,
                 ..
             } => {
-                let host = host.as_deref().map(|h| tr.intern(h));
-                tr.mcp_start(interval, *start, host)
+                let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
+                tr.mcp_start(interval.as_ref(), *start, host)
             }
             EventKind::McpInterval {
                 interval,
@@ -448,20 +450,21 @@ impl Correlator {
                 host,
                 ..
             } => {
-                let host = host.as_deref().map(|h| tr.intern(h));
-                tr.mcp_interval(interval, *start, *end, host.clone(), &mut ch);
+                let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
+                tr.mcp_interval(interval.as_ref(), *start, *end, host.clone(), &mut ch);
+                let (interval, alias, tool) = (interval.as_ref(), alias.as_ref(), tool.as_ref());
                 let names = self.route_names(alias, tool);
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.pending.insert(
                     seq,
                     Pending {
-                        interval: interval.clone(),
-                        alias: alias.clone(),
-                        tool: tool.clone(),
+                        interval: interval.to_owned(),
+                        alias: alias.to_owned(),
+                        tool: tool.to_owned(),
                         start: *start,
                         end: *end,
-                        hints: hints.clone(),
+                        hints: hints.to_owned_hints(),
                         host,
                         names,
                         windows: Vec::new(),

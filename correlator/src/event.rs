@@ -10,11 +10,13 @@ use std::fmt;
 /// Milliseconds since the trace's epoch.
 pub type Millis = f64;
 
-/// One timed event.
+/// One timed event. Its ids are `S`: owned `String`s by default, or `&str` borrowed from the
+/// line they were read from ([`crate::trace::TraceReader::next_event`]): replay reads millions
+/// of lines, and the correlator copies only the ids it keeps.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub struct Event<S = String> {
     pub t: Millis,
-    pub kind: EventKind,
+    pub kind: EventKind<S>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,53 +57,53 @@ pub enum Outcome {
 
 /// The identity hints an MCP interval may carry (each optional).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hints {
+pub struct Hints<S = String> {
     /// Claude Code's `_meta["claudecode/toolUseId"]`.
-    pub tool_use_id: Option<String>,
+    pub tool_use_id: Option<S>,
     /// Codex's `_meta.itemId`.
-    pub item_id: Option<String>,
+    pub item_id: Option<S>,
     /// Codex's `_meta.callId` (evidence only, never a conflict).
-    pub call_id: Option<String>,
+    pub call_id: Option<S>,
     /// Codex's `_meta.threadId`.
-    pub thread: Option<String>,
+    pub thread: Option<S>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum EventKind {
+pub enum EventKind<S = String> {
     StreamOpen {
-        stream: String,
+        stream: S,
         client: Client,
         transport: Transport,
-        thread: Option<String>,
+        thread: Option<S>,
         /// The host process that owns the client end of the connection (a pseudonym), or
         /// `None` when it is not known.
-        host: Option<String>,
+        host: Option<S>,
     },
     Request {
-        stream: String,
-        request: String,
-        previous_response: Option<String>,
-        outputs: Vec<String>,
+        stream: S,
+        request: S,
+        previous_response: Option<S>,
+        outputs: Vec<S>,
     },
     ResponseStart {
-        stream: String,
-        response: String,
-        request: Option<String>,
+        stream: S,
+        response: S,
+        request: Option<S>,
         /// The model name as the API reports it (trace v2, optional).
-        model: Option<String>,
+        model: Option<S>,
     },
     ToolCall {
-        stream: String,
-        response: String,
-        call: String,
-        item: Option<String>,
-        name: String,
-        namespace: Option<String>,
+        stream: S,
+        response: S,
+        call: S,
+        item: Option<S>,
+        name: S,
+        namespace: Option<S>,
         kind: CallKind,
     },
     ResponseEnd {
-        stream: String,
-        response: String,
+        stream: S,
+        response: S,
         status: ResponseStatus,
         /// Token counts as the API reported them (trace v2, optional).
         usage: Option<Usage>,
@@ -109,30 +111,30 @@ pub enum EventKind {
         stop_reason: Option<StopReason>,
     },
     StreamClose {
-        stream: String,
+        stream: S,
     },
     ObservationLost {
-        stream: String,
-        reason: String,
+        stream: S,
+        reason: S,
     },
     McpStart {
-        interval: String,
-        alias: String,
-        tool: String,
+        interval: S,
+        alias: S,
+        tool: S,
         start: Millis,
         /// The host process the call belongs to (a pseudonym), or `None` when not known.
-        host: Option<String>,
+        host: Option<S>,
     },
     McpInterval {
-        interval: String,
-        alias: String,
-        tool: String,
+        interval: S,
+        alias: S,
+        tool: S,
         start: Millis,
         end: Millis,
         outcome: Outcome,
-        hints: Hints,
+        hints: Hints<S>,
         /// The host process the call belongs to (a pseudonym), or `None` when not known.
-        host: Option<String>,
+        host: Option<S>,
         /// How a Multi Round-Trip call went (trace v2's optional `rounds`, `input_wait`,
         /// `outcome_detail`); `None` for a call of one request, as every call before MCP
         /// 2026-07-28.
@@ -188,7 +190,163 @@ impl Usage {
     }
 }
 
-impl EventKind {
+impl<S: AsRef<str>> Event<S> {
+    /// The same event with ids of its own (for a reader's caller that keeps events).
+    pub fn into_owned(self) -> Event {
+        Event {
+            t: self.t,
+            kind: self.kind.map_strings(|_, s| s.as_ref().to_owned()),
+        }
+    }
+}
+
+impl<S: AsRef<str>> Hints<S> {
+    /// The same hints with strings of their own.
+    pub fn to_owned_hints(&self) -> Hints {
+        let own = |s: &Option<S>| s.as_ref().map(|s| s.as_ref().to_owned());
+        Hints {
+            tool_use_id: own(&self.tool_use_id),
+            item_id: own(&self.item_id),
+            call_id: own(&self.call_id),
+            thread: own(&self.thread),
+        }
+    }
+}
+
+/// What a string of an event stands for, and so what a door makes of it (docs/design.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Text {
+    /// An id: a stream, request, response, call, item, interval, thread or host.
+    Id,
+    /// A tool name or namespace, an MCP alias or tool.
+    ToolName,
+    /// A model name.
+    ModelName,
+    /// A fixed word (`observation_lost.reason`).
+    Word,
+}
+
+impl<S> EventKind<S> {
+    /// The same event with every string mapped by `f`, which is told what the string stands
+    /// for; kinds, statuses, counts and times are kept.
+    pub fn map_strings<T>(self, mut f: impl FnMut(Text, S) -> T) -> EventKind<T> {
+        match self {
+            EventKind::StreamOpen {
+                stream,
+                client,
+                transport,
+                thread,
+                host,
+            } => EventKind::StreamOpen {
+                stream: f(Text::Id, stream),
+                client,
+                transport,
+                thread: thread.map(|s| f(Text::Id, s)),
+                host: host.map(|s| f(Text::Id, s)),
+            },
+            EventKind::Request {
+                stream,
+                request,
+                previous_response,
+                outputs,
+            } => EventKind::Request {
+                stream: f(Text::Id, stream),
+                request: f(Text::Id, request),
+                previous_response: previous_response.map(|s| f(Text::Id, s)),
+                outputs: outputs.into_iter().map(|s| f(Text::Id, s)).collect(),
+            },
+            EventKind::ResponseStart {
+                stream,
+                response,
+                request,
+                model,
+            } => EventKind::ResponseStart {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                request: request.map(|s| f(Text::Id, s)),
+                model: model.map(|m| f(Text::ModelName, m)),
+            },
+            EventKind::ToolCall {
+                stream,
+                response,
+                call,
+                item,
+                name,
+                namespace,
+                kind,
+            } => EventKind::ToolCall {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                call: f(Text::Id, call),
+                item: item.map(|s| f(Text::Id, s)),
+                name: f(Text::ToolName, name),
+                namespace: namespace.map(|n| f(Text::ToolName, n)),
+                kind,
+            },
+            EventKind::ResponseEnd {
+                stream,
+                response,
+                status,
+                usage,
+                stop_reason,
+            } => EventKind::ResponseEnd {
+                stream: f(Text::Id, stream),
+                response: f(Text::Id, response),
+                status,
+                usage,
+                stop_reason,
+            },
+            EventKind::StreamClose { stream } => EventKind::StreamClose {
+                stream: f(Text::Id, stream),
+            },
+            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
+                stream: f(Text::Id, stream),
+                reason: f(Text::Word, reason),
+            },
+            EventKind::McpStart {
+                interval,
+                alias,
+                tool,
+                start,
+                host,
+            } => EventKind::McpStart {
+                interval: f(Text::Id, interval),
+                alias: f(Text::ToolName, alias),
+                tool: f(Text::ToolName, tool),
+                start,
+                host: host.map(|s| f(Text::Id, s)),
+            },
+            EventKind::McpInterval {
+                interval,
+                alias,
+                tool,
+                start,
+                end,
+                outcome,
+                hints,
+                host,
+                rounds,
+            } => EventKind::McpInterval {
+                interval: f(Text::Id, interval),
+                alias: f(Text::ToolName, alias),
+                tool: f(Text::ToolName, tool),
+                start,
+                end,
+                outcome,
+                hints: Hints {
+                    tool_use_id: hints.tool_use_id.map(|s| f(Text::Id, s)),
+                    item_id: hints.item_id.map(|s| f(Text::Id, s)),
+                    call_id: hints.call_id.map(|s| f(Text::Id, s)),
+                    thread: hints.thread.map(|s| f(Text::Id, s)),
+                },
+                host: host.map(|s| f(Text::Id, s)),
+                rounds,
+            },
+        }
+    }
+}
+
+impl<S: AsRef<str>> EventKind<S> {
     /// The `type` word of this event in trace v2.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -213,7 +371,7 @@ impl EventKind {
             | EventKind::ToolCall { stream, .. }
             | EventKind::ResponseEnd { stream, .. }
             | EventKind::StreamClose { stream }
-            | EventKind::ObservationLost { stream, .. } => Some(stream),
+            | EventKind::ObservationLost { stream, .. } => Some(stream.as_ref()),
             EventKind::McpStart { .. } | EventKind::McpInterval { .. } => None,
         }
     }

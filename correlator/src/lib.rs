@@ -39,7 +39,7 @@ mod windows;
 pub use decide::{replay, Candidates, Config, Correlator, Held, WindowOpen};
 pub use event::{
     CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Rounds, StopReason,
-    Transport, Usage,
+    Text, Transport, Usage,
 };
 pub use lines::LineError;
 pub use pseudo::{Pseudonymizer, PSEUDONYM_KEY_LEN};

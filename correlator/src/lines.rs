@@ -234,7 +234,7 @@ impl<'a> Fields<'a> {
         Fields { obj, name: bare }
     }
 
-    pub(crate) fn get(&self, k: &'static str) -> Result<&Value, Fault> {
+    pub(crate) fn get(&self, k: &'static str) -> Result<&'a Value, Fault> {
         self.obj
             .get(k)
             .ok_or_else(|| fault((self.name)(k), Problem::Missing))
@@ -250,23 +250,23 @@ impl<'a> Fields<'a> {
         )
     }
 
-    pub(crate) fn string(&self, k: &'static str) -> Result<String, Fault> {
+    pub(crate) fn string(&self, k: &'static str) -> Result<&'a str, Fault> {
         match self.get(k)? {
-            Value::String(s) => Ok(s.clone()),
+            Value::String(s) => Ok(s),
             other => Err(self.wrong(k, "a string", other)),
         }
     }
 
-    pub(crate) fn opt_string(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn opt_string(&self, k: &'static str) -> Result<Option<&'a str>, Fault> {
         match self.get(k)? {
-            Value::String(s) => Ok(Some(s.clone())),
+            Value::String(s) => Ok(Some(s)),
             Value::Null => Ok(None),
             other => Err(self.wrong(k, "a string or null", other)),
         }
     }
 
     /// An optional field: absent and null both mean "none".
-    pub(crate) fn hint(&self, k: &'static str) -> Result<Option<String>, Fault> {
+    pub(crate) fn hint(&self, k: &'static str) -> Result<Option<&'a str>, Fault> {
         if self.obj.contains_key(k) {
             self.opt_string(k)
         } else {
@@ -303,11 +303,11 @@ impl<'a> Fields<'a> {
         words: &'static [&'static str],
     ) -> Result<T, Fault> {
         let s = self.string(k)?;
-        parse(&s).ok_or_else(|| {
+        parse(s).ok_or_else(|| {
             fault(
                 (self.name)(k),
                 Problem::NotOneOf {
-                    got: Token::of(&s),
+                    got: Token::of(s),
                     words,
                     or_null: false,
                 },
@@ -315,12 +315,12 @@ impl<'a> Fields<'a> {
         })
     }
 
-    pub(crate) fn string_array(&self, k: &'static str) -> Result<Vec<String>, Fault> {
+    pub(crate) fn string_array(&self, k: &'static str) -> Result<Vec<&'a str>, Fault> {
         match self.get(k)? {
             Value::Array(items) => items
                 .iter()
                 .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
+                    Value::String(s) => Ok(s.as_str()),
                     other => Err(fault(
                         (self.name)(k),
                         Problem::NotStrings {
@@ -364,14 +364,28 @@ pub(crate) fn object(line: &str) -> Result<Map<String, Value>, Fault> {
 /// its line, as `BufRead::read_line` named it.
 pub(crate) struct LineSource<R> {
     input: R,
-    source_name: String,
-    line_no: usize,
+    at: At,
     /// `buf[start..end]` is read and not yet handed out.
     buf: Vec<u8>,
     start: usize,
     end: usize,
     eof: bool,
+}
+
+/// Where a line source is (its name and line number), and whether it has failed: handed out
+/// with each line, so that a reader can fail at that line while it still holds the line's text.
+pub(crate) struct At {
+    source_name: String,
+    line_no: usize,
     failed: std::cell::Cell<bool>,
+}
+
+impl At {
+    /// Ends the input with `f` at the current line.
+    pub(crate) fn fail(&self, f: Fault) -> LineError {
+        self.failed.set(true);
+        f.at(&self.source_name, self.line_no)
+    }
 }
 
 /// The buffer's first size: many lines per read, and large enough that the input's own
@@ -382,20 +396,22 @@ impl<R: BufRead> LineSource<R> {
     pub(crate) fn new(input: R, source_name: String) -> Self {
         LineSource {
             input,
-            source_name,
-            line_no: 0,
+            at: At {
+                source_name,
+                line_no: 0,
+                failed: std::cell::Cell::new(false),
+            },
             buf: Vec::new(),
             start: 0,
             end: 0,
             eof: false,
-            failed: std::cell::Cell::new(false),
         }
     }
 
     /// The next non-blank line as an object; `None` at the end or after an error.
     pub(crate) fn next_object(&mut self) -> Option<Result<Map<String, Value>, LineError>> {
         let parsed = match self.next_line()? {
-            Ok(line) => object(line),
+            Ok((line, _)) => object(line),
             Err(e) => return Some(Err(e)),
         };
         Some(parsed.map_err(|f| self.fail(f)))
@@ -440,14 +456,15 @@ impl<R: BufRead> LineSource<R> {
         }
     }
 
-    /// The next non-blank line, without its line break; `None` at the end or after an error.
-    /// (Lets a reader try a faster typed parse before [`object`].)
-    pub(crate) fn next_line(&mut self) -> Option<Result<&str, LineError>> {
-        if self.failed.get() {
+    /// The next non-blank line, without its line break, and where it is (to fail there while
+    /// its text is still borrowed); `None` at the end or after an error. (Lets a reader try a
+    /// faster typed parse before [`object`], and read fields borrowed from the line.)
+    pub(crate) fn next_line(&mut self) -> Option<Result<(&str, &At), LineError>> {
+        if self.at.failed.get() {
             return None;
         }
         let (start, end) = loop {
-            self.line_no += 1;
+            self.at.line_no += 1;
             let (start, end) = match self.raw_line() {
                 Ok(Some(range)) => range,
                 Ok(None) => return None,
@@ -465,20 +482,18 @@ impl<R: BufRead> LineSource<R> {
             }
         };
         match std::str::from_utf8(&self.buf[start..end]) {
-            Ok(text) => Some(Ok(text.trim_end_matches(['\n', '\r']))),
+            Ok(text) => Some(Ok((text.trim_end_matches(['\n', '\r']), &self.at))),
             Err(_) => Some(Err(self.fail(line_fault(Problem::NotUtf8)))),
         }
     }
 
-    /// Ends the input with `f` at the current line. (Through a shared borrow, so that a
-    /// reader can fail while it still holds the line.)
+    /// Ends the input with `f` at the current line.
     pub(crate) fn fail(&self, f: Fault) -> LineError {
-        self.failed.set(true);
-        f.at(&self.source_name, self.line_no)
+        self.at.fail(f)
     }
 
     pub(crate) fn failed(&self) -> bool {
-        self.failed.get()
+        self.at.failed.get()
     }
 }
 

@@ -324,7 +324,7 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         return Err(order("end", end, "is before start ", start, ""));
     }
     let decision = f.string("decision")?;
-    let attributed = match decision.as_str() {
+    let attributed = match decision {
         "attributed" => true,
         "abstained" => false,
         other => {
@@ -340,11 +340,11 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
     };
     let reason = match f.opt_string("reason")? {
         None => None,
-        Some(s) => Some(Reason::parse(&s).ok_or_else(|| {
+        Some(s) => Some(Reason::parse(s).ok_or_else(|| {
             fault(
                 "reason",
                 Problem::NotOneOf {
-                    got: Token::of(&s),
+                    got: Token::of(s),
                     words: Reason::WORDS,
                     or_null: true,
                 },
@@ -403,10 +403,10 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             let open = wf.time("open")?;
             let close = wf.opt_time("close")?;
             Some(WindowRef {
-                thread: wf.opt_string("thread")?,
-                stream: wf.string("stream")?,
-                response: wf.string("response")?,
-                request: wf.opt_string("request")?,
+                thread: wf.opt_string("thread")?.map(str::to_owned),
+                stream: wf.string("stream")?.to_owned(),
+                response: wf.string("response")?.to_owned(),
+                request: wf.opt_string("request")?.map(str::to_owned),
                 open,
                 close,
             })
@@ -534,9 +534,9 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         }
     }
     Ok(Record {
-        interval,
-        alias,
-        tool,
+        interval: interval.to_owned(),
+        alias: alias.to_owned(),
+        tool: tool.to_owned(),
         start,
         end,
         reason,
@@ -577,17 +577,17 @@ impl<R: BufRead> RecordReader<R> {
         let first = !self.seen_line;
         self.seen_line = true;
         let ty = Fields::new(&obj).string("type")?;
-        match ty.as_str() {
+        match ty {
             "attribution" => {
                 let r = parse_record(&obj)?;
                 self.trace = match Fields::new(&obj).hint("trace")? {
-                    Some(t) if !crate::sanitize::is_name(&t) => {
+                    Some(t) if !crate::sanitize::is_name(t) => {
                         return Err(fault(
                             "trace",
                             Problem::Rule("a trace's name: 1 to 1024 bytes, no control character"),
                         ))
                     }
-                    t => t,
+                    t => t.map(str::to_owned),
                 };
                 Ok(Some(r))
             }

@@ -34,7 +34,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::event::{Event, EventKind, Hints};
+use crate::event::{Event, EventKind, Hints, Text};
 use crate::pseudo::Pseudonymizer;
 use crate::records::Record;
 use crate::trace;
@@ -234,127 +234,15 @@ impl Scrub {
         self.pseudo.id(raw)
     }
 
-    fn opt(&self, raw: Option<String>) -> Option<String> {
-        raw.map(|r| self.id(&r))
-    }
-
     /// The event with every id pseudonymized and every name and word admissible; kinds,
     /// statuses and times are kept.
     pub fn event(&self, kind: EventKind) -> EventKind {
-        match kind {
-            EventKind::StreamOpen {
-                stream,
-                client,
-                transport,
-                thread,
-                host,
-            } => EventKind::StreamOpen {
-                stream: self.id(&stream),
-                client,
-                transport,
-                thread: self.opt(thread),
-                host: self.opt(host),
-            },
-            EventKind::Request {
-                stream,
-                request,
-                previous_response,
-                outputs,
-            } => EventKind::Request {
-                stream: self.id(&stream),
-                request: self.id(&request),
-                previous_response: self.opt(previous_response),
-                outputs: outputs.iter().map(|c| self.id(c)).collect(),
-            },
-            EventKind::ResponseStart {
-                stream,
-                response,
-                request,
-                model,
-            } => EventKind::ResponseStart {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                request: self.opt(request),
-                model: model.map(|m| self.model_name(m)),
-            },
-            EventKind::ToolCall {
-                stream,
-                response,
-                call,
-                item,
-                name,
-                namespace,
-                kind,
-            } => EventKind::ToolCall {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                call: self.id(&call),
-                item: self.opt(item),
-                name: self.tool_name(name),
-                namespace: namespace.map(|n| self.tool_name(n)),
-                kind,
-            },
-            EventKind::ResponseEnd {
-                stream,
-                response,
-                status,
-                usage,
-                stop_reason,
-            } => EventKind::ResponseEnd {
-                stream: self.id(&stream),
-                response: self.id(&response),
-                status,
-                usage,
-                stop_reason,
-            },
-            EventKind::StreamClose { stream } => EventKind::StreamClose {
-                stream: self.id(&stream),
-            },
-            EventKind::ObservationLost { stream, reason } => EventKind::ObservationLost {
-                stream: self.id(&stream),
-                reason: Self::word(reason),
-            },
-            EventKind::McpStart {
-                interval,
-                alias,
-                tool,
-                start,
-                host,
-            } => EventKind::McpStart {
-                interval: self.id(&interval),
-                alias: self.tool_name(alias),
-                tool: self.tool_name(tool),
-                start,
-                host: self.opt(host),
-            },
-            EventKind::McpInterval {
-                interval,
-                alias,
-                tool,
-                start,
-                end,
-                outcome,
-                hints,
-                host,
-                rounds,
-            } => EventKind::McpInterval {
-                // Counts, a duration and a fixed word: written as they are (§7).
-                rounds,
-                interval: self.id(&interval),
-                alias: self.tool_name(alias),
-                tool: self.tool_name(tool),
-                start,
-                end,
-                outcome,
-                hints: Hints {
-                    tool_use_id: self.opt(hints.tool_use_id),
-                    item_id: self.opt(hints.item_id),
-                    call_id: self.opt(hints.call_id),
-                    thread: self.opt(hints.thread),
-                },
-                host: self.opt(host),
-            },
-        }
+        kind.map_strings(|text, s| match text {
+            Text::Id => self.id(&s),
+            Text::ToolName => self.tool_name(s),
+            Text::ModelName => self.model_name(s),
+            Text::Word => Self::word(s),
+        })
     }
 }
 

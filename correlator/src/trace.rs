@@ -151,17 +151,17 @@ fn stop_reason(f: &Fields<'_>) -> Result<Option<StopReason>, Fault> {
 }
 
 /// Parses one event line's JSON into an [`Event`], checking fields and types only.
-fn parse_event(obj: &Map<String, Value>, version: Version) -> Result<Event, Fault> {
+fn parse_event<'a>(obj: &'a Map<String, Value>, version: Version) -> Result<Event<&'a str>, Fault> {
     let f = Fields::new(obj);
     let v2 = version == Version::V2;
     // Required in v2 (a string or null); not a field of v1, where every host is null.
-    let host = |f: &Fields<'_>| if v2 { f.opt_string("host") } else { Ok(None) };
+    let host = |f: &Fields<'a>| if v2 { f.opt_string("host") } else { Ok(None) };
     let ty = f.string("type")?;
     if ty == "trace" {
         return Err(fault("type", Problem::Rule("a second trace header")));
     }
     let t = f.time("t")?;
-    let kind = match ty.as_str() {
+    let kind = match ty {
         "stream_open" => EventKind::StreamOpen {
             stream: f.string("stream")?,
             client: f.word("client", Client::parse, Client::WORDS)?,
@@ -283,26 +283,26 @@ mod fast {
         Is(&'a str),
     }
 
-    impl Slot<'_> {
+    impl<'a> Slot<'a> {
         /// A required string: present and not `null`.
-        fn value(self) -> Option<String> {
+        fn value(self) -> Option<&'a str> {
             match self {
-                Slot::Is(v) => Some(v.to_owned()),
+                Slot::Is(v) => Some(v),
                 _ => None,
             }
         }
 
         /// A field that must be present and may be `null`.
-        fn nullable(self) -> Option<Option<String>> {
+        fn nullable(self) -> Option<Option<&'a str>> {
             match self {
                 Slot::Absent => None,
                 Slot::Null => Some(None),
-                Slot::Is(v) => Some(Some(v.to_owned())),
+                Slot::Is(v) => Some(Some(v)),
             }
         }
 
         /// A hint: absent and `null` both mean none.
-        fn hint(self) -> Option<String> {
+        fn hint(self) -> Option<&'a str> {
             self.value()
         }
     }
@@ -318,7 +318,7 @@ mod fast {
         thread: Slot<'a>,
         request: Slot<'a>,
         previous_response: Slot<'a>,
-        outputs: Option<Vec<String>>,
+        outputs: Option<Vec<&'a str>>,
         response: Slot<'a>,
         call: Slot<'a>,
         item: Slot<'a>,
@@ -578,7 +578,7 @@ mod fast {
         }
 
         /// An array of strings.
-        fn strings(&mut self) -> Option<Vec<String>> {
+        fn strings(&mut self) -> Option<Vec<&'a str>> {
             self.eat(b'[')?;
             let mut out = Vec::new();
             if self.peek()? == b']' {
@@ -586,7 +586,7 @@ mod fast {
                 return Some(out);
             }
             loop {
-                out.push(self.string()?.to_owned());
+                out.push(self.string()?);
                 match self.peek()? {
                     b',' => self.i += 1,
                     b']' => {
@@ -674,7 +674,7 @@ mod fast {
 
     /// The event on this line if it is plainly a good one; `None` to let the strict path
     /// decide. Mirrors `parse_event` field for field.
-    pub(super) fn event(line: &str, version: super::Version) -> Option<Event> {
+    pub(super) fn event<'a>(line: &'a str, version: super::Version) -> Option<Event<&'a str>> {
         let mut l = Line::default();
         scan(line, &mut l)?;
         if version == super::Version::V1 && l.v2_keys {
@@ -682,7 +682,7 @@ mod fast {
         }
         let t = time(l.t)?;
         // Required (string or null) in v2; not a field of v1, where every host is null.
-        let host = |h: Slot<'_>| match version {
+        let host = |h: Slot<'a>| match version {
             super::Version::V2 => h.nullable(),
             super::Version::V1 => Some(None),
         };
@@ -793,7 +793,7 @@ impl Validator {
         Self::default()
     }
 
-    fn check(&mut self, ev: &Event) -> Result<(), Fault> {
+    fn check<S: AsRef<str>>(&mut self, ev: &Event<S>) -> Result<(), Fault> {
         if let Some(last) = self.last_t {
             if ev.t < last {
                 return Err(order(
@@ -808,34 +808,39 @@ impl Validator {
         self.last_t = Some(ev.t);
         match &ev.kind {
             EventKind::StreamOpen { stream, .. } => {
+                let stream = stream.as_ref();
                 if self.streams.contains_key(stream) {
                     return Err(id_fault("stream", stream, "is already open"));
                 }
-                self.streams.insert(stream.clone(), StreamState::default());
+                self.streams
+                    .insert(stream.to_owned(), StreamState::default());
             }
             EventKind::StreamClose { stream } => {
+                let stream = stream.as_ref();
                 self.streams
                     .remove(stream)
                     .ok_or_else(|| id_fault("stream", stream, "is not open"))?;
             }
             EventKind::ObservationLost { stream, .. } => {
-                let st = self.live_stream(stream)?;
+                let st = self.live_stream(stream.as_ref())?;
                 st.lost = true;
             }
             EventKind::Request { stream, .. } => {
-                self.live_stream(stream)?;
+                self.live_stream(stream.as_ref())?;
             }
             EventKind::ResponseStart {
                 stream, response, ..
             } => {
-                let st = self.live_stream(stream)?;
-                if !st.open_responses.insert(response.clone()) {
+                let response = response.as_ref();
+                let st = self.live_stream(stream.as_ref())?;
+                if !st.open_responses.insert(response.to_owned()) {
                     return Err(id_fault("response", response, "is already open"));
                 }
             }
             EventKind::ToolCall {
                 stream, response, ..
             } => {
+                let (stream, response) = (stream.as_ref(), response.as_ref());
                 let st = self.live_stream(stream)?;
                 if !st.open_responses.contains(response) {
                     return Err(fault(
@@ -850,6 +855,7 @@ impl Validator {
             EventKind::ResponseEnd {
                 stream, response, ..
             } => {
+                let (stream, response) = (stream.as_ref(), response.as_ref());
                 let st = self.live_stream(stream)?;
                 if !st.open_responses.remove(response) {
                     return Err(fault(
@@ -868,11 +874,14 @@ impl Validator {
                 start,
                 ..
             } => {
+                let interval = interval.as_ref();
                 if self.running.contains_key(interval) {
                     return Err(id_fault("interval", interval, "already started"));
                 }
-                self.running
-                    .insert(interval.clone(), (alias.clone(), tool.clone(), *start));
+                self.running.insert(
+                    interval.to_owned(),
+                    (alias.as_ref().to_owned(), tool.as_ref().to_owned(), *start),
+                );
             }
             EventKind::McpInterval {
                 interval,
@@ -881,8 +890,9 @@ impl Validator {
                 start,
                 ..
             } => {
+                let interval = interval.as_ref();
                 if let Some((a, tl, s)) = self.running.remove(interval) {
-                    if &a != alias || &tl != tool || s != *start {
+                    if a != alias.as_ref() || tl != tool.as_ref() || s != *start {
                         return Err(id_fault(
                             "interval",
                             interval,
@@ -1057,6 +1067,9 @@ pub struct TraceReader<R> {
     header: Option<Map<String, Value>>,
     version: Version,
     validator: Validator,
+    /// The last line the fast path left to the strict one, parsed: the event read from it
+    /// borrows its strings.
+    strict: Option<Map<String, Value>>,
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -1068,6 +1081,7 @@ impl<R: BufRead> TraceReader<R> {
             header: None,
             version: Version::V2,
             validator: Validator::new(),
+            strict: None,
         }
     }
 
@@ -1087,7 +1101,7 @@ impl<R: BufRead> TraceReader<R> {
                     "type",
                     Problem::NotAHeader {
                         header: HEADER,
-                        got: Token::of(&ty),
+                        got: Token::of(ty),
                     },
                 ));
             }
@@ -1116,46 +1130,64 @@ impl<R: BufRead> TraceReader<R> {
     }
 }
 
+impl<R: BufRead> TraceReader<R> {
+    /// The next event, its ids borrowed from the line it was read from (or from that line's
+    /// parsed object): nothing is copied but what the caller keeps. `None` at the end or after
+    /// an error; the owned form is the [`Iterator`].
+    pub fn next_event(&mut self) -> Option<Result<Event<&str>, TraceError>> {
+        if self.lines.failed() {
+            return None;
+        }
+        if !self.header_seen {
+            if let Err(e) = self.read_header() {
+                return Some(Err(e));
+            }
+        }
+        let (line, at) = match self.lines.next_line()? {
+            Ok(line) => line,
+            Err(e) => return Some(Err(e)),
+        };
+        // The fast path first; anything it does not take, the strict path decides.
+        let ev = match fast::event(line, self.version) {
+            Some(ev) => ev,
+            None => {
+                let obj = match object(line) {
+                    Ok(obj) => self.strict.insert(obj),
+                    Err(f) => return Some(Err(at.fail(f))),
+                };
+                match parse_event(obj, self.version) {
+                    Ok(ev) => ev,
+                    Err(f) => return Some(Err(at.fail(f))),
+                }
+            }
+        };
+        Some(match self.validator.check(&ev) {
+            Ok(()) => Ok(ev),
+            Err(f) => Err(at.fail(f)),
+        })
+    }
+
+    /// Reads the first line, which must be the header, unless it has been read: then
+    /// [`Self::header`] has it before any event is read.
+    pub fn read_header(&mut self) -> Result<(), TraceError> {
+        if self.header_seen {
+            return Ok(());
+        }
+        let obj = match self.lines.next_line() {
+            Some(Ok((line, _))) => object(line),
+            Some(Err(e)) => return Err(e),
+            None => Err(line_fault(Problem::EmptyTrace { header: HEADER })),
+        };
+        obj.and_then(|obj| self.header_line(obj))
+            .map_err(|f| self.lines.fail(f))
+    }
+}
+
 impl<R: BufRead> Iterator for TraceReader<R> {
     type Item = Result<Event, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.lines.failed() {
-            return None;
-        }
-        loop {
-            let line = match self.lines.next_line() {
-                Some(Ok(line)) => line,
-                Some(Err(e)) => return Some(Err(e)),
-                None if !self.header_seen => {
-                    return Some(Err(self
-                        .lines
-                        .fail(line_fault(Problem::EmptyTrace { header: HEADER }))));
-                }
-                None => return None,
-            };
-            if !self.header_seen {
-                match object(line).and_then(|obj| self.header_line(obj)) {
-                    Ok(()) => continue,
-                    Err(f) => return Some(Err(self.lines.fail(f))),
-                }
-            }
-            // The fast path first; anything it does not take, the strict path decides.
-            if let Some(ev) = fast::event(line, self.version) {
-                return Some(match self.validator.check(&ev) {
-                    Ok(()) => Ok(ev),
-                    Err(f) => Err(self.lines.fail(f)),
-                });
-            }
-            let ev = object(line).and_then(|obj| parse_event(&obj, self.version));
-            return Some(match ev {
-                Ok(ev) => match self.validator.check(&ev) {
-                    Ok(()) => Ok(ev),
-                    Err(f) => Err(self.lines.fail(f)),
-                },
-                Err(f) => Err(self.lines.fail(f)),
-            });
-        }
+        Some(self.next_event()?.map(Event::into_owned))
     }
 }
 
@@ -1482,11 +1514,11 @@ mod tests {
 
     /// The strict path's answer for one event line.
     fn strict(line: &str) -> Result<Event, Fault> {
-        parse_event(&object(line)?, Version::V2)
+        parse_event(&object(line)?, Version::V2).map(Event::into_owned)
     }
 
     fn strict_v1(line: &str) -> Result<Event, Fault> {
-        parse_event(&object(line)?, Version::V1)
+        parse_event(&object(line)?, Version::V1).map(Event::into_owned)
     }
 
     #[test]
@@ -1520,7 +1552,7 @@ mod tests {
             r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
         ];
         for line in lines {
-            let fast = fast::event(line, Version::V2);
+            let fast = fast::event(line, Version::V2).map(Event::into_owned);
             assert!(fast.is_some(), "the fast path should take {line}");
             assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
         }
@@ -1546,7 +1578,7 @@ mod tests {
             };
             let line = event_line(&ev);
             let line = line.trim_end();
-            if let Some(fast) = fast::event(line, Version::V2) {
+            if let Some(fast) = fast::event(line, Version::V2).map(Event::into_owned) {
                 assert_eq!(Ok(fast.clone()), strict(line), "{line}");
                 assert_eq!(fast, ev, "{line}");
                 taken += 1;
@@ -1622,7 +1654,7 @@ mod tests {
             "not json",
         ];
         for line in lines {
-            if let Some(ev) = fast::event(line, Version::V2) {
+            if let Some(ev) = fast::event(line, Version::V2).map(Event::into_owned) {
                 assert_eq!(Ok(ev), strict(line), "{line}");
             }
         }
@@ -1781,7 +1813,7 @@ mod tests {
         ];
         for line in v1 {
             let ev = strict_v1(line).unwrap();
-            if let Some(fast) = fast::event(line, Version::V1) {
+            if let Some(fast) = fast::event(line, Version::V1).map(Event::into_owned) {
                 assert_eq!(fast, ev, "{line}");
             }
             let text = event_line(&ev);

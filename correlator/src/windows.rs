@@ -638,13 +638,13 @@ impl Tracker {
         );
     }
 
-    pub(crate) fn request(
+    pub(crate) fn request<S: AsRef<str>>(
         &mut self,
         t: Millis,
         stream: &str,
         request: &str,
         previous_response: Option<&str>,
-        outputs: &[String],
+        outputs: &[S],
         ch: &mut Changes,
     ) {
         let Some(st) = self.streams.get(stream) else {
@@ -681,12 +681,13 @@ impl Tracker {
             }
         }
         for c in outputs {
-            if let Some(id) = self.by_call.get(c.as_str()) {
+            let c = c.as_ref();
+            if let Some(id) = self.by_call.get(c) {
                 // The index is by hash: the window must have the call.
                 let issued = self
                     .windows
                     .get(id)
-                    .is_some_and(|w| w.calls.iter().any(|x| *x.call == **c));
+                    .is_some_and(|w| w.calls.iter().any(|x| *x.call == *c));
                 if issued && !continued.contains(&id) {
                     continued.push(id);
                 }
