@@ -5,7 +5,14 @@
 //! ```text
 //! cargo bench --bench soak -- [--secs 900] [--streams 200] [--wrappers 8] [--idle-wait 130]
 //!                             [--dir DIR]
+//! cargo bench --bench soak -- --long [--secs 3600] [--streams 16] [--session 12]
+//!                             [--kill-every 10] [--rotate-kib 2048] [--rotate-keep 4]
+//!                             [--idle-wait 130] [--dir target/soak-long]
 //! ```
+//!
+//! `--long` is "a week in an hour": sessions that come and go (some killed) through one
+//! relay with rotation on, sampled over time (benches/soak/long.rs). The rest of this page
+//! is the default mode.
 //!
 //! The correlator keeps final windows for 30 minutes (its `retain`, never less than
 //! `--max-window`) so that late reports are still judged right: its memory grows with the
@@ -864,14 +871,8 @@ async fn killed(ctx: &Ctx) {
     tokio::time::sleep(KILLED_WINDOW_HOLD).await;
 }
 
-async fn claude_conversation(
-    ctx: &Ctx,
-    mcp: &Pool,
-    worker: usize,
-    n: u64,
-    kill: bool,
-) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+async fn claude_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let session = format!("soak-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -879,7 +880,7 @@ async fn claude_conversation(
     };
     let mut messages = vec![json!({"role":"user","content":"soak"})];
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns, kill);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let body = json!({"model":"soak","max_tokens":64,"stream":true,
             "tools":[{"name":"mcp__probe__echo","input_schema":{"type":"object"}}],
             "messages":messages})
@@ -920,14 +921,8 @@ fn codex_meta(turn: &Turn, thread: &str) -> Value {
     json!({"itemId": turn.fc(), "callId": turn.call(), "threadId": thread})
 }
 
-async fn responses_sse_conversation(
-    ctx: &Ctx,
-    mcp: &Pool,
-    worker: usize,
-    n: u64,
-    kill: bool,
-) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+async fn responses_sse_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let thread = format!("th-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -935,7 +930,7 @@ async fn responses_sse_conversation(
     };
     let mut input = vec![json!({"type":"message","role":"user","content":"soak"})];
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns, kill);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let body = json!({"model":"soak","stream":true,"store":false,"input":input}).to_string();
         let res = post(
             ctx,
@@ -971,14 +966,8 @@ async fn responses_sse_conversation(
     Ok(())
 }
 
-async fn responses_ws_conversation(
-    ctx: &Ctx,
-    mcp: &Pool,
-    worker: usize,
-    n: u64,
-    kill: bool,
-) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let thread = format!("th-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -1000,7 +989,7 @@ async fn responses_ws_conversation(
     let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
     let mut prev: Option<Turn> = None;
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns, kill);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let req = ws_request(&turn, prev.as_ref());
         ctx.stats
             .bytes_up
@@ -1047,19 +1036,27 @@ async fn responses_ws_conversation(
         prev = Some(turn);
     }
     // Codex drops the socket without a close frame; half the conversations close properly.
-    if n % 2 == 0 {
+    if c.n % 2 == 0 {
         let _ = ws.close(None).await;
     }
     Ok(())
 }
 
-/// Conversation `n` of worker `id`, in the worker's kind (by `id % 10`), its MCP calls run
-/// on `mcp`; `kill`: its host is killed during its last tool call.
-async fn conversation(ctx: &Ctx, mcp: &Pool, id: usize, n: u64, kill: bool) {
-    let r = match id % 10 {
-        0..=3 => claude_conversation(ctx, mcp, id, n, kill).await,
-        4..=6 => responses_ws_conversation(ctx, mcp, id, n, kill).await,
-        _ => responses_sse_conversation(ctx, mcp, id, n, kill).await,
+/// Which conversation: the `n`th of `worker`; `kill`: its host is killed during its last
+/// tool call.
+#[derive(Clone, Copy)]
+struct Conv {
+    worker: usize,
+    n: u64,
+    kill: bool,
+}
+
+/// Conversation `c`, in its worker's kind (by `worker % 10`), its MCP calls run on `mcp`.
+async fn conversation(ctx: &Ctx, mcp: &Pool, c: Conv) {
+    let r = match c.worker % 10 {
+        0..=3 => claude_conversation(ctx, mcp, c).await,
+        4..=6 => responses_ws_conversation(ctx, mcp, c).await,
+        _ => responses_sse_conversation(ctx, mcp, c).await,
     };
     match r {
         Ok(()) => {
@@ -1075,7 +1072,12 @@ async fn conversation(ctx: &Ctx, mcp: &Pool, id: usize, n: u64, kill: bool) {
 async fn worker(ctx: Arc<Ctx>, id: usize, until: Instant) {
     let mut n = 0u64;
     while Instant::now() < until {
-        conversation(&ctx, &ctx.pool, id, n, false).await;
+        let c = Conv {
+            worker: id,
+            n,
+            kill: false,
+        };
+        conversation(&ctx, &ctx.pool, c).await;
         n += 1;
     }
 }
@@ -1231,6 +1233,18 @@ fn proc_kib(pid: u32, field: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Descriptors back to idle once the upstream pool's idle connections expire: waits up to
+/// `secs` for the count to come down to `idle`; returns the last count.
+async fn fds_back_to(pid: u32, idle: u64, secs: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut now = fds(pid);
+    while now > idle && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        now = fds(pid);
+    }
+    now
 }
 
 fn fds(pid: u32) -> u64 {
@@ -1398,13 +1412,7 @@ async fn run(o: Opts) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Descriptors back to idle once the upstream pool's idle connections expire.
-    let idle_deadline = Instant::now() + Duration::from_secs(o.idle_wait);
-    let mut idle_after = fds(pid);
-    while idle_after > idle_fds && Instant::now() < idle_deadline {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        idle_after = fds(pid);
-    }
+    let idle_after = fds_back_to(pid, idle_fds, o.idle_wait).await;
     // The wrappers' ingest connections are gone by now (they exited): compare like for like.
     let idle_after_rss = proc_kib(pid, "VmRSS:");
 

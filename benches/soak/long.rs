@@ -75,7 +75,12 @@ async fn session_worker(
                 break;
             }
             killed = kill && k + 1 == per_session;
-            conversation(&ctx, &pool, id, n, killed).await;
+            let c = Conv {
+                worker: id,
+                n,
+                kill: killed,
+            };
+            conversation(&ctx, &pool, c).await;
             n += 1;
         }
         if killed {
@@ -325,12 +330,7 @@ pub(super) async fn run(o: Opts) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let idle_deadline = Instant::now() + Duration::from_secs(o.idle_wait);
-    let mut idle_after = fds(pid);
-    while idle_after > idle_fds && Instant::now() < idle_deadline {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        idle_after = fds(pid);
-    }
+    let idle_after = fds_back_to(pid, idle_fds, o.idle_wait).await;
     let hwm = proc_kib(pid, "VmHWM:");
     let (exit, stop_ms) = stop_relay(&mut relay).await;
     linker.abort();
