@@ -5,7 +5,14 @@
 //! ```text
 //! cargo bench --bench soak -- [--secs 900] [--streams 200] [--wrappers 8] [--idle-wait 130]
 //!                             [--dir DIR]
+//! cargo bench --bench soak -- --long [--secs 3600] [--streams 16] [--session 12]
+//!                             [--kill-every 10] [--rotate-kib 2048] [--rotate-keep 4]
+//!                             [--idle-wait 130] [--dir target/soak-long]
 //! ```
+//!
+//! `--long` is "a week in an hour": sessions that come and go (some killed) through one
+//! relay with rotation on, sampled over time (benches/soak/long.rs). The rest of this page
+//! is the default mode.
 //!
 //! The correlator keeps final windows for 30 minutes (its `retain`, never less than
 //! `--max-window`) so that late reports are still judged right: its memory grows with the
@@ -42,6 +49,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "soak/long.rs"]
+mod long;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -74,17 +84,32 @@ struct Opts {
     wrappers: usize,
     idle_wait: u64,
     dir: Option<PathBuf>,
+    /// The long mode (`--long`, benches/soak/long.rs): sessions that come and go, rotation on.
+    long: bool,
+    /// Long mode: the relay's `--rotate-size` (in KiB) and `--rotate-keep`.
+    rotate_size_kib: u64,
+    rotate_keep: usize,
+    /// Long mode: conversations per session (one wrapper process each).
+    session: u64,
+    /// Long mode: one session in this many is killed during its last tool call.
+    kill_every: u64,
 }
 
 fn opts() -> Opts {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let long = args.iter().any(|a| a == "--long");
     let mut o = Opts {
-        secs: 900,
-        streams: 200,
+        secs: if long { 3600 } else { 900 },
+        streams: if long { 16 } else { 200 },
         wrappers: 8,
         idle_wait: 130,
         dir: None,
+        long,
+        rotate_size_kib: 2048,
+        rotate_keep: 4,
+        session: 12,
+        kill_every: 10,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
         let value = |i: usize| -> &str {
@@ -103,8 +128,12 @@ fn opts() -> Opts {
             "--wrappers" => o.wrappers = (num(i) as usize).max(1),
             "--idle-wait" => o.idle_wait = num(i),
             "--dir" => o.dir = Some(PathBuf::from(value(i))),
+            "--rotate-kib" => o.rotate_size_kib = num(i).max(1),
+            "--rotate-keep" => o.rotate_keep = num(i) as usize,
+            "--session" => o.session = num(i).max(1),
+            "--kill-every" => o.kill_every = num(i).max(1),
             // `cargo bench` passes --bench to every bench binary.
-            "--bench" => {
+            "--long" | "--bench" => {
                 i += 1;
                 continue;
             }
@@ -156,6 +185,8 @@ struct Turn {
     conv: String,
     t: u32,
     tool: bool,
+    /// The tool call is `hang` (never answered): the turn of a session that is killed.
+    hang: bool,
     seed: u64,
 }
 
@@ -166,15 +197,20 @@ impl Turn {
     }
 
     fn header(&self) -> String {
-        format!("{} {} {} {}", self.conv, self.t, self.tool as u8, self.seed)
+        let kind = if self.hang { 2 } else { self.tool as u8 };
+        format!("{} {} {kind} {}", self.conv, self.t, self.seed)
     }
 
     fn parse(h: &str) -> Option<Turn> {
         let mut it = h.split(' ');
+        let conv = it.next()?.to_string();
+        let t = it.next()?.parse().ok()?;
+        let kind = it.next()?;
         Some(Turn {
-            conv: it.next()?.to_string(),
-            t: it.next()?.parse().ok()?,
-            tool: it.next()? == "1",
+            conv,
+            t,
+            tool: kind != "0",
+            hang: kind == "2",
             seed: it.next()?.parse().ok()?,
         })
     }
@@ -199,6 +235,15 @@ impl Turn {
 
     fn arg(&self) -> String {
         format!("echo {}", self.key())
+    }
+
+    /// The MCP tool this turn's call runs.
+    fn tool_name(&self) -> &'static str {
+        if self.hang {
+            "hang"
+        } else {
+            "echo"
+        }
     }
 
     fn toolu(&self) -> String {
@@ -270,7 +315,7 @@ fn claude_script(turn: &Turn) -> Script {
         after.extend([
             sse(
                 "content_block_start",
-                &json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":turn.toolu(),"name":"mcp__probe__echo","input":{}}}),
+                &json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":turn.toolu(),"name":format!("mcp__probe__{}", turn.tool_name()),"input":{}}}),
             ),
             sse(
                 "content_block_delta",
@@ -324,7 +369,7 @@ fn responses_events(turn: &Turn) -> Script {
     let mut output = json!([]);
     if turn.tool {
         let arguments = json!({"text": turn.arg()}).to_string();
-        let item = |status: &str| json!({"type":"function_call","id":turn.fc(),"call_id":turn.call(),"namespace":"mcp__probe","name":"echo","arguments":arguments,"status":status});
+        let item = |status: &str| json!({"type":"function_call","id":turn.fc(),"call_id":turn.call(),"namespace":"mcp__probe","name":turn.tool_name(),"arguments":arguments,"status":status});
         after.push(ev(
             json!({"type":"response.output_item.added","output_index":1,"item":item("in_progress")}),
         ));
@@ -396,6 +441,8 @@ struct Stats {
     conversations: AtomicU64,
     turns: [AtomicU64; 3],
     mcp_calls: AtomicU64,
+    /// `hang` calls whose wrapper was killed mid-call (long mode).
+    killed_calls: AtomicU64,
     bytes_down: AtomicU64,
     bytes_up: AtomicU64,
     frames_down: AtomicU64,
@@ -653,12 +700,18 @@ impl Wrapper {
         s.flush().await.map_err(|e| format!("flushing: {e}"))
     }
 
-    async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
+    /// Sends a request; its answer arrives on the receiver.
+    async fn send(&self, method: &str, params: Value) -> Result<oneshot::Receiver<Value>, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().unwrap().insert(id, tx);
         self.write(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
             .await?;
+        Ok(rx)
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
+        let rx = self.send(method, params).await?;
         match tokio::time::timeout(WAIT, rx).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(_)) => Err("the wrapper's stdout ended".into()),
@@ -674,6 +727,15 @@ impl Wrapper {
         let mut child = child?;
         tokio::time::timeout(WAIT, child.wait()).await.ok()?.ok()
     }
+
+    /// SIGKILLs the wrapper, as when its host is killed (its server then reads EOF and exits).
+    async fn kill(&self) {
+        let child = self.child.lock().unwrap().take();
+        if let Some(mut child) = child {
+            let _ = child.kill().await;
+        }
+        self.stdin.lock().await.take();
+    }
 }
 
 struct Pool {
@@ -682,15 +744,21 @@ struct Pool {
 }
 
 impl Pool {
-    /// Runs `echo` with `arg` and these `_meta` hints; checks the answer.
-    async fn echo(&self, arg: &str, meta: Value) -> Result<(), String> {
+    /// Runs the turn's tool call with these `_meta` hints: `echo`, whose answer is checked,
+    /// or `hang`, after which the wrapper is killed mid-call (its host killed): the relay then
+    /// ends the call `lost` when the wrapper's connection closes (docs/ingest.md).
+    async fn run(&self, turn: &Turn, meta: Value) -> Result<(), String> {
         let w = &self.wrappers[self.next.fetch_add(1, Ordering::Relaxed) % self.wrappers.len()];
-        let v = w
-            .request(
-                "tools/call",
-                json!({"name":"echo","arguments":{"text":arg},"_meta":meta}),
-            )
-            .await?;
+        let arg = turn.arg();
+        let params = json!({"name":turn.tool_name(),"arguments":{"text":arg},"_meta":meta});
+        if turn.hang {
+            let _never = w.send("tools/call", params).await?;
+            // Long enough for the wrapper to have reported the call's start.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            w.kill().await;
+            return Ok(());
+        }
+        let v = w.request("tools/call", params).await?;
         if v["result"]["content"][0]["text"] != json!(arg) {
             return Err("the echo came back different".into());
         }
@@ -781,17 +849,30 @@ fn plan(worker: usize, n: u64) -> (String, u64, u32) {
     (conv, seed, tool_turns)
 }
 
-fn turn_of(conv: &str, seed: u64, t: u32, tool_turns: u32) -> Turn {
+/// Turn `t` of a conversation; in one whose host is killed, the last tool turn hangs.
+fn turn_of(conv: &str, seed: u64, t: u32, tool_turns: u32, killed: bool) -> Turn {
     Turn {
         conv: conv.to_string(),
         t,
         tool: t < tool_turns,
+        hang: killed && t + 1 == tool_turns,
         seed: seed.wrapping_mul(31).wrapping_add(t as u64 + 1),
     }
 }
 
-async fn claude_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+/// How long a killed host's window keeps the token after the kill: the relay gives an open
+/// window up `close_wait` (1 s) after its last call ended (the `lost` end, at the kill), and
+/// until then a next window would make a second candidate.
+const KILLED_WINDOW_HOLD: Duration = Duration::from_millis(2500);
+
+/// The end of a conversation whose host was killed during its tool call: no continuation.
+async fn killed(ctx: &Ctx) {
+    ctx.stats.killed_calls.fetch_add(1, Ordering::Relaxed);
+    tokio::time::sleep(KILLED_WINDOW_HOLD).await;
+}
+
+async fn claude_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let session = format!("soak-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -799,7 +880,7 @@ async fn claude_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(), Str
     };
     let mut messages = vec![json!({"role":"user","content":"soak"})];
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let body = json!({"model":"soak","max_tokens":64,"stream":true,
             "tools":[{"name":"mcp__probe__echo","input_schema":{"type":"object"}}],
             "messages":messages})
@@ -822,9 +903,12 @@ async fn claude_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(), Str
         compare(ctx, &got, &claude_script(&turn));
         ctx.stats.turns[0].fetch_add(1, Ordering::Relaxed);
         if turn.tool {
-            ctx.pool
-                .echo(&turn.arg(), json!({"claudecode/toolUseId": turn.toolu()}))
+            mcp.run(&turn, json!({"claudecode/toolUseId": turn.toolu()}))
                 .await?;
+            if turn.hang {
+                killed(ctx).await;
+                return Ok(());
+            }
             ctx.stats.mcp_calls.fetch_add(1, Ordering::Relaxed);
             messages.push(json!({"role":"assistant","content":[{"type":"tool_use","id":turn.toolu(),"name":"mcp__probe__echo","input":{"text":turn.arg()}}]}));
             messages.push(json!({"role":"user","content":[{"type":"tool_result","tool_use_id":turn.toolu(),"content":turn.arg()}]}));
@@ -837,8 +921,8 @@ fn codex_meta(turn: &Turn, thread: &str) -> Value {
     json!({"itemId": turn.fc(), "callId": turn.call(), "threadId": thread})
 }
 
-async fn responses_sse_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+async fn responses_sse_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let thread = format!("th-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -846,7 +930,7 @@ async fn responses_sse_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<
     };
     let mut input = vec![json!({"type":"message","role":"user","content":"soak"})];
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let body = json!({"model":"soak","stream":true,"store":false,"input":input}).to_string();
         let res = post(
             ctx,
@@ -867,9 +951,11 @@ async fn responses_sse_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<
         compare(ctx, &got, &responses_sse_script(&turn));
         ctx.stats.turns[2].fetch_add(1, Ordering::Relaxed);
         if turn.tool {
-            ctx.pool
-                .echo(&turn.arg(), codex_meta(&turn, &thread))
-                .await?;
+            mcp.run(&turn, codex_meta(&turn, &thread)).await?;
+            if turn.hang {
+                killed(ctx).await;
+                return Ok(());
+            }
             ctx.stats.mcp_calls.fetch_add(1, Ordering::Relaxed);
             input.push(json!({"type":"function_call","call_id":turn.call(),"namespace":"mcp__probe","name":"echo","arguments":json!({"text":turn.arg()}).to_string()}));
             input.push(
@@ -880,8 +966,8 @@ async fn responses_sse_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<
     Ok(())
 }
 
-async fn responses_ws_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(), String> {
-    let (conv, seed, tool_turns) = plan(worker, n);
+async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(), String> {
+    let (conv, seed, tool_turns) = plan(c.worker, c.n);
     let thread = format!("th-{conv}");
     let mut held = Held {
         gate: &ctx.gate,
@@ -903,7 +989,7 @@ async fn responses_ws_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(
     let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
     let mut prev: Option<Turn> = None;
     for t in 0..=tool_turns {
-        let turn = turn_of(&conv, seed, t, tool_turns);
+        let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
         let req = ws_request(&turn, prev.as_ref());
         ctx.stats
             .bytes_up
@@ -940,37 +1026,58 @@ async fn responses_ws_conversation(ctx: &Ctx, worker: usize, n: u64) -> Result<(
         }
         ctx.stats.turns[1].fetch_add(1, Ordering::Relaxed);
         if turn.tool {
-            ctx.pool
-                .echo(&turn.arg(), codex_meta(&turn, &thread))
-                .await?;
+            mcp.run(&turn, codex_meta(&turn, &thread)).await?;
+            if turn.hang {
+                killed(ctx).await;
+                return Ok(());
+            }
             ctx.stats.mcp_calls.fetch_add(1, Ordering::Relaxed);
         }
         prev = Some(turn);
     }
     // Codex drops the socket without a close frame; half the conversations close properly.
-    if n % 2 == 0 {
+    if c.n % 2 == 0 {
         let _ = ws.close(None).await;
     }
     Ok(())
 }
 
+/// Which conversation: the `n`th of `worker`; `kill`: its host is killed during its last
+/// tool call.
+#[derive(Clone, Copy)]
+struct Conv {
+    worker: usize,
+    n: u64,
+    kill: bool,
+}
+
+/// Conversation `c`, in its worker's kind (by `worker % 10`), its MCP calls run on `mcp`.
+async fn conversation(ctx: &Ctx, mcp: &Pool, c: Conv) {
+    let r = match c.worker % 10 {
+        0..=3 => claude_conversation(ctx, mcp, c).await,
+        4..=6 => responses_ws_conversation(ctx, mcp, c).await,
+        _ => responses_sse_conversation(ctx, mcp, c).await,
+    };
+    match r {
+        Ok(()) => {
+            ctx.stats.conversations.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            let class = e.split(':').next().unwrap_or("").to_string();
+            ctx.stats.error(&class, e);
+        }
+    }
+}
+
 async fn worker(ctx: Arc<Ctx>, id: usize, until: Instant) {
     let mut n = 0u64;
     while Instant::now() < until {
-        let r = match id % 10 {
-            0..=3 => claude_conversation(&ctx, id, n).await,
-            4..=6 => responses_ws_conversation(&ctx, id, n).await,
-            _ => responses_sse_conversation(&ctx, id, n).await,
+        let c = Conv {
+            worker: id,
+            n,
+            kill: false,
         };
-        match r {
-            Ok(()) => {
-                ctx.stats.conversations.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                let class = e.split(':').next().unwrap_or("").to_string();
-                ctx.stats.error(&class, e);
-            }
-        }
+        conversation(&ctx, &ctx.pool, c).await;
         n += 1;
     }
 }
@@ -988,7 +1095,9 @@ struct RelayProc {
 /// The correlator's retention of final windows, in seconds (`Config::default().retain`).
 const RETENTION_SECS: f64 = 1800.0;
 
-fn start_relay(up: &Upstream, dir: &Path) -> RelayProc {
+/// The relay, writing `records.jsonl` and `capture.jsonl` in `files` (with `extra` options,
+/// e.g. rotation) and listening for wrappers on `ingest`.
+fn start_relay(up: &Upstream, files: &Path, ingest: &Path, extra: &[String]) -> RelayProc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
         .arg("relay")
         .args(["--listen", "127.0.0.1:0", "--log", "warn"])
@@ -997,11 +1106,12 @@ fn start_relay(up: &Upstream, dir: &Path) -> RelayProc {
         .arg("--upstream")
         .arg(up.mount("openai", ""))
         .arg("--records")
-        .arg(dir.join("records.jsonl"))
+        .arg(files.join("records.jsonl"))
         .arg("--capture")
-        .arg(dir.join("capture.jsonl"))
+        .arg(files.join("capture.jsonl"))
         .arg("--ingest")
-        .arg(dir.join("ingest.sock"))
+        .arg(ingest)
+        .args(extra)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -1032,6 +1142,87 @@ fn start_relay(up: &Upstream, dir: &Path) -> RelayProc {
     RelayProc { child, addr, log }
 }
 
+impl RelayProc {
+    fn warnings(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .cloned()
+            .collect()
+    }
+}
+
+/// SIGTERM, and how the relay exited (None: not within the wait bound, then killed), in ms.
+async fn stop_relay(relay: &mut RelayProc) -> (Option<std::process::ExitStatus>, u128) {
+    let stop_started = Instant::now();
+    // SAFETY: kill only sends a signal to the relay this harness started.
+    unsafe { libc::kill(relay.child.id() as i32, libc::SIGTERM) };
+    let mut exit = None;
+    while stop_started.elapsed() < WAIT {
+        if let Ok(Some(s)) = relay.child.try_wait() {
+            exit = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stop_ms = stop_started.elapsed().as_millis();
+    if exit.is_none() {
+        let _ = relay.child.kill();
+    }
+    (exit, stop_ms)
+}
+
+/// Records counted by decision (`decision/reason`) and by evidence.
+struct Tally {
+    decisions: HashMap<String, u64>,
+    evidence: HashMap<String, u64>,
+    /// Records without containment, route and the host's identity hints.
+    without_identity: u64,
+}
+
+fn tally<'a>(records: impl IntoIterator<Item = &'a Value>) -> Tally {
+    let mut t = Tally {
+        decisions: HashMap::new(),
+        evidence: HashMap::new(),
+        without_identity: 0,
+    };
+    for r in records {
+        let d = match r["reason"].as_str() {
+            Some(reason) => format!("{}/{reason}", r["decision"].as_str().unwrap_or("?")),
+            None => r["decision"].as_str().unwrap_or("?").to_string(),
+        };
+        *t.decisions.entry(d).or_default() += 1;
+        let ev: Vec<&str> = r["evidence"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        *t.evidence.entry(ev.join("+")).or_default() += 1;
+        let identity = ev.contains(&"tool_use_id")
+            || (ev.contains(&"item_id") && ev.contains(&"call_id") && ev.contains(&"thread"));
+        if !(identity && ev.contains(&"containment") && ev.contains(&"route")) {
+            t.without_identity += 1;
+        }
+    }
+    t
+}
+
+/// `windowtap replay INPUTS... -o OUT`: whether it succeeded, and its summary line(s).
+fn replay(inputs: &[PathBuf], out: &Path) -> (bool, String) {
+    let r = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .arg("replay")
+        .args(inputs)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    (
+        r.status.success(),
+        String::from_utf8_lossy(&r.stderr).trim().to_string(),
+    )
+}
+
 fn proc_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -1042,6 +1233,18 @@ fn proc_kib(pid: u32, field: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Descriptors back to idle once the upstream pool's idle connections expire: waits up to
+/// `secs` for the count to come down to `idle`; returns the last count.
+async fn fds_back_to(pid: u32, idle: u64, secs: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut now = fds(pid);
+    while now > idle && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        now = fds(pid);
+    }
+    now
 }
 
 fn fds(pid: u32) -> u64 {
@@ -1092,7 +1295,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let ok = runtime.block_on(run(o));
+    let ok = if o.long {
+        runtime.block_on(long::run(o))
+    } else {
+        runtime.block_on(run(o))
+    };
     runtime.shutdown_timeout(Duration::from_secs(1));
     std::process::exit(if ok { 0 } else { 1 });
 }
@@ -1104,7 +1311,7 @@ async fn run(o: Opts) -> bool {
     let stats = Arc::new(Stats::default());
     let gate = Arc::new(Gate::new());
     let up = upstream(stats.clone(), gate.clone()).await;
-    let mut relay = start_relay(&up, &dir);
+    let mut relay = start_relay(&up, &dir, &dir.join("ingest.sock"), &[]);
     let pid = relay.child.id();
     let mut wrappers = Vec::new();
     for _ in 0..o.wrappers {
@@ -1205,32 +1412,11 @@ async fn run(o: Opts) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Descriptors back to idle once the upstream pool's idle connections expire.
-    let idle_deadline = Instant::now() + Duration::from_secs(o.idle_wait);
-    let mut idle_after = fds(pid);
-    while idle_after > idle_fds && Instant::now() < idle_deadline {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        idle_after = fds(pid);
-    }
+    let idle_after = fds_back_to(pid, idle_fds, o.idle_wait).await;
     // The wrappers' ingest connections are gone by now (they exited): compare like for like.
     let idle_after_rss = proc_kib(pid, "VmRSS:");
 
-    // Stop: SIGTERM, and a clean exit.
-    let stop_started = Instant::now();
-    // SAFETY: kill only sends a signal to the relay this harness started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let mut exit = None;
-    while stop_started.elapsed() < WAIT {
-        if let Ok(Some(s)) = relay.child.try_wait() {
-            exit = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let stop_ms = stop_started.elapsed().as_millis();
-    if exit.is_none() {
-        let _ = relay.child.kill();
-    }
+    let (exit, stop_ms) = stop_relay(&mut relay).await;
 
     // Records: one per call, each attributed with its identity evidence.
     let text = std::fs::read_to_string(&records_path).unwrap_or_default();
@@ -1238,40 +1424,17 @@ async fn run(o: Opts) -> bool {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let mut decisions: HashMap<String, u64> = HashMap::new();
-    let mut evidence: HashMap<String, u64> = HashMap::new();
-    let mut without_identity = 0;
-    for r in &records {
-        let d = match r["reason"].as_str() {
-            Some(reason) => format!("{}/{reason}", r["decision"].as_str().unwrap_or("?")),
-            None => r["decision"].as_str().unwrap_or("?").to_string(),
-        };
-        *decisions.entry(d).or_default() += 1;
-        let ev: Vec<&str> = r["evidence"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        *evidence.entry(ev.join("+")).or_default() += 1;
-        let identity = ev.contains(&"tool_use_id")
-            || (ev.contains(&"item_id") && ev.contains(&"call_id") && ev.contains(&"thread"));
-        if !(identity && ev.contains(&"containment") && ev.contains(&"route")) {
-            without_identity += 1;
-        }
-    }
+    let Tally {
+        decisions,
+        evidence,
+        without_identity,
+    } = tally(&records);
     let attributed = decisions.get("attributed").copied().unwrap_or(0);
 
     // Replay of the capture = the live records, byte for byte.
     let replayed = dir.join("replayed.jsonl");
-    let replay = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .arg("replay")
-        .arg(dir.join("capture.jsonl"))
-        .arg("-o")
-        .arg(&replayed)
-        .output()
-        .unwrap();
-    let replay_summary = String::from_utf8_lossy(&replay.stderr).trim().to_string();
-    let replay_equal =
-        replay.status.success() && std::fs::read(&replayed).unwrap_or_default() == text.as_bytes();
+    let (replay_ok, replay_summary) = replay(&[dir.join("capture.jsonl")], &replayed);
+    let replay_equal = replay_ok && std::fs::read(&replayed).unwrap_or_default() == text.as_bytes();
     let capture_bytes = std::fs::metadata(dir.join("capture.jsonl"))
         .map(|m| m.len())
         .unwrap_or(0);
@@ -1307,14 +1470,7 @@ async fn run(o: Opts) -> bool {
     let mm_down = s.mismatched_down.load(Ordering::Relaxed);
     let mm_up = s.mismatched_up.load(Ordering::Relaxed);
     let turns: Vec<u64> = s.turns.iter().map(|t| t.load(Ordering::Relaxed)).collect();
-    let relay_warnings: Vec<String> = relay
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .cloned()
-        .collect();
+    let relay_warnings = relay.warnings();
     let wrappers_ok = wrapper_exits.iter().all(|e| e.is_some_and(|s| s.success()));
 
     println!("\n=== soak result ===");
