@@ -119,20 +119,11 @@ impl UpstreamTls {
         // holds resumes, so how many sessions a proxy resumes is its own doing.
         server.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let mut roots = rustls::RootCertStore::empty();
         let ca = rustls_pki_types::CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap();
-        roots.add(ca).unwrap();
-        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
         UpstreamTls {
             dir,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
-            connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+            connector: tls_client(ca),
             full: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
         }
@@ -157,6 +148,20 @@ impl UpstreamTls {
         let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
         Ok(Box::new(self.connector.connect(name, tcp).await?))
     }
+}
+
+/// A TLS client trusting `ca` alone, with rustls's defaults (its session cache included).
+fn tls_client(ca: rustls_pki_types::CertificateDer<'static>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// A client connection: plain TCP, or TLS to the upstream.
@@ -708,18 +713,7 @@ fn floor_proxy(listen: SocketAddr, up: SocketAddr, tls_ca: Option<std::path::Pat
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let tls = tls_ca.map(|ca| {
         use rustls_pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(rustls_pki_types::CertificateDer::from_pem_file(ca).unwrap())
-            .unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        tls_client(rustls_pki_types::CertificateDer::from_pem_file(ca).unwrap())
     });
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_reuseaddr(true).unwrap();

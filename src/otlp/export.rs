@@ -696,27 +696,7 @@ mod tests {
 
     #[tokio::test]
     async fn https_with_an_extra_root_from_a_pem_file() {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
-        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls_pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
-        )
-        .unwrap();
+        let (ca_cert, server) = crate::tls::test_pki();
         let rx = Receiver::start_tls(vec![Answer::Ok], Arc::new(server)).await;
         let url = format!("https://localhost:{}", rx.addr.port());
 
