@@ -640,7 +640,8 @@ impl LineScanner {
 #[derive(Debug, Clone)]
 struct StateDigest {
     hash: sha2::Sha256,
-    /// The bytes of an escape sequence still arriving (up to two `\u` escapes of four hex digits each).
+    /// The bytes of an escape sequence still arriving (up to two `\u` escapes of four hex
+    /// digits each).
     esc: Vec<u8>,
 }
 
