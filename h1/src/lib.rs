@@ -9,6 +9,9 @@
 //! - [`head`]: which request heads the relay forwards itself ([`parse_request`]) and which
 //!   it hands over to hyper; response heads ([`parse_response`]) and how their bodies end;
 //!   the heads it writes on ([`upstream_head`], [`client_head`]), framed from the parse.
+//! - [`exchange`]: one exchange from a taken request head to its end ([`Exchange`]): the
+//!   request body's bytes, the response head, the body rechunked where it must be, keep-alive
+//!   and the deadlines.
 //! - [`framing`]: following a body's framing as its bytes go by ([`Framing::scan`]): where
 //!   it ends, which bytes are payload, the trailers.
 //! - [`headers`]: tokens of a value, hop-by-hop headers, and the framing headers that no
@@ -16,10 +19,12 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub mod exchange;
 pub mod framing;
 pub mod head;
 pub mod headers;
 
+pub use exchange::{Cut, End, Event, Exchange, Timeouts, Unanswered};
 pub use framing::{Chunked, Framing, FramingError, Scanned};
 pub use head::{
     client_head, parse_request, parse_response, upstream_head, Parsed, RequestHead, ResponseHead,
