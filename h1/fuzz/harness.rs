@@ -2,7 +2,7 @@
 //! one function per target, panicking when an invariant breaks.
 //!
 //! This file serves two builds, as `fuzz/src/lib.rs` does for the correlator: the libFuzzer
-//! targets `h1_request`, `h1_response` and `h1_framing` in `h1/fuzz/fuzz_targets/`, and
+//! targets `h1_request`, `h1_response`, `h1_framing` and `h1_exchange` in `h1/fuzz/fuzz_targets/`, and
 //! `h1/tests/fuzz_seeds.rs`, which includes it with `#[path]` and replays every seed, every
 //! fixed finding and a stream of generated inputs under plain `cargo test`. It uses `h1`'s
 //! public API and `httparse` (to read back what the relay writes) only.
@@ -215,4 +215,198 @@ fn feed(framing: &mut Framing, wire: &[u8], cuts: &[usize]) -> Outcome {
         assert_eq!(s.used, piece.len(), "bytes left over before the end");
     }
     Ok((out, used, false, Vec::new()))
+}
+
+/// Bytes `Framing` finds as payload in `wire` (a response head, then its body) and whether
+/// the body ended; `closed`: the connection ends after `wire`.
+fn response_payload(wire: &[u8], closed: bool) -> Option<(Vec<u8>, bool)> {
+    let mut at = 0;
+    let mut head = loop {
+        match parse_response(&wire[at..]) {
+            ResponseParsed::Interim(n) => at += n,
+            ResponseParsed::Complete(n, head) => {
+                at += n;
+                break head;
+            }
+            _ => return None,
+        }
+    };
+    let mut ranges = Vec::new();
+    let scanned = head.framing.scan(&wire[at..], &mut ranges).ok()?;
+    let payload = ranges
+        .iter()
+        .flat_map(|r| wire[at + r.start..at + r.end].iter().copied())
+        .collect();
+    let done = scanned.done || (closed && matches!(head.framing, Framing::UntilClose));
+    Some((payload, done))
+}
+
+/// A small deterministic generator for the schedule, seeded from the input.
+struct Schedule(u64);
+
+impl Schedule {
+    fn next(&mut self, below: usize) -> usize {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % below.max(1)
+    }
+}
+
+/// One exchange through the [`h1::Exchange`] machine, its bytes cut and its steps ordered
+/// by a schedule drawn from the input: a request with a body of 0–7 bytes (and a smuggled
+/// request behind it), the input's bytes as the upstream's answer. Whatever the order:
+/// - the upstream gets exactly the request body, at most its length, never a byte of what
+///   follows it, and the observer gets the same pieces;
+/// - the exchange ends once, and nothing is written to either side after it;
+/// - a response that ends `Done` reads back (by `h1` itself, from the head the client got)
+///   as the payload the upstream's bytes carry, ending exactly where the client's bytes
+///   end; the observer's copies are that payload; the upstream connection is reused only
+///   if nothing followed the body; the client's only if it did not ask to close.
+pub fn h1_exchange(data: &[u8]) {
+    use bytes::BytesMut;
+    use h1::{End, Event, Exchange, Timeouts};
+    use std::time::{Duration, Instant};
+
+    let Some((&first, upstream)) = data.split_first() else {
+        return;
+    };
+    let body_len = (first & 7) as usize;
+    let close = first & 8 != 0;
+    let seed = data.iter().fold(0x9E37_79B9_7F4A_7C15u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01B3)
+    });
+    let mut schedule = Schedule(seed | 1);
+    let head = format!(
+        "POST /x HTTP/1.1\r\nContent-Length: {body_len}\r\n{}\r\n",
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    let Parsed::Complete(_, request) = parse_request(head.as_bytes()) else {
+        panic!("the harness's own request head is not taken");
+    };
+    let body = &b"abcdefg"[..body_len];
+    let mut client_wire = body.to_vec();
+    client_wire.extend_from_slice(b"GET /smuggled HTTP/1.1\r\n\r\n");
+
+    let t0 = Instant::now();
+    let mut now = t0;
+    let timeouts = Timeouts {
+        response: Duration::from_secs(100),
+        client_body_idle: Duration::from_secs(30),
+        upstream_body_idle: Duration::from_secs(50),
+        send: Duration::from_secs(20),
+    };
+    let mut ex = Exchange::new(&request, timeouts, now);
+    let (mut client_at, mut upstream_at) = (0, 0);
+    let (mut client_buf, mut upstream_buf) = (BytesMut::new(), BytesMut::new());
+    let (mut sent_up, mut told_up, mut to_client, mut copies) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut piece_owed = false;
+    let mut upstream_closed = false;
+    let mut ends = Vec::new();
+    // An observer that copies (or one that stopped: then no copy is made).
+    let want_copies = schedule.next(4) != 0;
+    for _ in 0..10_000 {
+        while let Some(event) = ex.poll_event() {
+            match event {
+                Event::RequestBody(b) => told_up.extend_from_slice(&b),
+                Event::End(end) => ends.push(end),
+                Event::RequestEnd | Event::ResponseHead { .. } => {}
+            }
+        }
+        if ex.is_ended() {
+            break;
+        }
+        match schedule.next(8) {
+            0 | 1 if ex.wants_request_body() && client_at < client_wire.len() => {
+                let n = 1 + schedule.next(client_wire.len() - client_at);
+                client_buf.extend_from_slice(&client_wire[client_at..client_at + n]);
+                client_at += n;
+                ex.handle_client_bytes(&mut client_buf, now);
+            }
+            2 => {
+                if let Some(piece) = ex.poll_transmit_upstream() {
+                    assert!(!piece_owed, "a second piece before the first was written");
+                    sent_up.extend_from_slice(&piece);
+                    piece_owed = true;
+                } else if piece_owed {
+                    ex.handle_upstream_written(now);
+                    piece_owed = false;
+                }
+            }
+            3 | 4 if ex.wants_upstream_read() && !upstream_closed => {
+                if upstream_at < upstream.len() {
+                    let n = 1 + schedule.next(upstream.len() - upstream_at);
+                    upstream_buf.extend_from_slice(&upstream[upstream_at..upstream_at + n]);
+                    upstream_at += n;
+                    ex.handle_upstream_bytes(&mut upstream_buf, now);
+                } else {
+                    upstream_closed = true;
+                    ex.handle_upstream_closed(false);
+                }
+            }
+            5 if ex.has_transmit() => {
+                let mut out = Vec::new();
+                let copy = ex.poll_transmit(&mut out, want_copies);
+                assert!(out.len() <= h1::exchange::MAX_PIECES);
+                copies.extend(copy.iter().flat_map(|c| c.iter().copied()));
+                for piece in &out {
+                    to_client.extend_from_slice(piece);
+                }
+                if schedule.next(3) == 0 {
+                    ex.handle_client_write_waits(now);
+                }
+                ex.handle_client_written(now);
+            }
+            6 => {
+                now += Duration::from_secs(schedule.next(40) as u64);
+                ex.handle_timeout(now);
+            }
+            7 if schedule.next(50) == 0 => ex.handle_client_closed(),
+            _ => {}
+        }
+    }
+    while let Some(event) = ex.poll_event() {
+        if let Event::End(end) = event {
+            ends.push(end);
+        }
+    }
+    assert!(ends.len() <= 1, "ended twice: {ends:?}");
+    assert!(
+        body.starts_with(&sent_up),
+        "the upstream got bytes that are not the body"
+    );
+    assert!(told_up.starts_with(&sent_up) && told_up.len() <= body_len);
+    // The machine took a prefix of the body off the client's bytes and left the rest.
+    assert_eq!(
+        &client_buf[..],
+        &client_wire[told_up.len()..client_at],
+        "the client's bytes left are not what follows the body taken"
+    );
+    let Some(end) = ends.first() else {
+        // Out of steps: nothing more to judge.
+        return;
+    };
+    assert!(ex.poll_transmit_upstream().is_none() && !ex.has_transmit());
+    if let End::Done {
+        keep_client,
+        reuse_upstream,
+    } = *end
+    {
+        let (want, done) = response_payload(&upstream[..upstream_at], upstream_closed)
+            .expect("a response that ends Done was a response");
+        assert!(done, "Done before the upstream's body ended");
+        let (got, got_done) =
+            response_payload(&to_client, false).expect("the client's bytes read back");
+        assert_eq!(got, want, "the client's payload is not the upstream's");
+        assert!(got_done, "the client's body does not end");
+        if want_copies {
+            assert_eq!(copies, want, "the observer's copies are not the payload");
+        } else {
+            assert!(copies.is_empty());
+        }
+        assert!(!keep_client || (!close && told_up.len() == body_len));
+        assert!(!reuse_upstream || upstream_buf.is_empty());
+    }
 }

@@ -22,6 +22,7 @@ const TARGETS: &[Target] = &[
     ("h1_request", harness::h1_request),
     ("h1_response", harness::h1_response),
     ("h1_framing", harness::h1_framing),
+    ("h1_exchange", harness::h1_exchange),
 ];
 
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -66,9 +67,22 @@ proptest! {
     }
 
     #[test]
+    fn generated_exchanges_keep_their_invariants(
+        first in any::<u8>(),
+        head in response_head(),
+        body in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let mut data = vec![first];
+        data.extend_from_slice(&head);
+        data.extend_from_slice(&body);
+        harness::h1_exchange(&data);
+    }
+
+    #[test]
     fn random_bytes_keep_every_invariant(data in prop::collection::vec(any::<u8>(), 0..512)) {
         harness::h1_request(&data);
         harness::h1_response(&data);
         harness::h1_framing(&data);
+        harness::h1_exchange(&data);
     }
 }
