@@ -25,7 +25,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
     ("relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("relay/shutdown.rs", 3, "lost-record counts, the export report"),
-    ("relay/verbatim.rs", 8, "the verbatim path: the traffic itself (request to its upstream, response, its chunk-size lines and the relay's own error answers to the client)"),
+    ("relay/verbatim.rs", 5, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
     ("relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("replay_cmd.rs", 12, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out)"),
     ("report/mod.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),

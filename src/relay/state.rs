@@ -25,7 +25,7 @@ pub struct State {
     pub clock: Clock,
     pub live: Option<LiveHandle>,
     pub response_timeout: Duration,
-    /// How long an upstream may send nothing of a response body ([`super::timers::IdleTimer`]).
+    /// How long an upstream may send nothing of a response body ([`h1::Exchange`]).
     pub body_timeout: Duration,
     /// How long a client may send nothing of a request body it announced.
     pub client_body_timeout: Duration,

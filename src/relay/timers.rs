@@ -92,51 +92,44 @@ impl Timers {
 /// only its own exchange, its upstream connection and one read's bytes, and only this long.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A bound on how long a body may go without progress (`--body-timeout`, 5 minutes: a model
-/// that thinks may be quiet that long, and what people put in front of model APIs, nginx's
-/// `proxy_read_timeout`, is set to minutes for that reason; `--client-body-timeout`, 60 s, as
-/// nginx's `client_body_timeout`), with one timer for the whole body rather than one per read: [`IdleTimer::progress`] only notes the time, and the timer, when
-/// it fires, is set again for what is left since the last progress.
+/// The one timer of a sans-IO machine ([`h1::Exchange`]): set for the machine's next
+/// deadline (its `poll_timeout`) at the first poll, not before (an exchange that never waits
+/// costs none), and set again only when that deadline comes earlier. A deadline that moves
+/// later (a body that made progress) leaves the timer as it is: when it fires, the machine's
+/// `handle_timeout` finds nothing expired, and the next poll sets it for the new deadline.
+/// So a whole body costs one timer however many reads it takes.
 #[derive(Debug)]
-pub struct IdleTimer {
+pub struct Deadline {
     timers: Timers,
-    wait: Duration,
-    last: Instant,
-    sleep: Option<Sleep>,
+    armed: Option<(Instant, Sleep)>,
 }
 
-impl IdleTimer {
-    /// Starts counting now.
-    pub fn new(timers: &Timers, wait: Duration) -> IdleTimer {
-        IdleTimer {
+impl Deadline {
+    pub fn new(timers: &Timers) -> Deadline {
+        Deadline {
             timers: timers.clone(),
-            wait,
-            last: Instant::now(),
-            sleep: None,
+            armed: None,
         }
     }
 
-    /// The body moved.
-    pub fn progress(&mut self) {
-        self.last = Instant::now();
-    }
-
-    /// Ready once `wait` has passed since the last progress; registers `cx` until then. The
-    /// timer is set at the first poll, not at `new`: a body that never waits costs none.
-    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            let deadline = self.last + self.wait;
-            let sleep = self
-                .sleep
-                .get_or_insert_with(|| self.timers.sleep_until(deadline));
-            if Pin::new(sleep).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.sleep = None;
-            if Instant::now() >= self.last + self.wait {
-                return Poll::Ready(());
-            }
+    /// Ready with the time now once the timer set for `at` (or an earlier deadline) fires;
+    /// registers `cx` until then. `None`: no deadline, no timer.
+    pub fn poll(&mut self, cx: &mut Context<'_>, at: Option<Instant>) -> Poll<Instant> {
+        let Some(at) = at else {
+            self.armed = None;
+            return Poll::Pending;
+        };
+        if self.armed.as_ref().is_some_and(|(set, _)| *set > at) {
+            self.armed = None;
         }
+        let (_, sleep) = self
+            .armed
+            .get_or_insert_with(|| (at, self.timers.sleep_until(at)));
+        if Pin::new(sleep).poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.armed = None;
+        Poll::Ready(Instant::now())
     }
 }
 
@@ -244,30 +237,47 @@ mod tests {
         assert_eq!(slow, Err(Elapsed));
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn an_idle_timer_fires_only_after_a_whole_wait_without_progress() {
+    #[tokio::test]
+    async fn a_deadline_timer_follows_the_earliest_deadline_and_leaves_later_ones_to_the_machine() {
         let timers = Timers::new(Handle::current());
-        let wait = Duration::from_millis(60);
-        let mut idle = IdleTimer::new(&timers, wait);
-        let start = Instant::now();
-        // Progress every 20 ms for 200 ms: never a whole wait without it.
-        while start.elapsed() < Duration::from_millis(200) {
-            let tick = tokio::time::sleep(Duration::from_millis(20));
-            tokio::pin!(tick);
-            let fired = std::future::poll_fn(|cx| {
-                if idle.poll_expired(cx).is_ready() {
-                    return Poll::Ready(true);
-                }
-                tick.as_mut().poll(cx).map(|()| false)
-            })
-            .await;
-            assert!(!fired, "fired with progress {:?} ago", idle.last.elapsed());
-            idle.progress();
-        }
-        // Then none: it fires, a whole wait after the last.
-        let last = idle.last;
-        std::future::poll_fn(|cx| idle.poll_expired(cx)).await;
-        assert!(last.elapsed() >= wait);
+        let mut deadline = Deadline::new(&timers);
+        let far = Instant::now() + Duration::from_secs(3600);
+        // Set for an hour at the first poll, then asked for a nearer deadline: set again.
+        let mut first = true;
+        let near = Instant::now() + Duration::from_millis(30);
+        let fired = std::future::poll_fn(|cx| {
+            let at = if std::mem::take(&mut first) {
+                far
+            } else {
+                near
+            };
+            let poll = deadline.poll(cx, Some(at));
+            if at == far {
+                assert!(poll.is_pending());
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            poll
+        })
+        .await;
+        assert!(fired >= near && fired < far);
+        // Set for a near deadline, then told of a later one: it fires at the one it was set
+        // for, and the time it says lets the machine see that nothing has expired.
+        let near = Instant::now() + Duration::from_millis(30);
+        let mut first = true;
+        let fired = std::future::poll_fn(|cx| {
+            let at = if std::mem::take(&mut first) {
+                near
+            } else {
+                far
+            };
+            deadline.poll(cx, Some(at))
+        })
+        .await;
+        assert!(fired >= near && fired < far);
+        // No deadline: no timer.
+        let none = std::future::poll_fn(|cx| Poll::Ready(deadline.poll(cx, None))).await;
+        assert!(none.is_pending() && deadline.armed.is_none());
     }
 
     #[test]

@@ -5,16 +5,15 @@
 //! polls. The bench measured what that costs: a bare copy loop relayed an SSE event with
 //! 25–35 µs less added latency than windowtap's hyper path did, and the hyper path
 //! unobserved was no faster than observed, so the cost was forwarding, not observation.
-//! Here a client connection is read by the relay itself: each request head is parsed and
-//! decided by the sans-IO [`h1`] crate (which heads the relay frames itself, the heads it
-//! writes on, framed from the parse), and an exchange it can pass is forwarded on a bare
-//! upstream stream: the request head rewritten as a reverse proxy must (the mount prefix,
-//! `Host`, hop-by-hop headers, one `Content-Length` of the parsed length), the request body
-//! passed byte for byte, the response head likewise, and the response body as it arrives,
-//! one write per upstream read. [`h1::Framing`] follows the
-//! body's framing as the bytes go by: where it ends, which bytes are payload (for the
-//! observer's copy and the client's chunks), the trailers. A body of known length passes byte
-//! for byte; a chunked one leaves as one chunk per upstream read (see [`pass_body`]).
+//! Here a client connection is read by the relay itself, and everything about an exchange
+//! is decided by the sans-IO [`h1`] crate: which request heads the relay frames itself
+//! ([`h1::parse_request`]), the head it writes upstream (the mount prefix, `Host`, hop-by-hop
+//! headers, one `Content-Length` of the parsed length), and then one [`Exchange`] machine
+//! per request: the body's bytes and no more, the response head, the body passed as it
+//! comes (byte for byte with a known length, else one chunk of the relay's own per upstream
+//! read), keep-alive, the deadlines. This file is its driver: it reads and writes the two
+//! sockets, gets the upstream connection, tells the observer and the log what the machine
+//! says, and keeps the one timer the machine asks for ([`Deadline`]).
 //!
 //! Anything else (a WebSocket upgrade, `Expect`, a chunked or ambiguous request body, `HEAD`,
 //! `CONNECT`, a head too large or malformed, a path no mount routes) hands the connection to
@@ -31,12 +30,11 @@
 
 use std::future::poll_fn;
 use std::io;
-use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::Instant;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -53,14 +51,13 @@ use super::failure::{self, Failure, Phase};
 use super::mounts::{Mount, Mounts};
 use super::state::State;
 use super::tap::{Tap, TapMsg};
-use super::timers::{IdleTimer, Timers, SEND_TIMEOUT};
+use super::timers::{Deadline, Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
-use h1::{client_head, parse_response, Framing, Parsed, RequestHead, ResponseHead, ResponseParsed};
+use h1::exchange::MAX_PIECES;
+use h1::{Cut, End, Event, Exchange, Parsed, RequestHead, Timeouts, Unanswered};
 
 /// Read buffer growth.
 const READ_CHUNK: usize = 16 * 1024;
-/// Bytes a client may send ahead (its next request) while its response streams.
-const MAX_AHEAD: usize = 64 * 1024;
 
 /// Serves one client connection until it ends, handing it to hyper at the first request the
 /// verbatim path does not take.
@@ -69,7 +66,6 @@ pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Re
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
         timers: state.timers.clone(),
-        body_timeout: state.body_timeout,
     };
     loop {
         let next = tokio::select! {
@@ -109,10 +105,8 @@ struct Client {
     io: TcpStream,
     /// Bytes read and not yet used: the next request head, body bytes.
     buf: BytesMut,
-    /// Where the send timeout's timer runs.
+    /// Where its exchanges' timers run.
     timers: Timers,
-    /// How long its exchanges' upstreams may send nothing of a response body.
-    body_timeout: Duration,
 }
 
 enum Next {
@@ -206,262 +200,269 @@ fn observe(state: &State, r: &Routed) -> Option<Tap> {
     super::observer::observe(state, &r.head.method, &r.rest, &headers)
 }
 
-/// Why sending a request did not get a response head.
-enum Unsent {
-    /// The client left (or broke) before its request body was complete.
-    Client,
-    Upstream(Failure),
-}
-
-/// One exchange. Returns whether the client connection can carry another.
+/// One exchange, driven: the [`Exchange`] machine decides, this reads, writes, tells the
+/// observer and the log, and sets the one timer the machine asks for. Returns whether the
+/// client connection can carry another exchange.
 async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     let log = ExchangeLog::new(&r.mount.name, &r.head.method, rest_path(&r.rest));
     let tap = observe(state, &r);
-    if let (Some(tap), 0) = (&tap, r.head.body_len) {
-        tap.send(TapMsg::RequestEnd);
-    }
-    let origin = Upstreams::origin_key(&r.uri);
-    let mut left = r.head.body_len;
-    let mut ubuf = BytesMut::with_capacity(READ_CHUNK);
-    let sent = state
-        .timers
-        .timeout(
-            state.response_timeout,
-            send(client, state, &r, &mut left, &mut ubuf, tap.as_ref(), &log),
-        )
-        .await;
-    let (mut up, mut res) = match sent {
-        Ok(Ok(pair)) => pair,
-        Ok(Err(Unsent::Client)) => return false,
-        Ok(Err(Unsent::Upstream(f))) => {
-            return answer_failure(client, &log, &r, f, left == 0).await;
-        }
-        Err(_) => return answer_failure(client, &log, &r, Failure::Timeout, left == 0).await,
+    let timeouts = Timeouts {
+        response: state.response_timeout,
+        client_body_idle: state.client_body_timeout,
+        upstream_body_idle: state.body_timeout,
+        send: SEND_TIMEOUT,
     };
-    // An upstream that answered before the whole request body came: the rest of it is not
-    // sent, and neither connection can be reused (nobody knows where the next request starts).
-    let body_done = left == 0;
-    let close = r.head.close || !body_done;
-    log.status.store(res.status, Ordering::Relaxed);
-    if let Some(tap) = &tap {
-        let find = |want: &str| {
-            res.headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(want.as_bytes()))
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .map(str::to_string)
-        };
-        tap.send(TapMsg::ResponseHead {
-            status: res.status,
-            content_type: find("content-type"),
-            content_encoding: find("content-encoding"),
-        });
+    let mut ex = Exchange::new(&r.head, timeouts, Instant::now());
+    let mut deadline = Deadline::new(&client.timers);
+    // How the upstream connection failed, when it did (the machine only knows that it did).
+    let mut failed = Failure::Other;
+    let opened = tokio::select! {
+        biased;
+        up = open_upstream(state, &r) => Some(up),
+        now = poll_fn(|cx| deadline.poll(cx, ex.poll_timeout())) => {
+            ex.handle_timeout(now);
+            None
+        }
+    };
+    let mut up = match opened {
+        Some(Ok(up)) => {
+            ex.handle_upstream_written(Instant::now());
+            Some(up)
+        }
+        Some(Err(f)) => {
+            failed = f;
+            ex.handle_upstream_closed(true);
+            None
+        }
+        None => None,
+    };
+    let mut ubuf = BytesMut::with_capacity(READ_CHUNK);
+    if let Some(up) = &mut up {
+        send(client, up, &mut ex, &mut ubuf, &mut deadline, &mut failed).await;
     }
-    let head = client_head(&res, close);
-    let end = pass_body(
-        client,
-        &mut up,
-        ubuf,
-        head,
-        &mut res.framing,
-        tap.as_ref(),
-        &log,
-    )
-    .await;
-    match end {
-        BodyEnd::Done { clean_upstream } => {
-            if clean_upstream && res.reusable && body_done {
-                state.upstreams.put_stream(origin, up);
+    let end = loop {
+        match tell(&mut ex, tap.as_ref(), &log) {
+            Some(end) => break end,
+            // Only once a response head has come (anything else ends the exchange).
+            None => {
+                let up = up.as_mut().expect("a response head came on a connection");
+                pass_body(
+                    client,
+                    up,
+                    &mut ex,
+                    &mut ubuf,
+                    &mut deadline,
+                    tap.as_ref(),
+                    &log,
+                )
+                .await;
             }
-            !close
         }
-        BodyEnd::UpstreamBroken => {
-            log.failed.store(true, Ordering::Relaxed);
+    };
+    match end {
+        End::Done {
+            keep_client,
+            reuse_upstream,
+        } => {
+            if let (true, Some(up)) = (reuse_upstream, up) {
+                state
+                    .upstreams
+                    .put_stream(Upstreams::origin_key(&r.uri), up);
+            }
+            keep_client
+        }
+        End::Unanswered { why, keep_client } => {
+            let f = match why {
+                Unanswered::UpstreamClosed => Failure::Reset,
+                Unanswered::UpstreamFailed => failed,
+                Unanswered::BadHead => Failure::Other,
+                Unanswered::Timeout => Failure::Timeout,
+            };
+            let res = failure::upstream_failed(&log, &r.mount.name, f, Phase::Exchange);
+            write_response(&mut client.io, res, keep_client)
+                .await
+                .is_ok()
+                && keep_client
+        }
+        End::Cut(cut) => {
+            match cut {
+                Cut::UpstreamBroken => log.failed.store(true, Ordering::Relaxed),
+                Cut::UpstreamIdle => log.fail(Failure::Timeout),
+                Cut::ClientIdle => tracing::info!(
+                    mount = %r.mount.name,
+                    "a client sent nothing of its request body for --client-body-timeout; the exchange ends"
+                ),
+                Cut::ClientGone | Cut::ClientStopped => {}
+            }
             false
         }
-        BodyEnd::UpstreamIdle => {
-            log.fail(Failure::Timeout);
-            false
-        }
-        BodyEnd::ClientGone => false,
     }
 }
 
-/// Sends the request (head, then body as it comes) and reads the response head. A connection
-/// the head cannot be written to (a pooled one the upstream closed meanwhile) is replaced by
-/// a fresh one, once: nothing of the request has reached the upstream then.
-async fn send(
-    client: &mut Client,
-    state: &State,
-    r: &Routed,
-    left: &mut u64,
-    ubuf: &mut BytesMut,
-    tap: Option<&Tap>,
-    log: &ExchangeLog,
-) -> Result<(Stream, ResponseHead), Unsent> {
+/// Hands the machine's events to the observer and the log, up to the exchange's end (then
+/// `Some`).
+fn tell(ex: &mut Exchange, tap: Option<&Tap>, log: &ExchangeLog) -> Option<End> {
+    while let Some(event) = ex.poll_event() {
+        match event {
+            Event::RequestBody(piece) => {
+                log.up.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                if let Some(tap) = tap {
+                    tap.send(TapMsg::RequestChunk(piece));
+                }
+            }
+            Event::RequestEnd => {
+                if let Some(tap) = tap {
+                    tap.send(TapMsg::RequestEnd);
+                }
+            }
+            Event::ResponseHead {
+                status,
+                content_type,
+                content_encoding,
+            } => {
+                log.status.store(status, Ordering::Relaxed);
+                if let Some(tap) = tap {
+                    let text = |v: Option<Bytes>| {
+                        v.and_then(|v| std::str::from_utf8(&v).ok().map(str::to_string))
+                    };
+                    tap.send(TapMsg::ResponseHead {
+                        status,
+                        content_type: text(content_type),
+                        content_encoding: text(content_encoding),
+                    });
+                }
+            }
+            Event::End(end) => return Some(end),
+        }
+    }
+    None
+}
+
+/// An upstream connection with the request head written to it: a pooled one, or a fresh
+/// one. A pooled connection the head cannot be written to (the upstream closed it meanwhile)
+/// is replaced by a fresh one, once: nothing of the request has reached the upstream then.
+async fn open_upstream(state: &State, r: &Routed) -> Result<Stream, Failure> {
     let head = upstream_head(r);
-    let origin = Upstreams::origin_key(&r.uri);
-    let mut up = match state.upstreams.take_stream(&origin) {
+    let mut up = match state.upstreams.take_stream(&Upstreams::origin_key(&r.uri)) {
         Some(s) => s,
         None => connect(state, &r.uri).await?,
     };
     if up.write_all(&head).await.is_err() {
         up = connect(state, &r.uri).await?;
-        if let Err(e) = up.write_all(&head).await {
-            return Err(Unsent::Upstream(Failure::classify(&e)));
-        }
+        up.write_all(&head)
+            .await
+            .map_err(|e| Failure::classify(&e))?;
     }
-    let mut pending = Bytes::new();
-    let mut flushed = false;
-    let mut idle = IdleTimer::new(&client.timers, state.client_body_timeout);
-    poll_fn(|cx| {
-        let before = *left;
-        if let Err(e) = pump_request(
-            client,
-            &mut up,
-            cx,
-            &mut pending,
-            &mut flushed,
-            left,
-            tap,
-            log,
-        ) {
-            return Poll::Ready(Err(e));
-        }
-        if *left != before {
-            idle.progress();
-        }
-        if *left > 0 && pending.is_empty() && idle.poll_expired(cx).is_ready() {
-            // The client stopped sending its body: the exchange ends (the upstream's
-            // connection with it, which holds half a request).
-            tracing::info!(
-                mount = %r.mount.name,
-                "a client sent nothing of its request body for --client-body-timeout; the exchange ends"
-            );
-            return Poll::Ready(Err(Unsent::Client));
-        }
-        poll_response_head(&mut up, cx, ubuf)
-    })
-    .await
-    .map(|res| (up, res))
+    Ok(up)
 }
 
-async fn connect(state: &State, uri: &Uri) -> Result<Stream, Unsent> {
+async fn connect(state: &State, uri: &Uri) -> Result<Stream, Failure> {
     state
         .upstreams
         .connect_stream(uri)
         .await
-        .map_err(|e| Unsent::Upstream(Failure::classify(&*e)))
+        .map_err(|e| Failure::classify(&*e))
 }
 
-/// Passes request body bytes from the client to the upstream as far as that goes without
-/// waiting; registers `cx` where it has to wait.
-#[allow(clippy::too_many_arguments)]
-fn pump_request(
+/// Sends the request body as the client sends it and reads until the response head, the
+/// exchange's end, or a deadline.
+async fn send(
     client: &mut Client,
     up: &mut Stream,
-    cx: &mut Context<'_>,
-    pending: &mut Bytes,
-    flushed: &mut bool,
-    left: &mut u64,
-    tap: Option<&Tap>,
-    log: &ExchangeLog,
-) -> Result<(), Unsent> {
-    loop {
+    ex: &mut Exchange,
+    ubuf: &mut BytesMut,
+    deadline: &mut Deadline,
+    failed: &mut Failure,
+) {
+    let mut pending = Bytes::new();
+    let mut flushed = true;
+    poll_fn(|cx| loop {
+        if ex.is_ended() || ex.has_transmit() {
+            return Poll::Ready(());
+        }
+        let mut moved = false;
+        let mut upstream_failed = |ex: &mut Exchange, e: io::Error| {
+            *failed = Failure::classify(&e);
+            ex.handle_upstream_closed(true);
+        };
+        // The request body, up as far as it goes without waiting.
+        if pending.is_empty() && flushed {
+            if let Some(piece) = ex.poll_transmit_upstream() {
+                (pending, flushed) = (piece, false);
+            }
+        }
         if !pending.is_empty() {
-            match Pin::new(&mut *up).poll_write(cx, pending) {
-                Poll::Ready(Ok(0)) => return Err(Unsent::Upstream(Failure::Reset)),
+            moved = match Pin::new(&mut *up).poll_write(cx, &pending) {
+                Poll::Ready(Ok(0)) => {
+                    ex.handle_upstream_closed(false);
+                    true
+                }
                 Poll::Ready(Ok(n)) => {
                     pending.advance(n);
-                    *flushed = false;
-                    continue;
+                    true
                 }
-                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(Failure::classify(&e))),
-                Poll::Pending => return Ok(()),
-            }
-        }
-        if !*flushed {
+                Poll::Ready(Err(e)) => {
+                    upstream_failed(ex, e);
+                    true
+                }
+                Poll::Pending => false,
+            };
+        } else if !flushed {
             // TLS buffers what it is given.
             match Pin::new(&mut *up).poll_flush(cx) {
-                Poll::Ready(Ok(())) => *flushed = true,
-                Poll::Ready(Err(e)) => return Err(Unsent::Upstream(Failure::classify(&e))),
-                Poll::Pending => return Ok(()),
-            }
-        }
-        if *left == 0 {
-            return Ok(());
-        }
-        if client.buf.is_empty() {
-            if client.buf.capacity() < 1024 {
-                client.buf.reserve(READ_CHUNK);
-            }
-            match poll_read_buf(Pin::new(&mut client.io), cx, &mut client.buf) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Err(Unsent::Client),
-                Poll::Ready(Ok(_)) => {}
-                Poll::Pending => return Ok(()),
-            }
-        }
-        let take = (*left).min(client.buf.len() as u64) as usize;
-        let piece = client.buf.split_to(take).freeze();
-        *left -= take as u64;
-        log.up.fetch_add(take as u64, Ordering::Relaxed);
-        if let Some(tap) = tap {
-            tap.send(TapMsg::RequestChunk(piece.clone()));
-            if *left == 0 {
-                tap.send(TapMsg::RequestEnd);
-            }
-        }
-        *pending = piece;
-    }
-}
-
-/// Reads until a final response head is buffered; interim responses are dropped.
-fn poll_response_head(
-    up: &mut Stream,
-    cx: &mut Context<'_>,
-    ubuf: &mut BytesMut,
-) -> Poll<Result<ResponseHead, Unsent>> {
-    loop {
-        if !ubuf.is_empty() {
-            match parse_response(ubuf) {
-                ResponseParsed::Complete(len, head) => {
-                    ubuf.advance(len);
-                    return Poll::Ready(Ok(head));
+                Poll::Ready(Ok(())) => {
+                    flushed = true;
+                    ex.handle_upstream_written(Instant::now());
+                    moved = true;
                 }
-                ResponseParsed::Interim(len) => {
-                    ubuf.advance(len);
-                    continue;
+                Poll::Ready(Err(e)) => {
+                    upstream_failed(ex, e);
+                    moved = true;
                 }
-                ResponseParsed::Bad => return Poll::Ready(Err(Unsent::Upstream(Failure::Other))),
-                ResponseParsed::Partial => {}
+                Poll::Pending => {}
             }
         }
-        if ubuf.capacity() - ubuf.len() < 1024 {
-            ubuf.reserve(READ_CHUNK);
-        }
-        match poll_read_buf(Pin::new(&mut *up), cx, ubuf) {
-            Poll::Ready(Ok(0)) => return Poll::Ready(Err(Unsent::Upstream(Failure::Reset))),
-            Poll::Ready(Ok(_)) => {}
-            Poll::Ready(Err(e)) => {
-                return Poll::Ready(Err(Unsent::Upstream(Failure::classify(&e))))
+        if ex.wants_request_body() {
+            if client.buf.is_empty() {
+                if client.buf.capacity() < 1024 {
+                    client.buf.reserve(READ_CHUNK);
+                }
+                match poll_read_buf(Pin::new(&mut client.io), cx, &mut client.buf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        ex.handle_client_closed();
+                        moved = true;
+                    }
+                    Poll::Ready(Ok(_)) | Poll::Pending => {}
+                }
             }
-            Poll::Pending => return Poll::Pending,
+            if !client.buf.is_empty() {
+                ex.handle_client_bytes(&mut client.buf, Instant::now());
+                moved = true;
+            }
         }
-    }
-}
-
-/// Writes the relay's own error answer. The connection stays open only if the request
-/// body was read to its end.
-async fn answer_failure(
-    client: &mut Client,
-    log: &ExchangeLog,
-    r: &Routed,
-    f: Failure,
-    body_done: bool,
-) -> bool {
-    let res = failure::upstream_failed(log, &r.mount.name, f, Phase::Exchange);
-    let keep = body_done && !r.head.close;
-    write_response(&mut client.io, res, keep).await.is_ok() && keep
+        // The response head (interim ones are dropped), read while the body goes up.
+        if ex.wants_upstream_read() {
+            if ubuf.capacity() - ubuf.len() < 1024 {
+                ubuf.reserve(READ_CHUNK);
+            }
+            let read = poll_read_buf(Pin::new(&mut *up), cx, ubuf);
+            moved |= read.is_ready();
+            match read {
+                Poll::Ready(Ok(0)) => ex.handle_upstream_closed(false),
+                Poll::Ready(Ok(_)) => ex.handle_upstream_bytes(ubuf, Instant::now()),
+                Poll::Ready(Err(e)) => upstream_failed(ex, e),
+                Poll::Pending => {}
+            }
+        }
+        if let Poll::Ready(now) = deadline.poll(cx, ex.poll_timeout()) {
+            ex.handle_timeout(now);
+            moved = true;
+        }
+        if !moved {
+            return Poll::Pending;
+        }
+    })
+    .await
 }
 
 /// Writes a response the relay made (an error answer) with its length.
@@ -497,223 +498,142 @@ async fn write_response(
     io.write_all(&out).await
 }
 
-enum BodyEnd {
-    /// The body ended; `clean_upstream` when nothing followed it on the upstream connection.
-    Done { clean_upstream: bool },
-    /// The upstream broke the body (closed early, broke the framing).
-    UpstreamBroken,
-    /// The upstream sent nothing of the body for `--body-timeout`.
-    UpstreamIdle,
-    /// The client went away.
-    ClientGone,
-}
-
-/// Payload ranges of one read up to this many leave as slices of the read (one `writev`);
-/// more are copied into one buffer first (tiny chunks, and the system call's vector limit).
-const MAX_SLICES: usize = 8;
-
-/// Passes the response body as it comes, one upstream read at a time, each with one write
-/// (the head leaves with the first). A body of known length passes byte for byte. A chunked
-/// body, and one the upstream ends by closing, leave in chunks of the relay's own, one per
-/// upstream read whatever chunks it held, then the upstream's trailers: chunk boundaries
-/// are hop-by-hop, the payload is the same, and a client decodes one chunk per read instead
-/// of one per event (the bench's client took a fast stream at a third of the speed when it
-/// got the upstream's 1 KiB chunks as they were). The observer gets the payload, stamped
-/// before the write and handed over after it, or as soon as the write has to wait for the
-/// client, so that a client that stops reading holds no watermark ([`Tap::stamp`]).
+/// Passes the response body as it comes, one upstream read at a time, each with one
+/// vectored write (the head leaves with the first), until the machine has an event for the
+/// caller (the end). The observer's copy of a read is stamped before its write and handed
+/// over after it, or as soon as the write has to wait for the client, so that a client that
+/// stops reading holds no watermark ([`Tap::stamp`]).
 async fn pass_body(
     client: &mut Client,
     up: &mut Stream,
-    mut ubuf: BytesMut,
-    head: BytesMut,
-    framing: &mut Framing,
+    ex: &mut Exchange,
+    ubuf: &mut BytesMut,
+    deadline: &mut Deadline,
     tap: Option<&Tap>,
     log: &ExchangeLog,
-) -> BodyEnd {
-    let chunked = matches!(framing, Framing::Chunked(_) | Framing::UntilClose);
-    let mut out: Vec<Bytes> = vec![head.freeze()];
-    let mut payload: Vec<Range<usize>> = Vec::new();
-    // The chunk-size lines, cut from one buffer: no allocation per read.
-    let mut lines = BytesMut::new();
-    let mut upstream_ended = false;
-    let mut idle = IdleTimer::new(&client.timers, client.body_timeout);
+) {
+    let mut out: Vec<Bytes> = Vec::with_capacity(MAX_PIECES);
     loop {
-        let mut done = framing.is_done();
-        let mut clean = true;
-        // The observer's copy of this read, handed over after the write.
-        let mut copy = None;
-        if !ubuf.is_empty() && !done {
-            let read = ubuf.split().freeze();
-            payload.clear();
-            let scanned = match framing.scan(&read, &mut payload) {
-                Ok(s) => s,
-                Err(_) => return BodyEnd::UpstreamBroken,
-            };
-            done = scanned.done;
-            clean = scanned.used == read.len();
-            let len: usize = payload.iter().map(|r| r.len()).sum();
+        if ex.has_transmit() {
+            let len = ex.payload_len();
             log.down.fetch_add(len as u64, Ordering::Relaxed);
-            // No copy once the tap has stopped copying (an overflow): then no joining for it.
-            let stamp = tap.filter(|_| !payload.is_empty()).and_then(Tap::stamp);
-            let joined = (payload.len() > 1 && (stamp.is_some() || payload.len() > MAX_SLICES))
-                .then(|| {
-                    let mut joined = BytesMut::with_capacity(len);
-                    for r in &payload {
-                        joined.put_slice(&read[r.clone()]);
+            // No copy once the tap has stopped copying (an overflow).
+            let stamp = tap.filter(|_| len > 0).and_then(Tap::stamp);
+            let copy = ex.poll_transmit(&mut out, stamp.is_some());
+            let mut copy = stamp.zip(copy);
+            let written = poll_fn(|cx| loop {
+                match poll_write_some(&mut client.io, &mut out, cx) {
+                    Poll::Ready(Ok(true)) => return Poll::Ready(true),
+                    Poll::Ready(Ok(false)) => continue,
+                    Poll::Ready(Err(_)) => return Poll::Ready(false),
+                    Poll::Pending => {}
+                }
+                // A client that stops reading must not hold the watermark (and with it
+                // every decision of every session) while it does.
+                if let Some((stamp, bytes)) = copy.take() {
+                    stamp.send(TapMsg::ResponseChunk(bytes));
+                }
+                ex.handle_client_write_waits(Instant::now());
+                match deadline.poll(cx, ex.poll_timeout()) {
+                    Poll::Ready(now) => {
+                        ex.handle_timeout(now);
+                        if ex.is_ended() {
+                            return Poll::Ready(true);
+                        }
                     }
-                    joined.freeze()
-                });
-            copy = stamp.map(|stamp| match &joined {
-                Some(j) => (stamp, j.clone()),
-                None => (stamp, read.slice(payload[0].clone())),
-            });
-            if len > 0 {
-                if chunked {
-                    out.push(chunk_size_line(len, &mut lines));
+                    Poll::Pending => return Poll::Pending,
                 }
-                match joined {
-                    Some(j) if payload.len() > MAX_SLICES => out.push(j),
-                    _ => out.extend(payload.iter().map(|r| read.slice(r.clone()))),
-                }
-                if chunked {
-                    out.push(Bytes::from_static(b"\r\n"));
-                }
-            }
-        }
-        if upstream_ended {
-            // `UntilClose`: the close was the end.
-            done = true;
-        }
-        if done && chunked {
-            out.push(Bytes::from_static(b"0\r\n"));
-            let trailers = framing.trailers();
-            if !trailers.is_empty() {
-                out.push(Bytes::copy_from_slice(trailers));
-            }
-            out.push(Bytes::from_static(b"\r\n"));
-        }
-        // The copy is handed over after the write, or as soon as the write has to wait for
-        // the client: a client that stops reading must not hold the watermark (and with it
-        // every decision of every session) while it does. A client that takes nothing for
-        // SEND_TIMEOUT ends the exchange.
-        let mut hand_over = || {
-            if let Some((stamp, bytes)) = copy.take() {
+            })
+            .await;
+            if let Some((stamp, bytes)) = copy {
                 stamp.send(TapMsg::ResponseChunk(bytes));
             }
-        };
-        let written = client
-            .timers
-            .timeout_if_waits(
-                SEND_TIMEOUT,
-                write_all(&mut client.io, &mut out, &mut hand_over),
-            )
-            .await;
-        hand_over();
-        if !matches!(written, Ok(Ok(()))) {
-            return BodyEnd::ClientGone;
-        }
-        idle.progress();
-        if done {
-            return BodyEnd::Done {
-                clean_upstream: clean && ubuf.is_empty(),
-            };
+            out.clear();
+            if !written {
+                ex.handle_client_closed();
+            } else if !ex.is_ended() {
+                ex.handle_client_written(Instant::now());
+            }
+            if ex.is_ended() {
+                return;
+            }
         }
         // Wait for the upstream; meanwhile notice a client that leaves. Reads stay large
         // (a fast stream fills a quarter of the chunk at least per read).
         if ubuf.capacity() - ubuf.len() < READ_CHUNK / 4 {
             ubuf.reserve(READ_CHUNK);
         }
-        let read = poll_fn(|cx| {
-            if let Poll::Ready(r) = poll_read_buf(Pin::new(&mut *up), cx, &mut ubuf) {
-                return Poll::Ready(Some(r));
+        poll_fn(|cx| {
+            if ex.wants_upstream_read() {
+                match poll_read_buf(Pin::new(&mut *up), cx, ubuf) {
+                    Poll::Ready(Ok(0)) => ex.handle_upstream_closed(false),
+                    Poll::Ready(Ok(_)) => ex.handle_upstream_bytes(ubuf, Instant::now()),
+                    Poll::Ready(Err(_)) => ex.handle_upstream_closed(true),
+                    Poll::Pending => {}
+                }
+                if ex.has_transmit() || ex.is_ended() {
+                    return Poll::Ready(());
+                }
             }
-            if client.buf.len() < MAX_AHEAD {
+            if ex.wants_client_read(client.buf.len()) {
                 if client.buf.capacity() - client.buf.len() < 1024 {
                     client.buf.reserve(READ_CHUNK);
                 }
                 match poll_read_buf(Pin::new(&mut client.io), cx, &mut client.buf) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        ex.handle_client_closed();
+                        return Poll::Ready(());
+                    }
                     // The client's next request, kept for after this exchange.
                     Poll::Ready(Ok(_)) => cx.waker().wake_by_ref(),
                     Poll::Pending => {}
                 }
             }
-            if idle.poll_expired(cx).is_ready() {
-                return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
+            if let Poll::Ready(now) = deadline.poll(cx, ex.poll_timeout()) {
+                ex.handle_timeout(now);
+                return Poll::Ready(());
             }
             Poll::Pending
         })
         .await;
-        match read {
-            None => return BodyEnd::ClientGone,
-            Some(Err(e)) if e.kind() == io::ErrorKind::TimedOut => return BodyEnd::UpstreamIdle,
-            Some(Ok(0)) if matches!(framing, Framing::UntilClose) => upstream_ended = true,
-            Some(Ok(0)) | Some(Err(_)) => return BodyEnd::UpstreamBroken,
-            Some(Ok(_)) => {}
+        if ex.is_ended() {
+            return;
         }
     }
 }
 
-/// `len` as a chunk-size line (lower-case hex, CRLF), cut from `lines`, which allocates a
-/// block for many lines at a time.
-fn chunk_size_line(len: usize, lines: &mut BytesMut) -> Bytes {
-    use std::fmt::Write as _;
-    // 16 hex digits and CRLF at most: room for one line, or a new block.
-    if lines.capacity() - lines.len() < 18 {
-        lines.reserve(256);
-    }
-    write!(lines, "{len:x}\r\n").expect("a BytesMut grows as it is written");
-    lines.split().freeze()
-}
-
-/// Pieces one `writev` takes at most (the head, a chunk-size line, the payload slices of one
-/// read, the end of a chunk and of the body).
-const MAX_IOV: usize = 2 * MAX_SLICES + 8;
-
-/// Writes `bufs` in order, as few system calls as the socket allows; leaves `bufs` empty.
-/// `waits` runs each time the socket cannot take more at once.
-async fn write_all(
+/// Writes as much of `bufs` as the socket takes now, in one `writev`; `true` once all of it
+/// is written.
+fn poll_write_some(
     io: &mut TcpStream,
-    bufs: &mut Vec<Bytes>,
-    waits: &mut impl FnMut(),
-) -> io::Result<()> {
-    let mut first = 0;
-    while first < bufs.len() {
-        // On the stack: this runs once per relayed read.
-        let mut slices = [io::IoSlice::new(&[]); MAX_IOV];
-        let count = (bufs.len() - first).min(MAX_IOV);
-        for (slice, buf) in slices.iter_mut().zip(&bufs[first..]) {
-            *slice = io::IoSlice::new(buf);
-        }
-        let mut n = match io.try_write_vectored(&slices[..count]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                waits();
-                io.writable().await?;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+    bufs: &mut [Bytes],
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<bool>> {
+    let first = bufs.iter().position(|b| !b.is_empty());
+    let Some(first) = first else {
+        return Poll::Ready(Ok(true));
+    };
+    // On the stack: this runs once per relayed read.
+    let mut slices = [io::IoSlice::new(&[]); MAX_PIECES];
+    let count = (bufs.len() - first).min(MAX_PIECES);
+    for (slice, buf) in slices.iter_mut().zip(&bufs[first..]) {
+        *slice = io::IoSlice::new(buf);
+    }
+    let mut n = match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]) {
+        Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+        Poll::Ready(Ok(n)) => n,
+        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+        Poll::Pending => return Poll::Pending,
+    };
+    for buf in &mut bufs[first..] {
+        let take = n.min(buf.len());
+        buf.advance(take);
+        n -= take;
         if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 {
-            let len = bufs[first].len();
-            if n >= len {
-                n -= len;
-                first += 1;
-            } else {
-                bufs[first].advance(n);
-                n = 0;
-            }
-        }
-        // Empty pieces (none are made, but a zero-length head would be) are passed over.
-        while first < bufs.len() && bufs[first].is_empty() {
-            first += 1;
+            break;
         }
     }
-    bufs.clear();
-    Ok(())
+    Poll::Ready(Ok(bufs.iter().all(Bytes::is_empty)))
 }
 
 /// A connection handed to hyper: the bytes the verbatim path already read come first.

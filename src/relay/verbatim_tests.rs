@@ -37,35 +37,6 @@ fn a_plain_post_is_taken_with_its_length_and_route() {
 }
 
 #[test]
-fn chunk_size_lines_are_hex_and_crlf_and_stay_apart() {
-    let mut lines = BytesMut::new();
-    let lens = [
-        0,
-        1,
-        9,
-        10,
-        15,
-        16,
-        255,
-        256,
-        4095,
-        65_536,
-        1 << 40,
-        usize::MAX,
-    ];
-    // Many lines from one buffer: each must keep its bytes once later ones are cut.
-    let mut cut = Vec::new();
-    for _ in 0..200 {
-        for &len in &lens {
-            cut.push(chunk_size_line(len, &mut lines));
-        }
-    }
-    for (line, len) in cut.iter().zip(lens.iter().cycle()) {
-        assert_eq!(&line[..], format!("{len:x}\r\n").as_bytes());
-    }
-}
-
-#[test]
 fn a_path_no_mount_routes_goes_to_hyper() {
     // hyper's path answers the 404.
     assert!(hands_over("GET /nowhere/x HTTP/1.1\r\n\r\n"));
