@@ -348,3 +348,56 @@ async fn a_client_quiet_mid_body_ends_its_exchange_after_the_client_body_timeout
         String::from_utf8_lossy(&got)
     );
 }
+
+/// The same two bounds on hyper's door (a chunked upload is handed to hyper): an upstream
+/// quiet mid-body is cut after `--body-timeout`, as on the verbatim path.
+#[tokio::test]
+async fn on_hyper_s_door_an_upstream_quiet_mid_body_is_cut_after_the_body_timeout() {
+    let up = raw_upstream().await;
+    let relay = Relay::start(&[
+        format!("--upstream=t=http://{up}"),
+        "--body-timeout=300".to_string(),
+    ]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(
+        b"POST /t/stall HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    // Well short of the upstream's own minute of silence and of the test upstream's reads.
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the relay cuts the response and closes");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.ends_with("5\r\nfirst\r\n"),
+        "the body is cut, not ended: {text}"
+    );
+}
+
+/// ... and a client quiet mid-body (a chunked upload that stops) ends its exchange after
+/// `--client-body-timeout`, not after the upstream's patience.
+#[tokio::test]
+async fn on_hyper_s_door_a_client_quiet_mid_body_ends_its_exchange_after_the_client_body_timeout() {
+    let up = raw_upstream().await;
+    let relay = Relay::start(&[
+        format!("--upstream=t=http://{up}"),
+        "--client-body-timeout=300".to_string(),
+    ]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(
+        b"POST /t/echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    // The test upstream itself gives up on a quiet request after 30 s.
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the relay ends the exchange and closes");
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        !text.starts_with("HTTP/1.1 200"),
+        "an exchange whose request never ended got a success: {text}"
+    );
+}

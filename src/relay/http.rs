@@ -40,7 +40,8 @@ pub async fn forward(
     parts.headers.remove(header::HOST);
     parts.uri = uri;
     parts.version = Version::HTTP_11;
-    let body = RelayBody::new(body, Flow::Request, tap.clone(), log.up.clone());
+    let body = RelayBody::new(body, Flow::Request, tap.clone(), log.up.clone())
+        .idle_timeout(&state.timers, state.client_body_timeout);
     let upstream_req = Request::from_parts(parts, body);
 
     let sent = state.upstreams.send(upstream_req);
@@ -53,12 +54,14 @@ pub async fn forward(
         Ok(r) => r,
         Err(f) => return failure::upstream_failed(&log, &mount.name, f, Phase::Exchange),
     };
-    respond(res, Some(lease), tap, log)
+    respond(&state, res, Some(lease), tap, log)
 }
 
 /// Passes an upstream response back: status and end-to-end headers as received, the body
-/// streamed frame by frame, read through `lease` (the connection it arrives on) if given.
+/// streamed frame by frame, read through `lease` (the connection it arrives on) if given,
+/// and cut if the upstream sends nothing of it for `--body-timeout`.
 pub fn respond(
+    state: &State,
     res: Response<Incoming>,
     lease: Option<Lease>,
     tap: Option<Arc<Tap>>,
@@ -82,6 +85,7 @@ pub fn respond(
         tap,
         log.down.clone(),
     )
+    .idle_timeout(&state.timers, state.body_timeout)
     .on_failure(log.failed.clone())
     .keep(log);
     Response::from_parts(parts, Either::Left(body))

@@ -89,7 +89,7 @@ pub async fn forward_upgrade(
     };
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Refused upgrade: an ordinary response, passed back as one.
-        return respond(res, None, None, log);
+        return respond(&state, res, None, None, log);
     }
     log.status.store(101, Ordering::Relaxed);
     let tap = plan.and_then(|plan| {
