@@ -80,7 +80,8 @@ async fn read_request(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(String,
 
 /// A raw HTTP/1.1 upstream answering by path: `/framed` a chunked body with an extension
 /// and a trailer, `/close` a body ended by closing, `/early` a 413 before reading the body
-/// (then closing), `/stall` a chunked body's first chunk and then nothing for a minute with
+/// (then closing), `/trickle` a chunked body whose chunk-size lines and data come in writes
+/// of their own, `/stall` a chunked body's first chunk and then nothing for a minute with
 /// the connection open, anything else an echo of the request body.
 async fn raw_upstream() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -101,6 +102,22 @@ async fn raw_upstream() -> std::net::SocketAddr {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         let _ = tcp.write_all(b"the close").await;
                         return;
+                    } else if path.ends_with("/trickle") {
+                        // Chunk framing and data in separate writes, each after a pause.
+                        let pieces: [&[u8]; 5] = [
+                            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                            b"5\r\n",
+                            b"hello\r\n",
+                            b"0\r\n",
+                            b"\r\n",
+                        ];
+                        for piece in pieces {
+                            if tcp.write_all(piece).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                        }
+                        continue;
                     } else if path.ends_with("/stall") {
                         let _ = tcp
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
@@ -400,4 +417,22 @@ async fn on_hyper_s_door_a_client_quiet_mid_body_ends_its_exchange_after_the_cli
         !text.starts_with("HTTP/1.1 200"),
         "an exchange whose request never ended got a success: {text}"
     );
+}
+
+/// A read that carries chunk framing and no payload (a chunk-size line on its own) leaves
+/// nothing to write; the relay reads on and the body arrives whole.
+#[tokio::test]
+async fn a_body_whose_chunk_lines_come_apart_from_their_data_arrives_whole() {
+    let relay = relay().await;
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"GET /t/trickle HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(WAIT, read_until_end(&mut tcp, b"0\r\n\r\n"))
+        .await
+        .expect("the whole body within the wait");
+    let text = String::from_utf8_lossy(&got);
+    let body = &got[text.find("\r\n\r\n").unwrap() + 4..];
+    let (payload, trailers) = dechunk(body).expect("a chunked body");
+    assert_eq!((&payload[..], &trailers[..]), (&b"hello"[..], &b""[..]));
 }

@@ -560,16 +560,18 @@ async fn pass_body(
         }
         // Wait for the upstream; meanwhile notice a client that leaves. Reads stay large
         // (a fast stream fills a quarter of the chunk at least per read).
-        if ubuf.capacity() - ubuf.len() < READ_CHUNK / 4 {
-            ubuf.reserve(READ_CHUNK);
-        }
         poll_fn(|cx| {
-            if ex.wants_upstream_read() {
+            // A read that brought no payload (chunk framing only) leaves nothing to write:
+            // read again, so that the upstream's waker is registered before waiting.
+            while ex.wants_upstream_read() {
+                if ubuf.capacity() - ubuf.len() < READ_CHUNK / 4 {
+                    ubuf.reserve(READ_CHUNK);
+                }
                 match poll_read_buf(Pin::new(&mut *up), cx, ubuf) {
                     Poll::Ready(Ok(0)) => ex.handle_upstream_closed(false),
                     Poll::Ready(Ok(_)) => ex.handle_upstream_bytes(ubuf, Instant::now()),
                     Poll::Ready(Err(_)) => ex.handle_upstream_closed(true),
-                    Poll::Pending => {}
+                    Poll::Pending => break,
                 }
                 if ex.has_transmit() || ex.is_ended() {
                     return Poll::Ready(());
