@@ -318,23 +318,29 @@ async fn an_answer_before_the_whole_upload_reaches_the_client_and_the_connection
     assert!(text.ends_with("too long"), "{text}");
 }
 
+/// Sends `request` through a relay with `flag` (a body bound set short) and reads until the
+/// relay closes the connection, which it must do within `within`.
+async fn closed_after(flag: &str, request: &[u8], within: Duration) -> String {
+    let up = raw_upstream().await;
+    let relay = Relay::start(&[format!("--upstream=t=http://{up}"), flag.to_string()]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the relay ends the exchange and closes");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 /// An upstream that stops sending mid-body ends its exchange after `--body-timeout`: the
 /// client gets what came, no end of the body (so it can tell), and a closed connection.
 #[tokio::test]
 async fn an_upstream_quiet_mid_body_ends_its_exchange_after_the_body_timeout() {
-    let up = raw_upstream().await;
-    let relay = Relay::start(&[
-        format!("--upstream=t=http://{up}"),
-        "--body-timeout=300".to_string(),
-    ]);
-    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(b"POST /t/stall HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}")
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the relay ends the exchange and closes");
-    let text = String::from_utf8_lossy(&got);
+    let text = closed_after(
+        "--body-timeout=300",
+        b"POST /t/stall HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}",
+        WAIT,
+    )
+    .await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(
         text.ends_with("5\r\nfirst\r\n"),
@@ -347,45 +353,26 @@ async fn an_upstream_quiet_mid_body_ends_its_exchange_after_the_body_timeout() {
 /// response timeout, five minutes).
 #[tokio::test]
 async fn a_client_quiet_mid_body_ends_its_exchange_after_the_client_body_timeout() {
-    let up = raw_upstream().await;
-    let relay = Relay::start(&[
-        format!("--upstream=t=http://{up}"),
-        "--client-body-timeout=300".to_string(),
-    ]);
-    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(b"POST /t/echo HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n0123456789")
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(WAIT, tcp.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the relay closes the connection");
-    assert!(
-        got.is_empty(),
-        "no answer: {}",
-        String::from_utf8_lossy(&got)
-    );
+    let text = closed_after(
+        "--client-body-timeout=300",
+        b"POST /t/echo HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n0123456789",
+        WAIT,
+    )
+    .await;
+    assert!(text.is_empty(), "no answer: {text}");
 }
 
 /// The same two bounds on hyper's door (a chunked upload is handed to hyper): an upstream
 /// quiet mid-body is cut after `--body-timeout`, as on the verbatim path.
 #[tokio::test]
 async fn on_hyper_s_door_an_upstream_quiet_mid_body_is_cut_after_the_body_timeout() {
-    let up = raw_upstream().await;
-    let relay = Relay::start(&[
-        format!("--upstream=t=http://{up}"),
-        "--body-timeout=300".to_string(),
-    ]);
-    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(
-        b"POST /t/stall HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut got = Vec::new();
     // Well short of the upstream's own minute of silence and of the test upstream's reads.
-    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the relay cuts the response and closes");
-    let text = String::from_utf8_lossy(&got);
+    let text = closed_after(
+        "--body-timeout=300",
+        b"POST /t/stall HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        Duration::from_secs(10),
+    )
+    .await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(
         text.ends_with("5\r\nfirst\r\n"),
@@ -397,22 +384,13 @@ async fn on_hyper_s_door_an_upstream_quiet_mid_body_is_cut_after_the_body_timeou
 /// `--client-body-timeout`, not after the upstream's patience.
 #[tokio::test]
 async fn on_hyper_s_door_a_client_quiet_mid_body_ends_its_exchange_after_the_client_body_timeout() {
-    let up = raw_upstream().await;
-    let relay = Relay::start(&[
-        format!("--upstream=t=http://{up}"),
-        "--client-body-timeout=300".to_string(),
-    ]);
-    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(
-        b"POST /t/echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
-    )
-    .await
-    .unwrap();
-    let mut got = Vec::new();
     // The test upstream itself gives up on a quiet request after 30 s.
-    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the relay ends the exchange and closes");
-    let text = String::from_utf8_lossy(&got);
+    let text = closed_after(
+        "--client-body-timeout=300",
+        b"POST /t/echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        Duration::from_secs(10),
+    )
+    .await;
     assert!(
         !text.starts_with("HTTP/1.1 200"),
         "an exchange whose request never ended got a success: {text}"
