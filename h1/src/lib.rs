@@ -13,15 +13,19 @@
 //!   it ends, which bytes are payload, the trailers.
 //! - [`headers`]: tokens of a value, hop-by-hop headers, and the framing headers that no
 //!   `Connection` line can make hop-by-hop.
+//! - [`tunnel`]: a tunnel after an upgrade ([`Tunnel`]): one read in flight per direction,
+//!   copies stamped before the write, send timeout, half-close with its grace.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
 pub mod framing;
 pub mod head;
 pub mod headers;
+pub mod tunnel;
 
 pub use framing::{Chunked, Framing, FramingError, Scanned};
 pub use head::{
     client_head, parse_request, parse_response, upstream_head, Parsed, RequestHead, ResponseHead,
     ResponseParsed,
 };
+pub use tunnel::{Direction, End, Event, ReadEnd, Transmit, Tunnel};
