@@ -200,7 +200,10 @@ impl Tunnel {
     /// Bytes read in `dir` (not empty: an empty read is an end, [`Tunnel::handle_read_end`]).
     /// Only while [`Tunnel::wants_read`]; otherwise ignored, as a driver's mistake.
     pub fn handle_read(&mut self, dir: Direction, bytes: Bytes) {
-        debug_assert!(self.wants_read(dir), "a read {dir:?} while one is in flight");
+        debug_assert!(
+            self.wants_read(dir),
+            "a read {dir:?} while one is in flight"
+        );
         if bytes.is_empty() || !self.wants_read(dir) {
             return;
         }
@@ -229,7 +232,10 @@ impl Tunnel {
             self.end(End::Reset(dir));
             return;
         }
-        debug_assert!(self.wants_read(dir), "an end {dir:?} while a read is in flight");
+        debug_assert!(
+            self.wants_read(dir),
+            "an end {dir:?} while a read is in flight"
+        );
         if self.ways[dir.index()].stage != Stage::Idle {
             return;
         }

@@ -46,14 +46,22 @@ fn one_read_is_in_flight_per_direction_until_it_is_written_and_flushed() {
     assert_eq!(t.poll_transmit(Up), None);
     assert!(t.wants_read(Up));
     assert_eq!(t.poll_transmit(Down), None);
-    assert_eq!(events(&mut t), [], "an unobserved tunnel stamps and copies nothing");
+    assert_eq!(
+        events(&mut t),
+        [],
+        "an unobserved tunnel stamps and copies nothing"
+    );
 }
 
 #[test]
 fn a_read_is_stamped_before_its_bytes_may_be_written_and_copied_after() {
     let mut t = observed();
     t.handle_read(Down, Bytes::from_static(b"data"));
-    assert_eq!(t.poll_transmit(Down), None, "written before its stamp was taken");
+    assert_eq!(
+        t.poll_transmit(Down),
+        None,
+        "written before its stamp was taken"
+    );
     assert_eq!(t.poll_event(), Some(Event::Stamp(Down)));
     assert_eq!(t.poll_transmit(Down), Some(Transmit::Write(b"data")));
     t.handle_written(Down, 4);
@@ -72,7 +80,10 @@ fn a_write_that_waits_hands_its_copy_over_before_the_wait() {
     t.handle_written(Down, 1);
     t.handle_write_waits(Down, t0);
     assert_eq!(events(&mut t), [copy(Down, b"data")]);
-    assert!(!t.wants_read(Down), "the copy went, the bytes are still unwritten");
+    assert!(
+        !t.wants_read(Down),
+        "the copy went, the bytes are still unwritten"
+    );
     t.handle_written(Down, 3);
     t.handle_write_waits(Down, t0);
     t.handle_flushed(Down);
@@ -113,7 +124,11 @@ fn a_clean_end_is_passed_on_and_the_other_direction_finishes_within_the_grace() 
     pass(&mut t, Down);
     assert_eq!(events(&mut t), [copy(Down, b"answer")]);
     t.handle_read_end(Down, ReadEnd::Clean, t0 + Duration::from_secs(1));
-    assert_eq!(t.poll_timeout(), Some(t0 + GRACE), "the grace is not restarted");
+    assert_eq!(
+        t.poll_timeout(),
+        Some(t0 + GRACE),
+        "the grace is not restarted"
+    );
     assert_eq!(t.poll_transmit(Down), Some(Transmit::Shutdown));
     assert_eq!(events(&mut t), []);
     t.handle_shut(Down);
@@ -145,15 +160,26 @@ fn the_other_direction_is_cut_when_the_grace_runs_out() {
         }]
     );
     assert!(!t.wants_read(Down) && !t.wants_read(Up));
-    assert_eq!(t.poll_transmit(Up), None, "nothing is written after the end");
+    assert_eq!(
+        t.poll_transmit(Up),
+        None,
+        "nothing is written after the end"
+    );
 }
 
 #[test]
 fn a_write_that_waits_past_the_send_timeout_ends_the_tunnel_as_failed() {
     let t0 = Instant::now();
     let mut t = Tunnel::new(false, SEND, GRACE);
-    t.handle_read(Down, Bytes::from_static(b"to a client that stopped reading"));
-    assert_eq!(t.poll_timeout(), None, "a write that never waited sets no deadline");
+    t.handle_read(
+        Down,
+        Bytes::from_static(b"to a client that stopped reading"),
+    );
+    assert_eq!(
+        t.poll_timeout(),
+        None,
+        "a write that never waited sets no deadline"
+    );
     t.handle_write_waits(Down, t0);
     assert_eq!(t.poll_timeout(), Some(t0 + SEND));
     // Some progress, then waiting again: counted from the first wait, as a whole.
