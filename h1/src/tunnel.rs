@@ -101,7 +101,7 @@ pub enum Event {
     /// The copy of the bytes stamped last in `Direction`: hand it over with that stamp.
     Copy(Direction, Bytes),
     /// The tunnel is over: close both sides. A stamp not followed by its copy (bytes whose
-    /// write was never tried) is dropped. `failed`: the tunnel broke before either side ended
+    /// write was never tried) is dropped; every read whose write was tried has had its copy. `failed`: the tunnel broke before either side ended
     /// cleanly (after a clean end, the side that ended said it was done, and the other
     /// direction's end is the end of a finished exchange).
     Ended { why: End, failed: bool },
@@ -411,9 +411,19 @@ impl Tunnel {
         }
         self.ended = true;
         let failed = why != End::Clean && self.grace_deadline.is_none();
-        self.stamp_order.clear();
+        // Copies whose writes were tried (some of their bytes taken, at least) go, even where a
+        // copy stamped before them never will (its stamp is dropped: it dates nothing); the
+        // rest are dropped with their stamps.
+        for dir in std::mem::take(&mut self.stamp_order) {
+            let way = &mut self.ways[dir.index()];
+            if way.copy_ready || way.written > 0 {
+                self.events
+                    .push_back(Event::Copy(dir, std::mem::take(&mut way.chunk)));
+            }
+        }
         for way in &mut self.ways {
             way.chunk = Bytes::new();
+            way.copy_owed = false;
         }
         self.events.push_back(Event::Ended { why, failed });
     }

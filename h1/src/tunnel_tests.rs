@@ -259,3 +259,24 @@ fn a_failed_write_hands_its_copy_over_and_ends_the_tunnel() {
     );
     assert!(t.is_ended());
 }
+
+#[test]
+fn at_the_end_a_written_read_still_gets_its_copy_when_an_earlier_stamp_never_will() {
+    let mut t = observed();
+    t.handle_read(Up, Bytes::from_static(b"never tried"));
+    t.handle_read(Down, Bytes::from_static(b"written"));
+    assert_eq!(events(&mut t), [Event::Stamp(Up), Event::Stamp(Down)]);
+    pass(&mut t, Down);
+    assert_eq!(events(&mut t), [], "held behind the earlier stamp");
+    t.handle_read_end(Down, ReadEnd::Broken, Instant::now());
+    assert_eq!(
+        events(&mut t),
+        [
+            copy(Down, b"written"),
+            Event::Ended {
+                why: End::Reset(Down),
+                failed: true
+            }
+        ]
+    );
+}
