@@ -198,10 +198,8 @@ impl<'t> Splice<'t> {
         None
     }
 
-    /// Writes, flushes and shutdowns the machine asks for, until each waits; whether any
-    /// moved.
-    fn run_transmits(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut moved = false;
+    /// Writes, flushes and shutdowns the machine asks for, each until it is done or waits.
+    fn run_transmits(&mut self, cx: &mut Context<'_>) {
         for dir in Direction::BOTH {
             let mut to = Pin::new(&mut self.writers[dir.index()]);
             while let Some(transmit) = self.tunnel.poll_transmit(dir) {
@@ -224,10 +222,8 @@ impl<'t> Splice<'t> {
                     self.tunnel.handle_write_waits(dir, Instant::now());
                     break;
                 }
-                moved = true;
             }
         }
-        moved
     }
 
     /// Reads the machine allows; whether any completed.
@@ -285,20 +281,16 @@ impl<'t> Splice<'t> {
 
     fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<(End, bool)> {
         loop {
+            // Stamps before the writes they date, copies before this task reads on or waits.
             if let Some(end) = self.run_events() {
                 return Poll::Ready(end);
             }
-            // Written before the next reads: a read waits for its bytes' write anyway.
-            let wrote = self.run_transmits(cx);
-            let read = self.run_reads(cx);
-            if wrote || read {
-                continue;
-            }
-            // Copies of writes that wait go before this task does.
+            self.run_transmits(cx);
             if let Some(end) = self.run_events() {
                 return Poll::Ready(end);
             }
-            if !self.run_timer(cx) {
+            // A write that finished lets its direction be read; one that waits holds it back.
+            if !self.run_reads(cx) && !self.run_timer(cx) {
                 return Poll::Pending;
             }
         }
