@@ -13,6 +13,10 @@ fn events(t: &mut Tunnel) -> Vec<Event> {
     std::iter::from_fn(|| t.poll_event()).collect()
 }
 
+fn ended(why: End, failed: bool) -> Event {
+    Event::Ended { why, failed }
+}
+
 fn copy(dir: Direction, bytes: &'static [u8]) -> Event {
     Event::Copy(dir, Bytes::from_static(bytes))
 }
@@ -132,13 +136,7 @@ fn a_clean_end_is_passed_on_and_the_other_direction_finishes_within_the_grace() 
     assert_eq!(t.poll_transmit(Down), Some(Transmit::Shutdown));
     assert_eq!(events(&mut t), []);
     t.handle_shut(Down);
-    assert_eq!(
-        events(&mut t),
-        [Event::Ended {
-            why: End::Clean,
-            failed: false
-        }]
-    );
+    assert_eq!(events(&mut t), [ended(End::Clean, false)]);
     assert_eq!(t.poll_timeout(), None);
 }
 
@@ -152,13 +150,7 @@ fn the_other_direction_is_cut_when_the_grace_runs_out() {
     t.handle_timeout(t0 + GRACE - Duration::from_millis(1));
     assert_eq!(events(&mut t), [], "cut before the grace ran out");
     t.handle_timeout(t0 + GRACE);
-    assert_eq!(
-        events(&mut t),
-        [Event::Ended {
-            why: End::GraceExpired,
-            failed: false
-        }]
-    );
+    assert_eq!(events(&mut t), [ended(End::GraceExpired, false)]);
     assert!(!t.wants_read(Down) && !t.wants_read(Up));
     assert_eq!(
         t.poll_transmit(Up),
@@ -191,13 +183,7 @@ fn a_write_that_waits_past_the_send_timeout_ends_the_tunnel_as_failed() {
     pass(&mut t, Up);
     assert!(t.wants_read(Up));
     t.handle_timeout(t0 + SEND);
-    assert_eq!(
-        events(&mut t),
-        [Event::Ended {
-            why: End::SendTimeout(Down),
-            failed: true
-        }]
-    );
+    assert_eq!(events(&mut t), [ended(End::SendTimeout(Down), true)]);
 }
 
 #[test]
@@ -222,23 +208,14 @@ fn a_broken_read_ends_the_tunnel_at_once_and_counts_as_failed_only_before_a_clea
     t.handle_read_end(Down, ReadEnd::Broken, t0);
     assert_eq!(
         events(&mut t),
-        [Event::Ended {
-            why: End::Reset(Down),
-            failed: true
-        }],
+        [ended(End::Reset(Down), true)],
         "no copy of bytes whose write was never tried"
     );
 
     let mut t = observed();
     t.handle_read_end(Up, ReadEnd::Clean, t0);
     t.handle_read_end(Down, ReadEnd::Broken, t0);
-    assert_eq!(
-        events(&mut t),
-        [Event::Ended {
-            why: End::Reset(Down),
-            failed: false
-        }]
-    );
+    assert_eq!(events(&mut t), [ended(End::Reset(Down), false)]);
 }
 
 #[test]
@@ -249,13 +226,7 @@ fn a_failed_write_hands_its_copy_over_and_ends_the_tunnel() {
     t.handle_written(Up, 0);
     assert_eq!(
         events(&mut t),
-        [
-            copy(Up, b"abc"),
-            Event::Ended {
-                why: End::Reset(Up),
-                failed: true
-            }
-        ]
+        [copy(Up, b"abc"), ended(End::Reset(Up), true)]
     );
     assert!(t.is_ended());
 }
@@ -271,12 +242,6 @@ fn at_the_end_a_written_read_still_gets_its_copy_when_an_earlier_stamp_never_wil
     t.handle_read_end(Down, ReadEnd::Broken, Instant::now());
     assert_eq!(
         events(&mut t),
-        [
-            copy(Down, b"written"),
-            Event::Ended {
-                why: End::Reset(Down),
-                failed: true
-            }
-        ]
+        [copy(Down, b"written"), ended(End::Reset(Down), true)]
     );
 }

@@ -103,8 +103,12 @@ fn agree(rt: &tokio::runtime::Runtime, data: &[u8]) -> Result<bool, TestCaseErro
     Ok(true)
 }
 
-#[test]
-fn hyper_takes_every_head_h1_takes_with_the_same_length() {
+/// Runs `check` on 1,500 heads from `heads`; fails unless more than 100 were taken (the
+/// generator must reach heads h1 takes, or the check says nothing).
+fn check_generated(
+    heads: impl Strategy<Value = Vec<u8>>,
+    check: fn(&tokio::runtime::Runtime, &[u8]) -> Result<bool, TestCaseError>,
+) {
     let rt = runtime();
     let taken = std::cell::Cell::new(0usize);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
@@ -113,17 +117,21 @@ fn hyper_takes_every_head_h1_takes_with_the_same_length() {
         ..ProptestConfig::default()
     });
     runner
-        .run(&request_head(), |data| {
-            taken.set(taken.get() + usize::from(agree(&rt, &data)?));
+        .run(&heads, |data| {
+            taken.set(taken.get() + usize::from(check(&rt, &data)?));
             Ok(())
         })
         .unwrap();
-    // The generator must reach heads h1 takes, or the check says nothing.
     let taken = taken.get();
     assert!(
         taken > 100,
         "only {taken} of 1,500 generated heads were taken"
     );
+}
+
+#[test]
+fn hyper_takes_every_head_h1_takes_with_the_same_length() {
+    check_generated(request_head(), agree);
 }
 
 #[test]
@@ -230,22 +238,5 @@ fn agree_on_response(rt: &tokio::runtime::Runtime, data: &[u8]) -> Result<bool, 
 
 #[test]
 fn hyper_takes_every_response_head_h1_takes_with_the_same_framing() {
-    let rt = runtime();
-    let taken = std::cell::Cell::new(0usize);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 1500,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    runner
-        .run(&response_head(), |data| {
-            taken.set(taken.get() + usize::from(agree_on_response(&rt, &data)?));
-            Ok(())
-        })
-        .unwrap();
-    let taken = taken.get();
-    assert!(
-        taken > 100,
-        "only {taken} of 1,500 generated response heads were taken"
-    );
+    check_generated(response_head(), agree_on_response);
 }
