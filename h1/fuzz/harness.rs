@@ -2,9 +2,10 @@
 //! one function per target, panicking when an invariant breaks.
 //!
 //! This file serves two builds, as `fuzz/src/lib.rs` does for the correlator: the libFuzzer
-//! targets `h1_request`, `h1_response`, `h1_framing` and `h1_exchange` in `h1/fuzz/fuzz_targets/`, and
-//! `h1/tests/fuzz_seeds.rs`, which includes it with `#[path]` and replays every seed, every
-//! fixed finding and a stream of generated inputs under plain `cargo test`. It uses `h1`'s
+//! targets `h1_request`, `h1_response`, `h1_framing`, `h1_exchange` and `h1_tunnel` in
+//! `h1/fuzz/fuzz_targets/`, and `h1/tests/fuzz_seeds.rs`, which includes it with `#[path]`
+//! and replays every seed, every fixed finding and a stream of generated inputs under plain
+//! `cargo test`. It uses `h1`'s
 //! public API and `httparse` (to read back what the relay writes) only.
 //!
 //! The invariants are the ones request smuggling breaks:
@@ -266,7 +267,8 @@ impl Schedule {
 ///   if nothing followed the body; the client's only if it did not ask to close.
 pub fn h1_exchange(data: &[u8]) {
     use bytes::BytesMut;
-    use h1::{End, Event, Exchange, Timeouts};
+    use h1::exchange::{End, Event};
+    use h1::{Exchange, Timeouts};
     use std::time::{Duration, Instant};
 
     let Some((&first, upstream)) = data.split_first() else {
@@ -408,5 +410,286 @@ pub fn h1_exchange(data: &[u8]) {
         }
         assert!(!keep_client || (!close && told_up.len() == body_len));
         assert!(!reuse_upstream || upstream_buf.is_empty());
+    }
+}
+
+/// The tunnel machine ([`h1::Tunnel`]) under an arbitrary interleaving of what its two sides
+/// and the clock can do, read from `data` two bytes a step (an operation, its argument). The
+/// harness plays the driver and both sides; after every step, and at the end, it checks:
+/// - what each side is given to write is exactly the bytes read from the other, in order,
+///   from the first byte not yet written (none lost, none twice);
+/// - no read is allowed while bytes of that direction wait unwritten or unflushed;
+/// - nothing is written before its read's stamp was taken, a copy follows its stamp, in the
+///   order of the stamps, only once its write was tried, and holds the bytes read; copies of a
+///   direction cover every byte written there;
+/// - the machine ends, once, last, when the sides finish or its deadlines pass.
+pub fn h1_tunnel(data: &[u8]) {
+    use h1::tunnel::{Direction, End, Event, ReadEnd, Transmit, Tunnel};
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    const SEND: Duration = Duration::from_secs(60);
+    const GRACE: Duration = Duration::from_secs(5);
+
+    /// One direction as the harness sees it.
+    #[derive(Default)]
+    struct Side {
+        /// Every byte read, in order (each byte numbers its place, so a byte lost or sent
+        /// twice shows).
+        read: Vec<u8>,
+        /// Every byte the writer took.
+        written: Vec<u8>,
+        /// Every byte handed over as a copy.
+        copied: Vec<u8>,
+        /// The bytes of the read in flight.
+        chunk: Vec<u8>,
+        /// Its write was tried (bytes taken, a wait, a failure, the flush).
+        tried: bool,
+        flushed: bool,
+        read_end: Option<ReadEnd>,
+        shut: bool,
+    }
+
+    struct Driver {
+        tunnel: Tunnel,
+        observed: bool,
+        sides: [Side; 2],
+        /// Stamps taken, not yet followed by their copy, in order: (direction, bytes).
+        stamps: VecDeque<(Direction, Vec<u8>)>,
+        /// The read in flight has been stamped.
+        stamped: [bool; 2],
+        ended: Option<(End, bool)>,
+        now: Instant,
+    }
+
+    impl Driver {
+        fn events(&mut self) {
+            while let Some(event) = self.tunnel.poll_event() {
+                assert!(self.ended.is_none(), "{event:?} after the end");
+                match event {
+                    Event::Stamp(dir) => {
+                        assert!(self.observed, "a stamp in an unobserved tunnel");
+                        let side = &self.sides[dir.index()];
+                        assert!(!self.stamped[dir.index()], "stamped twice");
+                        self.stamped[dir.index()] = true;
+                        self.stamps.push_back((dir, side.chunk.clone()));
+                    }
+                    Event::Copy(dir, bytes) => {
+                        assert!(self.observed, "a copy in an unobserved tunnel");
+                        // In stamp order; at the end, stamps whose writes were never tried
+                        // are dropped, so a later copy may pass them.
+                        let at = if self.tunnel.is_ended() {
+                            self.stamps.iter().position(|(d, _)| *d == dir)
+                        } else {
+                            Some(0)
+                        };
+                        let (stamped, chunk) = at
+                            .and_then(|at| self.stamps.remove(at))
+                            .expect("a copy with no stamp");
+                        assert_eq!(stamped, dir, "a copy out of stamp order");
+                        assert_eq!(&bytes[..], &chunk[..], "a copy of other bytes");
+                        let side = &mut self.sides[dir.index()];
+                        assert!(
+                            side.tried || side.chunk != chunk,
+                            "a copy before its write was tried"
+                        );
+                        side.copied.extend_from_slice(&bytes);
+                    }
+                    Event::Ended { why, failed } => self.ended = Some((why, failed)),
+                }
+            }
+        }
+
+        fn check(&self) {
+            for dir in Direction::BOTH {
+                let side = &self.sides[dir.index()];
+                assert!(
+                    side.read.starts_with(&side.written),
+                    "written bytes not read"
+                );
+                if self.tunnel.wants_read(dir) {
+                    assert_eq!(
+                        side.written.len(),
+                        side.read.len(),
+                        "a read while bytes wait"
+                    );
+                    assert!(
+                        side.flushed || side.chunk.is_empty(),
+                        "a read before the flush"
+                    );
+                    assert!(side.read_end.is_none(), "a read after the end");
+                }
+                if let Some(Transmit::Write(bytes)) = self.tunnel.poll_transmit(dir) {
+                    assert_eq!(
+                        bytes,
+                        &side.read[side.written.len()..],
+                        "given to write: not the unwritten rest"
+                    );
+                    assert!(
+                        !self.observed || self.stamped[dir.index()],
+                        "unstamped write"
+                    );
+                }
+                if self.observed {
+                    assert!(
+                        side.read.starts_with(&side.copied),
+                        "copies: not the bytes read"
+                    );
+                }
+                if self.ended.is_some() {
+                    assert!(
+                        !self.tunnel.wants_read(dir) && self.tunnel.poll_transmit(dir).is_none()
+                    );
+                }
+            }
+        }
+
+        fn read(&mut self, dir: Direction, len: usize) {
+            if !self.tunnel.wants_read(dir) {
+                return;
+            }
+            let side = &mut self.sides[dir.index()];
+            let start = side.read.len();
+            let chunk: Vec<u8> = (start..start + len).map(|i| (i % 251) as u8).collect();
+            side.read.extend_from_slice(&chunk);
+            side.chunk = chunk.clone();
+            side.tried = false;
+            side.flushed = false;
+            self.stamped[dir.index()] = false;
+            self.tunnel.handle_read(dir, chunk.into());
+        }
+
+        /// One step of `dir`'s writer; `take`: how much of a write it takes (`None`: it
+        /// waits; `Some(0)`: it fails).
+        fn write(&mut self, dir: Direction, take: Option<usize>) {
+            let Some(transmit) = self.tunnel.poll_transmit(dir) else {
+                return;
+            };
+            let side = &mut self.sides[dir.index()];
+            let Some(take) = take else {
+                if !matches!(transmit, Transmit::Shutdown) {
+                    side.tried = true;
+                }
+                self.tunnel.handle_write_waits(dir, self.now);
+                return;
+            };
+            match transmit {
+                Transmit::Write(bytes) => {
+                    let n = take.min(bytes.len());
+                    side.written.extend_from_slice(&bytes[..n]);
+                    side.tried = true;
+                    self.tunnel.handle_written(dir, n);
+                }
+                Transmit::Flush => {
+                    side.tried = true;
+                    side.flushed = true;
+                    self.tunnel.handle_flushed(dir);
+                }
+                Transmit::Shutdown => {
+                    assert_eq!(
+                        side.written.len(),
+                        side.read.len(),
+                        "shut with bytes unwritten"
+                    );
+                    assert_eq!(
+                        side.read_end,
+                        Some(ReadEnd::Clean),
+                        "shut without a clean end"
+                    );
+                    side.shut = true;
+                    self.tunnel.handle_shut(dir);
+                }
+            }
+        }
+
+        fn read_end(&mut self, dir: Direction, end: ReadEnd) {
+            if end == ReadEnd::Clean && !self.tunnel.wants_read(dir) {
+                return;
+            }
+            self.sides[dir.index()].read_end.get_or_insert(end);
+            self.tunnel.handle_read_end(dir, end, self.now);
+        }
+
+        fn advance(&mut self, by: Duration) {
+            self.events();
+            let before = self.ended.is_some();
+            let deadline = self.tunnel.poll_timeout();
+            self.now += by;
+            self.tunnel.handle_timeout(self.now);
+            self.events();
+            if !before && self.ended.is_some() {
+                assert!(
+                    deadline.is_some_and(|d| d <= self.now),
+                    "ended before its deadline"
+                );
+            }
+        }
+    }
+
+    let Some((&first, ops)) = data.split_first() else {
+        return;
+    };
+    let observed = first & 1 == 1;
+    let mut d = Driver {
+        tunnel: Tunnel::new(observed, SEND, GRACE),
+        observed,
+        sides: Default::default(),
+        stamps: VecDeque::new(),
+        stamped: [false; 2],
+        ended: None,
+        now: Instant::now(),
+    };
+    for op in ops.chunks(2) {
+        let (code, arg) = (op[0], op.get(1).copied().unwrap_or(0));
+        let dir = if code & 0x80 == 0 {
+            Direction::Up
+        } else {
+            Direction::Down
+        };
+        match code & 0x7f {
+            0..=29 => d.read(dir, 1 + usize::from(arg) % 24),
+            30..=69 => d.write(dir, Some(1 + usize::from(arg) % 24)),
+            70..=89 => d.write(dir, None),
+            90..=99 => d.events(),
+            100..=109 => d.read_end(dir, ReadEnd::Clean),
+            110..=111 => d.read_end(dir, ReadEnd::Broken),
+            112 => d.write(dir, Some(0)),
+            _ => d.advance(Duration::from_millis(u64::from(arg) * 500)),
+        }
+        d.check();
+    }
+    // The sides finish: every write taken, both ends clean. The machine must end.
+    for _ in 0..8 {
+        d.events();
+        for dir in Direction::BOTH {
+            for _ in 0..4 {
+                d.write(dir, Some(usize::MAX));
+            }
+            d.read_end(dir, ReadEnd::Clean);
+        }
+        d.events();
+        d.check();
+    }
+    if d.ended.is_none() {
+        // Not ended by the sides: only a deadline (a grace already running) can end it.
+        d.advance(GRACE + SEND);
+    }
+    d.check();
+    let (why, failed) = d.ended.expect("the tunnel never ended");
+    assert!(d.tunnel.poll_event().is_none(), "an event after the end");
+    if why == End::Clean {
+        assert!(!failed);
+        for side in &d.sides {
+            assert_eq!(side.written, side.read, "a clean end with bytes unwritten");
+            assert!(side.shut, "a clean end not passed on");
+        }
+    }
+    if observed {
+        for side in &d.sides {
+            assert!(
+                side.copied.len() >= side.written.len(),
+                "bytes written were never copied"
+            );
+        }
     }
 }

@@ -237,6 +237,11 @@ pub fn parse_response(buf: &[u8]) -> ResponseParsed {
             }
         }
     }
+    if coded && version == 0 {
+        // An HTTP/1.0 response has no transfer codings: its framing is faulty (RFC 9112
+        // §6.1), and hyper's client and nginx refuse it.
+        return ResponseParsed::Bad;
+    }
     let framing = if status == 204 || status == 304 {
         // No body, whatever the head says; a 204 that announces one (a coding, or a length
         // other than 0) may still send it, and those bytes would be read as the next

@@ -104,6 +104,10 @@ fn the_response_framing_is_read_as_a_client_reads_it() {
         "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
         "garbage\r\n\r\n",
+        // Found by the differential check against hyper's client (tests/hyper_agrees.rs): an
+        // HTTP/1.0 response has no transfer codings, so its framing is faulty.
+        "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nTransfer-Encoding: 0\r\n\r\n",
     ] {
         assert!(
             matches!(parse_response(bad.as_bytes()), ResponseParsed::Bad),

@@ -4,7 +4,9 @@
 //! decided once, from what was parsed, and said the same way to the next hop. This crate
 //! holds those decisions, apart from the relay's sockets and tasks, so that they can be read
 //! whole, tested on their own and fuzzed (`fuzz/`, targets `h1_request`, `h1_response`,
-//! `h1_framing`):
+//! `h1_framing`, `h1_exchange`, `h1_tunnel`). The two machines, [`Exchange`] and [`Tunnel`],
+//! are built as the correlator is: `handle_*` takes what happened, `poll_*` gives what to do,
+//! `poll_timeout` the next deadline; each has its own `Event` and `End` (in its module).
 //!
 //! - [`head`]: which request heads the relay forwards itself ([`parse_request`]) and which
 //!   it hands over to hyper; response heads ([`parse_response`]) and how their bodies end;
@@ -16,6 +18,8 @@
 //!   it ends, which bytes are payload, the trailers.
 //! - [`headers`]: tokens of a value, hop-by-hop headers, and the framing headers that no
 //!   `Connection` line can make hop-by-hop.
+//! - [`tunnel`]: a tunnel after an upgrade ([`Tunnel`]): one read in flight per direction,
+//!   copies stamped before the write, send timeout, half-close with its grace.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
@@ -23,10 +27,12 @@ pub mod exchange;
 pub mod framing;
 pub mod head;
 pub mod headers;
+pub mod tunnel;
 
-pub use exchange::{Cut, End, Event, Exchange, Timeouts, Unanswered};
+pub use exchange::{Exchange, Timeouts};
 pub use framing::{Chunked, Framing, FramingError, Scanned};
 pub use head::{
     client_head, parse_request, parse_response, upstream_head, Parsed, RequestHead, ResponseHead,
     ResponseParsed,
 };
+pub use tunnel::{Direction, ReadEnd, Transmit, Tunnel};

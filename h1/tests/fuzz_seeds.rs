@@ -2,8 +2,9 @@
 //! (`h1/fuzz/corpus/`) and fixed finding (`h1/fuzz/regressions/`), then a short generated
 //! run: heads assembled from the pieces request smuggling is made of (framing headers named in
 //! `Connection`, lengths and codings together, odd spellings of both, folded lines, bare line
-//! feeds, pipelined bytes after the head) and from plain random bytes, through the same
-//! invariants the libFuzzer targets check.
+//! feeds, pipelined bytes after the head), tunnel runs (reads, writes, waits, ends and time in
+//! both directions) and plain random bytes, through the same invariants the libFuzzer targets
+//! check.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,29 @@ const TARGETS: &[Target] = &[
     ("h1_response", harness::h1_response),
     ("h1_framing", harness::h1_framing),
     ("h1_exchange", harness::h1_exchange),
+    ("h1_tunnel", harness::h1_tunnel),
 ];
+
+/// A tunnel run for `h1_tunnel`: the observed flag, then (operation, argument) pairs, weighted
+/// towards reads and writes that go through, with waits, ends and time between.
+fn tunnel_steps() -> impl Strategy<Value = Vec<u8>> {
+    let op = prop_oneof![
+        4 => 0u8..30,   // a read
+        5 => 30u8..70,  // a write or flush taken
+        2 => 70u8..90,  // a write that waits
+        2 => 90u8..100, // the driver takes the events
+        1 => 100u8..110, // a clean end
+        1 => 110u8..113, // a broken read, a failed write
+        1 => 113u8..128, // time passes
+    ];
+    let step = (op, any::<bool>(), any::<u8>())
+        .prop_map(|(op, down, arg)| [op | if down { 0x80 } else { 0 }, arg]);
+    (any::<u8>(), prop::collection::vec(step, 0..200)).prop_map(|(first, steps)| {
+        std::iter::once(first)
+            .chain(steps.into_iter().flatten())
+            .collect()
+    })
+}
 
 fn files(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -84,5 +107,11 @@ proptest! {
         harness::h1_response(&data);
         harness::h1_framing(&data);
         harness::h1_exchange(&data);
+        harness::h1_tunnel(&data);
+    }
+
+    #[test]
+    fn generated_tunnel_interleavings_keep_their_invariants(steps in tunnel_steps()) {
+        harness::h1_tunnel(&steps);
     }
 }

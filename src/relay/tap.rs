@@ -285,7 +285,7 @@ impl Tap {
     /// latest stamp it has seen. Where two sequences of writes share a tap (a WebSocket
     /// tunnel's two directions, in one task), a copy held across a write that waits could be
     /// queued after a copy stamped later and be dated late; there the copy is sent before the
-    /// task yields (`ws::pass`).
+    /// task yields (`ws::splice`, the `h1::Tunnel` machine).
     pub fn stamp(&self) -> Option<Stamp<'_>> {
         if Shared::time(&self.shared.overflow_at).is_some() {
             return None;
@@ -1183,39 +1183,10 @@ mod tests {
         while rx.recv().await.is_some() {}
     }
 
-    /// A writer whose first write waits (and asks to be polled again); later ones take all.
-    struct WaitsOnce(bool);
-
-    impl tokio::io::AsyncWrite for WaitsOnce {
-        fn poll_write(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            if !std::mem::replace(&mut self.0, true) {
-                cx.waker().wake_by_ref();
-                return std::task::Poll::Pending;
-            }
-            std::task::Poll::Ready(Ok(buf.len()))
-        }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
     #[tokio::test]
     async fn a_tunnel_copy_whose_write_waits_is_queued_before_the_other_direction_goes_on() {
-        use crate::relay::body::Flow;
-        use std::sync::atomic::AtomicU64;
+        use std::time::Duration;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let Recording {
             tap,
             mut rx,
@@ -1223,32 +1194,44 @@ mod tests {
             ..
         } = rig().recording(8, false, vec![mark("open")]);
         assert_eq!(word(&rx.recv().await.unwrap().1), "open");
-        let count = AtomicU64::new(0);
-        let (mut waits, mut takes) = (WaitsOnce(false), WaitsOnce(true));
-        {
-            let down = super::super::ws::pass(
-                Bytes::from_static(b"down"),
-                &mut waits,
-                Some(&tap),
-                Flow::Response,
-                &count,
-            );
-            tokio::pin!(down);
-            assert!(futures_util::poll!(down.as_mut()).is_pending());
-            // While the upstream's bytes wait to be written, the client's pass, stamped later.
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            let up = super::super::ws::pass(
-                Bytes::from_static(b"up"),
-                &mut takes,
-                Some(&tap),
-                Flow::Request,
-                &count,
-            );
-            assert!(up.await);
-            assert!(down.await);
-        }
-        assert_eq!(count.load(Ordering::Relaxed), 6);
-        drop(tap);
+        let (mut client, client_end) = tokio::io::duplex(64);
+        let (mut upstream, upstream_end) = tokio::io::duplex(64);
+        // The client's side takes one byte and then waits until the client reads.
+        let (to_client, mut client_reads) = tokio::io::duplex(1);
+        let (cr, _) = tokio::io::split(client_end);
+        let (ur, _) = tokio::io::split(upstream_end);
+        let log = crate::relay::exchange::ExchangeLog::new("t", &http::Method::GET, "/");
+        let timers = crate::relay::timers::Timers::new(tokio::runtime::Handle::current());
+        let splice = super::super::ws::splice(
+            (Bytes::new(), Box::new(cr), Box::new(to_client)),
+            (Bytes::new(), Box::new(ur), Box::new(tokio::io::sink())),
+            Some(tap),
+            &log,
+            &timers,
+        );
+        tokio::pin!(splice);
+        // The splice runs for a while (it cannot end: both sides are open).
+        let step = Duration::from_millis(2);
+        upstream.write_all(b"down").await.unwrap();
+        assert!(tokio::time::timeout(step, splice.as_mut()).await.is_err());
+        // While the upstream's bytes wait to be written, the client's pass, stamped later.
+        client.write_all(b"up").await.unwrap();
+        assert!(tokio::time::timeout(step, splice.as_mut()).await.is_err());
+        drop((client, upstream));
+        let mut down = Vec::new();
+        let (read, ()) = tokio::join!(client_reads.read_to_end(&mut down), splice);
+        read.unwrap();
+        assert_eq!(down, b"down");
+        assert_eq!(
+            log.bytes(crate::relay::body::Flow::Request)
+                .load(Ordering::Relaxed),
+            2
+        );
+        assert_eq!(
+            log.bytes(crate::relay::body::Flow::Response)
+                .load(Ordering::Relaxed),
+            4
+        );
         let mut got = Vec::new();
         while let Some(ev) = rx.recv().await {
             got.push(ev);

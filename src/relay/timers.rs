@@ -68,31 +68,12 @@ impl Timers {
     }
 }
 
-impl Timers {
-    /// [`Timers::timeout`], with the timer set only if `work` does not finish at its first
-    /// poll. For a write to a client: one that the socket takes at once (nearly every write)
-    /// costs no timer, and a client that stops reading is still bounded.
-    pub async fn timeout_if_waits<F: Future>(
-        &self,
-        wait: Duration,
-        work: F,
-    ) -> Result<F::Output, Elapsed> {
-        let mut work = std::pin::pin!(work);
-        if let Poll::Ready(out) =
-            std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await
-        {
-            return Ok(out);
-        }
-        self.timeout(wait, work).await
-    }
-}
-
 /// How long a write to a client may wait for the client to take bytes before the exchange
 /// (or tunnel) is ended, as nginx's `send_timeout` (60 s). A client that stops reading holds
 /// only its own exchange, its upstream connection and one read's bytes, and only this long.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The one timer of a sans-IO machine ([`h1::Exchange`]): set for the machine's next
+/// The one timer of a sans-IO machine ([`h1::Exchange`], [`h1::Tunnel`]): set for its next
 /// deadline (its `poll_timeout`) at the first poll, not before (an exchange that never waits
 /// costs none), and set again only when that deadline comes earlier. A deadline that moves
 /// later (a body that made progress) leaves the timer as it is: when it fires, the machine's
@@ -219,22 +200,6 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         panic!("the hour-long timer still runs after its Sleep was dropped");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_timeout_if_waits_sets_no_timer_for_work_done_at_once_and_bounds_the_rest() {
-        let timers = Timers::new(Handle::current());
-        let before = Handle::current().metrics().num_alive_tasks();
-        let quick = timers.timeout_if_waits(Duration::from_secs(3600), async { 7 });
-        let mut quick = std::pin::pin!(quick);
-        // Done at its first poll, and no timer task was ever spawned for it.
-        assert_eq!(futures_util::poll!(quick.as_mut()), Poll::Ready(Ok(7)));
-        assert_eq!(Handle::current().metrics().num_alive_tasks(), before);
-        // Work that waits is bounded like any timeout.
-        let slow = timers
-            .timeout_if_waits(Duration::from_millis(20), std::future::pending::<()>())
-            .await;
-        assert_eq!(slow, Err(Elapsed));
     }
 
     #[tokio::test]

@@ -53,8 +53,8 @@ use super::state::State;
 use super::tap::{Tap, TapMsg};
 use super::timers::{Deadline, Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
-use h1::exchange::MAX_PIECES;
-use h1::{Cut, End, Event, Exchange, Parsed, RequestHead, Timeouts, Unanswered};
+use h1::exchange::{Cut, End, Event, Unanswered, MAX_PIECES};
+use h1::{Exchange, Parsed, RequestHead, Timeouts};
 
 /// Read buffer growth.
 const READ_CHUNK: usize = 16 * 1024;

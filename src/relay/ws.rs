@@ -5,12 +5,14 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use h1::tunnel::{End, Event};
+use h1::{Direction, ReadEnd, Transmit, Tunnel};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{Either, Full};
@@ -18,8 +20,9 @@ use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_util::io::poll_read_buf;
 
 use super::body::{Flow, RelayBody};
 use super::dispatch::rest_path;
@@ -31,7 +34,7 @@ use super::mounts::Mount;
 use super::observer;
 use super::state::State;
 use super::tap::{Stamp, Tap};
-use super::timers::{Timers, SEND_TIMEOUT};
+use super::timers::{Deadline, Timers, SEND_TIMEOUT};
 use super::verbatim::Prefixed;
 
 /// How long one direction of a tunnel may still run after the other ended cleanly (the
@@ -119,52 +122,9 @@ pub async fn forward_upgrade(
     Response::from_parts(parts, Either::Right(Full::default()))
 }
 
-enum End {
-    /// The reader saw a clean end of stream.
-    Eof,
-    /// Reading or writing failed (a reset, an abrupt close).
-    Broken,
-}
-
-/// Copies one direction until it ends. Each read is written out in full and flushed before the
-/// next; a clone of the same bytes goes to the tap.
-async fn pump<R, W>(
-    mut from: R,
-    mut to: W,
-    tap: Option<&Tap>,
-    flow: Flow,
-    log: &ExchangeLog,
-    timers: &Timers,
-) -> (W, End)
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    loop {
-        if buf.capacity() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
-        }
-        match from.read_buf(&mut buf).await {
-            Ok(0) => return (to, End::Eof),
-            Ok(_) => {}
-            Err(_) => return (to, End::Broken),
-        }
-        // A peer that takes nothing for SEND_TIMEOUT ends the tunnel (its copy was handed
-        // over when the write began to wait: it holds no watermark meanwhile).
-        let passed = timers.timeout_if_waits(
-            SEND_TIMEOUT,
-            pass(buf.split().freeze(), &mut to, tap, flow, log.bytes(flow)),
-        );
-        if passed.await != Ok(true) {
-            return (to, End::Broken);
-        }
-    }
-}
-
 /// One end of a tunnel, split for the two directions.
-type Reader = Box<dyn AsyncRead + Unpin + Send>;
-type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+pub(super) type Reader = Box<dyn AsyncRead + Unpin + Send>;
+pub(super) type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
 /// Splits one end of a tunnel for the splice, with the bytes hyper had already read from it
 /// (a frame sent right behind the handshake): a plain socket (the client's, an `http`
@@ -199,103 +159,169 @@ fn open(end: Upgraded) -> (Bytes, Reader, Writer) {
     }
 }
 
-/// Passes one read on in full (flushed), counted, with its copy to the tap; `false` if the
-/// other end cannot take it. The copy is stamped before the write and, as on the verbatim
-/// path, handed over after it, unless the write has to wait: then it is handed over before
-/// the wait. Both directions feed one tap from one task, so a copy held across a wait could
-/// be queued after a copy of the other direction stamped later ([`Tap::stamp`]); handed over
-/// before this task yields, copies are queued in the order they were stamped.
-pub(super) async fn pass<W: AsyncWrite + Unpin>(
-    chunk: Bytes,
-    to: &mut W,
-    tap: Option<&Tap>,
-    flow: Flow,
-    count: &AtomicU64,
-) -> bool {
-    count.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-    let mut stamp = tap.and_then(Tap::stamp);
-    let hand_over = |stamp: &mut Option<_>| {
-        if let Some(stamp) = stamp.take() {
-            Stamp::send(stamp, flow.websocket_copy(chunk.clone()));
+/// Drives one tunnel's [`Tunnel`] machine: the reads, writes and timer it asks for, and the
+/// copies it says to stamp and hand over. Nothing here decides what comes next.
+struct Splice<'t> {
+    tunnel: Tunnel,
+    /// Indexed by [`Direction::index`]: `Up` reads the client and writes the upstream.
+    readers: [Reader; 2],
+    writers: [Writer; 2],
+    bufs: [BytesMut; 2],
+    tap: Option<&'t Tap>,
+    stamps: [Option<Stamp<'t>>; 2],
+    log: &'t ExchangeLog,
+    /// The timer for the machine's next deadline.
+    deadline: Deadline,
+}
+
+fn flow(dir: Direction) -> Flow {
+    match dir {
+        Direction::Up => Flow::Request,
+        Direction::Down => Flow::Response,
+    }
+}
+
+impl<'t> Splice<'t> {
+    /// Carries out the machine's events; its end, once it ends.
+    fn run_events(&mut self) -> Option<(End, bool)> {
+        while let Some(event) = self.tunnel.poll_event() {
+            match event {
+                Event::Stamp(dir) => self.stamps[dir.index()] = self.tap.and_then(Tap::stamp),
+                Event::Copy(dir, bytes) => {
+                    if let Some(stamp) = self.stamps[dir.index()].take() {
+                        stamp.send(flow(dir).websocket_copy(bytes));
+                    }
+                }
+                Event::Ended { why, failed } => return Some((why, failed)),
+            }
         }
-    };
-    let mut written = 0;
-    let passed = poll_fn(|cx| {
-        while written < chunk.len() {
-            match Pin::new(&mut *to).poll_write(cx, &chunk[written..]) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
-                Poll::Ready(Ok(n)) => written += n,
-                Poll::Pending => {
-                    hand_over(&mut stamp);
-                    return Poll::Pending;
+        None
+    }
+
+    /// Writes, flushes and shutdowns the machine asks for, each until it is done or waits.
+    fn run_transmits(&mut self, cx: &mut Context<'_>) {
+        for dir in Direction::BOTH {
+            let mut to = Pin::new(&mut self.writers[dir.index()]);
+            while let Some(transmit) = self.tunnel.poll_transmit(dir) {
+                let done = match transmit {
+                    Transmit::Write(bytes) => to.as_mut().poll_write(cx, bytes).map(|r| match r {
+                        Ok(n) => self.tunnel.handle_written(dir, n),
+                        Err(_) => self.tunnel.handle_write_failed(dir),
+                    }),
+                    Transmit::Flush => to.as_mut().poll_flush(cx).map(|r| match r {
+                        Ok(()) => self.tunnel.handle_flushed(dir),
+                        Err(_) => self.tunnel.handle_write_failed(dir),
+                    }),
+                    // Passing an end on is as far as it goes: an error there is no news.
+                    Transmit::Shutdown => to
+                        .as_mut()
+                        .poll_shutdown(cx)
+                        .map(|_| self.tunnel.handle_shut(dir)),
+                };
+                if done.is_pending() {
+                    self.tunnel.handle_write_waits(dir, Instant::now());
+                    break;
                 }
             }
         }
-        match Pin::new(&mut *to).poll_flush(cx) {
-            Poll::Ready(r) => Poll::Ready(r.is_ok()),
-            Poll::Pending => {
-                hand_over(&mut stamp);
-                Poll::Pending
+    }
+
+    /// Reads the machine allows; whether any completed.
+    fn run_reads(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut moved = false;
+        for dir in Direction::BOTH {
+            if !self.tunnel.wants_read(dir) {
+                continue;
+            }
+            let buf = &mut self.bufs[dir.index()];
+            if buf.capacity() < READ_CHUNK / 4 {
+                buf.reserve(READ_CHUNK);
+            }
+            let from = Pin::new(&mut self.readers[dir.index()]);
+            match poll_read_buf(from, cx, buf) {
+                Poll::Pending => continue,
+                Poll::Ready(Ok(0)) => {
+                    self.tunnel
+                        .handle_read_end(dir, ReadEnd::Clean, Instant::now())
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.log
+                        .bytes(flow(dir))
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    self.tunnel.handle_read(dir, buf.split().freeze());
+                }
+                Poll::Ready(Err(_)) => {
+                    self.tunnel
+                        .handle_read_end(dir, ReadEnd::Broken, Instant::now())
+                }
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// The timer for the machine's next deadline, set only when there is one (a write that
+    /// waits, a half-close); whether it fired.
+    fn run_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.deadline.poll(cx, self.tunnel.poll_timeout()) {
+            Poll::Ready(now) => {
+                self.tunnel.handle_timeout(now);
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<(End, bool)> {
+        loop {
+            // Stamps before the writes they date, copies before this task reads on or waits.
+            if let Some(end) = self.run_events() {
+                return Poll::Ready(end);
+            }
+            self.run_transmits(cx);
+            if let Some(end) = self.run_events() {
+                return Poll::Ready(end);
+            }
+            // A write that finished lets its direction be read; one that waits holds it back.
+            if !self.run_reads(cx) && !self.run_timer(cx) {
+                return Poll::Pending;
             }
         }
-    })
-    .await;
-    hand_over(&mut stamp);
-    passed
+    }
 }
 
-/// The splice: early bytes first, then both directions until one ends; a clean end is
-/// passed on and the other direction gets [`HALF_CLOSE_GRACE`] to finish.
-async fn splice(
-    (client_early, cr, mut cw): (Bytes, Reader, Writer),
-    (upstream_early, ur, mut uw): (Bytes, Reader, Writer),
+/// The splice: what hyper had read ahead from either end (a frame sent right behind the
+/// handshake) first, then both directions until the tunnel ends (the [`Tunnel`] machine).
+pub(super) async fn splice(
+    (client_early, cr, cw): (Bytes, Reader, Writer),
+    (upstream_early, ur, uw): (Bytes, Reader, Writer),
     tap: Option<Tap>,
     log: &ExchangeLog,
     timers: &Timers,
 ) {
-    let tap_ref = tap.as_ref();
-    // What hyper had read ahead from either end (a frame sent right behind the handshake)
-    // goes first.
-    let mut early_passed = true;
-    for (early, to, flow) in [
-        (client_early, &mut uw, Flow::Request),
-        (upstream_early, &mut cw, Flow::Response),
+    let mut splice = Splice {
+        tunnel: Tunnel::new(tap.is_some(), SEND_TIMEOUT, HALF_CLOSE_GRACE),
+        readers: [cr, ur],
+        writers: [uw, cw],
+        bufs: [BytesMut::new(), BytesMut::new()],
+        tap: tap.as_ref(),
+        stamps: [None, None],
+        log,
+        deadline: Deadline::new(timers),
+    };
+    for (dir, early) in [
+        (Direction::Up, client_early),
+        (Direction::Down, upstream_early),
     ] {
-        if early_passed && !early.is_empty() {
-            early_passed = timers
-                .timeout_if_waits(
-                    SEND_TIMEOUT,
-                    pass(early, to, tap_ref, flow, log.bytes(flow)),
-                )
-                .await
-                == Ok(true);
+        if !early.is_empty() {
+            log.bytes(flow(dir))
+                .fetch_add(early.len() as u64, Ordering::Relaxed);
+            splice.tunnel.handle_read(dir, early);
         }
     }
-    if !early_passed {
+    let (_, failed) = poll_fn(|cx| splice.poll_end(cx)).await;
+    if failed {
         log.fail(Failure::Reset);
-        return;
-    }
-    let up = pump(cr, uw, tap_ref, Flow::Request, log, timers);
-    let down = pump(ur, cw, tap_ref, Flow::Response, log, timers);
-    tokio::pin!(up, down);
-    tokio::select! {
-        (mut uw, end) = &mut up => {
-            if let End::Eof = end {
-                // The client finished sending: pass the end on, let the upstream finish.
-                let _ = uw.shutdown().await;
-                let _ = timers.timeout(HALF_CLOSE_GRACE, &mut down).await;
-            } else {
-                log.fail(Failure::Reset);
-            }
-        }
-        (mut cw, end) = &mut down => {
-            if let End::Eof = end {
-                let _ = cw.shutdown().await;
-                let _ = timers.timeout(HALF_CLOSE_GRACE, &mut up).await;
-            } else {
-                log.fail(Failure::Reset);
-            }
-        }
     }
     // Dropping both halves of both sides closes the connections.
 }
