@@ -368,6 +368,20 @@ mod fast {
         v.wrapping_sub(ONES) & !v & HIGH
     }
 
+    /// Where the first `"` of `b` is: eight bytes at a time (ids and keys are 1 to 20 bytes:
+    /// memchr's setup cost more than it saved), then byte by byte near the line's end.
+    fn until_quote(b: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        while let Some(word) = b.get(at..at + 8) {
+            let found = quotes(u64::from_le_bytes(word.try_into().ok()?));
+            if found != 0 {
+                return Some(at + found.trailing_zeros() as usize / 8);
+            }
+            at += 8;
+        }
+        Some(at + b.get(at..)?.iter().position(|&c| c == b'"')?)
+    }
+
     #[test]
     fn the_word_test_finds_exactly_the_quotes_the_byte_test_does() {
         for at in 0..8 {
@@ -456,28 +470,19 @@ mod fast {
         fn string(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
-            let b = self.s.as_bytes();
-            let mut end = start;
-            // Eight bytes at a time (ids and keys are 1 to 20 bytes: memchr's setup cost more
-            // than it saved), then byte by byte near the line's end.
-            loop {
-                match b.get(end..end + 8) {
-                    Some(word) => {
-                        let found = quotes(u64::from_le_bytes(word.try_into().ok()?));
-                        if found != 0 {
-                            end += found.trailing_zeros() as usize / 8;
-                            break;
-                        }
-                        end += 8;
-                    }
-                    None => {
-                        end += b.get(end..)?.iter().position(|&c| c == b'"')?;
-                        break;
-                    }
-                }
-            }
-            self.i = end + 1;
-            self.s.get(start..end)
+            let len = until_quote(self.s.as_bytes().get(start..)?)?;
+            self.i += len + 1;
+            self.s.get(start..start + len)
+        }
+
+        /// A key: its bytes up to the next `"` (keys are plain words, compared as bytes; a
+        /// key that is not one of ours sends the line to the strict path either way).
+        fn key(&mut self) -> Option<&'a [u8]> {
+            self.eat(b'"')?;
+            let rest = self.s.as_bytes().get(self.i..)?;
+            let len = until_quote(rest)?;
+            self.i += len + 1;
+            Some(&rest[..len])
         }
 
         /// A string, or `null`.
@@ -627,41 +632,41 @@ mod fast {
         sc.eat(b'{')?;
         if sc.peek()? != b'}' {
             loop {
-                let key = sc.string()?;
+                let key = sc.key()?;
                 sc.eat(b':')?;
                 // By length first, then the text: a match on the text alone compared it with
                 // each key in turn.
                 let (bit, ok) = match (key.len(), key) {
-                    (4, "type") => (0, sc.string().map(|v| l.ty = Some(v))),
-                    (1, "t") => (1, sc.number().map(|v| l.t = Some(v))),
-                    (6, "stream") => (2, sc.slot().map(|v| l.stream = v)),
-                    (6, "client") => (3, sc.string().map(|v| l.client = Some(v))),
-                    (9, "transport") => (4, sc.string().map(|v| l.transport = Some(v))),
-                    (6, "thread") => (5, sc.slot().map(|v| l.thread = v)),
-                    (7, "request") => (6, sc.slot().map(|v| l.request = v)),
-                    (17, "previous_response") => (7, sc.slot().map(|v| l.previous_response = v)),
-                    (7, "outputs") => (8, sc.strings().map(|v| l.outputs = Some(v))),
-                    (8, "response") => (9, sc.slot().map(|v| l.response = v)),
-                    (4, "call") => (10, sc.slot().map(|v| l.call = v)),
-                    (4, "item") => (11, sc.slot().map(|v| l.item = v)),
-                    (4, "name") => (12, sc.slot().map(|v| l.name = v)),
-                    (9, "namespace") => (13, sc.slot().map(|v| l.namespace = v)),
-                    (4, "kind") => (14, sc.string().map(|v| l.kind = Some(v))),
-                    (6, "status") => (15, sc.string().map(|v| l.status = Some(v))),
-                    (6, "reason") => (16, sc.slot().map(|v| l.reason = v)),
-                    (8, "interval") => (17, sc.slot().map(|v| l.interval = v)),
-                    (5, "alias") => (18, sc.slot().map(|v| l.alias = v)),
-                    (4, "tool") => (19, sc.slot().map(|v| l.tool = v)),
-                    (5, "start") => (20, sc.number().map(|v| l.start = Some(v))),
-                    (3, "end") => (21, sc.number().map(|v| l.end = Some(v))),
-                    (7, "outcome") => (22, sc.string().map(|v| l.outcome = Some(v))),
-                    (11, "tool_use_id") => (23, sc.slot().map(|v| l.tool_use_id = v)),
-                    (7, "item_id") => (24, sc.slot().map(|v| l.item_id = v)),
-                    (7, "call_id") => (25, sc.slot().map(|v| l.call_id = v)),
-                    (4, "host") => (26, sc.slot().map(|v| l.host = v)),
-                    (5, "model") => (27, sc.slot().map(|v| l.model = v)),
-                    (5, "usage") => (28, sc.usage().map(|v| l.usage = Some(v))),
-                    (11, "stop_reason") => (29, sc.slot().map(|v| l.stop_reason = v)),
+                    (4, b"type") => (0, sc.string().map(|v| l.ty = Some(v))),
+                    (1, b"t") => (1, sc.number().map(|v| l.t = Some(v))),
+                    (6, b"stream") => (2, sc.slot().map(|v| l.stream = v)),
+                    (6, b"client") => (3, sc.string().map(|v| l.client = Some(v))),
+                    (9, b"transport") => (4, sc.string().map(|v| l.transport = Some(v))),
+                    (6, b"thread") => (5, sc.slot().map(|v| l.thread = v)),
+                    (7, b"request") => (6, sc.slot().map(|v| l.request = v)),
+                    (17, b"previous_response") => (7, sc.slot().map(|v| l.previous_response = v)),
+                    (7, b"outputs") => (8, sc.strings().map(|v| l.outputs = Some(v))),
+                    (8, b"response") => (9, sc.slot().map(|v| l.response = v)),
+                    (4, b"call") => (10, sc.slot().map(|v| l.call = v)),
+                    (4, b"item") => (11, sc.slot().map(|v| l.item = v)),
+                    (4, b"name") => (12, sc.slot().map(|v| l.name = v)),
+                    (9, b"namespace") => (13, sc.slot().map(|v| l.namespace = v)),
+                    (4, b"kind") => (14, sc.string().map(|v| l.kind = Some(v))),
+                    (6, b"status") => (15, sc.string().map(|v| l.status = Some(v))),
+                    (6, b"reason") => (16, sc.slot().map(|v| l.reason = v)),
+                    (8, b"interval") => (17, sc.slot().map(|v| l.interval = v)),
+                    (5, b"alias") => (18, sc.slot().map(|v| l.alias = v)),
+                    (4, b"tool") => (19, sc.slot().map(|v| l.tool = v)),
+                    (5, b"start") => (20, sc.number().map(|v| l.start = Some(v))),
+                    (3, b"end") => (21, sc.number().map(|v| l.end = Some(v))),
+                    (7, b"outcome") => (22, sc.string().map(|v| l.outcome = Some(v))),
+                    (11, b"tool_use_id") => (23, sc.slot().map(|v| l.tool_use_id = v)),
+                    (7, b"item_id") => (24, sc.slot().map(|v| l.item_id = v)),
+                    (7, b"call_id") => (25, sc.slot().map(|v| l.call_id = v)),
+                    (4, b"host") => (26, sc.slot().map(|v| l.host = v)),
+                    (5, b"model") => (27, sc.slot().map(|v| l.model = v)),
+                    (5, b"usage") => (28, sc.usage().map(|v| l.usage = Some(v))),
+                    (11, b"stop_reason") => (29, sc.slot().map(|v| l.stop_reason = v)),
                     _ => return None,
                 };
                 l.v2_keys |= bit >= 26;
