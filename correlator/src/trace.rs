@@ -1549,9 +1549,8 @@ mod tests {
         parse_event(&object(line)?, Version::V1).map(Event::into_owned)
     }
 
-    #[test]
-    fn the_fast_path_reads_every_written_line_as_the_strict_path_does() {
-        let lines = [
+    /// Lines the fast path must take, each as the strict path reads it.
+    const TAKEN: &[&str] = &[
             OPEN,
             r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
             r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
@@ -1578,12 +1577,54 @@ mod tests {
             r#"{"type":"stream_close","t":0.30000000000000004,"stream":"s1"}"#,
             r#"{"type":"stream_close","t":123456789012.25,"stream":"s1"}"#,
             r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
-        ];
-        for line in lines {
+    ];
+
+    #[test]
+    fn the_fast_path_reads_every_written_line_as_the_strict_path_does() {
+        for &line in TAKEN {
             let fast = fast::event(line, Version::V2).map(Event::into_owned);
             assert!(fast.is_some(), "the fast path should take {line}");
             assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
         }
+    }
+
+    #[test]
+    fn a_line_changed_anywhere_is_read_by_the_fast_path_as_the_strict_path_reads_it_or_left_to_it() {
+        // Each taken line with one to three bytes replaced, inserted or removed (bytes that
+        // matter to JSON most of the time): whatever the fast path takes, the strict path
+        // must read the same.
+        const BYTES: &[u8] = b"\"\\:,{}[] \t\n0123456789.-eEnultrsa\x00\x1f\x7f\xc3\xa9";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut taken = 0;
+        for _ in 0..200_000 {
+            let mut line = TAKEN[next() as usize % TAKEN.len()].as_bytes().to_vec();
+            for _ in 0..1 + next() % 3 {
+                let at = next() as usize % (line.len() + 1);
+                let byte = BYTES[next() as usize % BYTES.len()];
+                match next() % 3 {
+                    0 if at < line.len() => line[at] = byte,
+                    1 => line.insert(at, byte),
+                    _ if at < line.len() => {
+                        line.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            let Ok(line) = std::str::from_utf8(&line) else {
+                continue;
+            };
+            if let Some(fast) = fast::event(line, Version::V2).map(Event::into_owned) {
+                assert_eq!(Ok(fast), strict(line), "{line}");
+                taken += 1;
+            }
+        }
+        assert!(taken > 5_000, "the fast path took only {taken} changed lines");
     }
 
     #[test]
