@@ -411,7 +411,11 @@ mod fast {
                 for byte in 0..=255u8 {
                     let mut line = vec![b'a'; len];
                     line[at] = byte;
-                    assert_eq!(plain(&line), byte != b'\\' && byte >= 0x20, "{byte:#x} at {at}/{len}");
+                    assert_eq!(
+                        plain(&line),
+                        byte != b'\\' && byte >= 0x20,
+                        "{byte:#x} at {at}/{len}"
+                    );
                 }
             }
         }
@@ -1551,32 +1555,32 @@ mod tests {
 
     /// Lines the fast path must take, each as the strict path reads it.
     const TAKEN: &[&str] = &[
-            OPEN,
-            r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
-            r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
-            r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c2"]}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt-5.1-codex"}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":null}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":0,"cache_read":1000000,"cache_creation":7},"stop_reason":"tool_use"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":null}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{ "output" : 3 },"stop_reason":"other"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":null}"#,
-            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
-            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
-            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
-            r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
-            r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
-            r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
-            // Numbers as `json::push_ms` writes them, down to the last bit.
-            r#"{"type":"stream_close","t":0.05,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":0.30000000000000004,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":123456789012.25,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
+        OPEN,
+        r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
+        r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c2"]}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt-5.1-codex"}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":null}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":0,"cache_read":1000000,"cache_creation":7},"stop_reason":"tool_use"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":null}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{ "output" : 3 },"stop_reason":"other"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":null}"#,
+        r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+        r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
+        r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
+        r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
+        r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
+        r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
+        r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
+        r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
+        // Numbers as `json::push_ms` writes them, down to the last bit.
+        r#"{"type":"stream_close","t":0.05,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":0.30000000000000004,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":123456789012.25,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
     ];
 
     #[test]
@@ -1589,7 +1593,8 @@ mod tests {
     }
 
     #[test]
-    fn a_line_changed_anywhere_is_read_by_the_fast_path_as_the_strict_path_reads_it_or_left_to_it() {
+    fn a_line_changed_anywhere_is_read_by_the_fast_path_as_the_strict_path_reads_it_or_left_to_it()
+    {
         // Each taken line with one to three bytes replaced, inserted or removed (bytes that
         // matter to JSON most of the time): whatever the fast path takes, the strict path
         // must read the same.
@@ -1624,7 +1629,10 @@ mod tests {
                 taken += 1;
             }
         }
-        assert!(taken > 5_000, "the fast path took only {taken} changed lines");
+        assert!(
+            taken > 5_000,
+            "the fast path took only {taken} changed lines"
+        );
     }
 
     #[test]
