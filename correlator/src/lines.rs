@@ -481,7 +481,7 @@ impl<R: BufRead> LineSource<R> {
                 Ok(_) => break (start, end),
             }
         };
-        match std::str::from_utf8(&self.buf[start..end]) {
+        match simdutf8::basic::from_utf8(&self.buf[start..end]) {
             Ok(text) => Some(Ok((text.trim_end_matches(['\n', '\r']), &self.at))),
             Err(_) => Some(Err(self.fail(line_fault(Problem::NotUtf8)))),
         }

@@ -346,41 +346,79 @@ mod fast {
         v2_keys: bool,
     }
 
-    /// Flags (the high bit of a byte) where the eight bytes of `w` (little-endian) are `"`, `\\`
-    /// or a control byte (below 0x20): the classic "has a zero byte" test on `w` XOR each of the
-    /// two bytes, and its "has a byte less than n" form for the control bytes. Non-zero exactly
-    /// when there is one, and its lowest flag is the first.
-    fn special(w: u64) -> u64 {
+    /// Whether a line has no `\` and no control byte (below 0x20) anywhere: then each of its
+    /// strings ends at the next `"`, and the only whitespace it can have is the space. One pass
+    /// over the line (without an early exit, so the compiler does it 16 bytes at a time) is
+    /// cheaper than asking at every byte of every string; a line with either is left to the
+    /// strict path (escapes are rare in a trace, tabs rarer).
+    fn plain(line: &[u8]) -> bool {
+        !line
+            .iter()
+            .fold(false, |any, &c| any | (c == b'\\') | (c < 0x20))
+    }
+
+    /// Flags (the high bit of a byte) where the eight bytes of `w` (little-endian) are `"`: the
+    /// classic "has a zero byte" test on `w` XOR eight quotes. Non-zero exactly when there is
+    /// one, and its lowest flag is the first (a false flag can only follow a true one, where
+    /// the subtraction borrowed).
+    fn quotes(w: u64) -> u64 {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
-        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-        let quote = zero(w ^ (ONES * u64::from(b'"')));
-        let backslash = zero(w ^ (ONES * u64::from(b'\\')));
-        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        quote | backslash | control
+        let v = w ^ (ONES * u64::from(b'"'));
+        v.wrapping_sub(ONES) & !v & HIGH
+    }
+
+    /// Where the first `"` of `b` is: eight bytes at a time (ids and keys are 1 to 20 bytes:
+    /// memchr's setup cost more than it saved), then byte by byte near the line's end.
+    fn until_quote(b: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        while let Some(word) = b.get(at..at + 8) {
+            let found = quotes(u64::from_le_bytes(word.try_into().ok()?));
+            if found != 0 {
+                return Some(at + found.trailing_zeros() as usize / 8);
+            }
+            at += 8;
+        }
+        Some(at + b.get(at..)?.iter().position(|&c| c == b'"')?)
     }
 
     #[test]
-    fn the_word_test_finds_exactly_the_bytes_the_byte_test_does() {
+    fn the_word_test_finds_exactly_the_quotes_the_byte_test_does() {
         for at in 0..8 {
             for byte in 0..=255u8 {
                 let mut word = [b'a'; 8];
                 word[at] = byte;
-                let want = byte == b'"' || byte == b'\\' || byte < 0x20;
-                let flags = special(u64::from_le_bytes(word));
-                assert_eq!(flags != 0, want, "{byte:#x} at {at}");
-                if want {
+                let flags = quotes(u64::from_le_bytes(word));
+                assert_eq!(flags != 0, byte == b'"', "{byte:#x} at {at}");
+                if byte == b'"' {
                     assert_eq!(flags.trailing_zeros() / 8, at as u32, "{byte:#x} at {at}");
                 }
             }
         }
-        // Bytes of UTF-8 sequences (0x80 and up) are never special, whatever their neighbours.
-        assert_eq!(special(u64::from_le_bytes(*b"\xe2\x80\x94a\xff\x80 ~")), 0);
-        // Two special bytes: the first is found, whatever follows it.
-        assert_eq!(
-            special(u64::from_le_bytes(*b"ab\"\x00\\\"\x1fc")).trailing_zeros() / 8,
-            2
-        );
+        // Bytes of UTF-8 sequences (0x80 and up) are never quotes, whatever their neighbours.
+        assert_eq!(quotes(u64::from_le_bytes(*b"\xe2\x80\x94a\xff\x80 ~")), 0);
+        // Two quotes, or a quote before bytes that borrow: the first is found.
+        for word in [*b"ab\"\x00\\\"\x1fc", *b"\"!\"\"#\x00\x01\"", *b"ab\"#####"] {
+            let first = word.iter().position(|&c| c == b'"').unwrap() as u32;
+            assert_eq!(quotes(u64::from_le_bytes(word)).trailing_zeros() / 8, first);
+        }
+    }
+
+    #[test]
+    fn a_line_is_plain_exactly_when_no_byte_is_a_backslash_or_a_control_byte() {
+        for len in [0, 1, 15, 16, 17, 31, 33, 140] {
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut line = vec![b'a'; len];
+                    line[at] = byte;
+                    assert_eq!(
+                        plain(&line),
+                        byte != b'\\' && byte >= 0x20,
+                        "{byte:#x} at {at}/{len}"
+                    );
+                }
+            }
+        }
     }
 
     /// Powers of ten up to 10^18 (a number has at most 18 digits here), each an exact `f64`.
@@ -418,10 +456,10 @@ mod fast {
     }
 
     impl<'a> Scan<'a> {
-        /// The next byte after JSON whitespace.
+        /// The next byte after whitespace (only spaces: the line is [`plain`]).
         fn peek(&mut self) -> Option<u8> {
             let b = self.s.as_bytes();
-            while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(self.i) {
+            while b.get(self.i) == Some(&b' ') {
                 self.i += 1;
             }
             b.get(self.i).copied()
@@ -431,37 +469,24 @@ mod fast {
             (self.peek()? == c).then(|| self.i += 1)
         }
 
-        /// A string with no escapes and no control characters, borrowed from the line (it
-        /// is cut at ASCII quotes, so it stays valid UTF-8).
+        /// A string, borrowed from the line: on a [`plain`] line, everything up to the next
+        /// `"` (cut at ASCII quotes, so it stays valid UTF-8).
         fn string(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.i;
-            let b = self.s.as_bytes();
-            let mut end = start;
-            // Eight bytes at a time while none of them ends the string or needs escaping (ids
-            // and keys are 4 to 20 bytes: memchr's setup cost more than it saved), then byte by
-            // byte to the one that does.
-            while let Some(word) = b.get(end..end + 8) {
-                let found = special(u64::from_le_bytes(word.try_into().ok()?));
-                if found != 0 {
-                    // The lowest flagged byte is the first special one (a false flag can only
-                    // follow a true one, where the subtraction borrowed).
-                    end += found.trailing_zeros() as usize / 8;
-                    break;
-                }
-                end += 8;
-            }
-            while let Some(&c) = b.get(end) {
-                if c == b'"' || c == b'\\' || c < 0x20 {
-                    break;
-                }
-                end += 1;
-            }
-            if b.get(end) != Some(&b'"') {
-                return None;
-            }
-            self.i = end + 1;
-            Some(&self.s[start..end])
+            let len = until_quote(self.s.as_bytes().get(start..)?)?;
+            self.i += len + 1;
+            self.s.get(start..start + len)
+        }
+
+        /// A key: its bytes up to the next `"` (keys are plain words, compared as bytes; a
+        /// key that is not one of ours sends the line to the strict path either way).
+        fn key(&mut self) -> Option<&'a [u8]> {
+            self.eat(b'"')?;
+            let rest = self.s.as_bytes().get(self.i..)?;
+            let len = until_quote(rest)?;
+            self.i += len + 1;
+            Some(&rest[..len])
         }
 
         /// A string, or `null`.
@@ -482,38 +507,40 @@ mod fast {
         fn number(&mut self) -> Option<f64> {
             self.peek()?;
             let b = self.s.as_bytes();
-            let (mut m, mut digits, mut frac) = (0u64, 0usize, None::<usize>);
             let start = self.i;
-            while let Some(&c) = b.get(self.i) {
-                match c {
-                    b'0'..=b'9' => {
-                        // JSON allows no leading zero before another digit.
-                        if digits == 1 && m == 0 && frac.is_none() {
-                            return None;
-                        }
-                        m = m * 10 + u64::from(c - b'0');
-                        digits += 1;
-                        if digits > 18 {
-                            return None;
-                        }
-                        if let Some(f) = &mut frac {
-                            *f += 1;
-                        }
-                    }
-                    b'.' if frac.is_none() && self.i > start => frac = Some(0),
-                    _ => break,
+            let mut m = 0u64;
+            let mut digits = |i: &mut usize| {
+                let from = *i;
+                while let Some(&c @ b'0'..=b'9') = b.get(*i) {
+                    // At most 18 digits are kept (checked below), which cannot overflow.
+                    m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+                    *i += 1;
                 }
+                *i - from
+            };
+            let whole = digits(&mut self.i);
+            // JSON allows no leading zero before another digit.
+            if whole == 0 || (whole > 1 && b[start] == b'0') {
+                return None;
+            }
+            let mut frac = 0;
+            if b.get(self.i) == Some(&b'.') {
                 self.i += 1;
+                frac = digits(&mut self.i);
+                if frac == 0 {
+                    return None;
+                }
+            }
+            if whole + frac > 18 {
+                return None;
             }
             match frac {
-                _ if digits == 0 => None,
-                None => Some(m as f64),
-                Some(0) => None,
+                0 => Some(m as f64),
                 // Clinger's fast path: a mantissa below 2^53 and a power of ten below 10^23
                 // are both exact doubles, so one IEEE division is the correctly rounded
                 // quotient, the same `f64` a correct parser gives.
-                Some(f) if m < (1 << 53) => Some(m as f64 / POW10[f]),
-                Some(_) => self.s[start..self.i].parse().ok(),
+                f if m < (1 << 53) => Some(m as f64 / POW10[f]),
+                _ => self.s[start..self.i].parse().ok(),
             }
         }
 
@@ -609,39 +636,41 @@ mod fast {
         sc.eat(b'{')?;
         if sc.peek()? != b'}' {
             loop {
-                let key = sc.string()?;
+                let key = sc.key()?;
                 sc.eat(b':')?;
-                let (bit, ok) = match key {
-                    "type" => (0, sc.string().map(|v| l.ty = Some(v))),
-                    "t" => (1, sc.number().map(|v| l.t = Some(v))),
-                    "stream" => (2, sc.slot().map(|v| l.stream = v)),
-                    "client" => (3, sc.string().map(|v| l.client = Some(v))),
-                    "transport" => (4, sc.string().map(|v| l.transport = Some(v))),
-                    "thread" => (5, sc.slot().map(|v| l.thread = v)),
-                    "request" => (6, sc.slot().map(|v| l.request = v)),
-                    "previous_response" => (7, sc.slot().map(|v| l.previous_response = v)),
-                    "outputs" => (8, sc.strings().map(|v| l.outputs = Some(v))),
-                    "response" => (9, sc.slot().map(|v| l.response = v)),
-                    "call" => (10, sc.slot().map(|v| l.call = v)),
-                    "item" => (11, sc.slot().map(|v| l.item = v)),
-                    "name" => (12, sc.slot().map(|v| l.name = v)),
-                    "namespace" => (13, sc.slot().map(|v| l.namespace = v)),
-                    "kind" => (14, sc.string().map(|v| l.kind = Some(v))),
-                    "status" => (15, sc.string().map(|v| l.status = Some(v))),
-                    "reason" => (16, sc.slot().map(|v| l.reason = v)),
-                    "interval" => (17, sc.slot().map(|v| l.interval = v)),
-                    "alias" => (18, sc.slot().map(|v| l.alias = v)),
-                    "tool" => (19, sc.slot().map(|v| l.tool = v)),
-                    "start" => (20, sc.number().map(|v| l.start = Some(v))),
-                    "end" => (21, sc.number().map(|v| l.end = Some(v))),
-                    "outcome" => (22, sc.string().map(|v| l.outcome = Some(v))),
-                    "tool_use_id" => (23, sc.slot().map(|v| l.tool_use_id = v)),
-                    "item_id" => (24, sc.slot().map(|v| l.item_id = v)),
-                    "call_id" => (25, sc.slot().map(|v| l.call_id = v)),
-                    "host" => (26, sc.slot().map(|v| l.host = v)),
-                    "model" => (27, sc.slot().map(|v| l.model = v)),
-                    "usage" => (28, sc.usage().map(|v| l.usage = Some(v))),
-                    "stop_reason" => (29, sc.slot().map(|v| l.stop_reason = v)),
+                // By length first, then the text: a match on the text alone compared it with
+                // each key in turn.
+                let (bit, ok) = match (key.len(), key) {
+                    (4, b"type") => (0, sc.string().map(|v| l.ty = Some(v))),
+                    (1, b"t") => (1, sc.number().map(|v| l.t = Some(v))),
+                    (6, b"stream") => (2, sc.slot().map(|v| l.stream = v)),
+                    (6, b"client") => (3, sc.string().map(|v| l.client = Some(v))),
+                    (9, b"transport") => (4, sc.string().map(|v| l.transport = Some(v))),
+                    (6, b"thread") => (5, sc.slot().map(|v| l.thread = v)),
+                    (7, b"request") => (6, sc.slot().map(|v| l.request = v)),
+                    (17, b"previous_response") => (7, sc.slot().map(|v| l.previous_response = v)),
+                    (7, b"outputs") => (8, sc.strings().map(|v| l.outputs = Some(v))),
+                    (8, b"response") => (9, sc.slot().map(|v| l.response = v)),
+                    (4, b"call") => (10, sc.slot().map(|v| l.call = v)),
+                    (4, b"item") => (11, sc.slot().map(|v| l.item = v)),
+                    (4, b"name") => (12, sc.slot().map(|v| l.name = v)),
+                    (9, b"namespace") => (13, sc.slot().map(|v| l.namespace = v)),
+                    (4, b"kind") => (14, sc.string().map(|v| l.kind = Some(v))),
+                    (6, b"status") => (15, sc.string().map(|v| l.status = Some(v))),
+                    (6, b"reason") => (16, sc.slot().map(|v| l.reason = v)),
+                    (8, b"interval") => (17, sc.slot().map(|v| l.interval = v)),
+                    (5, b"alias") => (18, sc.slot().map(|v| l.alias = v)),
+                    (4, b"tool") => (19, sc.slot().map(|v| l.tool = v)),
+                    (5, b"start") => (20, sc.number().map(|v| l.start = Some(v))),
+                    (3, b"end") => (21, sc.number().map(|v| l.end = Some(v))),
+                    (7, b"outcome") => (22, sc.string().map(|v| l.outcome = Some(v))),
+                    (11, b"tool_use_id") => (23, sc.slot().map(|v| l.tool_use_id = v)),
+                    (7, b"item_id") => (24, sc.slot().map(|v| l.item_id = v)),
+                    (7, b"call_id") => (25, sc.slot().map(|v| l.call_id = v)),
+                    (4, b"host") => (26, sc.slot().map(|v| l.host = v)),
+                    (5, b"model") => (27, sc.slot().map(|v| l.model = v)),
+                    (5, b"usage") => (28, sc.usage().map(|v| l.usage = Some(v))),
+                    (11, b"stop_reason") => (29, sc.slot().map(|v| l.stop_reason = v)),
                     _ => return None,
                 };
                 l.v2_keys |= bit >= 26;
@@ -675,6 +704,9 @@ mod fast {
     /// The event on this line if it is plainly a good one; `None` to let the strict path
     /// decide. Mirrors `parse_event` field for field.
     pub(super) fn event<'a>(line: &'a str, version: super::Version) -> Option<Event<&'a str>> {
+        if !plain(line.as_bytes()) {
+            return None;
+        }
         let mut l = Line::default();
         scan(line, &mut l)?;
         if version == super::Version::V1 && l.v2_keys {
@@ -1521,41 +1553,86 @@ mod tests {
         parse_event(&object(line)?, Version::V1).map(Event::into_owned)
     }
 
+    /// Lines the fast path must take, each as the strict path reads it.
+    const TAKEN: &[&str] = &[
+        OPEN,
+        r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
+        r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
+        r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c2"]}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt-5.1-codex"}"#,
+        r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":null}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":0,"cache_read":1000000,"cache_creation":7},"stop_reason":"tool_use"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":null}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{ "output" : 3 },"stop_reason":"other"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":null}"#,
+        r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
+        r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
+        r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
+        r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
+        r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
+        r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
+        r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
+        r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
+        r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
+        // Numbers as `json::push_ms` writes them, down to the last bit.
+        r#"{"type":"stream_close","t":0.05,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":0.30000000000000004,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":123456789012.25,"stream":"s1"}"#,
+        r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
+    ];
+
     #[test]
     fn the_fast_path_reads_every_written_line_as_the_strict_path_does() {
-        let lines = [
-            OPEN,
-            r#"{"type":"stream_open","t":0,"stream":"s2é","client":"claude","transport":"http","thread":null,"host":null}"#,
-            r#"{"type":"request","t":2,"stream":"s1","request":"q1","previous_response":null,"outputs":[]}"#,
-            r#"{"type":"request","t":2.5,"stream":"s1","request":"q2","previous_response":"r1","outputs":["c1","c2"]}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":"q1"}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":"gpt-5.1-codex"}"#,
-            r#"{"type":"response_start","t":3,"stream":"s1","response":"r1","request":null,"model":null}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{"input":12,"output":0,"cache_read":1000000,"cache_creation":7},"stop_reason":"tool_use"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{},"stop_reason":null}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":{ "output" : 3 },"stop_reason":"other"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"completed","usage":null}"#,
-            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":"fc1","name":"echo","namespace":"mcp__probe","kind":"function"}"#,
-            r#"{"type":"tool_call","t":4.25,"stream":"s1","response":"r1","call":"c1","item":null,"name":"mcp__p__e","namespace":null,"kind":"tool_use"}"#,
-            r#"{"type":"response_end","t":5,"stream":"s1","response":"r1","status":"incomplete"}"#,
-            r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
-            r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
-            r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
-            r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
-            r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,
-            // Numbers as `json::push_ms` writes them, down to the last bit.
-            r#"{"type":"stream_close","t":0.05,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":0.30000000000000004,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":123456789012.25,"stream":"s1"}"#,
-            r#"{"type":"stream_close","t":0.1,"stream":"s1"}"#,
-        ];
-        for line in lines {
+        for &line in TAKEN {
             let fast = fast::event(line, Version::V2).map(Event::into_owned);
             assert!(fast.is_some(), "the fast path should take {line}");
             assert_eq!(fast.map(Ok), Some(strict(line)), "{line}");
         }
+    }
+
+    #[test]
+    fn a_line_changed_anywhere_is_read_by_the_fast_path_as_the_strict_path_reads_it_or_left_to_it()
+    {
+        // Each taken line with one to three bytes replaced, inserted or removed (bytes that
+        // matter to JSON most of the time): whatever the fast path takes, the strict path
+        // must read the same.
+        const BYTES: &[u8] = b"\"\\:,{}[] \t\n0123456789.-eEnultrsa\x00\x1f\x7f\xc3\xa9";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut taken = 0;
+        for _ in 0..200_000 {
+            let mut line = TAKEN[next() as usize % TAKEN.len()].as_bytes().to_vec();
+            for _ in 0..1 + next() % 3 {
+                let at = next() as usize % (line.len() + 1);
+                let byte = BYTES[next() as usize % BYTES.len()];
+                match next() % 3 {
+                    0 if at < line.len() => line[at] = byte,
+                    1 => line.insert(at, byte),
+                    _ if at < line.len() => {
+                        line.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            let Ok(line) = std::str::from_utf8(&line) else {
+                continue;
+            };
+            if let Some(fast) = fast::event(line, Version::V2).map(Event::into_owned) {
+                assert_eq!(Ok(fast), strict(line), "{line}");
+                taken += 1;
+            }
+        }
+        assert!(
+            taken > 5_000,
+            "the fast path took only {taken} changed lines"
+        );
     }
 
     #[test]
