@@ -235,7 +235,7 @@ fn run(candidates: Candidates) {
         close_wait: 10.0,
         window_open: WindowOpen::Call,
         max_window: MAX_WINDOW,
-        retain: MAX_WINDOW,
+        late_allowance: MAX_WINDOW,
         candidates,
     };
     let mut epochs = Vec::new();
