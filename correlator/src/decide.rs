@@ -196,6 +196,9 @@ struct Pending {
     /// was open at its end (§4 rule 4). Fixed at gathering, which comes after its end: a
     /// window open then was neither closed nor broken before it, whatever it does later.
     pointed_at: bool,
+    /// How far the tracker had forgotten when its first report came (its `mcp_start`, else
+    /// its `mcp_interval`): if it started earlier, what decides it may be gone.
+    exact_from: Millis,
     /// Lost spans dropped while it ran (see `Tracker::forget_before`), counted as the held
     /// ones are.
     earlier_losses: EarlierLosses,
@@ -462,7 +465,7 @@ impl Correlator {
                 ..
             } => {
                 let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
-                let earlier_losses =
+                let (exact_from, earlier_losses) =
                     tr.mcp_interval(interval.as_ref(), *start, *end, host.clone(), &mut ch);
                 let (interval, alias, tool) = (interval.as_ref(), alias.as_ref(), tool.as_ref());
                 let names = self.route_names(alias, tool);
@@ -484,6 +487,7 @@ impl Correlator {
                         named: Named::Any,
                         names_eligible: false,
                         pointed_at: false,
+                        exact_from,
                         earlier_losses,
                         generation: 0,
                         attached: None,
@@ -901,7 +905,7 @@ fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
 fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window: Millis) -> bool {
     // What could decide it may have been dropped: it was reported late (see
     // `Config::late_allowance`).
-    if p.start < tracker.forgotten_start() || p.end < tracker.forgotten_end() {
+    if p.start < p.exact_from || p.end < tracker.forgotten_end() {
         return true;
     }
     let counts = |host: Option<&Arc<str>>, thread: Option<&Arc<str>>| {

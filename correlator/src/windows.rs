@@ -421,6 +421,8 @@ pub(crate) struct LostSpan {
 struct RunningCall {
     start: Millis,
     host: Option<Arc<str>>,
+    /// [`Tracker::forgotten_end`] when its start was reported.
+    exact_from: Millis,
     losses: EarlierLosses,
 }
 
@@ -434,11 +436,14 @@ const MAX_EARLIER_LOSSES: usize = 16;
 /// unknown host and thread, which counts for any interval whose losses count at all: at worst
 /// an `incomplete`, never a loss overlooked.
 #[derive(Debug, Default)]
-pub(crate) struct EarlierLosses(Vec<(Option<Arc<str>>, Option<Arc<str>>)>);
+pub(crate) struct EarlierLosses(Vec<HostThread>);
+
+/// A stream's host and thread, when known.
+type HostThread = (Option<Arc<str>>, Option<Arc<str>>);
 
 impl EarlierLosses {
     fn add(&mut self, host: &Option<Arc<str>>, thread: &Option<Arc<str>>) {
-        let unknown = |(h, t): &(Option<Arc<str>>, Option<Arc<str>>)| h.is_none() && t.is_none();
+        let unknown = |(h, t): &HostThread| h.is_none() && t.is_none();
         if self.0.first().is_some_and(unknown)
             || self.0.iter().any(|(h, t)| h == host && t == thread)
         {
@@ -526,9 +531,10 @@ pub(crate) struct Tracker {
     continued: Vec<WinId>,
     /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
     names: rustc_hash::FxHashSet<Arc<str>>,
-    /// What was dropped can only matter to intervals that start before `forgotten_start` or
-    /// end before `forgotten_end` (see [`Tracker::forget_before`]); those cannot be judged
-    /// exactly. `forgotten_start` ≤ `forgotten_end`.
+    /// The horizons of [`Tracker::forget_before`]: what was dropped can only matter to an
+    /// interval that ends before `forgotten_end`, or that starts before the `forgotten_end` of
+    /// its first report (after which the start horizon, `forgotten_start`, does not pass its
+    /// start). Such an interval cannot be judged exactly.
     forgotten_start: Millis,
     forgotten_end: Millis,
     /// Final windows past the horizon kept only because an MCP call still running started
@@ -583,13 +589,8 @@ impl Tracker {
         self.windows.get_mut(id)
     }
 
-    /// An interval that starts before this cannot be judged exactly (see
-    /// [`Tracker::forget_before`]).
-    pub(crate) fn forgotten_start(&self) -> Millis {
-        self.forgotten_start
-    }
-
-    /// An interval that ends before this cannot be judged exactly.
+    /// An interval that ends before this, or starts before this as it was at its first
+    /// report (see [`Tracker::mcp_interval`]), cannot be judged exactly.
     pub(crate) fn forgotten_end(&self) -> Millis {
         self.forgotten_end
     }
@@ -981,11 +982,15 @@ impl Tracker {
             RunningCall {
                 start,
                 host,
+                exact_from: self.forgotten_end,
                 losses: EarlierLosses::default(),
             },
         );
     }
 
+    /// A call's end was reported (and its start, if this is its first report). Returns what
+    /// its judgement needs of its time as a running call: the end horizon at its first report
+    /// (see `forgotten_end`) and the losses dropped while it ran.
     pub(crate) fn mcp_interval(
         &mut self,
         interval: &str,
@@ -993,7 +998,7 @@ impl Tracker {
         end: Millis,
         host: Option<Arc<str>>,
         ch: &mut Changes,
-    ) -> EarlierLosses {
+    ) -> (Millis, EarlierLosses) {
         let started = self.running.remove(interval);
         if self.running.is_empty() {
             self.running_started_by = f64::NEG_INFINITY;
@@ -1031,7 +1036,10 @@ impl Tracker {
             }
         }
         self.reported_now.push((start, end, host));
-        started.map(|r| r.losses).unwrap_or_default()
+        match started {
+            Some(r) => (r.exact_from, r.losses),
+            None => (self.forgotten_end, EarlierLosses::default()),
+        }
     }
 
     /// How window `id` stands for an interval of `host`, alias and tool of visible `names`,
@@ -1180,9 +1188,11 @@ impl Tracker {
         let h_end = end_horizon.max(self.forgotten_end);
         let mut starts: Vec<Millis> = self.running.values().map(|r| r.start).collect();
         starts.sort_unstable_by(f64::total_cmp);
+        // From `end_horizon`, not `h_end`: a pending interval may have started before the
+        // end horizon that an earlier call set (its end is after it).
         let h_start = starts
             .first()
-            .map_or(h_end, |s| s.min(h_end))
+            .map_or(end_horizon, |s| s.min(end_horizon))
             .max(self.forgotten_start);
         if h_end == self.forgotten_end && h_start == self.forgotten_start {
             return;
