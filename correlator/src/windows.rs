@@ -432,9 +432,11 @@ const MAX_EARLIER_LOSSES: usize = 16;
 /// The streams (host and thread) of lost spans dropped while an MCP call was running, that
 /// were open at some time since its start: rule 1 (docs/design.md §4) still counts them for
 /// the call once it is reported, and a call that runs for hours must not keep every lost span
-/// of those hours. Past [`MAX_EARLIER_LOSSES`] distinct streams they are summed up as one of
-/// unknown host and thread, which counts for any interval whose losses count at all: at worst
-/// an `incomplete`, never a loss overlooked.
+/// of those hours. An entry counts for every interval for which the streams it stands for
+/// count, perhaps more: a stream already stood for is not added, and past
+/// [`MAX_EARLIER_LOSSES`] entries their threads are forgotten (each host's entry then stands
+/// for every thread of it), then their hosts. So at worst an `incomplete`, never a loss
+/// overlooked.
 #[derive(Debug, Default)]
 pub(crate) struct EarlierLosses(Vec<HostThread>);
 
@@ -443,17 +445,24 @@ type HostThread = (Option<Arc<str>>, Option<Arc<str>>);
 
 impl EarlierLosses {
     fn add(&mut self, host: &Option<Arc<str>>, thread: &Option<Arc<str>>) {
-        let unknown = |(h, t): &HostThread| h.is_none() && t.is_none();
-        if self.0.first().is_some_and(unknown)
-            || self.0.iter().any(|(h, t)| h == host && t == thread)
-        {
+        // An unknown host or thread is one not known to differ from any.
+        let stands_for =
+            |(h, t): &HostThread| (h.is_none() || h == host) && (t.is_none() || t == thread);
+        if self.0.iter().any(stands_for) {
             return;
         }
-        if self.0.len() == MAX_EARLIER_LOSSES || (host.is_none() && thread.is_none()) {
-            self.0.clear();
-            self.0.push((None, None));
-        } else {
-            self.0.push((host.clone(), thread.clone()));
+        self.0.push((host.clone(), thread.clone()));
+        if self.0.len() > MAX_EARLIER_LOSSES {
+            let mut hosts: Vec<HostThread> = Vec::new();
+            for (h, _) in self.0.drain(..) {
+                if !hosts.iter().any(|(x, _)| *x == h) {
+                    hosts.push((h, None));
+                }
+            }
+            if hosts.len() > MAX_EARLIER_LOSSES || hosts.iter().any(|(h, _)| h.is_none()) {
+                hosts = vec![(None, None)];
+            }
+            self.0 = hosts;
         }
     }
 
