@@ -1035,9 +1035,17 @@ async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(),
         }
         prev = Some(turn);
     }
-    // Codex drops the socket without a close frame; half the conversations close properly.
+    // Codex drops the socket without a close frame; half the conversations close properly:
+    // a close frame, then the server's close frame read before the socket is dropped. A
+    // client that drops it sooner may still have that reply unread, and a socket closed with
+    // unread bytes is reset by the kernel: the relay then logs the tunnel's `failure=reset`
+    // (docs/soak.md, "The resets").
     if c.n % 2 == 0 {
         let _ = ws.close(None).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
     }
     Ok(())
 }

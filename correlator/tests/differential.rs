@@ -575,6 +575,18 @@ impl Script {
     }
 }
 
+/// One Codex window: thread `ta` on WebSocket stream `a`, response `ra` whose call `ca` (item
+/// `ia`) is complete at 2 and which completes at 3, not yet continued.
+fn codex_window() -> Script {
+    let mut s = Script::new();
+    s.open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .end(3.0, "a", "ra", ResponseStatus::Completed);
+    s
+}
+
 fn codex_hints(item: &str, thread: &str) -> Hints {
     Hints {
         item_id: Some(item.into()),
@@ -764,12 +776,7 @@ fn two_open_windows_are_ambiguous_even_when_the_trace_ends_first() {
 #[test]
 fn lost_observation_during_the_call_is_incomplete_unless_a_hint_names_a_seen_call() {
     let script = |hints: Hints| {
-        Script::new()
-            .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
-            .request(1.0, "a", "qa", None, &[])
-            .start(1.0, "a", "ra", "qa")
-            .call(2.0, "a", "ra", "ca", Some("ia"))
-            .end(3.0, "a", "ra", ResponseStatus::Completed)
+        codex_window()
             .open(3.0, "x", Client::Claude, Transport::Http, None)
             .mcp(6.0, "i1", 4.0, 5.0, hints)
             .lost(7.0, "x")
@@ -1055,12 +1062,7 @@ proptest! {
 #[test]
 fn a_report_later_than_the_allowance_is_incomplete() {
     let script = |report: Millis| {
-        Script::new()
-            .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
-            .request(1.0, "a", "qa", None, &[])
-            .start(1.0, "a", "ra", "qa")
-            .call(2.0, "a", "ra", "ca", Some("ia"))
-            .end(3.0, "a", "ra", ResponseStatus::Completed)
+        codex_window()
             .request(9.0, "a", "qa2", Some("ra"), &[])
             .close(10.0, "a")
             .mcp(report, "i1", 4.0, 5.0, codex_hints("ia", "ta"))
@@ -1091,12 +1093,7 @@ fn a_report_later_than_the_allowance_is_incomplete() {
 #[test]
 fn a_running_call_keeps_the_window_it_may_name_and_the_losses_it_overlaps() {
     let script = |hints: Hints| {
-        Script::new()
-            .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
-            .request(1.0, "a", "qa", None, &[])
-            .start(1.0, "a", "ra", "qa")
-            .call(2.0, "a", "ra", "ca", Some("ia"))
-            .end(3.0, "a", "ra", ResponseStatus::Completed)
+        codex_window()
             .open(3.0, "x", Client::Claude, Transport::Http, None)
             .ev(
                 4.0,
