@@ -6,8 +6,8 @@
 //! known to differ from the window's, unless every host counts) and the spans of time in which
 //! it could be given up. It keeps only
 //! what a pending or future decision can still need: state behind the horizons of
-//! [`Tracker::forget_before`] is dropped, and [`Tracker::forgotten_start`] and
-//! [`Tracker::forgotten_end`] say for which intervals the answers stay exact.
+//! [`Tracker::forget_before`] is dropped, and [`Tracker::forgotten_end`] says for which
+//! intervals the answers stay exact.
 //!
 //! Every event passes through here, so the layout is chosen for replay speed (measured in
 //! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
@@ -1164,11 +1164,13 @@ impl Tracker {
         ch.global = true;
     }
 
-    /// Drops what no decision about an interval [s, e] can need while s is at or after the
-    /// start horizon and e at or after `end_horizon` (docs/design.md §4). The caller picks
-    /// `end_horizon` (the correlator: `late_allowance` before now, and not after the start of
-    /// any interval still pending); the start horizon is the same but not after the start of
-    /// any MCP call still running. Both only move forward.
+    /// Drops what no decision can need about an interval [s, e] with e at or after
+    /// `end_horizon` that is running or pending now, or is first reported later with s at or
+    /// after `end_horizon` (docs/design.md §4). The caller picks `end_horizon` (the correlator:
+    /// `late_allowance` before now, and not after the start of any interval still pending);
+    /// the start horizon is the same but not after the start of any MCP call still running.
+    /// Both only move forward. Any other interval is judged `incomplete` (see
+    /// [`Tracker::forgotten_end`]).
     /// - A window closed before `end_horizon`: it closed before e, so it neither contains the
     ///   interval nor points at it for `identity_conflict` (that needs a window neither closed
     ///   nor broken before e).
@@ -1176,19 +1178,21 @@ impl Tracker {
     ///   it is no candidate, makes nothing `incomplete` and points at nothing. Or one that broke
     ///   after a request of its thread, both before the start horizon, so by s: it makes
     ///   nothing `incomplete` and broke before e.
-    /// - A lost span whose stream closed before `end_horizon` (so before e): one that closed
-    ///   before s no longer matters; for an MCP call running now, that started before it
-    ///   closed, its stream's host and thread are kept with the call ([`EarlierLosses`]).
+    /// - A lost span whose stream closed before `end_horizon`: it matters only to an interval
+    ///   that started by then. One pending now started later; one running now that started by
+    ///   then keeps the span's host and thread ([`EarlierLosses`]); one first reported later
+    ///   is judged `incomplete`.
     ///
     /// A dropped window can still matter in one way: a hint may name one of its calls (§4
     /// "names"). A hint that finds nothing reads as naming a call the relay never saw, which
     /// changes only whether losses count for the interval, so at worst its answer becomes
     /// `incomplete`. The windows that an MCP call still running may name (it started while
-    /// they were open) are kept for it (`kept_for_running`), up to `max_window` past the
-    /// allowance after its start. Left over: a call that started after the window of the call
-    /// it names had become final, or that runs longer than that, reported more than the
-    /// allowance after that window became final, with a loss that then counts. A host runs a
-    /// call before it continues, so the first does not happen; and no window holds the second.
+    /// they were open) are kept for it (`kept_for_running`; not under `--candidates all`,
+    /// where hints only contradict), up to `max_window` past the allowance after its start.
+    /// Left over: a call that started after the window of the call it names had become final,
+    /// or that runs longer than that, reported more than the allowance after that window
+    /// became final, with a loss that then counts. A host runs a call before it continues, so
+    /// the first does not happen; and no window holds the second.
     ///
     /// So what is held is what the last allowance of traffic left (broken windows: `max_window`
     /// more), plus what is open, pending or running, not the length of the run. A window a
