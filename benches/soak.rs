@@ -14,9 +14,9 @@
 //! relay with rotation on, sampled over time (benches/soak/long.rs). The rest of this page
 //! is the default mode.
 //!
-//! The correlator keeps final windows for 30 minutes (its `retain`, never less than
-//! `--max-window`) so that late reports are still judged right: its memory grows with the
-//! window rate for that long, by design. RSS is judged flat only on a run longer than that;
+//! The correlator keeps final windows for 5 minutes (its `late_allowance`) so that a report
+//! that comes a little late is still judged right: its memory grows with the window rate for
+//! that long, by design. RSS is judged flat only on a run long enough to leave that behind;
 //! a shorter one prints the numbers and the slope and says it was not judged.
 //!
 //! - `--streams` workers run conversations in a loop until `--secs` have passed (a running
@@ -1035,9 +1035,17 @@ async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(),
         }
         prev = Some(turn);
     }
-    // Codex drops the socket without a close frame; half the conversations close properly.
+    // Codex drops the socket without a close frame; half the conversations close properly:
+    // a close frame, then the server's close frame read before the socket is dropped. A
+    // client that drops it sooner may still have that reply unread, and a socket closed with
+    // unread bytes is reset by the kernel: the relay then logs the tunnel's `failure=reset`
+    // (docs/soak.md, "The resets").
     if c.n % 2 == 0 {
         let _ = ws.close(None).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
     }
     Ok(())
 }
@@ -1092,8 +1100,10 @@ struct RelayProc {
     log: Arc<Mutex<Vec<String>>>,
 }
 
-/// The correlator's retention of final windows, in seconds (`Config::default().retain`).
-const RETENTION_SECS: f64 = 1800.0;
+/// The correlator's retention of final windows, in seconds (its late-report allowance).
+fn retention_secs() -> f64 {
+    correlator::Config::default().late_allowance / 1000.0
+}
 
 /// The relay, writing `records.jsonl` and `capture.jsonl` in `files` (with `extra` options,
 /// e.g. rotation) and listening for wrappers on `ingest`.
@@ -1443,7 +1453,7 @@ async fn run(o: Opts) -> bool {
     let samples = samples.lock().unwrap().clone();
     // Past the correlator's retention (plus a GC period of 1/16 of it) when that fits in
     // half the run, and RSS is judged; otherwise a tenth of the run, and RSS is only reported.
-    let retention = RETENTION_SECS * 17.0 / 16.0;
+    let retention = retention_secs() * 17.0 / 16.0;
     let judged = retention + 30.0 < o.secs as f64 / 2.0;
     let warmup = if judged {
         retention + 30.0
@@ -1530,7 +1540,7 @@ async fn run(o: Opts) -> bool {
         slope_second,
         mib(idle_after_rss),
         match (judged, rss_flat) {
-            (false, _) => "not judged: the run is shorter than the correlator's 30-min retention",
+            (false, _) => "not judged: the run is too short to leave the correlator's 5-min retention behind",
             (true, true) => "flat",
             (true, false) => "GROWING",
         }

@@ -658,7 +658,7 @@ pub(super) async fn run(o: Opts) -> bool {
         ),
         ("rot/ under the rotation limit", disk_max <= limit),
         (
-            "RSS, descriptors, p99 decision delay flat (judged from 30 min)",
+            "RSS, descriptors, p99 decision delay flat from the tenth minute (runs of 30 min or more)",
             flat_ok,
         ),
         ("fds back to idle", idle_after <= idle_fds),

@@ -53,7 +53,8 @@ use crate::event::{CallKind, Event, EventKind, Hints, Millis};
 use crate::records::{Evidence, Reason, Record, WindowRef};
 use crate::route::Names;
 use crate::windows::{
-    Call, Changes, Fit, Identity, LostSpan, Named, Spare, Time, Tracker, WinId, Window, WindowState,
+    Call, Changes, EarlierLosses, Fit, Identity, LostSpan, Named, Spare, Time, Tracker, WinId,
+    Window, WindowState,
 };
 
 /// How many alias/tool pairs keep their route names cached.
@@ -121,12 +122,19 @@ pub struct Config {
     pub window_open: WindowOpen,
     /// `--max-window`, milliseconds (default 30 minutes).
     pub max_window: Millis,
-    /// How long final windows and lost spans are kept for late reports (default, and never
-    /// less than, `max_window`). An interval that starts before what was dropped is judged
-    /// `incomplete`, since a dropped window might have contained it. `max_window` suffices for
-    /// intervals reported promptly: a window that contains an interval closes at or after its
-    /// end, and every window open at its start is final within `max_window` of it.
-    pub retain: Millis,
+    /// How late a report may come and still be judged exactly (default 5 minutes): a call's
+    /// first report (its `mcp_start`, else its `mcp_interval`) within this of its start, and
+    /// its `mcp_interval` within this of its end. What decides the intervals of a later report
+    /// may have been dropped, so one that starts or ends before what was dropped is judged
+    /// `incomplete` rather than guessed. It bounds what is held: final windows and lost spans
+    /// stay this long (broken windows `max_window` longer), plus what open windows, pending
+    /// intervals and running calls still need (see `Tracker::forget_before`).
+    ///
+    /// Why minutes: the wrapper sends each report as the line passes (a report that cannot
+    /// leave within seconds is dropped, not held), so a report is late by milliseconds. The
+    /// allowance matters only for a call whose start report was lost: it is judged exactly if
+    /// it lasted less than this, else `incomplete`.
+    pub late_allowance: Millis,
     /// `--candidates` (default `eligible`).
     pub candidates: Candidates,
 }
@@ -137,7 +145,7 @@ impl Default for Config {
             close_wait: 1000.0,
             window_open: WindowOpen::Call,
             max_window: 30.0 * 60.0 * 1000.0,
-            retain: 30.0 * 60.0 * 1000.0,
+            late_allowance: 5.0 * 60.0 * 1000.0,
             candidates: Candidates::Eligible,
         }
     }
@@ -188,6 +196,12 @@ struct Pending {
     /// was open at its end (§4 rule 4). Fixed at gathering, which comes after its end: a
     /// window open then was neither closed nor broken before it, whatever it does later.
     pointed_at: bool,
+    /// How far the tracker had forgotten when its first report came (its `mcp_start`, else
+    /// its `mcp_interval`): if it started earlier, what decides it may be gone.
+    exact_from: Millis,
+    /// Lost spans dropped while it ran (see `Tracker::forget_before`), counted as the held
+    /// ones are.
+    earlier_losses: EarlierLosses,
     /// Identifies its one live queue entry; older entries are stale.
     generation: u32,
     /// The window whose changes wake it, if any.
@@ -239,8 +253,7 @@ pub struct Correlator {
 }
 
 impl Correlator {
-    pub fn new(mut config: Config) -> Self {
-        config.retain = config.retain.max(config.max_window);
+    pub fn new(config: Config) -> Self {
         Correlator {
             tracker: Tracker::new(
                 config.close_wait,
@@ -307,7 +320,8 @@ impl Correlator {
     }
 
     /// How much state the correlator holds, by kind (for tests and memory reports: it
-    /// should follow the traffic of the last `retain` + `max_window`, not the run's length).
+    /// should follow the traffic of the last `late_allowance` (broken windows: plus
+    /// `max_window`) and what is open, not the run's length).
     pub fn held(&self) -> Held {
         let [windows, broken, lost, ids, threads_awaiting] = self.tracker.sizes();
         Held {
@@ -451,7 +465,8 @@ impl Correlator {
                 ..
             } => {
                 let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
-                tr.mcp_interval(interval.as_ref(), *start, *end, host.clone(), &mut ch);
+                let (exact_from, earlier_losses) =
+                    tr.mcp_interval(interval.as_ref(), *start, *end, host.clone(), &mut ch);
                 let (interval, alias, tool) = (interval.as_ref(), alias.as_ref(), tool.as_ref());
                 let names = self.route_names(alias, tool);
                 let seq = self.next_seq;
@@ -472,6 +487,8 @@ impl Correlator {
                         named: Named::Any,
                         names_eligible: false,
                         pointed_at: false,
+                        exact_from,
+                        earlier_losses,
                         generation: 0,
                         attached: None,
                     },
@@ -789,13 +806,18 @@ impl Correlator {
         record
     }
 
+    /// Drops what no interval reported within `late_allowance` can need (at most every
+    /// sixteenth of it). The end horizon never passes a pending interval's start: what it
+    /// needs stays until it is decided.
     fn collect_garbage(&mut self, now: Millis) {
-        let retain = self.config.retain;
-        if now - self.last_gc < retain / 16.0 {
+        let allowance = self.config.late_allowance;
+        if now - self.last_gc < allowance / 16.0 {
             return;
         }
         self.last_gc = now;
-        self.tracker.forget_before(now - retain);
+        let pending_from = self.pending.values().map(|p| p.start).fold(now, f64::min);
+        self.tracker
+            .forget_before((now - allowance).min(pending_from));
     }
 }
 
@@ -881,18 +903,23 @@ fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
 /// start and within `max_window` of its end.
 #[inline]
 fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window: Millis) -> bool {
-    if p.start < tracker.forgotten_before() {
+    // What could decide it may have been dropped: it was reported late (see
+    // `Config::late_allowance`).
+    if p.start < p.exact_from || p.end < tracker.forgotten_end() {
         return true;
     }
-    let counts = |l: &LostSpan| {
+    let counts = |host: Option<&Arc<str>>, thread: Option<&Arc<str>>| {
         all || (!p.names_eligible
-            && !hosts_differ(p.host.as_ref(), l.host.as_ref())
-            && !threads_differ(p.hints.thread.as_deref(), l.thread.as_ref()))
+            && !hosts_differ(p.host.as_ref(), host)
+            && !threads_differ(p.hints.thread.as_deref(), thread))
     };
-    let lost = tracker.lost_spans().iter().any(|l| {
-        l.lost_at <= at && l.open <= p.end && l.close.is_none_or(|c| c >= p.start) && counts(l)
+    let lost = tracker.lost_spans().iter().any(|l: &LostSpan| {
+        l.lost_at <= at
+            && l.open <= p.end
+            && l.close.is_none_or(|c| c >= p.start)
+            && counts(l.host.as_ref(), l.thread.as_ref())
     });
-    if lost {
+    if lost || p.earlier_losses.any(counts) {
         return true;
     }
     tracker.broken_windows().any(|(id, w)| {

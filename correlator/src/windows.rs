@@ -5,8 +5,9 @@
 //! each thread sent, and, per open window, the MCP calls that started inside it (of a host not
 //! known to differ from the window's, unless every host counts) and the spans of time in which
 //! it could be given up. It keeps only
-//! what a pending or future decision can still need: state older than the retention horizon is
-//! dropped, and [`Tracker::forgotten_before`] says from when on the answers stay exact.
+//! what a pending or future decision can still need: state behind the horizons of
+//! [`Tracker::forget_before`] is dropped, and [`Tracker::forgotten_end`] says for which
+//! intervals the answers stay exact.
 //!
 //! Every event passes through here, so the layout is chosen for replay speed (measured in
 //! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
@@ -416,6 +417,64 @@ pub(crate) struct LostSpan {
     pub(crate) lost_at: Millis,
 }
 
+/// An MCP call whose start was reported and whose end not yet.
+struct RunningCall {
+    start: Millis,
+    host: Option<Arc<str>>,
+    /// [`Tracker::forgotten_end`] when its start was reported.
+    exact_from: Millis,
+    losses: EarlierLosses,
+}
+
+/// How many streams an [`EarlierLosses`] tells apart.
+const MAX_EARLIER_LOSSES: usize = 16;
+
+/// The streams (host and thread) of lost spans dropped while an MCP call was running, that
+/// were open at some time since its start: rule 1 (docs/design.md §4) still counts them for
+/// the call once it is reported, and a call that runs for hours must not keep every lost span
+/// of those hours. An entry counts for every interval for which the streams it stands for
+/// count, perhaps more: a stream already stood for is not added, and past
+/// [`MAX_EARLIER_LOSSES`] entries their threads are forgotten (each host's entry then stands
+/// for every thread of it), then their hosts. So at worst an `incomplete`, never a loss
+/// overlooked.
+#[derive(Debug, Default)]
+pub(crate) struct EarlierLosses(Vec<HostThread>);
+
+/// A stream's host and thread, when known.
+type HostThread = (Option<Arc<str>>, Option<Arc<str>>);
+
+impl EarlierLosses {
+    fn add(&mut self, host: &Option<Arc<str>>, thread: &Option<Arc<str>>) {
+        // An unknown host or thread is one not known to differ from any.
+        let stands_for =
+            |(h, t): &HostThread| (h.is_none() || h == host) && (t.is_none() || t == thread);
+        if self.0.iter().any(stands_for) {
+            return;
+        }
+        self.0.push((host.clone(), thread.clone()));
+        if self.0.len() > MAX_EARLIER_LOSSES {
+            let mut hosts: Vec<HostThread> = Vec::new();
+            for (h, _) in self.0.drain(..) {
+                if !hosts.iter().any(|(x, _)| *x == h) {
+                    hosts.push((h, None));
+                }
+            }
+            if hosts.len() > MAX_EARLIER_LOSSES || hosts.iter().any(|(h, _)| h.is_none()) {
+                hosts = vec![(None, None)];
+            }
+            self.0 = hosts;
+        }
+    }
+
+    /// Does `counts` (given a stream's host and thread) hold for one of them?
+    pub(crate) fn any(
+        &self,
+        counts: impl Fn(Option<&Arc<str>>, Option<&Arc<str>>) -> bool,
+    ) -> bool {
+        self.0.iter().any(|(h, t)| counts(h.as_ref(), t.as_ref()))
+    }
+}
+
 /// What an applied event changed that can make a pending decision earlier. (Changes that can
 /// only delay one, an MCP call starting or ending inside a window while others still run, are
 /// not reported: a pending interval's queued time stays a valid lower bound.)
@@ -461,8 +520,8 @@ pub(crate) struct Tracker {
     spare_lists: Spare,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
-    /// Running MCP calls: interval id -> start and host.
-    running: FxHashMap<String, (Millis, Option<Arc<str>>)>,
+    /// Running MCP calls by interval id.
+    running: FxHashMap<String, RunningCall>,
     /// No running call started later than this (the latest start since `running` was last
     /// empty). A window opens at the current time and calls are reported once started, so
     /// this is almost always earlier and a new window need not scan `running`.
@@ -481,9 +540,16 @@ pub(crate) struct Tracker {
     continued: Vec<WinId>,
     /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
     names: rustc_hash::FxHashSet<Arc<str>>,
-    /// Everything the tracker dropped concerned times before this; intervals that start
-    /// earlier cannot be judged exactly.
-    forgotten_before: Millis,
+    /// The horizons of [`Tracker::forget_before`]: what was dropped can only matter to an
+    /// interval that ends before `forgotten_end`, or that starts before the `forgotten_end` of
+    /// its first report (after which the start horizon, `forgotten_start`, does not pass its
+    /// start). Such an interval cannot be judged exactly.
+    forgotten_start: Millis,
+    forgotten_end: Millis,
+    /// Final windows past the horizon kept only because an MCP call still running started
+    /// while they were open, so its report may name one of their calls (docs/design.md §4
+    /// "names"). Bounded by what was open when the running calls started.
+    kept_for_running: Vec<WinId>,
 }
 
 /// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
@@ -500,7 +566,8 @@ impl Tracker {
     /// `close_wait` and `max_window` as configured; `all_hosts` for `--candidates all`.
     pub(crate) fn new(close_wait: Millis, max_window: Millis, all_hosts: bool) -> Self {
         Tracker {
-            forgotten_before: f64::NEG_INFINITY,
+            forgotten_start: f64::NEG_INFINITY,
+            forgotten_end: f64::NEG_INFINITY,
             running_started_by: f64::NEG_INFINITY,
             close_wait,
             max_window,
@@ -531,8 +598,10 @@ impl Tracker {
         self.windows.get_mut(id)
     }
 
-    pub(crate) fn forgotten_before(&self) -> Millis {
-        self.forgotten_before
+    /// An interval that ends before this, or starts before this as it was at its first
+    /// report (see [`Tracker::mcp_interval`]), cannot be judged exactly.
+    pub(crate) fn forgotten_end(&self) -> Millis {
+        self.forgotten_end
     }
 
     /// Sets the current time (non-decreasing); clears the per-instant bookkeeping.
@@ -759,7 +828,7 @@ impl Tracker {
         } else {
             self.running
                 .values()
-                .filter(|(s, h)| *s >= t && same_host(all, h.as_ref(), host.as_ref()))
+                .filter(|r| r.start >= t && same_host(all, r.host.as_ref(), host.as_ref()))
                 .count() as u32
         };
         let max_inside_end = self
@@ -917,9 +986,20 @@ impl Tracker {
             }
         }
         self.running_started_by = self.running_started_by.max(start);
-        self.running.insert(interval.to_string(), (start, host));
+        self.running.insert(
+            interval.to_string(),
+            RunningCall {
+                start,
+                host,
+                exact_from: self.forgotten_end,
+                losses: EarlierLosses::default(),
+            },
+        );
     }
 
+    /// A call's end was reported (and its start, if this is its first report). Returns what
+    /// its judgement needs of its time as a running call: the end horizon at its first report
+    /// (see `forgotten_end`) and the losses dropped while it ran.
     pub(crate) fn mcp_interval(
         &mut self,
         interval: &str,
@@ -927,7 +1007,7 @@ impl Tracker {
         end: Millis,
         host: Option<Arc<str>>,
         ch: &mut Changes,
-    ) {
+    ) -> (Millis, EarlierLosses) {
         let started = self.running.remove(interval);
         if self.running.is_empty() {
             self.running_started_by = f64::NEG_INFINITY;
@@ -941,7 +1021,7 @@ impl Tracker {
             // It ran inside this window (counted at its start, with the host it had then).
             let ran = started
                 .as_ref()
-                .is_some_and(|(_, h)| same_host(all, h.as_ref(), w.host.as_ref()));
+                .is_some_and(|r| same_host(all, r.host.as_ref(), w.host.as_ref()));
             if ran && w.running > 0 {
                 w.running -= 1;
                 w.max_inside_end = w.max_inside_end.max(end);
@@ -965,6 +1045,10 @@ impl Tracker {
             }
         }
         self.reported_now.push((start, end, host));
+        match started {
+            Some(r) => (r.exact_from, r.losses),
+            None => (self.forgotten_end, EarlierLosses::default()),
+        }
     }
 
     /// How window `id` stands for an interval of `host`, alias and tool of visible `names`,
@@ -1080,57 +1164,123 @@ impl Tracker {
         ch.global = true;
     }
 
-    /// Drops what no decision about an interval starting at or after `horizon` can need
-    /// (docs/design.md §4; such an interval ends at or after `horizon` too):
-    /// - a window closed before `horizon`: it cannot contain the interval (it closed before
-    ///   its end), nor point at it for `identity_conflict` (that needs a window neither
-    ///   closed nor broken before the end);
-    /// - a broken window that opened more than `max_window` before `horizon`: it opened more
-    ///   than `max_window` before the interval's end, so it is no candidate and cannot make
-    ///   it `incomplete`; nor one that broke before `horizon` after a request of its thread
-    ///   (it can make nothing `incomplete`, and broke before the end);
-    /// - a lost span whose stream closed before `horizon`: the stream was not open during the
-    ///   interval.
+    /// Drops what no decision can need about an interval [s, e] with e at or after
+    /// `end_horizon` that is running or pending now, or is first reported later with s at or
+    /// after `end_horizon` (docs/design.md §4). The caller picks `end_horizon` (the correlator:
+    /// `late_allowance` before now, and not after the start of any interval still pending);
+    /// the start horizon is the same but not after the start of any MCP call still running.
+    /// Both only move forward. Any other interval is judged `incomplete` (see
+    /// [`Tracker::forgotten_end`]).
+    /// - A window closed before `end_horizon`: it closed before e, so it neither contains the
+    ///   interval nor points at it for `identity_conflict` (that needs a window neither closed
+    ///   nor broken before e).
+    /// - A broken window that opened more than `max_window` before `end_horizon`, so before e:
+    ///   it is no candidate, makes nothing `incomplete` and points at nothing. Or one that broke
+    ///   after a request of its thread, both before the start horizon, so by s: it makes
+    ///   nothing `incomplete` and broke before e.
+    /// - A lost span whose stream closed before `end_horizon`: it matters only to an interval
+    ///   that started by then. One pending now started later; one running now that started by
+    ///   then keeps the span's host and thread ([`EarlierLosses`]); one first reported later
+    ///   is judged `incomplete`.
     ///
-    /// So however long the run, what is held is what the last `retain` + `max_window` of
-    /// traffic left (plus what is open). A window a pending interval holds stays until it is
-    /// decided. The one thing this gives up: the calls of a dropped window can no longer be
-    /// named by a hint (docs/design.md §4 "names"), so a hint naming one reads as naming an
-    /// unseen call (`tool_use_id`, `item_id`) or nothing (`call_id`). That takes an MCP call
-    /// that started after its call's window closed (or more than `max_window` after it
-    /// opened) and was reported more than `retain` after that: a host runs a call as soon as
-    /// its item is complete and the continuation follows the call's end.
-    pub(crate) fn forget_before(&mut self, horizon: Millis) {
-        if horizon <= self.forgotten_before {
+    /// A dropped window can still matter in one way: a hint may name one of its calls (§4
+    /// "names"). A hint that finds nothing reads as naming a call the relay never saw, which
+    /// changes only whether losses count for the interval, so at worst its answer becomes
+    /// `incomplete`. The windows that an MCP call still running may name (it started while
+    /// they were open) are kept for it (`kept_for_running`; not under `--candidates all`,
+    /// where hints only contradict), up to `max_window` past the allowance after its start.
+    /// Left over: a call that started after the window of the call it names had become final,
+    /// or that runs longer than that, reported more than the allowance after that window
+    /// became final, with a loss that then counts. A host runs a call before it continues, so
+    /// the first does not happen; and no window holds the second.
+    ///
+    /// So what is held is what the last allowance of traffic left (broken windows: `max_window`
+    /// more), plus what is open, pending or running, not the length of the run. A window a
+    /// pending interval holds stays until it is decided.
+    pub(crate) fn forget_before(&mut self, end_horizon: Millis) {
+        let h_end = end_horizon.max(self.forgotten_end);
+        let mut starts: Vec<Millis> = self.running.values().map(|r| r.start).collect();
+        starts.sort_unstable_by(f64::total_cmp);
+        // From `end_horizon`, not `h_end`: a pending interval may have started before the
+        // end horizon that an earlier call set (its end is after it).
+        let h_start = starts
+            .first()
+            .map_or(end_horizon, |s| s.min(end_horizon))
+            .max(self.forgotten_start);
+        if h_end == self.forgotten_end && h_start == self.forgotten_start {
             return;
         }
+        // A running call that started while `w` was open (at or after its open, by the time it
+        // became final) may name one of its calls. Not under `--candidates all` (a hint only
+        // contradicts there), nor for a call that started more than `max_window` before
+        // `h_end`: no window can hold it, and a name would only decide whether losses count.
+        let naming_from = starts.partition_point(|s| *s < h_end - self.max_window);
+        let naming = if self.all_hosts {
+            &[][..]
+        } else {
+            &starts[naming_from..]
+        };
+        let named_by_running = |w: &Window| {
+            let i = naming.partition_point(|s| *s < w.open);
+            naming
+                .get(i)
+                .is_some_and(|s| w.final_at().is_none_or(|f| *s <= f))
+        };
+        let mut kept = std::mem::take(&mut self.kept_for_running);
+        let mut dropped = Vec::new();
+        kept.retain(|&id| match self.windows.get(id) {
+            Some(w) if named_by_running(w) => true,
+            Some(_) => {
+                dropped.push(id);
+                false
+            }
+            None => false,
+        });
         while let Some(&(c, id)) = self.closed.front() {
-            if c >= horizon {
+            if c >= h_end {
                 break;
             }
             self.closed.pop_front();
-            self.drop_window_if_unwaited(id);
+            match self.windows.get(id) {
+                Some(w) if named_by_running(w) => kept.push(id),
+                Some(_) => dropped.push(id),
+                None => {}
+            }
         }
         let (windows, max_window) = (&self.windows, self.max_window);
         let mut keep = VecDeque::with_capacity(self.broken.len());
-        let mut dropped = Vec::new();
         for id in self.broken.drain(..) {
             let Some(w) = windows.get(id) else { continue };
-            let spoke = w.final_at().is_some_and(|b| b < horizon)
-                && w.next_request.is_some_and(|q| q < horizon);
-            let gone = spoke || w.open + max_window < horizon;
-            if gone {
-                dropped.push(id);
-            } else {
+            let spoke = w.final_at().is_some_and(|b| b < h_start)
+                && w.next_request.is_some_and(|q| q < h_start);
+            if !spoke && w.open + max_window >= h_end {
                 keep.push_back(id);
+            } else if named_by_running(w) {
+                kept.push(id);
+            } else {
+                dropped.push(id);
             }
         }
         self.broken = keep;
+        self.kept_for_running = kept;
         for id in dropped {
             self.drop_window_if_unwaited(id);
         }
-        self.lost.retain(|l| l.close.is_none_or(|c| c >= horizon));
-        self.forgotten_before = horizon;
+        // A lost span whose stream closed since a running call started goes on counting for
+        // it (its end is at or after `h_end`, for a prompt report, so the stream was open
+        // during it).
+        let running = &mut self.running;
+        self.lost.retain(|l| {
+            let Some(c) = l.close.filter(|c| *c < h_end) else {
+                return true;
+            };
+            for r in running.values_mut().filter(|r| r.start <= c) {
+                r.losses.add(&l.host, &l.thread);
+            }
+            false
+        });
+        self.forgotten_start = h_start;
+        self.forgotten_end = h_end;
     }
 
     fn drop_window_if_unwaited(&mut self, id: WinId) {
@@ -1180,8 +1330,12 @@ impl Tracker {
         }
         let Some(f) = w.final_at() else { return };
         let indexed = match w.state {
-            WindowState::Closed(_) => f >= self.forgotten_before,
-            WindowState::Broken(_) => self.broken.contains(&id),
+            WindowState::Closed(_) => {
+                f >= self.forgotten_end || self.kept_for_running.contains(&id)
+            }
+            WindowState::Broken(_) => {
+                self.broken.contains(&id) || self.kept_for_running.contains(&id)
+            }
             WindowState::Open => true,
         };
         if !indexed {

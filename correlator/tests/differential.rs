@@ -575,6 +575,18 @@ impl Script {
     }
 }
 
+/// One Codex window: thread `ta` on WebSocket stream `a`, response `ra` whose call `ca` (item
+/// `ia`) is complete at 2 and which completes at 3, not yet continued.
+fn codex_window() -> Script {
+    let mut s = Script::new();
+    s.open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"))
+        .end(3.0, "a", "ra", ResponseStatus::Completed);
+    s
+}
+
 fn codex_hints(item: &str, thread: &str) -> Hints {
     Hints {
         item_id: Some(item.into()),
@@ -764,12 +776,7 @@ fn two_open_windows_are_ambiguous_even_when_the_trace_ends_first() {
 #[test]
 fn lost_observation_during_the_call_is_incomplete_unless_a_hint_names_a_seen_call() {
     let script = |hints: Hints| {
-        Script::new()
-            .open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
-            .request(1.0, "a", "qa", None, &[])
-            .start(1.0, "a", "ra", "qa")
-            .call(2.0, "a", "ra", "ca", Some("ia"))
-            .end(3.0, "a", "ra", ResponseStatus::Completed)
+        codex_window()
             .open(3.0, "x", Client::Claude, Transport::Http, None)
             .mcp(6.0, "i1", 4.0, 5.0, hints)
             .lost(7.0, "x")
@@ -935,6 +942,191 @@ fn wrong_hints_conflict_and_late_calls_fit_nothing() {
         ]
     );
     replay_agrees(&events, &Config::default());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late reports and the allowance (issue 28): what the correlator drops is never needed by a
+// report that came within `late_allowance`
+
+/// For each interval: how late its first report came after its start (its `mcp_start`, else
+/// its `mcp_interval`), how late its `mcp_interval` came after its end, and the earliest time
+/// at which a call that one of its hints names was complete (infinity if none).
+fn lateness(events: &[Event]) -> std::collections::HashMap<String, (Millis, Millis, Millis)> {
+    let mut first_report = std::collections::HashMap::new();
+    let mut calls: std::collections::HashMap<&str, Millis> = std::collections::HashMap::new();
+    let mut out = std::collections::HashMap::new();
+    for ev in events {
+        match &ev.kind {
+            EventKind::ToolCall { call, item, .. } => {
+                for id in std::iter::once(call).chain(item) {
+                    calls.entry(id.as_str()).or_insert(ev.t);
+                }
+            }
+            EventKind::McpStart {
+                interval, start, ..
+            } => {
+                first_report.entry(interval.clone()).or_insert(ev.t - start);
+            }
+            EventKind::McpInterval {
+                interval,
+                start,
+                end,
+                hints,
+                ..
+            } => {
+                let first = *first_report.entry(interval.clone()).or_insert(ev.t - start);
+                let named = [&hints.tool_use_id, &hints.item_id, &hints.call_id]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| calls.get(id.as_str()).copied())
+                    .fold(f64::INFINITY, f64::min);
+                out.insert(interval.clone(), (first, ev.t - end, named));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Replay with a short allowance against the rule (the reference, which drops nothing): every
+/// interval reported within the allowance gets the rule's record, byte for byte; one reported
+/// later gets it or `incomplete`. The one other exception `Tracker::forget_before` names (a
+/// hint naming a call of a window final more than the allowance before the report) is let
+/// through only as `incomplete` too, and only when a hint names a call that old.
+fn late_reports_only_abstain(events: &[Event], config: &Config) -> Result<usize, String> {
+    let a = config.late_allowance;
+    let want: std::collections::HashMap<String, String> = reference(events, config)
+        .iter()
+        .map(|r| (r.interval.clone(), r.to_line()))
+        .collect();
+    let got = replay(events.to_vec(), config);
+    if got.len() != want.len() {
+        return Err(format!(
+            "{} records, the rule gives {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let late = lateness(events);
+    let mut exact = 0;
+    for r in &got {
+        let (first, last, named) = late[&r.interval];
+        let report = r.end + last;
+        let excused = first > a || last > a || named < report - a;
+        let line = r.to_line();
+        if want.get(&r.interval) == Some(&line) {
+            exact += usize::from(!excused);
+            continue;
+        }
+        if !excused || r.reason != Some(Reason::Incomplete) {
+            return Err(format!(
+                "reported within the allowance {a} (first {first}, end {last}) but\n got  {line} want {}",
+                want.get(&r.interval).map_or("nothing\n", String::as_str)
+            ));
+        }
+    }
+    Ok(exact)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 400,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Allowances from none to longer than the trace, so that the correlator drops windows,
+    /// breaks and losses all along the trace (garbage is collected every sixteenth of it).
+    #[test]
+    fn a_short_allowance_changes_only_late_reports(
+        shape in shapes(),
+        allowance in prop::sample::select(vec![0.0, 2.0, 10.0, 40.0, 150.0, 600.0]),
+    ) {
+        let g = generate(shape);
+        for config in both_modes(&Config { late_allowance: allowance, ..g.config.clone() }) {
+            if let Err(e) = late_reports_only_abstain(&g.events, &config) {
+                prop_assert!(
+                    false,
+                    "{shape:?}\n{} late_allowance={allowance}\n{e}\ntrace:\n{}",
+                    describe_config(&config),
+                    trace_text(&g.events)
+                );
+            }
+        }
+    }
+}
+
+/// A report that comes later than the allowance after its call's end is `incomplete`: the
+/// window that contained the call may be gone. Within the allowance it is attributed.
+#[test]
+fn a_report_later_than_the_allowance_is_incomplete() {
+    let script = |report: Millis| {
+        codex_window()
+            .request(9.0, "a", "qa2", Some("ra"), &[])
+            .close(10.0, "a")
+            .mcp(report, "i1", 4.0, 5.0, codex_hints("ia", "ta"))
+            .events()
+    };
+    let short = Config {
+        late_allowance: 100.0,
+        ..Config::default()
+    };
+    // The rule (which knows nothing of an allowance) attributes it either way.
+    for report in [50.0, 500.0] {
+        assert_eq!(reference(&script(report), &short)[0].reason, None);
+    }
+    replay_agrees(&script(50.0), &short);
+    let late = replay(script(500.0), &short);
+    assert_eq!(late[0].reason, Some(Reason::Incomplete));
+    assert_eq!(late[0].decided_at, 500.0);
+    // Under the default allowance (5 minutes) the same report is on time.
+    replay_agrees(&script(500.0), &Config::default());
+}
+
+/// A call that outlives its window by more than the allowance (the host gave up on it and
+/// continued, so the window closed while the call still ran), reported on time, and a stream
+/// lost and closed meanwhile. The rule: no window contains it; the loss counts unless a hint
+/// names a call seen in an eligible window. Both need what the correlator drops for other
+/// calls: the named window is kept while a call that started in it runs, and the loss goes
+/// with the running call when its span is dropped.
+#[test]
+fn a_running_call_keeps_the_window_it_may_name_and_the_losses_it_overlaps() {
+    let script = |hints: Hints| {
+        codex_window()
+            .open(3.0, "x", Client::Claude, Transport::Http, None)
+            .ev(
+                4.0,
+                EventKind::McpStart {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: 4.0,
+                    host: None,
+                },
+            )
+            .request(10.0, "a", "qa2", Some("ra"), &[])
+            .lost(20.0, "x")
+            .close(30.0, "x")
+            .mcp(1000.0, "i1", 4.0, 1000.0, hints)
+            .events()
+    };
+    let short = Config {
+        late_allowance: 100.0,
+        ..Config::default()
+    };
+    let named = script(codex_hints("ia", "ta"));
+    assert_eq!(reference(&named, &short)[0].reason, Some(Reason::NoWindow));
+    replay_agrees(&named, &short);
+    let unnamed = script(Hints {
+        thread: Some("ta".into()),
+        ..Hints::default()
+    });
+    assert_eq!(
+        reference(&unnamed, &short)[0].reason,
+        Some(Reason::Incomplete)
+    );
+    replay_agrees(&unnamed, &short);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,8 +32,12 @@ use correlator::{Client, Held, Transport};
 use support::gen::{generate, Shape};
 use support::reference::reference;
 
-/// `max_window` and retention of the run: one minute, so that three hours hold many spans of it.
+/// `max_window` of the run: one minute, so that three hours hold many spans of it.
 const MAX_WINDOW: Millis = 60_000.0;
+/// The late-report allowance of the run: a second, longer than any report delay the
+/// generator makes and shorter than an epoch, so that every epoch is dropped while the run
+/// goes on.
+const ALLOWANCE: Millis = 1000.0;
 /// How long the run lasts at least, in trace milliseconds.
 const HOURS: Millis = 3.0 * 3600.0 * 1000.0;
 
@@ -52,8 +56,8 @@ fn prefixed(p: &str, id: &str) -> String {
 
 /// Epoch `k`'s trace from `seed`, moved to start at `offset`, every id but the hosts made
 /// unique to the epoch, and closed by an idle stream once every window has had time to
-/// expire.
-fn epoch(k: usize, seed: u64, offset: Millis) -> Epoch {
+/// expire. With `known_hosts`, a stream whose host was not known is given host `h0`.
+fn epoch(k: usize, seed: u64, offset: Millis, known_hosts: bool) -> Epoch {
     let g = generate(Shape {
         seed,
         hosts: 2 + (seed % 5) as usize,
@@ -80,7 +84,9 @@ fn epoch(k: usize, seed: u64, offset: Millis) -> Epoch {
                     client: *client,
                     transport: *transport,
                     thread: ren_opt(thread),
-                    host: host.clone(),
+                    host: host
+                        .clone()
+                        .or_else(|| known_hosts.then(|| "h0".to_string())),
                 }
             }
             EventKind::Request {
@@ -230,27 +236,101 @@ fn lines(records: &[Record]) -> String {
     records.iter().map(Record::to_line).collect()
 }
 
-fn run(candidates: Candidates) {
+/// A call that runs through the whole run: it starts before the first epoch (so inside no
+/// window) and ends after the last, with a host no stream has (every stream's host is known
+/// in such a run) and a `thread` hint no stream has. No window can contain it (it is longer
+/// than `max_window`), and a loss counts for it only under `--candidates all`, where every
+/// loss does (docs/design.md §4 rule 1): `no_window`, or `incomplete` under `all`, however
+/// long ago the windows and losses of its time were dropped.
+struct LongCall {
+    start: Millis,
+    end: Millis,
+}
+
+impl LongCall {
+    const HOST: &str = "h-long";
+    const THREAD: &str = "th-long";
+
+    fn start_event(&self) -> Event {
+        Event {
+            t: self.start,
+            kind: EventKind::McpStart {
+                interval: "long".into(),
+                alias: "probe".into(),
+                tool: "echo".into(),
+                start: self.start,
+                host: Some(Self::HOST.into()),
+            },
+        }
+    }
+
+    fn end_event(&self) -> Event {
+        Event {
+            t: self.end,
+            kind: EventKind::McpInterval {
+                interval: "long".into(),
+                alias: "probe".into(),
+                tool: "echo".into(),
+                start: self.start,
+                end: self.end,
+                outcome: correlator::Outcome::Result,
+                hints: correlator::Hints {
+                    thread: Some(Self::THREAD.into()),
+                    ..correlator::Hints::default()
+                },
+                host: Some(Self::HOST.into()),
+                rounds: None,
+            },
+        }
+    }
+
+    /// The rule's answer: `incomplete` when a loss counts (any, under `--candidates all`;
+    /// none else, since every stream's host differs from its own), else `no_window`.
+    fn expected(epochs: &[Epoch], candidates: Candidates) -> Option<correlator::records::Reason> {
+        use correlator::records::Reason;
+        let lost = epochs.iter().any(|e| e.lost_streams > 0);
+        Some(if lost && candidates == Candidates::All {
+            Reason::Incomplete
+        } else {
+            Reason::NoWindow
+        })
+    }
+}
+
+fn run(candidates: Candidates, long_call: bool) {
     let config = Config {
         close_wait: 10.0,
         window_open: WindowOpen::Call,
         max_window: MAX_WINDOW,
-        retain: MAX_WINDOW,
+        late_allowance: ALLOWANCE,
         candidates,
     };
     let mut epochs = Vec::new();
-    let mut offset = 0.0;
+    // Room before the first epoch for the long call's start.
+    let mut offset = 1000.0;
     let mut k = 0;
     while offset < HOURS {
-        let e = epoch(k, 0x28_0000 + k as u64, offset);
+        let e = epoch(k, 0x28_0000 + k as u64, offset, long_call);
         // The next epoch starts more than `max_window` after this one's last event.
         offset = e.events.last().map_or(offset, |ev| ev.t) + 1.0;
         epochs.push(e);
         k += 1;
     }
 
+    let long = LongCall {
+        start: 10.0,
+        end: epochs
+            .last()
+            .and_then(|e| e.events.last())
+            .map_or(0.0, |ev| ev.t)
+            + 5000.0,
+    };
+
     let mut c = Correlator::new(config.clone());
     let mut out = Vec::new();
+    if long_call {
+        c.push(&long.start_event(), &mut out);
+    }
     let mut seen_incomplete = 0usize;
     let mut total = 0usize;
     let mut held_at_ends: Vec<Held> = Vec::new();
@@ -279,6 +359,17 @@ fn run(candidates: Candidates) {
             "epoch {k}: everything is decided by its idle event"
         );
         held_at_ends.push(held);
+    }
+    if long_call {
+        c.push(&long.end_event(), &mut out);
+        c.finish(&mut out);
+        let r = out.pop().expect("the long call's record");
+        assert_eq!(r.interval, "long");
+        assert_eq!(
+            r.reason,
+            LongCall::expected(&epochs, candidates),
+            "the call that ran through the whole run ({candidates:?})"
+        );
     }
     c.finish(&mut out);
     assert_eq!(out.len(), total, "nothing was left for the end");
@@ -325,10 +416,19 @@ fn run(candidates: Candidates) {
 
 #[test]
 fn hours_of_traffic_keep_their_answers_and_bounded_state() {
-    run(Candidates::Eligible);
+    run(Candidates::Eligible, false);
 }
 
 #[test]
 fn hours_of_traffic_keep_their_answers_and_bounded_state_under_candidates_all() {
-    run(Candidates::All);
+    run(Candidates::All, false);
+}
+
+/// The same with a call running all along: it holds nothing back (the state bound is the
+/// same), the epochs' answers are the same (it started inside no window), and it is judged by
+/// the rule, though every window and loss of its time was dropped long before its report.
+#[test]
+fn a_call_running_through_hours_of_traffic_is_judged_by_the_rule() {
+    run(Candidates::Eligible, true);
+    run(Candidates::All, true);
 }
