@@ -300,6 +300,10 @@ pub fn h1_exchange(data: &[u8]) {
         send: Duration::from_secs(20),
     };
     let mut ex = Exchange::new(&request, timeouts, now);
+    // The driver writes the head first (or, drawn here, is still connecting).
+    if schedule.next(8) != 0 {
+        ex.handle_upstream_written(now);
+    }
     let (mut client_at, mut upstream_at) = (0, 0);
     let (mut client_buf, mut upstream_buf) = (BytesMut::new(), BytesMut::new());
     let (mut sent_up, mut told_up, mut to_client, mut copies) =

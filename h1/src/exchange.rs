@@ -148,8 +148,8 @@ pub struct Exchange {
     client_close: bool,
     /// A request piece for the upstream, not yet handed out.
     to_upstream: Option<Bytes>,
-    /// A request piece handed out and not yet written: the upstream holds the body up then,
-    /// not the client.
+    /// A request piece (first the head, which the driver writes itself) handed out and not
+    /// yet written: the upstream holds the body up then, not the client.
     upstream_owes: bool,
     /// The response head for the client, until the first write takes it.
     head_out: Option<Bytes>,
@@ -183,7 +183,9 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// An exchange for `request` (parsed by [`crate::parse_request`]), started at `now`.
+    /// An exchange for `request` (parsed by [`crate::parse_request`]), started at `now`. The
+    /// driver writes the request head upstream ([`crate::upstream_head`]) and says when it is
+    /// written with [`Exchange::handle_upstream_written`]; until then the body waits.
     pub fn new(request: &RequestHead, timeouts: Timeouts, now: Instant) -> Exchange {
         let mut events = VecDeque::new();
         if request.body_len == 0 {
@@ -195,7 +197,7 @@ impl Exchange {
             left: request.body_len,
             client_close: request.close,
             to_upstream: None,
-            upstream_owes: false,
+            upstream_owes: true,
             head_out: None,
             framing: Framing::Empty,
             rechunk: false,

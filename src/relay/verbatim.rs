@@ -216,12 +216,18 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     let mut deadline = Deadline::new(&client.timers);
     // How the upstream connection failed, when it did (the machine only knows that it did).
     let mut failed = Failure::Other;
-    let opened = tokio::select! {
-        biased;
-        up = open_upstream(state, &r) => Some(up),
-        now = poll_fn(|cx| deadline.poll(cx, ex.poll_timeout())) => {
-            ex.handle_timeout(now);
-            None
+    let open = open_upstream(state, &r);
+    tokio::pin!(open);
+    let opened = loop {
+        tokio::select! {
+            biased;
+            up = &mut open => break Some(up),
+            now = poll_fn(|cx| deadline.poll(cx, ex.poll_timeout())) => {
+                ex.handle_timeout(now);
+                if ex.is_ended() {
+                    break None;
+                }
+            }
         }
     };
     let mut up = match opened {
