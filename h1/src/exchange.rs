@@ -163,6 +163,8 @@ pub struct Exchange {
     /// The last read of the body and its payload ranges, until [`Exchange::poll_transmit`].
     read: Bytes,
     payload: Vec<Range<usize>>,
+    /// The payload's length, summed once as the read is scanned.
+    payload_len: usize,
     /// Whether the body ended (within `read`, or by the upstream's close).
     body_done: bool,
     /// Nothing came after the body on the upstream connection.
@@ -205,6 +207,7 @@ impl Exchange {
             reusable: false,
             read: Bytes::new(),
             payload: Vec::new(),
+            payload_len: 0,
             body_done: false,
             clean: true,
             lines: BytesMut::new(),
@@ -301,6 +304,7 @@ impl Exchange {
         self.payload.clear();
         match self.framing.scan(buf, &mut self.payload) {
             Ok(scanned) => {
+                self.payload_len = self.payload.iter().map(|r| r.len()).sum();
                 self.body_done = scanned.done;
                 self.read = buf.split_to(scanned.used).freeze();
                 self.clean = buf.is_empty();
@@ -377,7 +381,11 @@ impl Exchange {
     /// How many payload bytes the write due to the client carries (the observer's copy is
     /// stamped before the write, and only for payload).
     pub fn payload_len(&self) -> usize {
-        self.payload.iter().map(|r| r.len()).sum()
+        if self.payload.is_empty() {
+            0
+        } else {
+            self.payload_len
+        }
     }
 
     /// The next write to the client, as pieces appended to `out` (empty when none is due),
@@ -394,7 +402,7 @@ impl Exchange {
         let mut copied = None;
         if !self.payload.is_empty() {
             let read = std::mem::take(&mut self.read);
-            let len: usize = self.payload.iter().map(|r| r.len()).sum();
+            let len = self.payload_len;
             let joined = (self.payload.len() > 1 && (copy || self.payload.len() > MAX_SLICES))
                 .then(|| {
                     let mut joined = BytesMut::with_capacity(len);
