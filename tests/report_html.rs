@@ -263,7 +263,7 @@ fn hostile_ids_and_names_are_escaped() {
 
 fn attributed(i: usize, thread: &str, t: f64) -> Record {
     Record {
-        interval: format!("i{i}"),
+        interval: format!("i{i}").into(),
         alias: "probe".into(),
         tool: "echo".into(),
         start: t + 10.0,
@@ -273,9 +273,9 @@ fn attributed(i: usize, thread: &str, t: f64) -> Record {
         candidates: 1,
         window: Some(WindowRef {
             thread: Some(thread.into()),
-            stream: format!("s{i}"),
-            response: format!("r{i}"),
-            request: Some(format!("q{i}")),
+            stream: format!("s{i}").into(),
+            response: format!("r{i}").into(),
+            request: Some(format!("q{i}").into()),
             open: t,
             close: Some(t + 80.0),
         }),

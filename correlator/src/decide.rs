@@ -169,12 +169,13 @@ pub struct Held {
 }
 
 struct Pending {
-    interval: String,
-    alias: String,
-    tool: String,
+    interval: Arc<str>,
+    /// Interned (see `Tracker::intern`): records of one tool share them.
+    alias: Arc<str>,
+    tool: Arc<str>,
     start: Millis,
     end: Millis,
-    hints: Hints,
+    hints: HintText,
     host: Option<Arc<str>>,
     /// The visible names its alias and tool can have.
     names: Arc<Names>,
@@ -206,6 +207,49 @@ struct Pending {
     generation: u32,
     /// The window whose changes wake it, if any.
     attached: Option<WinId>,
+}
+
+/// A pending interval's hints, in one allocation: they are kept until its decision, and four
+/// strings each of their own were a tenth of a replay's allocations.
+struct HintText {
+    text: Box<str>,
+    /// Where each hint is in `text`, in [`Hints`] field order.
+    cuts: [Option<(usize, usize)>; 4],
+}
+
+impl HintText {
+    fn new<S: AsRef<str>>(h: &Hints<S>) -> HintText {
+        let fields = [&h.tool_use_id, &h.item_id, &h.call_id, &h.thread];
+        let len = fields
+            .iter()
+            .filter_map(|f| f.as_ref())
+            .map(|v| v.as_ref().len())
+            .sum();
+        let mut text = String::with_capacity(len);
+        let cuts = fields.map(|f| {
+            f.as_ref().map(|v| {
+                let from = text.len();
+                text.push_str(v.as_ref());
+                (from, text.len())
+            })
+        });
+        HintText {
+            text: text.into_boxed_str(),
+            cuts,
+        }
+    }
+
+    fn get(&self) -> Hints<&str> {
+        let [tool_use_id, item_id, call_id, thread] = self
+            .cuts
+            .map(|c| c.and_then(|(from, to)| self.text.get(from..to)));
+        Hints {
+            tool_use_id,
+            item_id,
+            call_id,
+            thread,
+        }
+    }
 }
 
 /// What an evaluation found.
@@ -465,21 +509,21 @@ impl Correlator {
                 ..
             } => {
                 let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
-                let (exact_from, earlier_losses) =
+                let (interval, exact_from, earlier_losses) =
                     tr.mcp_interval(interval.as_ref(), *start, *end, host.clone(), &mut ch);
-                let (interval, alias, tool) = (interval.as_ref(), alias.as_ref(), tool.as_ref());
+                let (alias, tool) = (alias.as_ref(), tool.as_ref());
                 let names = self.route_names(alias, tool);
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.pending.insert(
                     seq,
                     Pending {
-                        interval: interval.to_owned(),
-                        alias: alias.to_owned(),
-                        tool: tool.to_owned(),
+                        interval,
+                        alias: self.tracker.intern(alias),
+                        tool: self.tracker.intern(tool),
                         start: *start,
                         end: *end,
-                        hints: hints.to_owned_hints(),
+                        hints: HintText::new(hints),
                         host,
                         names,
                         windows: Vec::new(),
@@ -572,11 +616,11 @@ impl Correlator {
             let mut found = std::mem::take(&mut self.scratch);
             let tr = &mut self.tracker;
             if !all {
-                p.named = named(tr, &p.hints, s);
+                p.named = named(tr, &p.hints.get(), s);
             }
             let identity = Identity {
                 named: p.named,
-                thread: p.hints.thread.as_deref(),
+                thread: p.hints.get().thread,
             };
             found.extend(tr.open_candidates(s));
             let open = found.len();
@@ -792,9 +836,9 @@ impl Correlator {
         };
         if let Some(w) = attributed {
             record.window = Some(WindowRef {
-                thread: w.thread.as_deref().map(str::to_string),
-                stream: w.stream.to_string(),
-                response: w.response.to_string(),
+                thread: w.thread.clone(),
+                stream: w.stream.clone(),
+                response: w.response.clone(),
                 request: w.request.clone(),
                 open: w.open,
                 close: match w.state {
@@ -837,7 +881,7 @@ fn threads_differ(a: Option<&str>, b: Option<&Arc<str>>) -> bool {
 /// among the calls complete by `s`. A `tool_use_id` or `item_id` that matches none names a
 /// call the relay did not see (no window issued it); a `call_id` that matches none names
 /// nothing (Codex code mode's fresh `exec-…` ids).
-fn named(tracker: &Tracker, h: &Hints, s: Millis) -> Named {
+fn named(tracker: &Tracker, h: &Hints<&str>, s: Millis) -> Named {
     let mut n = Named::Any;
     if let Some(id) = &h.tool_use_id {
         n = n.and(tracker.named(id, false, s));
@@ -887,7 +931,7 @@ fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
     }
     let identity = Identity {
         named: p.named,
-        thread: p.hints.thread.as_deref(),
+        thread: p.hints.get().thread,
     };
     !hosts_differ(p.host.as_ref(), w.host.as_ref())
         && w.first_call_for(&p.names) <= p.start
@@ -911,7 +955,7 @@ fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window:
     let counts = |host: Option<&Arc<str>>, thread: Option<&Arc<str>>| {
         all || (!p.names_eligible
             && !hosts_differ(p.host.as_ref(), host)
-            && !threads_differ(p.hints.thread.as_deref(), thread))
+            && !threads_differ(p.hints.get().thread, thread))
     };
     let lost = tracker.lost_spans().iter().any(|l: &LostSpan| {
         l.lost_at <= at
@@ -1003,52 +1047,49 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
 /// `item_id` names no call of that window's response (among the calls complete by its start,
 /// as "names" says), or its `thread` hint is not the window's thread.
 fn conflicts(p: &Pending, w: &Window) -> bool {
-    let h = &p.hints;
+    let h = p.hints.get();
     let by_start = |c: &&Call| c.at <= p.start;
-    if let Some(id) = &h.tool_use_id {
-        if !w.calls.iter().filter(by_start).any(|c| *c.call == **id) {
+    if let Some(id) = h.tool_use_id {
+        if !w.calls.iter().filter(by_start).any(|c| *c.call == *id) {
             return true;
         }
     }
-    if let Some(item) = &h.item_id {
+    if let Some(item) = h.item_id {
         if !w
             .calls
             .iter()
             .filter(by_start)
-            .any(|c| c.item.as_deref() == Some(item.as_str()))
+            .any(|c| c.item.as_deref() == Some(item))
         {
             return true;
         }
     }
-    matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a != **b)
+    matches!((h.thread, &w.thread), (Some(a), Some(b)) if a != &**b)
 }
 
 /// What agreed between an attributed interval and its window, in record order. Hints and
 /// routes are read off the window's calls complete by the interval's start (docs/design.md
 /// §4 "names", "route").
 fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
-    let h = &p.hints;
+    let h = p.hints.get();
     let calls = || w.calls.iter().filter(|c| c.at <= p.start);
-    let mut ev = vec![Evidence::Containment];
+    // Room for every kind at once: one allocation per record.
+    let mut ev = Vec::with_capacity(Evidence::ALL.len());
+    ev.push(Evidence::Containment);
     if h.tool_use_id
-        .as_ref()
-        .is_some_and(|id| calls().any(|c| *c.call == **id))
+        .is_some_and(|id| calls().any(|c| &*c.call == id))
     {
         ev.push(Evidence::ToolUseId);
     }
     if h.item_id
-        .as_ref()
-        .is_some_and(|id| calls().any(|c| c.item.as_deref() == Some(id.as_str())))
+        .is_some_and(|id| calls().any(|c| c.item.as_deref() == Some(id)))
     {
         ev.push(Evidence::ItemId);
     }
-    if h.call_id
-        .as_ref()
-        .is_some_and(|id| calls().any(|c| *c.call == **id))
-    {
+    if h.call_id.is_some_and(|id| calls().any(|c| &*c.call == id)) {
         ev.push(Evidence::CallId);
     }
-    if matches!((&h.thread, &w.thread), (Some(a), Some(b)) if **a == **b) {
+    if matches!((h.thread, &w.thread), (Some(a), Some(b)) if a == &**b) {
         ev.push(Evidence::Thread);
     }
     if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {

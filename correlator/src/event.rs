@@ -200,19 +200,6 @@ impl<S: AsRef<str>> Event<S> {
     }
 }
 
-impl<S: AsRef<str>> Hints<S> {
-    /// The same hints with strings of their own.
-    pub fn to_owned_hints(&self) -> Hints {
-        let own = |s: &Option<S>| s.as_ref().map(|s| s.as_ref().to_owned());
-        Hints {
-            tool_use_id: own(&self.tool_use_id),
-            item_id: own(&self.item_id),
-            call_id: own(&self.call_id),
-            thread: own(&self.thread),
-        }
-    }
-}
-
 /// What a string of an event stands for, and so what a door makes of it (docs/design.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Text {

@@ -26,6 +26,7 @@
 mod decide;
 mod event;
 pub mod ingest;
+mod intern;
 pub mod json;
 mod lines;
 pub mod observe;

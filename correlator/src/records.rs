@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io::BufRead;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -114,20 +115,20 @@ impl Evidence {
 /// The window an interval was attributed to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowRef {
-    pub thread: Option<String>,
-    pub stream: String,
-    pub response: String,
+    pub thread: Option<Arc<str>>,
+    pub stream: Arc<str>,
+    pub response: Arc<str>,
     /// The request that continued the response (closed the window).
-    pub request: Option<String>,
+    pub request: Option<Arc<str>>,
     pub open: Millis,
     pub close: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
-    pub interval: String,
-    pub alias: String,
-    pub tool: String,
+    pub interval: Arc<str>,
+    pub alias: Arc<str>,
+    pub tool: Arc<str>,
     pub start: Millis,
     pub end: Millis,
     /// `None` means attributed; `Some(reason)` means abstained for that reason.
@@ -403,10 +404,10 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
             let open = wf.time("open")?;
             let close = wf.opt_time("close")?;
             Some(WindowRef {
-                thread: wf.opt_string("thread")?.map(str::to_owned),
-                stream: wf.string("stream")?.to_owned(),
-                response: wf.string("response")?.to_owned(),
-                request: wf.opt_string("request")?.map(str::to_owned),
+                thread: wf.opt_string("thread")?.map(Arc::from),
+                stream: wf.string("stream")?.into(),
+                response: wf.string("response")?.into(),
+                request: wf.opt_string("request")?.map(Arc::from),
                 open,
                 close,
             })
@@ -534,9 +535,9 @@ fn parse_record(obj: &Map<String, Value>) -> Result<Record, Fault> {
         }
     }
     Ok(Record {
-        interval: interval.to_owned(),
-        alias: alias.to_owned(),
-        tool: tool.to_owned(),
+        interval: interval.into(),
+        alias: alias.into(),
+        tool: tool.into(),
         start,
         end,
         reason,

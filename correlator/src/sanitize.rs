@@ -766,7 +766,7 @@ mod tests {
             .event(&ev(tool_call("~not-a-pseudonym", None)))
             .is_err());
         let mut r = record("i1", "r1");
-        r.tool = "x".repeat(129);
+        r.tool = "x".repeat(129).into();
         assert_eq!(door.record(&r).unwrap_err().field, "tool");
     }
 

@@ -13,11 +13,13 @@
 
 use std::fmt::Write as _;
 use std::io::BufRead;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
 use crate::event::*;
+use crate::intern::Interner;
 use crate::json::{push_key, push_ms, push_opt_str, push_str};
 use crate::lines::{
     fault, kind_of, line_fault, object, order, Fault, Fields, LineError, LineSource, Problem, Token,
@@ -817,7 +819,9 @@ pub(crate) struct Validator {
     last_t: Option<Millis>,
     streams: FxHashMap<String, StreamState>,
     /// Running MCP calls: interval id -> (alias, tool, start).
-    running: FxHashMap<String, (String, String, Millis)>,
+    running: FxHashMap<String, (Arc<str>, Arc<str>, Millis)>,
+    /// Aliases and tools repeat on every call: one copy each.
+    names: Interner,
 }
 
 impl Validator {
@@ -910,10 +914,12 @@ impl Validator {
                 if self.running.contains_key(interval) {
                     return Err(id_fault("interval", interval, "already started"));
                 }
-                self.running.insert(
-                    interval.to_owned(),
-                    (alias.as_ref().to_owned(), tool.as_ref().to_owned(), *start),
+                let names = (
+                    self.names.get(alias.as_ref()),
+                    self.names.get(tool.as_ref()),
                 );
+                self.running
+                    .insert(interval.to_owned(), (names.0, names.1, *start));
             }
             EventKind::McpInterval {
                 interval,
@@ -924,7 +930,7 @@ impl Validator {
             } => {
                 let interval = interval.as_ref();
                 if let Some((a, tl, s)) = self.running.remove(interval) {
-                    if a != alias.as_ref() || tl != tool.as_ref() || s != *start {
+                    if *a != *alias.as_ref() || *tl != *tool.as_ref() || s != *start {
                         return Err(id_fault(
                             "interval",
                             interval,
@@ -975,13 +981,10 @@ impl OpenState {
             std::iter::once(("stream", s.as_str()))
                 .chain(st.open_responses.iter().map(|r| ("response", r.as_str())))
         });
-        let running = self.0.running.iter().flat_map(|(i, (a, t, _))| {
-            [
-                ("interval", i.as_str()),
-                ("alias", a.as_str()),
-                ("tool", t.as_str()),
-            ]
-        });
+        let running =
+            self.0.running.iter().flat_map(|(i, (a, t, _))| {
+                [("interval", i.as_str()), ("alias", &**a), ("tool", &**t)]
+            });
         streams.chain(running)
     }
 
@@ -1082,7 +1085,10 @@ impl Validator {
                 .ok_or_else(bad)?;
             if self
                 .running
-                .insert(id.clone(), (alias.clone(), tool.clone(), start))
+                .insert(
+                    id.clone(),
+                    (self.names.get(alias), self.names.get(tool), start),
+                )
                 .is_some()
             {
                 return Err(fault("open", Problem::Twice { got: Token::of(id) }));

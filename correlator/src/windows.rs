@@ -21,6 +21,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::event::{CallKind, Millis, ResponseStatus};
+use crate::intern::Interner;
 use crate::route::Names;
 
 /// A window's handle: its slot in the tracker's table and that slot's generation, so a handle
@@ -200,9 +201,6 @@ impl IdIndex {
     }
 }
 
-/// How many distinct tool names and namespaces [`Tracker::intern`] keeps.
-const MAX_NAMES: usize = 4096;
-
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Time(pub Millis);
@@ -273,7 +271,7 @@ pub(crate) struct Window {
     pub(crate) calls: Vec<Call>,
     pub(crate) state: WindowState,
     /// The request that closed the window.
-    pub(crate) request: Option<String>,
+    pub(crate) request: Option<Arc<str>>,
     /// When the response ended (any status), and when it completed (status completed).
     pub(crate) response_end: Option<Millis>,
     pub(crate) completed_at: Option<Millis>,
@@ -520,8 +518,8 @@ pub(crate) struct Tracker {
     spare_lists: Spare,
     /// Spans of streams whose observation was lost.
     lost: Vec<LostSpan>,
-    /// Running MCP calls by interval id.
-    running: FxHashMap<String, RunningCall>,
+    /// Running MCP calls by interval id (the id handed to the interval at its report).
+    running: FxHashMap<Arc<str>, RunningCall>,
     /// No running call started later than this (the latest start since `running` was last
     /// empty). A window opens at the current time and calls are reported once started, so
     /// this is almost always earlier and a new window need not scan `running`.
@@ -538,8 +536,8 @@ pub(crate) struct Tracker {
     now: Millis,
     /// Scratch for the windows a request continues.
     continued: Vec<WinId>,
-    /// Interned tool names and namespaces (bounded: see [`Tracker::intern`]).
-    names: rustc_hash::FxHashSet<Arc<str>>,
+    /// Interned tool names and namespaces, MCP aliases and hosts (bounded).
+    names: Interner,
     /// The horizons of [`Tracker::forget_before`]: what was dropped can only matter to an
     /// interval that ends before `forgotten_end`, or that starts before the `forgotten_end` of
     /// its first report (after which the start horizon, `forgotten_start`, does not pass its
@@ -576,18 +574,9 @@ impl Tracker {
         }
     }
 
-    /// A shared copy of a tool name or namespace. Hosts use a handful of names, so each is
-    /// stored once; past [`MAX_NAMES`] distinct ones (a host that makes names up) new ones are
-    /// simply allocated, so the table cannot grow without bound.
+    /// A shared copy of a name that repeats (see [`Interner`]).
     pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.names.get(name) {
-            return n.clone();
-        }
-        let n: Arc<str> = name.into();
-        if self.names.len() < MAX_NAMES {
-            self.names.insert(n.clone());
-        }
-        n
+        self.names.get(name)
     }
 
     pub(crate) fn window(&self, id: WinId) -> Option<&Window> {
@@ -987,7 +976,7 @@ impl Tracker {
         }
         self.running_started_by = self.running_started_by.max(start);
         self.running.insert(
-            interval.to_string(),
+            interval.into(),
             RunningCall {
                 start,
                 host,
@@ -997,9 +986,10 @@ impl Tracker {
         );
     }
 
-    /// A call's end was reported (and its start, if this is its first report). Returns what
-    /// its judgement needs of its time as a running call: the end horizon at its first report
-    /// (see `forgotten_end`) and the losses dropped while it ran.
+    /// A call's end was reported (and its start, if this is its first report). Returns its id
+    /// (the running call's copy, if it had one) and what its judgement needs of its time as a
+    /// running call: the end horizon at its first report (see `forgotten_end`) and the losses
+    /// dropped while it ran.
     pub(crate) fn mcp_interval(
         &mut self,
         interval: &str,
@@ -1007,8 +997,11 @@ impl Tracker {
         end: Millis,
         host: Option<Arc<str>>,
         ch: &mut Changes,
-    ) -> (Millis, EarlierLosses) {
-        let started = self.running.remove(interval);
+    ) -> (Arc<str>, Millis, EarlierLosses) {
+        let (id, started) = match self.running.remove_entry(interval) {
+            Some((id, r)) => (id, Some(r)),
+            None => (interval.into(), None),
+        };
         if self.running.is_empty() {
             self.running_started_by = f64::NEG_INFINITY;
         }
@@ -1046,8 +1039,8 @@ impl Tracker {
         }
         self.reported_now.push((start, end, host));
         match started {
-            Some(r) => (r.exact_from, r.losses),
-            None => (self.forgotten_end, EarlierLosses::default()),
+            Some(r) => (id, r.exact_from, r.losses),
+            None => (id, self.forgotten_end, EarlierLosses::default()),
         }
     }
 
@@ -1146,7 +1139,7 @@ impl Tracker {
             return;
         };
         w.state = WindowState::Closed(t);
-        w.request = Some(request.to_string());
+        w.request = Some(request.into());
         self.closed.push_back((t, id));
     }
 
@@ -1434,20 +1427,5 @@ mod tests {
         index.remove(&c, 3);
         assert_eq!(index.get(&a), None);
         assert_eq!(index.len(), 0);
-    }
-
-    #[test]
-    fn interned_names_are_shared_until_the_table_is_full() {
-        let mut tracker = Tracker::new(1000.0, 1800000.0, false);
-        let a = tracker.intern("exec");
-        let b = tracker.intern("exec");
-        assert!(Arc::ptr_eq(&a, &b));
-        for i in 0..MAX_NAMES + 10 {
-            tracker.intern(&format!("tool{i}"));
-        }
-        assert_eq!(tracker.names.len(), MAX_NAMES);
-        // Past the bound a name is still returned, just not kept.
-        assert_eq!(&*tracker.intern("made-up"), "made-up");
-        assert_eq!(tracker.names.len(), MAX_NAMES);
     }
 }

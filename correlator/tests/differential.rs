@@ -13,6 +13,7 @@
 mod support;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use correlator::records::{Evidence, Reason, Record};
 use correlator::{replay, Candidates, Config, Correlator, WindowOpen};
@@ -342,7 +343,7 @@ fn the_generator_makes_what_identity_is_about() {
             max_turns: 4,
         });
         let [eligible, all] = both_modes(&g.config);
-        let literal: HashMap<String, Option<Reason>> = reference(&g.events, &all)
+        let literal: HashMap<Arc<str>, Option<Reason>> = reference(&g.events, &all)
             .into_iter()
             .map(|r| (r.interval, r.reason))
             .collect();
@@ -422,7 +423,7 @@ proptest! {
                 _ => None,
             })
             .collect();
-        let mut decided: Vec<&str> = out.iter().map(|r| r.interval.as_str()).collect();
+        let mut decided: Vec<&str> = out.iter().map(|r| &*r.interval).collect();
         reported.sort_unstable();
         decided.sort_unstable();
         prop_assert_eq!(&decided, &reported, "one record per reported interval");
@@ -702,9 +703,9 @@ fn overlapping_parent_and_child_windows_each_get_their_own_call() {
         .iter()
         .map(|r| {
             (
-                r.interval.as_str(),
+                &*r.interval,
                 r.reason,
-                r.window.as_ref().map(|w| w.response.as_str()),
+                r.window.as_ref().map(|w| &*w.response),
                 r.decided_at,
             )
         })
@@ -930,7 +931,7 @@ fn wrong_hints_conflict_and_late_calls_fit_nothing() {
     let records = reference(&events, &Config::default());
     let got: Vec<(&str, Option<Reason>, Millis)> = records
         .iter()
-        .map(|r| (r.interval.as_str(), r.reason, r.decided_at))
+        .map(|r| (&*r.interval, r.reason, r.decided_at))
         .collect();
     assert_eq!(
         got,
@@ -995,7 +996,7 @@ fn lateness(events: &[Event]) -> std::collections::HashMap<String, (Millis, Mill
 /// through only as `incomplete` too, and only when a hint names a call that old.
 fn late_reports_only_abstain(events: &[Event], config: &Config) -> Result<usize, String> {
     let a = config.late_allowance;
-    let want: std::collections::HashMap<String, String> = reference(events, config)
+    let want: std::collections::HashMap<Arc<str>, String> = reference(events, config)
         .iter()
         .map(|r| (r.interval.clone(), r.to_line()))
         .collect();
@@ -1010,7 +1011,7 @@ fn late_reports_only_abstain(events: &[Event], config: &Config) -> Result<usize,
     let late = lateness(events);
     let mut exact = 0;
     for r in &got {
-        let (first, last, named) = late[&r.interval];
+        let (first, last, named) = late[&*r.interval];
         let report = r.end + last;
         let excused = first > a || last > a || named < report - a;
         let line = r.to_line();

@@ -364,7 +364,7 @@ fn run(candidates: Candidates, long_call: bool) {
         c.push(&long.end_event(), &mut out);
         c.finish(&mut out);
         let r = out.pop().expect("the long call's record");
-        assert_eq!(r.interval, "long");
+        assert_eq!(&*r.interval, "long");
         assert_eq!(
             r.reason,
             LongCall::expected(&epochs, candidates),

@@ -817,11 +817,11 @@ impl Tree {
     /// One record: its `execute_tool` span, placed in the tree.
     pub fn record(&mut self, cleared: &Cleared<'_>, out: &mut Vec<Span>) {
         let r = cleared.record();
-        let reported = self.reported.remove(&r.interval);
+        let reported = self.reported.remove(&*r.interval);
         let mut a = tool_attributes(r);
         let mut links = Vec::new();
         let place = match &r.window {
-            Some(w) => self.responses.get(&w.response).and_then(|resp| {
+            Some(w) => self.responses.get(&*w.response).and_then(|resp| {
                 let turn = self.turns.get(&resp.turn)?;
                 // Also its parent; the link says why, for backends that read links.
                 links.push(causal_link(resp.trace, resp.span, Causal::Generation));

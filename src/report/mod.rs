@@ -100,7 +100,7 @@ fn by_trace(
     }
     for (name, rs) in &groups {
         let mut seen = HashSet::new();
-        if let Some(r) = rs.iter().find(|r| !seen.insert(r.interval.as_str())) {
+        if let Some(r) = rs.iter().find(|r| !seen.insert(&*r.interval)) {
             bail!(
                 "{}: interval `{}` has two records{}: these records mix several traces or runs, \
                  which one timeline cannot draw; replay the traces together (`windowtap replay \
@@ -146,7 +146,7 @@ fn belongs(path: &Path, events: &[Event], records: &[Record]) -> anyhow::Result<
         .iter()
         .filter(|r| {
             !starts
-                .get(r.interval.as_str())
+                .get(&*r.interval)
                 .is_some_and(|s| s.iter().any(|t| (t - r.start).abs() < 1.0))
         })
         .count();

@@ -91,9 +91,9 @@ pub enum LaneKey {
 }
 
 impl LaneKey {
-    fn of(thread: &Option<String>, stream: &str) -> LaneKey {
+    fn of(thread: Option<&str>, stream: &str) -> LaneKey {
         match thread {
-            Some(t) => LaneKey::Thread(t.clone()),
+            Some(t) => LaneKey::Thread(t.to_string()),
             None => LaneKey::Stream(stream.to_string()),
         }
     }
@@ -300,12 +300,14 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 host,
             } => {
                 hosts
-                    .entry(LaneKey::of(thread, stream))
+                    .entry(LaneKey::of(thread.as_deref(), stream))
                     .or_insert_with(|| host.clone());
                 clients
-                    .entry(LaneKey::of(thread, stream))
+                    .entry(LaneKey::of(thread.as_deref(), stream))
                     .or_insert(*client);
-                let d = details.entry(LaneKey::of(thread, stream)).or_default();
+                let d = details
+                    .entry(LaneKey::of(thread.as_deref(), stream))
+                    .or_default();
                 let word = format!("{client} · {transport}");
                 if !d.contains(&word) {
                     d.push(word);
@@ -348,7 +350,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                     }
                     None => {
                         let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
-                        let lane = lanes.get(LaneKey::of(&thread, stream), ev.t);
+                        let lane = lanes.get(LaneKey::of(thread.as_deref(), stream), ev.t);
                         windows.push(Window {
                             thread,
                             stream: stream.clone(),
@@ -385,7 +387,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                 outputs,
             } => {
                 let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
-                let key = LaneKey::of(&thread, stream);
+                let key = LaneKey::of(thread.as_deref(), stream);
                 if !first_request.iter().any(|(k, _)| *k == key) {
                     first_request.push((key, ev.t));
                 }
@@ -414,7 +416,11 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
                     }
                 }
                 if !continues_a_window {
-                    turns.push((LaneKey::of(&thread, stream), ev.t, request.clone()));
+                    turns.push((
+                        LaneKey::of(thread.as_deref(), stream),
+                        ev.t,
+                        request.clone(),
+                    ));
                 }
             }
             EventKind::ResponseEnd {
@@ -455,7 +461,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
             }
             EventKind::ObservationLost { stream, reason } => {
                 let thread = streams.get(stream.as_str()).and_then(|s| s.thread.clone());
-                let lane = lanes.get(LaneKey::of(&thread, stream), ev.t);
+                let lane = lanes.get(LaneKey::of(thread.as_deref(), stream), ev.t);
                 lost.push(Lost {
                     lane,
                     t: ev.t,
@@ -481,7 +487,7 @@ fn trace_windows(events: &[Event], max_window: Millis, lanes: &mut Lanes) -> Fro
             .iter()
             .filter(|w| w.open <= *t && w.names.iter().any(|n| SPAWN_TOOLS.contains(&n.as_str())))
             .filter_map(|w| {
-                let k = LaneKey::of(&w.thread, &w.stream);
+                let k = LaneKey::of(w.thread.as_deref(), &w.stream);
                 let started = first_request.iter().find(|(pk, _)| *pk == k)?.1;
                 let same_host = match (&host, hosts.get(&k).cloned().flatten()) {
                     (Some(a), Some(b)) => *a == b,
@@ -539,17 +545,18 @@ impl Timeline {
         for (ri, r) in records.iter().enumerate() {
             if let Some(wr) = &r.window {
                 // The trace's window when it knows it; otherwise the record's own account.
-                let wi = match by_response.get(&wr.response) {
+                let wi = match by_response.get(&*wr.response) {
                     Some(&i) => i,
                     None => {
-                        let lane = lanes.get(LaneKey::of(&wr.thread, &wr.stream), wr.open);
+                        let lane =
+                            lanes.get(LaneKey::of(wr.thread.as_deref(), &wr.stream), wr.open);
                         windows.push(Window {
-                            thread: wr.thread.clone(),
-                            stream: wr.stream.clone(),
-                            response: wr.response.clone(),
+                            thread: wr.thread.as_deref().map(str::to_string),
+                            stream: wr.stream.to_string(),
+                            response: wr.response.to_string(),
                             open: wr.open,
                             end: wr.close.map_or(WindowEnd::Open, WindowEnd::Closed),
-                            request: wr.request.clone(),
+                            request: wr.request.as_deref().map(str::to_string),
                             calls: 0,
                             completed_at: None,
                             lane,
@@ -558,7 +565,7 @@ impl Timeline {
                             stop: None,
                             names: Vec::new(),
                         });
-                        by_response.insert(wr.response.clone(), windows.len() - 1);
+                        by_response.insert(wr.response.to_string(), windows.len() - 1);
                         windows.len() - 1
                     }
                 };
@@ -920,7 +927,7 @@ mod tests {
                 let lane = &tl.lanes[m.lane];
                 assert_eq!(
                     lane.key,
-                    LaneKey::Thread(w.thread.clone().unwrap()),
+                    LaneKey::Thread(w.thread.as_deref().unwrap().to_string()),
                     "{file}"
                 );
                 if let Some(p) = lane.parent {

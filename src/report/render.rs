@@ -1141,8 +1141,8 @@ fn calls_table(out: &mut String, tl: &Timeline) {
         let r = &tl.records[m.record];
         let c = Category::of(r);
         let window = match &r.window {
-            Some(w) => w.response.clone(),
-            None => String::from("–"),
+            Some(w) => &*w.response,
+            None => "–",
         };
         let _ = writeln!(
             out,

@@ -744,9 +744,9 @@ impl World<'_> {
             })
             .collect();
         let mut record = Record {
-            interval: iv.id.clone(),
-            alias: iv.alias.clone(),
-            tool: iv.tool.clone(),
+            interval: iv.id.clone().into(),
+            alias: iv.alias.clone().into(),
+            tool: iv.tool.clone().into(),
             start: iv.s,
             end: iv.e,
             reason: None,
@@ -780,10 +780,10 @@ impl World<'_> {
         record.evidence = self.evidence(iv, w);
         let (close_t, request) = w.close.clone().expect("closed");
         record.window = Some(WindowRef {
-            thread: w.thread.clone(),
-            stream: w.stream.clone(),
-            response: w.response.clone(),
-            request: Some(request),
+            thread: w.thread.as_deref().map(Into::into),
+            stream: w.stream.clone().into(),
+            response: w.response.clone().into(),
+            request: Some(request.into()),
             open: w.open,
             close: Some(close_t),
         });
