@@ -1156,7 +1156,7 @@ fn calls_table(out: &mut String, tl: &Timeline) {
             colour(c),
             c.word(),
             esc(&tl.lanes[m.lane].key.label()),
-            esc(&window),
+            esc(window),
             esc(&r.interval)
         );
     }
