@@ -352,11 +352,14 @@ mod fast {
     /// strings ends at the next `"`, and the only whitespace it can have is the space. One pass
     /// over the line (without an early exit, so the compiler does it 16 bytes at a time) is
     /// cheaper than asking at every byte of every string; a line with either is left to the
-    /// strict path (escapes are rare in a trace, tabs rarer).
-    fn plain(line: &[u8]) -> bool {
-        !line
-            .iter()
-            .fold(false, |any, &c| any | (c == b'\\') | (c < 0x20))
+    /// strict path (escapes are rare in a trace, tabs rarer). `Some(spaced)` for a plain line:
+    /// whether it has a space at all (a line as windowtap writes it has none, and then no
+    /// token need look for one: that was a seventh of the scan).
+    fn plain(line: &[u8]) -> Option<bool> {
+        let (bad, spaced) = line.iter().fold((false, false), |(bad, spaced), &c| {
+            (bad | (c == b'\\') | (c < 0x20), spaced | (c == b' '))
+        });
+        (!bad).then_some(spaced)
     }
 
     /// Flags (the high bit of a byte) where the eight bytes of `w` (little-endian) are `"`: the
@@ -415,7 +418,7 @@ mod fast {
                     line[at] = byte;
                     assert_eq!(
                         plain(&line),
-                        byte != b'\\' && byte >= 0x20,
+                        (byte != b'\\' && byte >= 0x20).then_some(byte == b' '),
                         "{byte:#x} at {at}/{len}"
                     );
                 }
@@ -445,7 +448,11 @@ mod fast {
             let places = 1 + (next() % 6) as usize;
             let frac = next() % 10u64.pow(places as u32);
             let text = format!("{whole}.{frac:0places$}");
-            let mut sc = Scan { s: &text, i: 0 };
+            let mut sc = Scan {
+                s: &text,
+                i: 0,
+                spaced: false,
+            };
             let v = sc.number().expect("a plain number");
             assert_eq!(v, text.parse::<f64>().unwrap(), "{text}");
         }
@@ -455,14 +462,18 @@ mod fast {
     struct Scan<'a> {
         s: &'a str,
         i: usize,
+        /// The line has a space somewhere ([`plain`]).
+        spaced: bool,
     }
 
     impl<'a> Scan<'a> {
         /// The next byte after whitespace (only spaces: the line is [`plain`]).
         fn peek(&mut self) -> Option<u8> {
             let b = self.s.as_bytes();
-            while b.get(self.i) == Some(&b' ') {
-                self.i += 1;
+            if self.spaced {
+                while b.get(self.i) == Some(&b' ') {
+                    self.i += 1;
+                }
             }
             b.get(self.i).copied()
         }
@@ -632,8 +643,12 @@ mod fast {
     /// once, with values of the expected JSON type. (The caller's `l` rather than a returned
     /// one: a `Line` is several hundred bytes, and handing it out through an `Option` copied
     /// it.)
-    fn scan<'a>(line: &'a str, l: &mut Line<'a>) -> Option<()> {
-        let mut sc = Scan { s: line, i: 0 };
+    fn scan<'a>(line: &'a str, spaced: bool, l: &mut Line<'a>) -> Option<()> {
+        let mut sc = Scan {
+            s: line,
+            i: 0,
+            spaced,
+        };
         let mut seen = 0u32;
         sc.eat(b'{')?;
         if sc.peek()? != b'}' {
@@ -706,11 +721,9 @@ mod fast {
     /// The event on this line if it is plainly a good one; `None` to let the strict path
     /// decide. Mirrors `parse_event` field for field.
     pub(super) fn event<'a>(line: &'a str, version: super::Version) -> Option<Event<&'a str>> {
-        if !plain(line.as_bytes()) {
-            return None;
-        }
+        let spaced = plain(line.as_bytes())?;
         let mut l = Line::default();
-        scan(line, &mut l)?;
+        scan(line, spaced, &mut l)?;
         if version == super::Version::V1 && l.v2_keys {
             return None;
         }
