@@ -209,8 +209,8 @@ struct Pending {
     attached: Option<WinId>,
 }
 
-/// A pending interval's hints, in one allocation: they are kept until its decision, and four
-/// strings each of their own were a tenth of a replay's allocations.
+/// A pending interval's hints, in one allocation: they are kept until its decision, and a
+/// string of its own for each was nearly a tenth of a replay's allocations.
 struct HintText {
     text: Box<str>,
     /// Where each hint is in `text`, in [`Hints`] field order.
@@ -1112,4 +1112,29 @@ pub fn replay(events: impl IntoIterator<Item = Event>, config: &Config) -> Vec<R
     }
     c.finish(&mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hint_text_gives_back_each_hint_it_was_given() {
+        let words = [None, Some(""), Some("toolu_1"), Some("ctc_2"), Some("é~x")];
+        for a in words {
+            for b in words {
+                for c in words {
+                    for d in words {
+                        let h = Hints {
+                            tool_use_id: a,
+                            item_id: b,
+                            call_id: c,
+                            thread: d,
+                        };
+                        assert_eq!(HintText::new(&h).get(), h);
+                    }
+                }
+            }
+        }
+    }
 }
