@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 status=0
-for manifest in Cargo.toml */Cargo.toml; do
+for manifest in Cargo.toml */Cargo.toml crates/*/Cargo.toml; do
   dir=$(dirname "$manifest")
   grep -q '^\[package\]' "$manifest" || continue
   [ "$dir" = "fuzz" ] && continue

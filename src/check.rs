@@ -97,7 +97,7 @@ fn check_file(path: &Path) -> Result<String, String> {
 
 pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    let mut out = crate::stdout::stdout();
+    let mut out = sys::stdout::stdout();
     let mut all_ok = true;
     for file in files(&args.inputs) {
         match file.and_then(|f| check_file(&f)) {

@@ -63,7 +63,7 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
         Host::Codex => Lines::Codex { chatgpt },
     };
     let text = lines(host, relay, ingest.as_ref().and_then(|p| p.to_str()));
-    crate::stdout::stdout().write_all(text.as_bytes())?;
+    sys::stdout::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -12,7 +12,7 @@
 //!
 //! - `id`: the interval id, unique across wrappers (the wrapper's pid, a random word fixed at its
 //!   start, and a counter), at most 128 bytes.
-//! - `start_ns`, `end_ns`: readings of CLOCK_MONOTONIC (`crate::clock::mono_ns`), which the
+//! - `start_ns`, `end_ns`: readings of CLOCK_MONOTONIC (`sys::clock::mono_ns`), which the
 //!   relay shares; `start_ns` is when the `tools/call` line was written to the server, `end_ns`
 //!   when its answer was read back (or the cancellation passed, or the server went away).
 //! - `outcome`: `result`, `error`, `cancelled` or `lost`.
@@ -43,9 +43,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
-use crate::clock::{mono_ns, Clock};
 use crate::host::{Hosts, ProcId};
-use crate::ratelimit::Repeated;
+use sys::clock::{mono_ns, Clock};
+use sys::ratelimit::Repeated;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
 pub use correlator::ingest::{Fault, Report, RoundsNs, MAX_LINE};
@@ -64,8 +64,7 @@ pub fn default_path() -> PathBuf {
     let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("windowtap"),
         _ => {
-            // SAFETY: getuid cannot fail.
-            let uid = unsafe { libc::getuid() };
+            let uid = my_uid();
             std::env::temp_dir().join(format!("windowtap-{uid}"))
         }
     };
@@ -77,8 +76,7 @@ pub fn default_path() -> PathBuf {
 /// otherwise), so besides [`default_path`] the wrapper also tries where `$XDG_RUNTIME_DIR`
 /// usually points and the temp-dir fallback, whatever its own environment says.
 pub fn wrapper_candidates() -> Vec<PathBuf> {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = my_uid();
     let mut paths = vec![
         default_path(),
         PathBuf::from(format!("/run/user/{uid}/windowtap/ingest.sock")),
@@ -133,8 +131,7 @@ pub enum Untrusted {
 }
 
 fn my_uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    rustix::process::getuid().as_raw()
 }
 
 /// Checks that `dir` is a directory of this user's that nobody else may use (0700).
@@ -197,39 +194,20 @@ pub fn connect_verified(
 
 /// The uid of the process at the other end of a connected Unix socket.
 fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
-    peer_cred(s).map(|c| c.uid)
+    peer_cred(s).map(|c| c.uid.as_raw())
 }
 
 /// The pid of the process at the other end of a connected Unix socket (the relay, for a
 /// wrapper), as the kernel says.
 pub fn peer_pid(s: &std::os::unix::net::UnixStream) -> Option<u32> {
-    peer_cred(s).ok().map(|c| c.pid as u32)
+    peer_cred(s)
+        .ok()
+        .map(|c| c.pid.as_raw_nonzero().get() as u32)
 }
 
 /// The peer credentials (`SO_PEERCRED`) of a connected Unix socket.
-fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<libc::ucred> {
-    use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which we own, on the open
-    // descriptor `s` holds.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(cred)
+fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<rustix::net::UCred> {
+    Ok(rustix::net::sockopt::socket_peercred(s)?)
 }
 
 /// The path to listen on: `explicit` as given, else [`default_path`] with its private
@@ -805,7 +783,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
     let handle = serve(path, clock, tx, crate::host::Hosts::start()).await?;
-    let mut out = crate::stdout::stdout();
+    let mut out = sys::stdout::stdout();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;
     eprintln!("windowtap ingest: listening on {}", handle.path().display());
@@ -873,7 +851,7 @@ mod tests {
     fn a_wrapper_without_a_path_looks_where_a_relay_may_listen() {
         let paths = wrapper_candidates();
         assert_eq!(paths[0], default_path());
-        let uid = unsafe { libc::getuid() };
+        let uid = rustix::process::getuid().as_raw();
         assert!(paths.contains(&PathBuf::from(format!(
             "/run/user/{uid}/windowtap/ingest.sock"
         ))));

@@ -41,7 +41,7 @@ use correlator::Pseudonymizer;
 use correlator::{Config, Correlator, Event, EventKind, Millis, Record};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::clock::Clock;
+use sys::clock::Clock;
 
 mod records_out;
 use records_out::RecordsOut;

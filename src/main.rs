@@ -1,24 +1,20 @@
 //! windowtap: a transparent relay for AI coding hosts that attributes each MCP tool call to
 //! the model response window it ran in, and abstains, with a reason, when it cannot be sure.
 
-mod advice;
+#![forbid(unsafe_code)]
+
 mod check;
-mod clock;
 mod env_cmd;
 mod host;
 mod ingest;
 mod live;
-mod logging;
 mod mcp_tally;
-mod net;
 mod otlp;
-mod ratelimit;
 mod relay;
 mod replay_cmd;
 mod report;
 mod rotate;
 mod run;
-mod stdout;
 mod tls;
 mod trace_file;
 mod wrap;
@@ -105,7 +101,9 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(code) => code,
         // `| head -1` and the like: the reader has what it wanted.
-        Err(e) if stdout::is_closed(&e) => std::process::ExitCode::from(stdout::CLOSED_EXIT),
+        Err(e) if sys::stdout::is_closed(&e) => {
+            std::process::ExitCode::from(sys::stdout::CLOSED_EXIT)
+        }
         Err(e) => {
             eprintln!("windowtap: error: {e:#}");
             std::process::ExitCode::FAILURE

@@ -185,7 +185,7 @@ fn config_for(args: &ReplayArgs, header: Option<&HeaderOptions>) -> Config {
 /// what tells a complete output from one cut short by a bad trace is the exit code and the
 /// error lines, and for a file also its name (`FILE` is only ever a complete output).
 enum Sink {
-    Stdout(BufWriter<crate::stdout::Stdout>),
+    Stdout(BufWriter<sys::stdout::Stdout>),
     Direct(BufWriter<File>),
     File {
         partial: PathBuf,
@@ -197,7 +197,7 @@ enum Sink {
 impl Sink {
     fn open(output: Option<&PathBuf>) -> anyhow::Result<Sink> {
         Ok(match output.filter(|p| p.as_os_str() != "-") {
-            None => Sink::Stdout(BufWriter::with_capacity(1 << 16, crate::stdout::stdout())),
+            None => Sink::Stdout(BufWriter::with_capacity(1 << 16, sys::stdout::stdout())),
             // A pipe or a device (`-o /dev/null`) cannot be renamed onto: it is written
             // directly, as stdout is, and the exit code tells.
             Some(dest) if std::fs::metadata(dest).is_ok_and(|m| !m.file_type().is_file()) => {

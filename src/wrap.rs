@@ -17,8 +17,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::mem::ManuallyDrop;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -30,8 +29,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use correlator::observe::jsonrpc::{Call, Direction, LineScanner, Observation, Observer};
 
-use crate::clock::mono_ns;
 use crate::ingest::{self, Report, RoundsNs};
+use rustix::process::{Pid, Signal};
+use sys::clock::mono_ns;
+use sys::libc_calls::SignalSet;
 
 #[derive(clap::Args)]
 pub struct WrapArgs {
@@ -86,14 +87,16 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         .stderr(Stdio::inherit())
         .spawn()
         .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()))?;
-    let pid = child.id() as libc::pid_t;
+    let pid = rustix::process::Pid::from_child(&child);
     // Now that the server runs with the signal state we were given, block the forwarded
     // signals before any thread exists, so every thread inherits the mask and only the
-    // forwarding thread receives them.
-    let signals = SignalSet::forwarded();
-    signals.block();
+    // forwarding thread receives them. Then make sure they are not ignored: an ignored signal
+    // is discarded before `sigwait` could see it (a shell starts background jobs with SIGINT
+    // ignored). The server keeps whatever it inherited, as it would without the wrapper.
+    let signals = SignalSet::of(&FORWARDED);
+    signals.block_with_default_action(&FORWARDED);
     let reaped = Arc::new(Mutex::new(false));
-    signals.forward_to(pid, reaped.clone());
+    forward_signals(signals, pid, reaped.clone());
 
     let session = Arc::new(Session {
         alias: args.alias.clone(),
@@ -111,15 +114,17 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
 
     let server_in = child.stdin.take().context("server stdin")?;
     let mut server_out = child.stdout.take().context("server stdout")?;
+    let host_in = std_file(std::io::stdin().as_fd()).context("the host's stdin")?;
+    let mut host_out = std_file(std::io::stdout().as_fd()).context("the host's stdout")?;
     {
         let session = session.clone();
         std::thread::Builder::new()
             .name("wrap-up".into())
             .spawn(move || {
-                let mut host_in = std_fd(0);
+                let mut host_in = host_in;
                 let mut server_in = server_in;
                 pump(
-                    &mut *host_in,
+                    &mut host_in,
                     &mut server_in,
                     Direction::ClientToServer,
                     &session,
@@ -128,10 +133,9 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
                 drop(server_in);
             })?;
     }
-    let mut host_out = std_fd(1);
     pump(
         &mut server_out,
-        &mut *host_out,
+        &mut host_out,
         Direction::ServerToClient,
         &session,
     );
@@ -169,10 +173,10 @@ fn ingest_in_args() -> bool {
         .any(|a| a == "--ingest" || a.to_string_lossy().starts_with("--ingest="))
 }
 
-/// A standard descriptor as an unbuffered file that is never closed by us.
-fn std_fd(fd: i32) -> ManuallyDrop<File> {
-    // SAFETY: 0 and 1 are open for the life of the process; ManuallyDrop keeps them open.
-    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
+/// A standard descriptor as an unbuffered file of its own: a duplicate, so that dropping it
+/// leaves the standard one open.
+fn std_file(fd: BorrowedFd<'_>) -> io::Result<File> {
+    Ok(File::from(fd.try_clone_to_owned()?))
 }
 
 /// One wrapped MCP session.
@@ -500,70 +504,33 @@ impl Link {
 }
 
 /// SIGINT and SIGTERM: what the host may send the server through us.
-struct SignalSet(libc::sigset_t);
+const FORWARDED: [i32; 2] = [Signal::INT.as_raw(), Signal::TERM.as_raw()];
 
-impl SignalSet {
-    fn forwarded() -> SignalSet {
-        // SAFETY: sigemptyset/sigaddset only write into the set we own.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            SignalSet(set)
-        }
-    }
-
-    /// Blocks the signals, then makes sure they are not ignored: an ignored signal is
-    /// discarded before `sigwait` could see it (a shell starts background jobs with SIGINT
-    /// ignored). The server keeps whatever it inherited, as it would without the wrapper.
-    fn block(&self) {
-        // SAFETY: the set is initialised; the old mask is not needed; SIG_DFL is always valid,
-        // and while blocked the default action cannot run.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut());
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-        }
-    }
-
-    /// Starts a thread that passes each signal on to `pid` while it has not been reaped.
-    fn forward_to(self, pid: libc::pid_t, reaped: Arc<Mutex<bool>>) {
-        let spawned = std::thread::Builder::new()
-            .name("wrap-signals".into())
-            .spawn(move || loop {
-                let mut sig: libc::c_int = 0;
-                // SAFETY: the set is initialised and blocked in every thread; sig is ours.
-                if unsafe { libc::sigwait(&self.0, &mut sig) } != 0 {
-                    continue;
-                }
-                let r = reaped.lock().unwrap_or_else(|e| e.into_inner());
-                if !*r {
-                    // SAFETY: pid is our unreaped child, so it cannot have been reused.
-                    unsafe { libc::kill(pid, sig) };
-                }
-            });
-        if spawned.is_err() {
-            eprintln!("windowtap wrap: warning: cannot start the signal thread; SIGINT/SIGTERM will not reach the server");
-        }
+/// Starts a thread that passes each signal of `signals` (blocked in every thread) on to
+/// `pid` while it has not been reaped.
+fn forward_signals(signals: SignalSet, pid: Pid, reaped: Arc<Mutex<bool>>) {
+    let spawned = std::thread::Builder::new()
+        .name("wrap-signals".into())
+        .spawn(move || loop {
+            let Some(sig) = signals.wait().and_then(Signal::from_named_raw) else {
+                continue;
+            };
+            let r = reaped.lock().unwrap_or_else(|e| e.into_inner());
+            if !*r {
+                // pid is our unreaped child, so it cannot have been reused.
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        });
+    if spawned.is_err() {
+        eprintln!("windowtap wrap: warning: cannot start the signal thread; SIGINT/SIGTERM will not reach the server");
     }
 }
 
 /// Waits until `pid` has exited, leaving it unreaped.
-fn wait_exited(pid: libc::pid_t) {
-    loop {
-        // SAFETY: siginfo is plain data we own; waitid with WNOWAIT does not reap.
-        let rc = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return;
-        }
-    }
+fn wait_exited(pid: Pid) {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    while let Err(rustix::io::Errno::INTR) = waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+    ) {}
 }

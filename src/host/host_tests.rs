@@ -376,12 +376,7 @@ mod linux {
 
     /// CPU time this thread has used (the cost, whatever else the machine is doing).
     fn cpu() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime only writes the struct we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
     }
 

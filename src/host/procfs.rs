@@ -214,7 +214,7 @@ mod tests {
         let rows = tcp_table(false);
         let (inode, uid) = client_inode(&rows, peer, local).expect("the client row");
         // SAFETY: getuid cannot fail.
-        assert_eq!(uid, unsafe { libc::getuid() });
+        assert_eq!(uid, rustix::process::getuid().as_raw());
         assert!(pids_newest_first(usize::MAX).contains(&me()));
         assert!(run_by(me(), &HashSet::from([uid])));
         assert!(!run_by(me(), &HashSet::from([uid.wrapping_add(1)])));

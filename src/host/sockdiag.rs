@@ -136,26 +136,8 @@ impl SockDiag {
 }
 
 fn set_receive_timeout(socket: &Socket, wait: Duration) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let tv = libc::timeval {
-        tv_sec: wait.as_secs() as libc::time_t,
-        tv_usec: wait.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: `tv` is a valid timeval for the call's duration and the fd is the socket's own.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use rustix::net::sockopt::{set_socket_timeout, Timeout};
+    Ok(set_socket_timeout(socket, Timeout::Recv, Some(wait))?)
 }
 
 #[cfg(test)]

@@ -163,7 +163,7 @@ impl ExportConfig {
     /// network: an `http://` endpoint that is not on this machine.
     pub fn clear_text_warning(&self) -> Option<String> {
         let uri = &self.endpoint.uri;
-        let loopback = crate::net::is_loopback_host(uri.host().unwrap_or(""));
+        let loopback = sys::net::is_loopback_host(uri.host().unwrap_or(""));
         (uri.scheme_str() == Some("http") && self.headers_set && !loopback).then(|| {
             "the endpoint is plain http:// and headers are set (OTEL_EXPORTER_OTLP_HEADERS): \
              they cross the network unencrypted (use https://)"

@@ -26,7 +26,7 @@ pub struct RelayArgs {
     /// Address to listen on: IP:PORT, localhost:PORT or PORT (both 127.0.0.1); loopback only
     /// unless --allow-remote [default: 127.0.0.1:8787 for `relay`, an ephemeral loopback port
     /// for `run`].
-    #[arg(long, value_name = "ADDR", value_parser = crate::advice::parse_listen)]
+    #[arg(long, value_name = "ADDR", value_parser = sys::advice::parse_listen)]
     pub listen: Option<SocketAddr>,
     /// Allow a non-loopback --listen address.
     #[arg(long)]
@@ -63,14 +63,14 @@ pub struct RelayArgs {
     #[arg(long, value_name = "N")]
     rotate_keep: Option<usize>,
     /// How long after an interval's end a still-open window is given up, in milliseconds.
-    #[arg(long, default_value_t = 1000.0, value_name = "MS", value_parser = crate::advice::parse_ms)]
+    #[arg(long, default_value_t = 1000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
     close_wait: f64,
     /// When a window opens for containment: at its first complete tool call or at its
     /// response's completion.
     #[arg(long, default_value = "call", value_name = "call|response", value_parser = parse_window_open)]
     window_open: WindowOpen,
     /// A window not closed this long after it opened becomes broken, in milliseconds.
-    #[arg(long, default_value_t = 1_800_000.0, value_name = "MS", value_parser = crate::advice::parse_ms)]
+    #[arg(long, default_value_t = 1_800_000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
     max_window: f64,
     /// Which windows may be candidates: only eligible ones (same host, a call that could have
     /// issued the MCP call), or all, as the literal rule (for comparison).
@@ -94,24 +94,24 @@ pub struct RelayArgs {
     #[arg(long, value_name = "FILE")]
     id_key_file: Option<PathBuf>,
     /// Give up connecting to an upstream after this many milliseconds (answered with 504).
-    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     connect_timeout: u64,
     /// Give up waiting for an upstream's response head after this many milliseconds
     /// (answered with 504). Bodies may stream for as long as they take.
-    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     response_timeout: u64,
     /// End an exchange whose upstream sends nothing of its response body for this many
     /// milliseconds (the client's response then ends unfinished, as when an upstream breaks).
     /// A model that thinks may be quiet for a while: keep it in minutes.
-    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     body_timeout: u64,
     /// End an exchange whose client sends nothing of the request body it announced for this
     /// many milliseconds (hosts send their requests whole).
-    #[arg(long, default_value_t = 60_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 60_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     client_body_timeout: u64,
     /// Close a client connection that has not sent a complete request head within this many
     /// milliseconds of connecting or of its previous response (slow and idle clients alike).
-    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     header_timeout: u64,
     /// Open client connections beyond which new clients are refused at once with a 503
     /// [default: half the open files limit less a reserve, and at most a quarter of the
@@ -120,7 +120,7 @@ pub struct RelayArgs {
     max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
     /// before they are cut, in milliseconds (a second signal stops at once).
-    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = crate::advice::parse_whole_ms)]
+    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     drain: u64,
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]

@@ -125,16 +125,13 @@ impl Spawner {
 /// (at most 19), relative so that a relay started under `nice` keeps the difference
 /// (best effort).
 fn lower_thread_priority() {
-    // SAFETY: gettid has no preconditions; getpriority and setpriority with PRIO_PROCESS and
-    // a thread id read and change only that thread's nice value on Linux.
-    unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if *libc::__errno_location() != 0
-            || libc::setpriority(libc::PRIO_PROCESS, tid, (current + 10).min(19)) != 0
-        {
-            tracing::debug!("could not lower the observation thread's priority");
-        }
+    use rustix::process::{getpriority_process, setpriority_process};
+    // On Linux the "process" priority calls given a thread id read and change only that
+    // thread's nice value.
+    let tid = Some(rustix::thread::gettid());
+    let lowered = getpriority_process(tid)
+        .and_then(|current| setpriority_process(tid, (current + 10).min(19)));
+    if lowered.is_err() {
+        tracing::debug!("could not lower the observation thread's priority");
     }
 }

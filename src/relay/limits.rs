@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ratelimit::Repeated;
+use sys::ratelimit::Repeated;
 
 use rustix::process::{getrlimit, setrlimit, Resource};
 

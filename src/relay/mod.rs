@@ -25,7 +25,6 @@ pub mod exchange;
 pub mod failure;
 
 pub mod headers;
-mod heap;
 pub mod http;
 pub mod limits;
 pub mod mounts;
@@ -52,17 +51,17 @@ pub use server::{banner, start};
 pub use shutdown::Drain;
 pub(crate) use shutdown::Signals;
 
-use crate::clock::Clock;
+use sys::clock::Clock;
 
 pub fn init_logging(level: &str) {
-    crate::logging::init(level);
+    sys::logging::init(level);
 }
 
 /// What every relay process sets for itself before it starts (`relay` and `run`): the open
 /// files limit ([`limits`]) and the heap's hold on freed blocks ([`heap`]).
 pub fn prepare_process() {
     limits::raise_open_files_limit();
-    heap::keep_freed_blocks();
+    sys::heap::keep_freed_blocks();
 }
 
 pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {

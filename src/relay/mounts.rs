@@ -189,7 +189,7 @@ impl Mount {
         if self.scheme != Scheme::HTTP {
             return None;
         }
-        (!crate::net::is_loopback_host(self.authority.host())).then(|| {
+        (!sys::net::is_loopback_host(self.authority.host())).then(|| {
             format!(
                 "mount /{} forwards to a plain http:// upstream: API keys and prompts cross the \
                  network unencrypted (use https:// unless the network is yours)",

@@ -20,9 +20,9 @@ use super::state::State;
 use super::timers::Timers;
 use super::tunnels::Tunnels;
 use super::{cores, failure, tap, upstream, verbatim};
-use crate::clock::Clock;
 use crate::live::{self, LiveConfig, Sinks, Timed};
-use crate::ratelimit::Repeated;
+use sys::clock::Clock;
+use sys::ratelimit::Repeated;
 
 /// The start-up message: where the relay listens and the exact overrides for each host.
 pub fn banner(addr: SocketAddr, mounts: &Mounts) -> String {
@@ -88,7 +88,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
     upstreams.spawn_sweeper();
     let listener =
-        listen(config.listen).map_err(|e| crate::advice::listen_failed(config.listen, e))?;
+        listen(config.listen).map_err(|e| sys::advice::listen_failed(config.listen, e))?;
     let addr = listener.local_addr()?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(live::EVENT_QUEUE);
     let (stop_live, live_stopped) = oneshot::channel::<Duration>();

@@ -15,7 +15,7 @@ use crate::rotate::{Limits, Pieces};
 /// its last line. `/dev/null`, a FIFO or a terminal has nothing to make durable (and fsync on
 /// one fails with EINVAL, which would turn a clean stop into an error).
 fn create_synced(what: &str, path: &PathBuf, sync: &mut Vec<File>) -> anyhow::Result<File> {
-    let file = File::create(path).map_err(|e| crate::advice::create_failed(what, path, e))?;
+    let file = File::create(path).map_err(|e| sys::advice::create_failed(what, path, e))?;
     let regular = file.metadata().is_ok_and(|m| m.is_file());
     if regular {
         sync.push(
@@ -44,7 +44,7 @@ fn open_sink(
             // cut, the last when the writer lets go of it.
             (Some(p), Some(limits)) => Box::new(
                 Pieces::create(p, limits, true)
-                    .map_err(|e| crate::advice::create_failed("the records file", p, e))?,
+                    .map_err(|e| sys::advice::create_failed("the records file", p, e))?,
             ),
             (Some(p), None) => {
                 Box::new(BufWriter::new(create_synced("the records file", p, sync)?))
@@ -69,7 +69,7 @@ pub fn open(
     ) {
         (Some(p), Some(limits)) => Some(CaptureSink::Pieces(
             Pieces::create(p, limits, false)
-                .map_err(|e| crate::advice::create_failed("the capture file", p, e))?,
+                .map_err(|e| sys::advice::create_failed("the capture file", p, e))?,
         )),
         (Some(p), None) => Some(CaptureSink::File(Box::new(BufWriter::new(create_synced(
             "the capture file",

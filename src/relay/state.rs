@@ -12,8 +12,8 @@ use super::tap;
 use super::timers::Timers;
 use super::tunnels::Tunnels;
 use super::upstream::{self, UpstreamClient};
-use crate::clock::Clock;
 use crate::live::LiveHandle;
+use sys::clock::Clock;
 
 /// Everything a connection handler needs.
 pub struct State {

@@ -36,9 +36,9 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
 
 use super::cores::Spawner;
-use crate::clock::Clock;
 use crate::host::ConnHost;
 use crate::live::{SourceGuard, Timed};
+use sys::clock::Clock;
 
 /// What a copy is.
 #[derive(Debug)]
@@ -885,8 +885,7 @@ mod tests {
     /// The calling thread's name and nice value.
     fn this_thread() -> (String, i32) {
         let name = std::thread::current().name().unwrap_or("").to_string();
-        // SAFETY: gettid has no preconditions; getpriority only reads.
-        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        let nice = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
         (name, nice)
     }
 

@@ -241,7 +241,7 @@ pub fn main(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let output = args.output.as_ref().filter(|p| p.as_os_str() != "-");
     match output {
         Some(p) => std::fs::write(p, &html).with_context(|| format!("writing {}", p.display()))?,
-        None => crate::stdout::stdout()
+        None => sys::stdout::stdout()
             .write_all(html.as_bytes())
             .context("writing the report")?,
     }

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::clock::Clock;
 use crate::relay::mounts::Mount;
 use crate::relay::{prepare_process, relay_config, start, Drain, RelayArgs, Signals};
+use sys::clock::Clock;
 
 /// An MCP server the host would start, and whether windowtap observes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -273,7 +273,7 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| crate::advice::create_failed("the log file", path, e))
+        .map_err(|e| sys::advice::create_failed("the log file", path, e))
 }
 
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -358,8 +358,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         None => records_path.as_deref().map(log_path_beside),
     };
     match &log_path {
-        Some(p) => crate::logging::init_to(&args.relay.log, Some(open_log(p)?)),
-        None => crate::logging::init_to(&args.relay.log, None),
+        Some(p) => sys::logging::init_to(&args.relay.log, Some(open_log(p)?)),
+        None => sys::logging::init_to(&args.relay.log, None),
     }
     prepare_process();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -413,9 +413,9 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 signo = signals.next() => {
                     signalled = true;
                     if signo == libc::SIGTERM {
-                        if let Some(pid) = child.id() {
-                            // SAFETY: kill only sends a signal to the child we started.
-                            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                        if let Some(pid) = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                            // The child we started, not yet reaped: its pid is still its own.
+                            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
                         }
                     }
                     if stopping {

@@ -3,7 +3,7 @@
 //!
 //! Every relayed read lands in a block of its own once the previous one is shared: the tap's
 //! copy keeps the block alive until an observer thread has parsed it, so blocks are freed
-//! there, a few MiB at a time after a burst (up to [`super::tap::MAX_QUEUED_BYTES`] per
+//! there, a few MiB at a time after a burst (up to the tap's `MAX_QUEUED_BYTES` per
 //! stream). glibc hands the free top of a heap back to the kernel as soon as it exceeds the
 //! trim threshold (128 KiB, raised only when large mapped blocks are freed), and the next
 //! burst's reads touch those pages again: one page fault per 4 KiB, taken on a forwarding
@@ -31,17 +31,8 @@ pub const MAP_ABOVE: usize = 1 << 20;
 /// Applies [`KEEP_FREED`] and [`MAP_ABOVE`] to the process's allocator (glibc only; other C
 /// libraries keep their defaults). Process-wide; called once at start-up.
 pub fn keep_freed_blocks() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only sets the allocator's tuning parameters; it takes the arena
-        // locks itself and may be called from any thread at any time.
-        let done = unsafe {
-            libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_FREED as libc::c_int) == 1
-                && libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_ABOVE as libc::c_int) == 1
-        };
-        if !done {
-            tracing::debug!("could not set the allocator's trim and mmap thresholds");
-        }
+    if !crate::libc_calls::set_malloc_thresholds(KEEP_FREED, MAP_ABOVE) {
+        tracing::debug!("could not set the allocator's trim and mmap thresholds");
     }
 }
 
@@ -55,12 +46,12 @@ mod tests {
 
     const CHILD: &str = "WINDOWTAP_HEAP_TEST_CHILD";
 
-    /// This thread's minor page faults so far.
+    /// This thread's minor page faults so far: `minflt`, the tenth field of
+    /// `/proc/thread-self/stat` (proc(5)), counted after the parenthesised command name.
     fn faults() -> i64 {
-        // SAFETY: getrusage only writes the struct we own.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-        usage.ru_minflt
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(7).unwrap().parse().unwrap()
     }
 
     /// One burst: blocks allocated and written as reads fill them, all freed after.
@@ -110,7 +101,7 @@ mod tests {
     /// Runs [`heap_child`] in a fresh process; `Err` with its output if it failed.
     fn child(mode: &str) -> Result<(), String> {
         let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "relay::heap::tests::heap_child", "--ignored"])
+            .args(["--exact", "heap::tests::heap_child", "--ignored"])
             .args(["--test-threads", "1"])
             .env(CHILD, mode)
             .output()

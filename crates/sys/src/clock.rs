@@ -8,13 +8,7 @@ use correlator::Millis;
 
 /// The current CLOCK_MONOTONIC reading in nanoseconds.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes into the timespec we own; CLOCK_MONOTONIC always exists
-    // on Linux, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

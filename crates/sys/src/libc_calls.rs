@@ -1,0 +1,72 @@
+//! The calls into the C library that `rustix` does not cover, each behind a safe function.
+//!
+//! This is the only module of the workspace allowed `unsafe` (the crate denies it everywhere
+//! else, and every other crate forbids it). What belongs here: a call with no safe wrapper in
+//! `rustix` or `std`, made safe by an argument that holds for every caller. What does not:
+//! anything `rustix` offers (`getuid`, `kill`, `clock_gettime`, `waitid`, socket options,
+//! priorities), which the callers use directly.
+
+/// Sets glibc's trim and mmap thresholds (`mallopt(M_TRIM_THRESHOLD)`,
+/// `mallopt(M_MMAP_THRESHOLD)`); `false` if either was refused. Other C libraries have no
+/// such knobs: there it does nothing and says `true`.
+pub fn set_malloc_thresholds(trim: usize, mmap: usize) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let (Ok(trim), Ok(mmap)) = (libc::c_int::try_from(trim), libc::c_int::try_from(mmap))
+        else {
+            return false;
+        };
+        // SAFETY: mallopt only sets the allocator's tuning parameters; it takes the arena
+        // locks itself and may be called from any thread at any time.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, trim) == 1
+                && libc::mallopt(libc::M_MMAP_THRESHOLD, mmap) == 1
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = (trim, mmap);
+        true
+    }
+}
+
+/// A set of signals, to block in a thread and wait for with [`SignalSet::wait`].
+pub struct SignalSet(libc::sigset_t);
+
+impl SignalSet {
+    /// The set holding exactly `signals` (signal numbers; an invalid one is left out).
+    pub fn of(signals: &[libc::c_int]) -> SignalSet {
+        // SAFETY: sigemptyset and sigaddset only write into the set we own, which sigemptyset
+        // initialises before sigaddset reads it.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for &s in signals {
+                libc::sigaddset(&mut set, s);
+            }
+            SignalSet(set)
+        }
+    }
+
+    /// Blocks the set in the calling thread (threads started after inherit the mask), then
+    /// sets each signal's action to the default: an ignored signal is discarded before
+    /// `sigwait` could see it, and while blocked the default action cannot run.
+    pub fn block_with_default_action(&self, signals: &[libc::c_int]) {
+        // SAFETY: the set is initialised; the old mask is not needed; SIG_DFL is a valid
+        // action for every signal that can be blocked.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut());
+            for &s in signals {
+                libc::signal(s, libc::SIG_DFL);
+            }
+        }
+    }
+
+    /// Waits for one of the set's signals (blocked in every thread by then) and takes it;
+    /// `None` if the wait failed.
+    pub fn wait(&self) -> Option<libc::c_int> {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: the set is initialised; `sig` is ours to write.
+        (unsafe { libc::sigwait(&self.0, &mut sig) } == 0).then_some(sig)
+    }
+}
