@@ -43,7 +43,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinSet;
 
-use crate::host::{Hosts, ProcId};
+use hostid::{Hosts, ProcId};
 use sys::clock::{mono_ns, Clock};
 use sys::ratelimit::Repeated;
 
@@ -782,7 +782,7 @@ async fn harness(args: IngestArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut int = signal(SignalKind::interrupt())?;
     let clock = Clock::start();
     let (tx, mut rx) = mpsc::channel(1024);
-    let handle = serve(path, clock, tx, crate::host::Hosts::start()).await?;
+    let handle = serve(path, clock, tx, hostid::Hosts::start()).await?;
     let mut out = sys::stdout::stdout();
     out.write_all(door.meta(correlator::trace::HEADER)?.as_bytes())?;
     out.flush()?;

@@ -5,7 +5,6 @@
 
 mod check;
 mod env_cmd;
-mod host;
 mod ingest;
 mod live;
 mod mcp_tally;

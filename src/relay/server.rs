@@ -51,7 +51,7 @@ pub struct Running {
     /// The ingest socket's listener, when one was asked for; dropping it removes the socket.
     pub ingest_socket: Option<crate::ingest::IngestHandle>,
     /// Who the hosts are (`windowtap run` adopts the host it spawns).
-    pub hosts: crate::host::Hosts,
+    pub hosts: hostid::Hosts,
     /// Whether the stop follows a signal (the relay's always does; `run`'s may follow its
     /// host's exit instead), so that the drain's log line says "a second signal" only then.
     pub signalled: bool,
@@ -121,11 +121,11 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     let tunnels = Arc::new(Tunnels::default());
     let observers = cores::Cores::start_observers(cores::Cores::default_observers())?;
     let hosts = if !config.resolve_hosts {
-        crate::host::Hosts::off()
+        hostid::Hosts::off()
     } else if config.one_host {
-        crate::host::Hosts::start_sole()
+        hostid::Hosts::start_sole()
     } else {
-        crate::host::Hosts::start()
+        hostid::Hosts::start()
     };
     let state = Arc::new(State {
         mounts: config.mounts.clone(),
@@ -251,7 +251,7 @@ pub async fn serve(
         // Only queued here; the process table is read on the resolver's thread.
         let host = match io.local_addr() {
             Ok(local) => state.hosts.connection(peer, local),
-            Err(_) => crate::host::ConnHost::known(None),
+            Err(_) => hostid::ConnHost::known(None),
         };
         // Off this runtime's reactor: the core registers it with its own.
         let Ok(io) = io.into_std() else { continue };
@@ -259,7 +259,7 @@ pub async fn serve(
         let drain = drain.clone();
         // The connection's task knows its host: its streams find it there (`start_tap`).
         cores.spawn(move || {
-            crate::host::with_connection(host, async move {
+            hostid::with_connection(host, async move {
                 let _admitted = admitted;
                 let Ok(io) = tokio::net::TcpStream::from_std(io) else {
                     return;

@@ -38,7 +38,7 @@ pub struct State {
     /// The memory budget every observer of the run shares.
     pub budget: Budget,
     /// Who the hosts are: each accepted connection is resolved here (off the data path).
-    pub hosts: crate::host::Hosts,
+    pub hosts: hostid::Hosts,
     pub(super) tap_settings: tap::Settings,
     pub(super) next_stream: AtomicU64,
 }
@@ -69,7 +69,7 @@ impl State {
             t_open,
             observer,
             opening,
-            crate::host::connection_host(),
+            hostid::connection_host(),
             &self.tap_settings,
         ))
     }

@@ -36,8 +36,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Notify};
 
 use super::cores::Spawner;
-use crate::host::ConnHost;
 use crate::live::{SourceGuard, Timed};
+use hostid::ConnHost;
 use sys::clock::Clock;
 
 /// What a copy is.
@@ -498,7 +498,7 @@ async fn run(
         Some(h) => h.wait().await,
         None => None,
     };
-    crate::host::stamp_stream_open(&mut out, host);
+    hostid::stamp_stream_open(&mut out, host);
     emit(&events, last_t, &mut out).await;
     source.done();
 
@@ -978,8 +978,8 @@ mod tests {
             w <= t_open,
             "watermark {w} passed the pending opening at {t_open}"
         );
-        let id = crate::host::ProcId { pid: 42, start: 7 };
-        resolve.send_replace(Some(Some(crate::host::Host::Proc(id))));
+        let id = hostid::ProcId { pid: 42, start: 7 };
+        resolve.send_replace(Some(Some(hostid::Host::Proc(id))));
         drop(tap);
         let (t, first) = rx.recv().await.unwrap();
         assert_eq!(

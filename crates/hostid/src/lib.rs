@@ -5,7 +5,7 @@
 //! - A stream's host is the local process that owns the client end of its connection: the
 //!   relay asks [`Hosts::connection`] at accept time, and the stream's observer waits for the
 //!   answer before it sends `stream_open` (bounded by [`WAIT`]). Its source stays pending
-//!   meanwhile, so the watermark (`crate::live`) holds every decision back until the stream's
+//!   meanwhile, so the watermark (the live pipeline's) holds every decision back until the stream's
 //!   opening, host included, has reached the correlator.
 //! - An MCP call's host is the nearest ancestor of its wrapper (pid from the ingest socket's
 //!   peer credentials, never from what the wrapper says) that owns or owned a client
@@ -22,78 +22,24 @@
 //! All `/proc` reading happens on one thread of its own ([`resolver`]), never on the data
 //! path: the accept loop only queues a request, and nobody waits longer than [`WAIT`].
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
+mod identity;
 #[cfg(target_os = "linux")]
 mod procfs;
 mod resolver;
 #[cfg(target_os = "linux")]
 mod sockdiag;
 
+use identity::Answer;
+pub use identity::{relay_uid, Host, ProcId, WAIT};
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::watch;
-
-/// How long anyone waits for an answer before taking the host as unknown. Resolutions take
-/// a few milliseconds (docs/hosts.md); this only bounds a stuck or flooded resolver.
-pub const WAIT: Duration = Duration::from_secs(2);
-
-/// Most host processes remembered per run (each is 16 bytes; a run sees a handful).
-const MAX_SEEN: usize = 65_536;
-
-/// One process as the kernel knows it: pid and start time (clock ticks after boot, field 22
-/// of `/proc/<pid>/stat`), so two processes that had the same pid are never one host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ProcId {
-    pub pid: u32,
-    pub start: u64,
-}
-
-impl ProcId {
-    /// The raw host id, `pid:start`; only its pseudonym is ever written.
-    pub fn raw(&self) -> String {
-        format!("{}:{}", self.pid, self.start)
-    }
-}
-
-/// Who a stream or an MCP call belongs to, as far as the kernel says (docs/design.md §3
-/// "Host"). Two hosts that differ are known to be two sessions; only `None` (unknown) rules
-/// nothing out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Host {
-    /// A process of the relay's own user.
-    Proc(ProcId),
-    /// Some process of another user id. Its process is not looked for: another user's
-    /// wrappers cannot reach this relay's private ingest socket, so none of its streams can
-    /// hold one of our calls, and that is all the rule needs to know.
-    User(u32),
-    /// A client on an address that is not this machine's (another machine, a container
-    /// behind a bridge): its process is in no table of ours.
-    Remote,
-}
-
-impl Host {
-    /// The raw host id: `pid:start`, `uid:N` or `remote` (they never collide: a pid is a
-    /// number); only its pseudonym is ever written.
-    pub fn raw(&self) -> String {
-        match self {
-            Host::Proc(p) => p.raw(),
-            Host::User(uid) => format!("uid:{uid}"),
-            Host::Remote => "remote".to_string(),
-        }
-    }
-}
-
-/// The relay's effective user id: the one its sockets and files are owned by, and so the
-/// one a client socket of its own user is owned by.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub fn relay_uid() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-/// An answer to come: `None` until given, then the host (`Some(None)`: unknown).
-type Answer = watch::Receiver<Option<Option<Host>>>;
 
 /// The answer for one accepted connection, once known.
 #[derive(Debug, Clone)]
@@ -112,8 +58,8 @@ impl ConnHost {
         }
     }
 
-    /// An answer still to come, and where to give it (for tests).
-    #[cfg(test)]
+    /// An answer still to come, and where to give it: what [`Hosts::connection`] hands out
+    /// while the resolver works (tests use it to hold an answer back).
     pub fn pending() -> (watch::Sender<Option<Option<Host>>>, ConnHost) {
         let (tx, rx) = watch::channel(None);
         (
@@ -288,15 +234,6 @@ impl Hosts {
             return None;
         }
         self.host_among(ancestors).await.map(Host::Proc)
-    }
-}
-
-/// Remembers `host` as one seen owning a client connection (bounded: past [`MAX_SEEN`] new
-/// ones are not remembered, and their wrappers' calls get no host).
-fn remember(seen: &Mutex<HashSet<ProcId>>, host: ProcId) {
-    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-    if seen.len() < MAX_SEEN {
-        seen.insert(host);
     }
 }
 

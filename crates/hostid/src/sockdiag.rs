@@ -8,7 +8,7 @@
 //! An exact query names the socket from its own side: `source` is its local address, which
 //! for the client end of an accepted connection is the peer the relay saw, `destination` the
 //! relay's address. The answer carries the socket's inode and its owner's uid, the two things
-//! [`super::procfs::client_inode`] takes from the table; where this interface is not there
+//! [`crate::procfs::client_inode`] takes from the table; where this interface is not there
 //! (no netlink, a kernel without `inet_diag`) the resolver falls back to the table.
 
 use std::io;
@@ -21,11 +21,11 @@ use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, Stat
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket};
 
-use super::procfs::canonical;
+use crate::procfs::canonical;
 
 /// What an exact query says of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// The client socket: its inode and its owner's uid.
     Found { inode: u64, uid: u32 },
     /// The kernel knows no live socket of this four-tuple (gone, closed, TIME_WAIT, or not
@@ -34,7 +34,7 @@ pub enum Lookup {
 }
 
 /// A netlink socket for exact queries, opened once by the resolver thread.
-pub struct SockDiag {
+pub(crate) struct SockDiag {
     socket: Socket,
     seq: u32,
     buf: Vec<u8>,
@@ -45,7 +45,7 @@ pub struct SockDiag {
 const ANSWER_WAIT: Duration = Duration::from_millis(500);
 
 impl SockDiag {
-    pub fn open() -> io::Result<SockDiag> {
+    pub(crate) fn open() -> io::Result<SockDiag> {
         let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
         socket.bind_auto()?;
         socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
@@ -60,7 +60,7 @@ impl SockDiag {
     /// The client end of the connection the relay accepted from `peer` on `local`. An error
     /// means the interface failed (the caller falls back to the table), not that the socket
     /// is unknown.
-    pub fn client(&mut self, peer: SocketAddr, local: SocketAddr) -> io::Result<Lookup> {
+    pub(crate) fn client(&mut self, peer: SocketAddr, local: SocketAddr) -> io::Result<Lookup> {
         let (peer, local) = (canonical(peer), canonical(local));
         let family = match (peer.ip(), local.ip()) {
             (IpAddr::V4(_), IpAddr::V4(_)) => AF_INET,
@@ -152,8 +152,8 @@ mod tests {
         let (_server, peer) = listener.accept().unwrap();
         let local = listener.local_addr().unwrap();
         let mut diag = SockDiag::open().expect("sock_diag");
-        let table = super::super::procfs::tcp_table(false);
-        let expected = super::super::procfs::client_inode(&table, peer, local).unwrap();
+        let table = crate::procfs::tcp_table(false);
+        let expected = crate::procfs::client_inode(&table, peer, local).unwrap();
         assert_eq!(
             diag.client(peer, local).unwrap(),
             Lookup::Found {

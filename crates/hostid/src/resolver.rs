@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
 
-use super::{Host, ProcId, WAIT};
+use crate::identity::{Host, ProcId, WAIT};
 
 /// Requests waiting for the resolver thread, at most.
 const QUEUE: usize = 4096;
@@ -63,7 +63,7 @@ enum Request {
 
 /// The async side's handle on the resolver thread.
 #[derive(Clone)]
-pub struct Handle {
+pub(crate) struct Handle {
     /// `None` where there is no process table to read.
     tx: Option<std::sync::mpsc::SyncSender<Request>>,
     /// Connections queued so far (the lock makes numbering and queueing one step, so every
@@ -75,7 +75,7 @@ pub struct Handle {
 
 impl Handle {
     /// The resolver for a relay run by the user `me`.
-    pub fn start(seen: Arc<Mutex<HashSet<ProcId>>>, me: u32) -> Handle {
+    pub(crate) fn start(seen: Arc<Mutex<HashSet<ProcId>>>, me: u32) -> Handle {
         let (done_tx, done) = watch::channel(0);
         #[cfg(target_os = "linux")]
         let tx = {
@@ -105,7 +105,7 @@ impl Handle {
     }
 
     /// No resolver (host resolution off): every answer is unknown at once, and nobody waits.
-    pub fn off() -> Handle {
+    pub(crate) fn off() -> Handle {
         Handle {
             tx: None,
             submitted: Arc::new(Mutex::new(0)),
@@ -116,12 +116,12 @@ impl Handle {
     /// The answer to come for one connection (unknown at once where there is no resolver
     /// or it is flooded); with `owner_only`, a host of the relay's own user is left unknown
     /// for the caller to fill in, and no process is looked for.
-    pub fn connection(
+    pub(crate) fn connection(
         &self,
         peer: SocketAddr,
         local: SocketAddr,
         owner_only: bool,
-    ) -> super::Answer {
+    ) -> crate::identity::Answer {
         let unknown = || watch::channel(Some(None)).1;
         let Some(tx) = &self.tx else {
             return unknown();
@@ -146,12 +146,12 @@ impl Handle {
         }
     }
 
-    pub async fn adopt(&self, pid: u32) -> Option<ProcId> {
+    pub(crate) async fn adopt(&self, pid: u32) -> Option<ProcId> {
         let (answer, rx) = oneshot::channel();
         self.ask(Request::Adopt { pid, answer }, rx).await.flatten()
     }
 
-    pub async fn ancestors(&self, pid: u32) -> Vec<ProcId> {
+    pub(crate) async fn ancestors(&self, pid: u32) -> Vec<ProcId> {
         let (answer, rx) = oneshot::channel();
         self.ask(Request::Ancestors { pid, answer }, rx)
             .await
@@ -165,7 +165,7 @@ impl Handle {
 
     /// Returns once every connection queued before the call has been answered (or after
     /// [`WAIT`]).
-    pub async fn settled(&self) {
+    pub(crate) async fn settled(&self) {
         let target = *self.submitted.lock().unwrap_or_else(|p| p.into_inner());
         let mut done = self.done.clone();
         let _ = tokio::time::timeout(WAIT, done.wait_for(|d| *d >= target)).await;
@@ -229,7 +229,7 @@ pub(super) struct Resolver {
     /// Pids of hosts seen, most recent first.
     owners: Vec<i32>,
     /// Exact socket lookups; `None` once the interface has failed (then the TCP table).
-    pub(super) diag: Option<super::sockdiag::SockDiag>,
+    pub(super) diag: Option<crate::sockdiag::SockDiag>,
     /// Fd tables read by walks so far (for the debug log and the tests).
     pub(super) fd_tables_read: u64,
 }
@@ -247,7 +247,7 @@ pub(super) struct Pending {
 #[cfg(target_os = "linux")]
 impl Resolver {
     pub(super) fn new(seen: Arc<Mutex<HashSet<ProcId>>>, skip: Option<i32>, me: u32) -> Resolver {
-        let diag = match super::sockdiag::SockDiag::open() {
+        let diag = match crate::sockdiag::SockDiag::open() {
             Ok(d) => Some(d),
             Err(e) => {
                 tracing::debug!(error = %e, "sock_diag unavailable: reading the TCP table");
@@ -301,7 +301,7 @@ impl Resolver {
                         let _ = answer.send(self.adopt(pid));
                     }
                     Request::Ancestors { pid, answer } => {
-                        let _ = answer.send(super::procfs::ancestors(pid as i32));
+                        let _ = answer.send(crate::procfs::ancestors(pid as i32));
                     }
                 }
             }
@@ -328,13 +328,13 @@ impl Resolver {
 
     /// Remembers `pid` as a host; its id, if it is still there.
     pub(super) fn adopt(&mut self, pid: u32) -> Option<ProcId> {
-        let (id, _) = super::procfs::stat(pid as i32)?;
+        let (id, _) = crate::procfs::stat(pid as i32)?;
         self.owned(id);
         Some(id)
     }
 
     fn owned(&mut self, id: ProcId) {
-        super::remember(&self.seen, id);
+        crate::identity::remember(&self.seen, id);
         let pid = id.pid as i32;
         self.owners.retain(|&p| p != pid);
         self.owners.insert(0, pid);
@@ -344,7 +344,7 @@ impl Resolver {
     /// Each connection's client socket (inode, owner), `None` where there is none: by exact
     /// lookup, or from the TCP tables where that interface is not there or fails.
     fn client_inodes(&mut self, conns: &[Pending]) -> Vec<Option<(u64, u32)>> {
-        use super::procfs::{client_inode, tcp_table};
+        use crate::procfs::{client_inode, tcp_table};
         if let Some(found) = self.by_sock_diag(conns) {
             return found;
         }
@@ -368,7 +368,7 @@ impl Resolver {
 
     /// [`Self::client_inodes`] by `sock_diag`; `None` (and no more asking) once it fails.
     fn by_sock_diag(&mut self, conns: &[Pending]) -> Option<Vec<Option<(u64, u32)>>> {
-        use super::sockdiag::Lookup;
+        use crate::sockdiag::Lookup;
         let diag = self.diag.as_mut()?;
         let mut found = Vec::with_capacity(conns.len());
         for c in conns {
@@ -388,10 +388,10 @@ impl Resolver {
     /// The highest ancestor of `pid` that holds `inode` too, through its parents while
     /// they do (never the relay), or `pid`.
     fn topmost_holder(&self, pid: i32, inode: u64) -> i32 {
-        use super::procfs::{held_among, stat};
+        use crate::procfs::{held_among, stat};
         let one = HashSet::from([inode]);
         let mut holder = pid;
-        for _ in 0..super::procfs::MAX_DEPTH {
+        for _ in 0..crate::procfs::MAX_DEPTH {
             match stat(holder) {
                 Some((_, parent))
                     if parent > 0
@@ -408,7 +408,7 @@ impl Resolver {
 
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
-        use super::procfs::{held_among, pids_newest_first, run_by, stat};
+        use crate::procfs::{held_among, pids_newest_first, run_by, stat};
         if conns.is_empty() {
             return;
         }

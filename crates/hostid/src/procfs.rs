@@ -12,15 +12,15 @@ use std::net::SocketAddr;
 use procfs::net::TcpNetEntry;
 use procfs::process::{FDTarget, Process};
 
-use super::ProcId;
+use crate::identity::ProcId;
 
 /// Most ancestors walked from a wrapper up (a process tree is rarely 10 deep).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// A TCP socket table of this process's network namespace: IPv4 (`/proc/net/tcp`) or IPv6
 /// (`tcp6`). Each read costs about a millisecond whatever the number of sockets: the kernel
 /// walks its whole established-connections hash table (262,144 buckets here).
-pub fn tcp_table(v6: bool) -> Vec<TcpNetEntry> {
+pub(crate) fn tcp_table(v6: bool) -> Vec<TcpNetEntry> {
     let rows = if v6 {
         procfs::net::tcp6()
     } else {
@@ -31,7 +31,7 @@ pub fn tcp_table(v6: bool) -> Vec<TcpNetEntry> {
 
 /// An address as one family sees it: an IPv4-mapped IPv6 address is the IPv4 one (a dual
 /// stack listener reports an IPv4 client that way).
-pub fn canonical(a: SocketAddr) -> SocketAddr {
+pub(crate) fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
@@ -39,7 +39,7 @@ pub fn canonical(a: SocketAddr) -> SocketAddr {
 /// and its owner's uid: the row whose local address is the peer's and whose remote address
 /// is ours. `None` when there is no such row or its socket has no inode any more (the client
 /// closed it).
-pub fn client_inode(
+pub(crate) fn client_inode(
     rows: &[TcpNetEntry],
     peer: SocketAddr,
     local: SocketAddr,
@@ -73,7 +73,7 @@ fn inode_of(
 /// one being resolved, usually on its highest descriptor; reading every link of its table
 /// for every batch of new connections cost the resolver 50 ms of CPU per 1,000 connections
 /// from the benchmark's client.
-pub fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
+pub(crate) fn held_among(pid: i32, wanted: &HashSet<u64>) -> Vec<u64> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
@@ -109,7 +109,7 @@ fn socket_inode(target: &[u8]) -> Option<u64> {
 /// Ids of the processes in the table, newest first (descending pids, which is the order
 /// they started in until pids wrap around), at most `max`. Only the directory is read: who
 /// runs each one is asked per process by [`run_by`], as the walk reaches it.
-pub fn pids_newest_first(max: usize) -> Vec<i32> {
+pub(crate) fn pids_newest_first(max: usize) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -124,21 +124,21 @@ pub fn pids_newest_first(max: usize) -> Vec<i32> {
 /// Whether `pid` is run by one of `uids` (the owner of its `/proc` directory). Only a
 /// socket's owner can hold it (the socket lookup says whose it is), and leaving other users'
 /// processes alone spares reading fd tables that cannot hold it.
-pub fn run_by(pid: i32, uids: &HashSet<u32>) -> bool {
+pub(crate) fn run_by(pid: i32, uids: &HashSet<u32>) -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| uids.contains(&m.uid()))
 }
 
 /// Every process id in the table (for the measurement).
 #[cfg(test)]
-pub fn all_pids() -> Vec<i32> {
+pub(crate) fn all_pids() -> Vec<i32> {
     procfs::process::all_processes()
         .map(|all| all.filter_map(|p| p.ok().map(|p| p.pid)).collect())
         .unwrap_or_default()
 }
 
 /// `pid` with its start time and its parent's pid, if it is still there.
-pub fn stat(pid: i32) -> Option<(ProcId, i32)> {
+pub(crate) fn stat(pid: i32) -> Option<(ProcId, i32)> {
     let s = Process::new(pid).ok()?.stat().ok()?;
     Some((
         ProcId {
@@ -152,7 +152,7 @@ pub fn stat(pid: i32) -> Option<(ProcId, i32)> {
 /// The ancestors of `pid`, nearest first (its parent, then the parent's parent…), up to
 /// the root of the tree (pid 1 included: in a container the host may be it) or
 /// [`MAX_DEPTH`].
-pub fn ancestors(pid: i32) -> Vec<ProcId> {
+pub(crate) fn ancestors(pid: i32) -> Vec<ProcId> {
     let mut out = Vec::new();
     let Some((_, mut parent)) = stat(pid) else {
         return out;

@@ -1,10 +1,11 @@
 use super::*;
+use std::time::Duration;
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::super::procfs;
-    use super::super::resolver::{decide, own_address, Decision, Pending, Resolver};
     use super::*;
+    use crate::procfs;
+    use crate::resolver::{decide, own_address, Decision, Pending, Resolver};
     use std::net::{TcpListener, TcpStream};
     use std::process::{Child, Command, Stdio};
     use std::time::Instant;
