@@ -29,16 +29,16 @@
 //! clock to the stop, as a timer would have.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io::{self, Seek, SeekFrom, Write};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use correlator::records::Summary;
 use correlator::sanitize::{Door, Line, Refused, Scrub};
 use correlator::Pseudonymizer;
 use correlator::{Config, Correlator, Event, EventKind, Millis, Record};
+use relay::{Observations, Sources, Timed, EVENT_QUEUE};
 use tokio::sync::{mpsc, oneshot};
 
 use sys::clock::Clock;
@@ -46,111 +46,6 @@ use sys::clock::Clock;
 mod records_out;
 use records_out::RecordsOut;
 pub use records_out::Tail as RecordsTail;
-
-/// One timed event, as sources hand them over (raw ids; pseudonymized here).
-pub type Timed = (Millis, EventKind);
-
-/// How many relay events may wait between the observers and the correlator task before the
-/// observers wait (they are off the data path, so waiting there is harmless).
-pub const EVENT_QUEUE: usize = 8192;
-
-/// The watermark state of one observed stream (see the module docs).
-#[derive(Debug)]
-pub struct Source {
-    pending: AtomicU64,
-    last_t: AtomicU64,
-}
-
-impl Source {
-    /// Counts one copy (or other unit of observer work) as pending. Call before reading the
-    /// clock for its time.
-    pub fn begin(&self) {
-        self.pending.fetch_add(1, AtomicOrdering::SeqCst);
-    }
-
-    /// One pending unit is done: its events (if any) were sent.
-    pub fn done(&self) {
-        self.pending.fetch_sub(1, AtomicOrdering::SeqCst);
-    }
-
-    /// The observer took up work stamped `t` (non-decreasing).
-    pub fn took_up(&self, t: Millis) {
-        self.last_t.store(t.to_bits(), AtomicOrdering::SeqCst);
-    }
-
-    fn mark(&self, now0: Millis) -> Millis {
-        if self.pending.load(AtomicOrdering::SeqCst) == 0 {
-            now0
-        } else {
-            f64::from_bits(self.last_t.load(AtomicOrdering::SeqCst))
-        }
-    }
-}
-
-/// Every observed stream that may still produce events.
-#[derive(Debug, Default)]
-pub struct Sources {
-    next: AtomicU64,
-    live: Mutex<HashMap<u64, Arc<Source>>>,
-}
-
-/// A registered source; deregisters when dropped (after its last events were sent).
-#[derive(Debug)]
-pub struct SourceGuard {
-    id: u64,
-    source: Arc<Source>,
-    sources: Arc<Sources>,
-}
-
-impl SourceGuard {
-    pub fn source(&self) -> &Arc<Source> {
-        &self.source
-    }
-}
-
-impl Drop for SourceGuard {
-    fn drop(&mut self) {
-        if let Ok(mut live) = self.sources.live.lock() {
-            live.remove(&self.id);
-        }
-    }
-}
-
-impl Sources {
-    /// Registers a stream with one unit of work already pending (its opening), before any
-    /// of its times is read from `clock`.
-    pub fn register(self: &Arc<Self>, clock: &Clock) -> SourceGuard {
-        let id = self.next.fetch_add(1, AtomicOrdering::Relaxed);
-        let source = Arc::new(Source {
-            pending: AtomicU64::new(1),
-            last_t: AtomicU64::new(0f64.to_bits()),
-        });
-        if let Ok(mut live) = self.live.lock() {
-            live.insert(id, source.clone());
-        }
-        // Stamped after registration: the watermark may already have passed an earlier time.
-        source.took_up(clock.now_ms());
-        SourceGuard {
-            id,
-            source,
-            sources: self.clone(),
-        }
-    }
-
-    /// The watermark given `now0`, a clock reading taken before this call.
-    pub fn watermark(&self, now0: Millis) -> Millis {
-        let live = match self.live.lock() {
-            Ok(l) => l,
-            Err(p) => p.into_inner(),
-        };
-        live.values().fold(now0, |w, s| w.min(s.mark(now0)))
-    }
-
-    /// Streams still registered (in flight).
-    pub fn len(&self) -> usize {
-        self.live.lock().map(|l| l.len()).unwrap_or(0)
-    }
-}
 
 #[derive(Debug)]
 struct Held {
@@ -328,20 +223,11 @@ pub struct LiveConfig {
     pub pseudo: Pseudonymizer,
     /// Where each record is also exported as an OTLP span, with the wall-clock time of the
     /// relay clock's 0 in Unix nanoseconds.
-    pub otlp: Option<(crate::otlp::ExporterHandle, u64)>,
+    pub otlp: Option<(otlp::ExporterHandle, u64)>,
     /// How often time is advanced while no event arrives.
     pub tick: Duration,
     /// `--join-host-trace` (with OTLP export): streams whose request named the host's span.
-    pub host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
-}
-
-/// What the rest of the relay uses to feed the correlator task.
-#[derive(Clone)]
-pub struct LiveHandle {
-    pub events: mpsc::Sender<Timed>,
-    pub sources: Arc<Sources>,
-    /// Where the relay leaves a stream's host parent for the task (`--join-host-trace`).
-    pub host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
+    pub host_parents: Option<Arc<relay::HostParents>>,
 }
 
 /// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
@@ -418,8 +304,8 @@ struct Task {
     /// The time of the last event fed (a piece's `end` when it is cut).
     last_t: Option<Millis>,
     records_out: RecordsOut,
-    otlp: Option<crate::otlp::LiveTree>,
-    host_parents: Option<Arc<crate::otlp::host_trace::HostParents>>,
+    otlp: Option<otlp::LiveTree>,
+    host_parents: Option<Arc<relay::HostParents>>,
     records: Vec<Record>,
     summary: Summary,
     /// MCP-routed model calls and the reports that account for them.
@@ -438,7 +324,7 @@ impl Task {
         sources: Arc<Sources>,
         config: Config,
         pseudo: Pseudonymizer,
-        otlp: Option<crate::otlp::LiveTree>,
+        otlp: Option<otlp::LiveTree>,
         (capture, end_at): (Option<CaptureSink>, u64),
         records_out: RecordsOut,
     ) -> Task {
@@ -698,12 +584,12 @@ pub fn spawn(
     mut sinks: Sinks,
     ingest: Option<mpsc::Receiver<Timed>>,
     shutdown: oneshot::Receiver<Duration>,
-) -> io::Result<(LiveHandle, tokio::task::JoinHandle<io::Result<Finished>>)> {
+) -> io::Result<(Observations, tokio::task::JoinHandle<io::Result<Finished>>)> {
     let epoch_unix_ms = cfg
         .otlp
         .as_ref()
         .map(|(_, nanos)| *nanos)
-        .unwrap_or_else(|| crate::otlp::clock_epoch_unix_nanos(clock.now_ms()))
+        .unwrap_or_else(|| otlp::clock_epoch_unix_nanos(clock.now_ms()))
         / 1_000_000;
     // The word that ties a rotated capture's pieces together: random, so that pieces of two
     // runs at the same path never pass for one capture.
@@ -736,7 +622,7 @@ pub fn spawn(
     let records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
     let otlp = cfg
         .otlp
-        .map(|(handle, epoch)| crate::otlp::LiveTree::new(handle, epoch, &cfg.correlator));
+        .map(|(handle, epoch)| otlp::LiveTree::new(handle, epoch, &cfg.correlator));
     let mut task = Task::new(
         clock,
         sources.clone(),
@@ -814,7 +700,7 @@ pub fn spawn(
         })
     });
     Ok((
-        LiveHandle {
+        Observations {
             events: tx,
             sources,
             host_parents,
@@ -826,6 +712,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     fn close(s: &str) -> EventKind {
         EventKind::StreamClose { stream: s.into() }
@@ -895,26 +782,6 @@ mod tests {
         assert_eq!(s.forced, 2, "released behind the watermark: not forced");
     }
 
-    #[test]
-    fn an_idle_source_holds_nothing_back_and_a_busy_one_holds_at_its_last_work() {
-        let clock = Clock::start();
-        let sources = Arc::new(Sources::default());
-        let g = sources.register(&clock);
-        let registered = f64::from_bits(g.source().last_t.load(AtomicOrdering::SeqCst));
-        // Its opening is pending: the watermark stays at its registration.
-        assert_eq!(sources.watermark(1e9), registered);
-        g.source().took_up(registered + 2.0);
-        assert_eq!(sources.watermark(1e9), registered + 2.0);
-        g.source().done();
-        assert_eq!(sources.watermark(1e9), 1e9);
-        g.source().begin();
-        assert_eq!(sources.watermark(1e9), registered + 2.0);
-        g.source().done();
-        drop(g);
-        assert_eq!(sources.len(), 0);
-        assert_eq!(sources.watermark(7.0), 7.0);
-    }
-
     /// An in-memory file shared with the test.
     #[derive(Clone, Default)]
     struct Buf(Arc<Mutex<io::Cursor<Vec<u8>>>>);
@@ -963,7 +830,7 @@ mod tests {
 
     /// Relay events of one stream, sent the way an observer task sends them: registered,
     /// stamped when their bytes passed, deregistered after the close.
-    async fn stream_events(live: &LiveHandle, clock: &Clock, events: Vec<EventKind>) {
+    async fn stream_events(live: &Observations, clock: &Clock, events: Vec<EventKind>) {
         let guard = live.sources.register(clock);
         for (i, kind) in events.into_iter().enumerate() {
             if i > 0 {

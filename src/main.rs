@@ -8,13 +8,11 @@ mod env_cmd;
 mod ingest;
 mod live;
 mod mcp_tally;
-mod otlp;
 mod relay;
 mod replay_cmd;
 mod report;
 mod rotate;
 mod run;
-mod tls;
 mod trace_file;
 mod wrap;
 

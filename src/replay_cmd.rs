@@ -10,7 +10,6 @@ use correlator::records::Summary;
 use correlator::sanitize::Door;
 use correlator::{Candidates, Config, Correlator, Record, WindowOpen};
 
-use crate::otlp;
 use crate::trace_file::{HeaderOptions, TraceFile};
 
 #[derive(clap::Args)]

@@ -24,10 +24,10 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("src/otlp/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
     ("src/relay/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
     ("src/relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
-    ("src/relay/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
+    ("crates/relay/src/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("src/relay/shutdown.rs", 3, "lost-record counts, the export report"),
-    ("src/relay/verbatim.rs", 5, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
-    ("src/relay/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
+    ("crates/relay/src/verbatim.rs", 5, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
+    ("crates/relay/src/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("src/replay_cmd.rs", 12, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out)"),
     ("src/report/mod.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
     ("src/report/render.rs", 53, "HTML of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times); MCP calls no wrapper reported (counts, model-visible tool names of checked events, lane labels, fixed words); a static inline script with no data in it"),
@@ -128,7 +128,7 @@ fn every_write_site_in_src_is_reviewed() {
     let files = shipped_sources(root);
     let mut problems = Vec::new();
     for f in &files {
-        let rel = f.strip_prefix(&root).unwrap().to_string_lossy().to_string();
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().to_string();
         let n = count_writes(&shipped(f));
         let listed = REVIEWED.iter().find(|(p, _, _)| *p == rel).map(|r| r.1);
         if n != listed.unwrap_or(0) {
@@ -142,7 +142,7 @@ fn every_write_site_in_src_is_reviewed() {
     for (p, _, _) in REVIEWED {
         if !files
             .iter()
-            .any(|f| f.strip_prefix(&root).unwrap() == Path::new(p))
+            .any(|f| f.strip_prefix(root).unwrap() == Path::new(p))
         {
             problems.push(format!("{p} is listed but gone"));
         }

@@ -163,7 +163,8 @@ pub(crate) const LOG_TEXT_FIELDS: &[&str] = &[
 /// The log targets (crates) whose messages are written: their log calls take literal
 /// messages only (a test in the binary holds the source to that). Other crates' messages
 /// (hyper, rustls, ...) are withheld whatever the level, keeping their numbers and booleans.
-pub(crate) const LOG_OWN_TARGETS: &[&str] = &["windowtap", "correlator", "hostid", "sys"];
+pub(crate) const LOG_OWN_TARGETS: &[&str] =
+    &["windowtap", "correlator", "hostid", "otlp", "relay", "sys"];
 
 /// What a log line may show of one field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

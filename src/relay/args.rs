@@ -10,11 +10,10 @@ use correlator::observe::Budget;
 use correlator::{Config, WindowOpen};
 use correlator::{Pseudonymizer, PSEUDONYM_KEY_LEN};
 
-use super::mounts::{Mount, Mounts};
+use relay::{ExtraRoots, Mount, Mounts, Stall, UpstreamRoots};
+
 use super::sinks;
-use super::tap::Stall;
 use crate::live::Sinks;
-use crate::tls::{ExtraRoots, UpstreamRoots};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -139,7 +138,7 @@ pub struct RelayArgs {
     #[arg(long, default_value_t = 60_000, hide = true)]
     upstream_idle: u64,
     #[command(flatten)]
-    pub otlp: crate::otlp::OtlpArgs,
+    pub otlp: otlp::OtlpArgs,
     /// Put each model request's spans inside the host's own trace: a request carrying one
     /// valid W3C `traceparent` header gets its `chat` span (and the `execute_tool` spans
     /// under it) as a child of the host's span. The header is used for nothing else and
@@ -230,16 +229,22 @@ pub fn relay_config(
         eprintln!("windowtap: warning: {w}");
     }
     let config = RelayConfig {
-        listen,
-        mounts,
-        upstream_roots,
-        connect_timeout: Duration::from_millis(args.connect_timeout),
-        response_timeout: Duration::from_millis(args.response_timeout),
-        body_timeout: Duration::from_millis(args.body_timeout),
-        client_body_timeout: Duration::from_millis(args.client_body_timeout),
-        upstream_idle: Duration::from_millis(args.upstream_idle),
-        header_timeout: Duration::from_millis(args.header_timeout),
-        max_connections: args.max_connections,
+        relay: relay::Config {
+            listen,
+            mounts,
+            upstream_roots,
+            connect_timeout: Duration::from_millis(args.connect_timeout),
+            response_timeout: Duration::from_millis(args.response_timeout),
+            body_timeout: Duration::from_millis(args.body_timeout),
+            client_body_timeout: Duration::from_millis(args.client_body_timeout),
+            upstream_idle: Duration::from_millis(args.upstream_idle),
+            header_timeout: Duration::from_millis(args.header_timeout),
+            max_connections: args.max_connections,
+            observer_queue: args.observer_queue,
+            observer_budget: observer_budget(args.observer_budget)?,
+            stall: Stall(args.test_stall_observers),
+            drain: Duration::from_millis(args.drain),
+        },
         correlator: Config {
             close_wait: args.close_wait,
             window_open: args.window_open,
@@ -249,11 +254,7 @@ pub fn relay_config(
         },
         key,
         ingest: Some(ingest),
-        observer_queue: args.observer_queue,
-        observer_budget: observer_budget(args.observer_budget)?,
-        stall: Stall(args.test_stall_observers),
         otlp: otlp.config,
-        drain: Duration::from_millis(args.drain),
         sync,
         one_host: false,
         resolve_hosts: args.hosts,
@@ -262,37 +263,18 @@ pub fn relay_config(
     Ok((config, sinks))
 }
 
-/// Everything a relay run needs, files already opened.
+/// Everything a relay run needs, files already opened: the data plane's settings and the
+/// live pipeline's.
 pub struct RelayConfig {
-    pub listen: SocketAddr,
-    pub mounts: Mounts,
-    /// The extra roots for upstream TLS, for all upstreams and per mount.
-    pub upstream_roots: UpstreamRoots,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    /// How long an upstream may send nothing of a response body.
-    pub body_timeout: Duration,
-    /// How long a client may send nothing of a request body it announced.
-    pub client_body_timeout: Duration,
-    /// How long an idle upstream connection is kept for reuse.
-    pub upstream_idle: Duration,
-    /// How long a client connection may take to send a request head.
-    pub header_timeout: Duration,
-    /// The client connection cap (`None`: from the open files limit).
-    pub max_connections: Option<usize>,
+    pub relay: relay::Config,
     pub correlator: Config,
     /// The pseudonymization key.
     pub key: [u8; PSEUDONYM_KEY_LEN],
     /// Where to listen for wrappers' MCP reports (none: reports only through
-    /// [`Running::ingest`]).
+    /// [`Running::ingest`](super::Running::ingest)).
     pub ingest: Option<PathBuf>,
-    pub observer_queue: usize,
-    pub observer_budget: Budget,
-    pub stall: Stall,
     /// OTLP export of every record, when asked for.
-    pub otlp: Option<crate::otlp::ExportConfig>,
-    /// On stop, how long in-flight requests and streams may take to end.
-    pub drain: Duration,
+    pub otlp: Option<otlp::ExportConfig>,
     /// Second handles on the record and capture files, fsynced on stop.
     pub sync: Vec<File>,
     /// Every client is the one host `windowtap run` launched (its pid, given to
@@ -347,7 +329,7 @@ fn observer_budget(mib: Option<usize>) -> anyhow::Result<Budget> {
     let bytes = match mib {
         Some(0) => bail!("--observer-budget takes a number of MiB > 0"),
         Some(m) => m.saturating_mul(MIB),
-        None => (super::limits::physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
+        None => (relay::physical_memory() / 8).clamp(16 * MIB, 128 * MIB),
     };
     Ok(Budget::new(bytes, bytes / 4))
 }

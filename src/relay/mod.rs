@@ -1,44 +1,15 @@
-//! `windowtap relay`: the program Claude Code and Codex are pointed at.
+//! `windowtap relay`: the program Claude Code and Codex are pointed at: the data plane
+//! (the `relay` crate) with the live pipeline behind it.
 //!
-//! It forwards every byte to the real API and back, unchanged ([`http`], [`ws`]); observed
-//! streams hand copies to observer tasks through taps ([`tap`], [`observer`]) whose events go
-//! to the live correlator ([`crate::live`]). Nothing on the observation side can delay, alter
-//! or break forwarding.
-//!
-//! One concern per module:
 //! - [`args`]: the options and the run configuration made from them; [`sinks`]: the record
-//!   and capture files; TLS for upstreams is [`crate::tls`], shared with the OTLP exporter.
-//! - [`server`]: start-up and the accept loop; [`cores`]: the runtimes connections run on;
-//!   [`limits`]: process limits; [`heap`]: the allocator's hold on freed blocks;
-//!   [`shutdown`]: signals, the drain and the stop.
-//! - [`dispatch`]: a request to its mount, then to [`http`] or [`ws`] forwarding;
-//!   [`headers`], [`exchange`] (response body, log line) and [`failure`] (every error
-//!   response, made in one place) are what both share; [`upstream`]: upstream connections;
-//!   [`body`]: the body frames pass through; [`tunnels`]: WebSocket tunnels in flight.
-//! - [`state`]: what every handler shares; [`tap`], [`observer`]: the observation side.
+//!   and capture files.
+//! - [`service`]: the data plane, the correlator task, the ingest socket and OTLP export,
+//!   started together; [`shutdown`]: signals and the stop.
 
 pub mod args;
-pub mod body;
-pub mod cores;
-pub mod dispatch;
-pub mod exchange;
-pub mod failure;
-
-pub mod headers;
-pub mod http;
-pub mod limits;
-pub mod mounts;
-pub mod observer;
-pub mod server;
-pub mod shutdown;
+mod service;
+mod shutdown;
 pub mod sinks;
-pub mod state;
-pub mod tap;
-mod timers;
-pub mod tunnels;
-pub mod upstream;
-mod verbatim;
-pub mod ws;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -47,8 +18,8 @@ use anyhow::Context;
 
 pub(crate) use args::read_key;
 pub use args::{relay_config, RelayArgs};
-pub use server::{banner, start};
-pub use shutdown::Drain;
+pub use relay::{banner, Drain};
+pub use service::start;
 pub(crate) use shutdown::Signals;
 
 use sys::clock::Clock;
@@ -60,7 +31,7 @@ pub fn init_logging(level: &str) {
 /// What every relay process sets for itself before it starts (`relay` and `run`): the open
 /// files limit ([`limits`]) and the heap's hold on freed blocks ([`heap`]).
 pub fn prepare_process() {
-    limits::raise_open_files_limit();
+    relay::raise_open_files_limit();
     sys::heap::keep_freed_blocks();
 }
 
@@ -112,7 +83,7 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let mounts = running.mounts.clone();
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
-        if let Some(text) = crate::run::failures_summary(&mounts) {
+        if let Some(text) = crate::run::failures_summary(&mounts, &stopped.failed) {
             eprintln!("windowtap relay: warning: {text}");
         }
         if let Some(text) = stopped

@@ -1,22 +1,11 @@
 //! Stopping: signals, the drain of what is in flight, and the last records out.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use correlator::records::Summary;
 
-use super::server::Running;
+use relay::Drain;
 
-/// How a stop went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drain {
-    /// Everything in flight ended within the bound.
-    Drained,
-    /// Something was still in flight at the bound; it was cut.
-    Cut,
-    /// Stopped at once on this signal, without waiting for what was in flight.
-    AtOnce(i32),
-}
+use super::service::Running;
 
 /// What [`Running::stop_with`] returns.
 #[derive(Debug)]
@@ -25,6 +14,8 @@ pub struct Stopped {
     /// Model tool calls to MCP tools that no wrapper reported (`crate::mcp_tally`).
     pub unreported: crate::mcp_tally::Unreported,
     pub how: Drain,
+    /// Failed exchanges: (mount, failure word, how many), by mount then word.
+    pub failed: Vec<(String, &'static str, u64)>,
 }
 
 impl Running {
@@ -40,73 +31,10 @@ impl Running {
         self,
         at_once: impl std::future::Future<Output = i32>,
     ) -> anyhow::Result<Stopped> {
-        tokio::pin!(at_once);
         // The ingest socket stays open through the drain: calls that end meanwhile are
         // reported (docs/design.md §4), it is closed below.
-        let _ = self.stop_accepting.send(());
-        // The listener is closed once the accept loop has returned: new connections are
-        // refused from here on.
-        let _ = self.server.await;
-        // Idle keep-alive connections close now; ones with a request in flight after it.
-        let _ = self.draining.send(true);
-        let connections = self.draining.receiver_count();
-        let streams = self.sources.len();
-        let tunnels = self.tunnels.len();
-        let drain_ms = self.drain.as_millis() as u64;
-        if self.signalled {
-            tracing::info!(
-                connections,
-                streams,
-                tunnels,
-                drain_ms,
-                "draining: no new connections; a second signal stops at once"
-            );
-        } else {
-            tracing::info!(
-                connections,
-                streams,
-                tunnels,
-                drain_ms,
-                "draining: no new connections; a signal stops at once"
-            );
-        }
-        let draining = &self.draining;
-        let sources = &self.sources;
-        let open_tunnels = &self.tunnels;
-        let ended = async {
-            draining.closed().await;
-            // Observed streams deregister once their observer has sent its last events,
-            // which may be a little after their connection ended; tunnels live on after
-            // their connection's task.
-            while sources.len() > 0 || open_tunnels.len() > 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        let how = tokio::select! {
-            r = tokio::time::timeout(self.drain, ended) => match r {
-                Ok(()) => Drain::Drained,
-                Err(_) => Drain::Cut,
-            },
-            signo = &mut at_once => Drain::AtOnce(signo),
-        };
-        match how {
-            Drain::Drained => {}
-            Drain::Cut => tracing::warn!(
-                connections = self.draining.receiver_count(),
-                streams = self.sources.len(),
-                tunnels = self.tunnels.len(),
-                "still in flight after --drain: cut, and their remaining events not correlated"
-            ),
-            Drain::AtOnce(_) => tracing::warn!(
-                connections = self.draining.receiver_count(),
-                streams = self.sources.len(),
-                tunnels = self.tunnels.len(),
-                "second signal: stopping at once, in-flight streams cut"
-            ),
-        }
-        // HTTP streams still open end with the runtime; tunnels are ended here, so that an
-        // in-process caller (`run`) does not keep them either.
-        self.tunnels.cut();
+        let drained = self.relay.drain(self.signalled, at_once).await;
+        let how = drained.how;
         // No new reports from here on: calls still running end `lost` now, and those events
         // reach the correlator before it finishes.
         if let Some(ingest) = self.ingest_socket {
@@ -154,13 +82,15 @@ impl Running {
             } else {
                 let endpoint = exporter.endpoint().clone();
                 let report = exporter.shutdown().await;
-                eprintln!("{}", crate::otlp::report_line(&endpoint, &report));
+                eprintln!("{}", otlp::report_line(&endpoint, &report));
             }
         }
+        let failed = drained.finish();
         Ok(Stopped {
             summary,
             unreported,
             how,
+            failed,
         })
     }
 }

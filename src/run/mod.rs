@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::relay::mounts::Mount;
 use crate::relay::{prepare_process, relay_config, start, Drain, RelayArgs, Signals};
+use relay::Mount;
 use sys::clock::Clock;
 
 /// An MCP server the host would start, and whether windowtap observes it.
@@ -99,8 +99,10 @@ fn failure_hint(word: &str) -> &'static str {
 /// the relay's 502/504) come first; streams that broke off mid-way are said apart, since either
 /// side may have ended them (a turn the user cancelled does). Without it an unreachable
 /// upstream showed only in the log.
-pub fn failures_summary(mounts: &crate::relay::mounts::Mounts) -> Option<String> {
-    let failed = crate::relay::exchange::failed_exchanges();
+pub fn failures_summary(
+    mounts: &relay::Mounts,
+    failed: &[(String, &'static str, u64)],
+) -> Option<String> {
     let part = |(mount, word, n): &(String, &'static str, u64)| {
         let to = mounts
             .get(mount)
@@ -444,7 +446,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let summary = stopped.summary;
         eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
-        if let Some(text) = failures_summary(&mounts_now) {
+        if let Some(text) = failures_summary(&mounts_now, &stopped.failed) {
             eprintln!("windowtap run: warning: {text}");
         }
         if let Some(text) = stopped.unreported.describe(crate::mcp_tally::Setting::Run) {
