@@ -19,7 +19,8 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{peek, Lost};
+use super::lost::Lost;
+use super::peek;
 use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 
 /// Bound on tool_use blocks started and not yet stopped in one message.

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 use thiserror::Error;
 
-use super::Lost;
+use super::lost::Lost;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub(crate) enum DecodeError {

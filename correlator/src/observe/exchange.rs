@@ -9,10 +9,11 @@ use super::anthropic::{self, AnthropicStream};
 use super::body::{self, MAX_BODY};
 use super::budget::{clear_or_release, Account};
 use super::decode::{DecodeError, Decoder};
+use super::lost::Lost;
+use super::peek;
 use super::responses::{self, ResponsesStream};
 use super::sse::{SseError, SseParser};
 use super::ws_frames::{self, FrameDecoder, FrameError, Message};
-use super::{peek, Lost};
 use crate::event::{Client, EventKind, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

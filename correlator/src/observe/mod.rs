@@ -13,7 +13,7 @@
 //! Inside: `exchange` (the entry points, route and client classification); `sse`,
 //! `ws_frames`, `decode` (framing and content decoding); `anthropic`, `responses` (the
 //! per-protocol state machines); `body`; `budget` (the memory budget shared by every observer
-//! of a process).
+//! of a process); `lost` (the reason words of `observation_lost`, one list for every observer).
 
 mod anthropic;
 mod body;
@@ -22,6 +22,7 @@ mod decode;
 mod exchange;
 pub mod jsonrpc;
 mod lenient;
+mod lost;
 mod peek;
 mod responses;
 mod sse;
@@ -33,24 +34,3 @@ pub use body::{messages_request, responses_request};
 pub use budget::Budget;
 pub use exchange::{classify, observed_route, Api, ExchangeInfo, HttpObserver, WsObserver};
 pub use ws_frames::negotiated;
-
-/// Why observation of a stream stopped: the fixed `observation_lost` reason word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lost(pub &'static str);
-
-impl Lost {
-    /// Content-Encoding or permessage-deflate data that cannot be decoded.
-    pub(crate) const DECODE: Lost = Lost("decode");
-    /// A WebSocket frame that breaks RFC 6455 (or an extension this observer cannot follow).
-    pub(crate) const FRAME: Lost = Lost("frame");
-    /// A buffer bound was exceeded.
-    pub(crate) const OVERFLOW: Lost = Lost("overflow");
-    /// Observing the stream further would exceed its share of the observer budget.
-    pub(crate) const BUDGET: Lost = Lost("budget");
-    /// An output item or error whose response is not unique.
-    pub(crate) const AMBIGUOUS: Lost = Lost("ambiguous_response");
-    /// JSON the observer must read but cannot.
-    pub(crate) const JSON: Lost = Lost("json");
-    /// Events out of the protocol's order (a call outside any response, …).
-    pub(crate) const PROTOCOL: Lost = Lost("protocol");
-}

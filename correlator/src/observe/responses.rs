@@ -27,7 +27,8 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Deserialize;
 
-use super::{peek, Lost};
+use super::lost::Lost;
+use super::peek;
 use crate::event::{CallKind, EventKind, ResponseStatus, StopReason, Usage};
 
 /// Bound on requests awaiting a response, and on responses active at once, per connection.

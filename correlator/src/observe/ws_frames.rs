@@ -17,7 +17,7 @@
 use flate2::{Decompress, FlushDecompress, Status};
 use thiserror::Error;
 
-use super::Lost;
+use super::lost::Lost;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FrameError {
