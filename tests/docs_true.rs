@@ -1,35 +1,61 @@
-//! What the README and the help say is what the code does (issue 27, item 8): each check is
-//! against the thing itself (the trace directory, a capture's header, the help text), so a
-//! change to either side that leaves the other behind fails here.
+//! What the README, the pages in `docs/` and the help say is what the code does (issue 27,
+//! item 8): each check is against the thing itself (the trace directory, a capture's header,
+//! the help text), so a change to either side that leaves the other behind fails here. Each
+//! statement is checked on the page that makes it (`page`).
 
 mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+/// A page of the repository by its path: `README.md`, `docs/usage.md`, ….
+fn page(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The README and every page in `docs/`.
+fn pages() -> Vec<(String, String)> {
+    let mut names = vec!["README.md".to_string()];
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut md: Vec<String> = std::fs::read_dir(docs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    md.sort();
+    names.extend(md);
+    names.into_iter().map(|n| (page(&n), n)).collect()
+}
+
+/// The issue asks for a README one reads in minutes; the rest lives in `docs/`.
+#[test]
+fn the_readme_is_a_page() {
+    let lines = page("README.md").lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines; move detail to docs/"
+    );
 }
 
 #[test]
 fn the_readme_installs_with_the_locked_versions() {
-    let readme = readme();
-    let installs: Vec<&str> = readme
-        .match_indices("cargo install")
-        .map(|(i, _)| readme[i..].lines().next().unwrap())
-        .collect();
-    assert!(!installs.is_empty());
-    for line in installs {
-        assert!(
-            line.contains("cargo install --path . --locked"),
-            "without --locked, cargo install picks other crate versions than the tests ran \
-             against: {line}"
-        );
+    assert!(page("README.md").contains("cargo install --path . --locked"));
+    for (text, name) in pages() {
+        for (i, _) in text.match_indices("cargo install") {
+            let line = text[i..].lines().next().unwrap();
+            assert!(
+                line.contains("cargo install --path . --locked"),
+                "{name}: without --locked, cargo install picks other crate versions than the \
+                 tests ran against: {line}"
+            );
+        }
     }
 }
 
 #[test]
-fn the_readme_counts_the_traces_there_are() {
+fn the_testing_page_counts_the_traces_there_are() {
     let traces = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"))
         .unwrap()
         .filter(|e| {
@@ -40,18 +66,18 @@ fn the_readme_counts_the_traces_there_are() {
                 .is_some_and(|x| x == "jsonl")
         })
         .count();
-    let readme = readme();
-    let said = readme
+    let testing = page("docs/testing.md");
+    let said = testing
         .split(" hand-written traces in `traces/`")
         .next()
         .and_then(|before| before.rsplit(' ').next())
         .and_then(|n| n.parse::<usize>().ok())
-        .expect("the README counts the hand-written traces");
+        .expect("docs/testing.md counts the hand-written traces");
     assert_eq!(said, traces);
 }
 
-/// The replay section names every option a capture's header carries (what replay takes from
-/// it): read off a real capture.
+/// The replay section (docs/usage.md) names every option a capture's header carries (what
+/// replay takes from it): read off a real capture.
 #[test]
 fn the_replay_section_names_every_option_of_a_capture_header() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,8 +100,8 @@ fn the_replay_section_names_every_option_of_a_capture_header() {
         .filter(|k| !["type", "version", "epoch_unix_ms", "end"].contains(&k.as_str()))
         .collect();
     assert!(!options.is_empty(), "{header}");
-    let readme = readme();
-    let sentence = readme
+    let usage = page("docs/usage.md");
+    let sentence = usage
         .split("taken from the trace header (")
         .nth(1)
         .and_then(|rest| rest.split(')').next())
@@ -107,13 +133,14 @@ fn capture_help_names_the_trace_version_written() {
     }
 }
 
-/// `npx -y` with Codex: the README says why it can fail and shows the installed binary.
+/// `npx -y` with Codex: the wrapper's section (docs/usage.md) says why it can fail and shows
+/// the installed binary.
 #[test]
-fn the_readme_shows_an_installed_server_beside_npx() {
-    let readme = readme();
+fn the_wrap_section_shows_an_installed_server_beside_npx() {
+    let usage = page("docs/usage.md");
     assert!(
-        readme.contains("npm install -g @modelcontextprotocol/server-everything")
-            && readme.contains(r#""--", "mcp-server-everything"]"#),
+        usage.contains("npm install -g @modelcontextprotocol/server-everything")
+            && usage.contains(r#""--", "mcp-server-everything"]"#),
         "the installed-binary alternative"
     );
 }
