@@ -6,7 +6,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::ingest;
+use live::ingest;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Host {

@@ -5,13 +5,10 @@
 
 mod check;
 mod env_cmd;
-mod ingest;
-mod live;
-mod mcp_tally;
-mod relay;
+mod ingest_cmd;
+mod relay_cmd;
 mod replay_cmd;
 mod report;
-mod rotate;
 mod run;
 mod trace_file;
 mod wrap;
@@ -30,7 +27,7 @@ enum Command {
     /// Replay trace v2 files offline and write attribution records.
     Replay(replay_cmd::ReplayArgs),
     /// Run the transparent relay that Claude Code and Codex are pointed at.
-    Relay(relay::RelayArgs),
+    Relay(live::service::RelayArgs),
     /// Start the relay, point Claude Code or Codex at it, and wrap every stdio MCP server.
     Run(run::RunArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
@@ -44,7 +41,7 @@ enum Command {
     /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v2
     /// (for trying a wrapper without the relay).
     #[command(hide = true)]
-    Ingest(ingest::IngestArgs),
+    Ingest(ingest_cmd::IngestArgs),
 }
 
 /// For `windowtap run claude …` (the `--` left out), which clap can only call an unexpected
@@ -87,13 +84,13 @@ fn main() -> std::process::ExitCode {
     };
     let result = match cli.command {
         Command::Replay(args) => replay_cmd::main(args),
-        Command::Relay(args) => relay::main(args),
+        Command::Relay(args) => relay_cmd::main(args),
         Command::Run(args) => run::main(args),
         Command::Wrap(args) => wrap::main(args),
         Command::Report(args) => report::main(args),
         Command::Check(args) => check::main(args),
         Command::Env(args) => env_cmd::main(args),
-        Command::Ingest(args) => ingest::main(args),
+        Command::Ingest(args) => ingest_cmd::main(args),
     };
     match result {
         Ok(code) => code,

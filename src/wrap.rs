@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use correlator::observe::jsonrpc::{Call, Direction, LineScanner, Observation, Observer};
 
-use crate::ingest::{self, Report, RoundsNs};
+use live::ingest::{self, Report, RoundsNs};
 use rustix::process::{Pid, Signal};
 use sys::clock::mono_ns;
 use sys::libc_calls::SignalSet;

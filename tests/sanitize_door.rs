@@ -15,18 +15,20 @@ use std::path::{Path, PathBuf};
 const REVIEWED: &[(&str, usize, &str)] = &[
     ("src/check.rs", 2, "verdicts on the user's files; faults quote input only via sanitize::quote"),
     ("src/env_cmd.rs", 1, "the override lines: a relay URL and fixed text"),
-    ("src/ingest.rs", 5, "the debug command: trace lines as door `Line`s, its socket path, counts; the note beside the socket: the relay's pid and listen address"),
-    ("src/live.rs", 5, "capture lines from the door, the header via `Door::meta` (a rotated capture's, each piece's, via `Door::piece_header`), the padded end (at the stop, and of each piece at its cut)"),
-    ("src/live/records_out.rs", 1, "records as door `Line`s, on the writer thread"),
+    ("src/ingest_cmd.rs", 4, "the debug command: trace lines as door `Line`s, its socket path, counts"),
+    ("crates/live/src/ingest/server.rs", 1, "the note beside the socket: the relay's pid and listen address"),
+    ("crates/live/src/task.rs", 5, "capture lines from the door, the header via `Door::meta` (a rotated capture's, each piece's, via `Door::piece_header`), the padded end (at the stop, and of each piece at its cut)"),
+    ("crates/live/src/records_out.rs", 1, "records as door `Line`s, on the writer thread"),
     ("crates/sys/src/logging.rs", 4, "the one log formatter, by the door's log policy"),
     ("src/main.rs", 2, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments"),
-    ("src/otlp/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
-    ("src/otlp/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
-    ("src/relay/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
-    ("src/relay/mod.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
+    ("crates/otlp/src/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
+    ("crates/otlp/src/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
+    ("crates/live/src/service/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
+    ("src/relay_cmd.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
     ("crates/relay/src/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
-    ("src/relay/shutdown.rs", 3, "lost-record counts, the export report"),
-    ("crates/relay/src/verbatim.rs", 5, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
+    ("crates/live/src/service/stop.rs", 3, "lost-record counts, the export report"),
+    ("crates/relay/src/verbatim.rs", 4, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
+    ("crates/relay/src/prefixed.rs", 1, "a connection handed to hyper: the traffic itself, to the client it came from"),
     ("crates/relay/src/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("src/replay_cmd.rs", 12, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out)"),
     ("src/report/mod.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
@@ -62,15 +64,20 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Whether `path` is a module's unit tests in a file of their own: `x_tests.rs`, included
-/// by a sibling as `#[cfg(test)] #[path = "x_tests.rs"] mod tests;`.
+/// by a sibling as `#[cfg(test)] #[path = "x_tests.rs"] mod tests;`, or a folder's
+/// `tests.rs`, declared by its `mod.rs` as `#[cfg(test)] mod tests;`.
 fn test_only(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    if !name.ends_with("_tests.rs") {
+    // A folder's `tests.rs`, declared by its `mod.rs` as `#[cfg(test)] mod tests;`.
+    let include = if name == "tests.rs" {
+        "#[cfg(test)]\nmod tests;".to_string()
+    } else if name.ends_with("_tests.rs") {
+        format!("#[cfg(test)]\n#[path = \"{name}\"]\nmod tests;")
+    } else {
         return false;
-    }
-    let include = format!("#[cfg(test)]\n#[path = \"{name}\"]\nmod tests;");
+    };
     std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())

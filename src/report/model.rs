@@ -20,7 +20,7 @@ use correlator::records::Reason;
 use correlator::{Client, EventKind, ResponseStatus, StopReason, Usage};
 use correlator::{Event, Millis, Record};
 
-use crate::mcp_tally::{McpTally, Unreported};
+use live::mcp_tally::{McpTally, Unreported};
 
 /// How a window ended, as far as the input shows.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -310,7 +310,7 @@ fn unreported(out: &mut String, tl: &Timeline) {
         );
         return;
     };
-    let Some(text) = u.describe(crate::mcp_tally::Setting::Capture) else {
+    let Some(text) = u.describe(live::mcp_tally::Setting::Capture) else {
         out.push_str(
             "<p class=\"meta unreported\" data-unreported=\"0\">Every model tool call to an MCP \
              tool in the trace got a wrapper's report.</p>\n",

@@ -1,47 +1,24 @@
-//! `windowtap relay`: the program Claude Code and Codex are pointed at: the data plane
-//! (the `relay` crate) with the live pipeline behind it.
-//!
-//! - [`args`]: the options and the run configuration made from them; [`sinks`]: the record
-//!   and capture files.
-//! - [`service`]: the data plane, the correlator task, the ingest socket and OTLP export,
-//!   started together; [`shutdown`]: signals and the stop.
-
-pub mod args;
-mod service;
-mod shutdown;
-pub mod sinks;
+//! `windowtap relay`: the program Claude Code and Codex are pointed at, started once and
+//! shared by every session of its user. The relay itself is the `live` crate's service (the
+//! data plane with the live pipeline behind it); this is its command: the banner, where MCP
+//! reports go, the signals and the stop's summary.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use anyhow::Context;
-
-pub(crate) use args::read_key;
-pub use args::{relay_config, RelayArgs};
-pub use relay::{banner, Drain};
-pub use service::start;
-pub(crate) use shutdown::Signals;
-
+use live::ingest;
+use live::service::{failures_summary, prepare_process, relay_config, start, RelayArgs, Signals};
+use relay::{banner, Drain};
 use sys::clock::Clock;
 
-pub fn init_logging(level: &str) {
-    sys::logging::init(level);
-}
-
-/// What every relay process sets for itself before it starts (`relay` and `run`): the open
-/// files limit ([`limits`]) and the heap's hold on freed blocks ([`heap`]).
-pub fn prepare_process() {
-    relay::raise_open_files_limit();
-    sys::heap::keep_freed_blocks();
-}
-
 pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
-    init_logging(&args.log);
+    sys::logging::init(&args.log);
     prepare_process();
     let listen = args
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8787)));
-    let ingest = crate::ingest::listen_path(args.ingest.clone())?;
+    let ingest = ingest::listen_path(args.ingest.clone())?;
     let (config, sinks) = relay_config(&args, listen, ingest, &[])?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -53,14 +30,14 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         eprint!("{}", banner(running.addr, &running.mounts));
         if let Some(sock) = &running.ingest_socket {
             // For `windowtap env`: which relay this socket belongs to.
-            if let Err(e) = crate::ingest::write_note(sock.path(), running.addr) {
+            if let Err(e) = ingest::write_note(sock.path(), running.addr) {
                 tracing::warn!(error = %e, "could not write the note beside the ingest socket; `windowtap env` cannot pair it with this relay");
             }
-            if sock.path() == crate::ingest::default_path() {
+            if sock.path() == ingest::default_path() {
                 eprintln!(
                     "MCP servers run under `windowtap wrap` report to {} ({}=<path> to change)",
                     sock.path().display(),
-                    crate::ingest::ENV
+                    ingest::ENV
                 );
             } else {
                 // Not where a wrapper looks by itself: say how to tell it, host by host.
@@ -71,7 +48,7 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
                      exports it; Codex passes it on to a server only if the server's table \
                      says env_vars = [\"{env}\"])",
                     p = sock.path().display(),
-                    env = crate::ingest::ENV
+                    env = ingest::ENV
                 );
             }
         }
@@ -83,12 +60,12 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let mounts = running.mounts.clone();
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
-        if let Some(text) = crate::run::failures_summary(&mounts, &stopped.failed) {
+        if let Some(text) = failures_summary(&mounts, &stopped.failed) {
             eprintln!("windowtap relay: warning: {text}");
         }
         if let Some(text) = stopped
             .unreported
-            .describe(crate::mcp_tally::Setting::Relay {
+            .describe(live::mcp_tally::Setting::Relay {
                 ingest: ingest.as_deref(),
             })
         {

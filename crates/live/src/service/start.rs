@@ -13,7 +13,7 @@ use sys::clock::Clock;
 use tokio::sync::{mpsc, oneshot};
 
 use super::args::RelayConfig;
-use crate::live::{self, LiveConfig, Sinks};
+use crate::{LiveConfig, Sinks};
 
 /// A running relay.
 pub struct Running {
@@ -36,7 +36,7 @@ pub struct Running {
     /// Stops the correlator task, giving its records writer this long to get the last
     /// records out.
     pub(super) stop_live: oneshot::Sender<Duration>,
-    pub(super) live: tokio::task::JoinHandle<std::io::Result<live::Finished>>,
+    pub(super) live: tokio::task::JoinHandle<std::io::Result<crate::Finished>>,
     pub(super) drain: Duration,
     /// Whether the run writes a capture (records not written can be replayed from it).
     pub(super) capture: bool,
@@ -65,7 +65,7 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     };
     let capture = sinks.capture.is_some();
     let (observations, live_task) =
-        live::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
+        crate::spawn(live_cfg, clock, sinks, Some(ingest_rx), live_stopped)
             .context("writing the capture header")?;
     let hosts = if !config.resolve_hosts {
         hostid::Hosts::off()

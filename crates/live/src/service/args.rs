@@ -13,7 +13,7 @@ use correlator::{Pseudonymizer, PSEUDONYM_KEY_LEN};
 use relay::{ExtraRoots, Mount, Mounts, Stall, UpstreamRoots};
 
 use super::sinks;
-use crate::live::Sinks;
+use crate::Sinks;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -88,7 +88,7 @@ pub struct RelayArgs {
     /// The Unix socket wrapped MCP servers report their calls on [default:
     /// $XDG_RUNTIME_DIR/windowtap/ingest.sock, else <tmp>/windowtap-<uid>/ingest.sock].
     #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
-    pub(super) ingest: Option<PathBuf>,
+    pub ingest: Option<PathBuf>,
     /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
     #[arg(long, value_name = "FILE")]
     id_key_file: Option<PathBuf>,
@@ -163,7 +163,7 @@ fn parse_window_open(s: &str) -> Result<WindowOpen, String> {
     WindowOpen::parse(s).ok_or_else(|| format!("`{s}` is not `call` or `response`"))
 }
 
-pub(crate) fn read_key(path: &PathBuf) -> anyhow::Result<[u8; PSEUDONYM_KEY_LEN]> {
+pub fn read_key(path: &PathBuf) -> anyhow::Result<[u8; PSEUDONYM_KEY_LEN]> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 /// Record text that may wait for the writer before records are dropped: about 30,000
 /// records.
-pub const MAX_PENDING_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_PENDING_BYTES: u64 = 16 << 20;
 
 /// What happened to the records of a run, once the writer has been waited for.
 #[derive(Debug, Default)]
@@ -50,7 +50,7 @@ struct Shared {
 
 /// The correlator's end of the records writer.
 /// `L` is a record line: the door's `Line` in the relay (tests use plain strings).
-pub struct RecordsOut<L = Line> {
+pub(crate) struct RecordsOut<L = Line> {
     tx: Option<Sender<L>>,
     shared: Arc<Shared>,
     max_pending: u64,
@@ -61,7 +61,10 @@ pub struct RecordsOut<L = Line> {
 
 impl<L: AsRef<[u8]> + Send + 'static> RecordsOut<L> {
     /// Starts the writer thread on `sink`.
-    pub fn start(sink: Box<dyn Write + Send>, max_pending: u64) -> io::Result<RecordsOut<L>> {
+    pub(crate) fn start(
+        sink: Box<dyn Write + Send>,
+        max_pending: u64,
+    ) -> io::Result<RecordsOut<L>> {
         let (tx, rx) = mpsc::channel::<L>();
         let (done_tx, done) = oneshot::channel();
         let shared = Arc::new(Shared {
@@ -85,7 +88,7 @@ impl<L: AsRef<[u8]> + Send + 'static> RecordsOut<L> {
     }
 
     /// Hands one record line (with its `\n`) to the writer. Never waits.
-    pub fn send(&mut self, line: L) {
+    pub(crate) fn send(&mut self, line: L) {
         let len = line.as_ref().len() as u64;
         if self.shared.pending.load(Ordering::Acquire) + len > self.max_pending {
             if self.dropped == 0 {
@@ -114,7 +117,7 @@ impl<L: AsRef<[u8]> + Send + 'static> RecordsOut<L> {
     /// No more records: waits up to `bound` for the writer to write and flush what is queued,
     /// then says what happened. A writer still blocked then (a pipe nobody reads) is left
     /// behind; what it had not written is counted.
-    pub async fn finish(mut self, bound: Duration) -> Tail {
+    pub(crate) async fn finish(mut self, bound: Duration) -> Tail {
         drop(self.tx.take());
         let done = self.done.take().expect("finish is called once");
         let mut tail = Tail {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::live::{self, CaptureSink, Sinks};
 use crate::rotate::{Limits, Pieces};
+use crate::{CaptureSink, Sinks};
 
 /// Creates `path` and, when it is a regular file, keeps a second handle on it in `sync`, so
 /// that the file can be fsynced once its writer (owned by the correlator task) has flushed
@@ -57,7 +57,7 @@ fn open_sink(
 /// Opens the records file (stdout without one) and the capture file, if asked for, each as
 /// pieces that rotate when `rotate` says how. Returns the sinks and the second handles to
 /// fsync on stop.
-pub fn open(
+pub(super) fn open(
     records: Option<&PathBuf>,
     capture: Option<&PathBuf>,
     rotate: Option<Limits>,
@@ -75,7 +75,7 @@ pub fn open(
             "the capture file",
             p,
             &mut sync,
-        )?)) as Box<dyn live::Capture>)),
+        )?)) as Box<dyn crate::Capture>)),
         (None, _) => None,
     };
     let sinks = Sinks {

@@ -5,7 +5,7 @@ use correlator::records::Summary;
 
 use relay::Drain;
 
-use super::service::Running;
+use super::start::Running;
 
 /// What [`Running::stop_with`] returns.
 #[derive(Debug)]
@@ -98,13 +98,13 @@ impl Running {
 /// SIGINT and SIGTERM. The handlers are installed when this is made (before the banner is
 /// printed), so a signal sent as soon as the banner appears is never fatal; kept for the
 /// whole stop, so that a second signal is seen too.
-pub(crate) struct Signals {
+pub struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    pub(crate) fn install() -> anyhow::Result<Signals> {
+    pub fn install() -> anyhow::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
@@ -113,10 +113,10 @@ impl Signals {
     }
 
     /// The next SIGINT or SIGTERM, as its number.
-    pub(crate) async fn next(&mut self) -> i32 {
+    pub async fn next(&mut self) -> i32 {
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.int.recv() => rustix::process::Signal::INT.as_raw(),
+            _ = self.term.recv() => rustix::process::Signal::TERM.as_raw(),
         }
     }
 }

@@ -28,14 +28,12 @@
 //! fell due before it, as a replay of the capture does. At the stop one last round brings the
 //! clock to the stop, as a timer would have.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
 use correlator::records::Summary;
-use correlator::sanitize::{Door, Line, Refused, Scrub};
+use correlator::sanitize::{Door, Refused, Scrub};
 use correlator::Pseudonymizer;
 use correlator::{Config, Correlator, Event, EventKind, Millis, Record};
 use relay::{Observations, Sources, Timed, EVENT_QUEUE};
@@ -43,180 +41,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use sys::clock::Clock;
 
-mod records_out;
-use records_out::RecordsOut;
-pub use records_out::Tail as RecordsTail;
-
-#[derive(Debug)]
-struct Held {
-    t: Millis,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Held {
-    // Reversed: BinaryHeap is a max-heap and we want the oldest (then first-arrived) first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .t
-            .total_cmp(&self.t)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
-/// How many events the [`Sequencer`] holds at most (a few tens of MB). A source that holds
-/// the watermark for long (an observer stuck on one stream) would otherwise let every other
-/// stream's events pile up behind it for as long as it is stuck. Past the bound the oldest
-/// events are released whatever the watermark says: memory stays bounded, and the price is
-/// paid by the late stream alone (its events, when they come, are moved up like any late
-/// event, and a decision near them may have been taken without them), counted in
-/// [`Sequencer::forced`] and logged.
-pub const MAX_HELD: usize = 1 << 18;
-
-/// Holds events back until the watermark passes them and releases them in `t` order (ties in
-/// arrival order), holding at most a bound of them ([`MAX_HELD`]). Sans-IO, so the ordering
-/// rules are unit-tested on their own.
-#[derive(Debug)]
-pub struct Sequencer {
-    heap: BinaryHeap<Held>,
-    seq: u64,
-    bound: usize,
-    /// Every event released so far is older than this.
-    released: Millis,
-    /// Events that arrived stamped before what was already released and were moved up.
-    pub late: u64,
-    /// Events released before the watermark passed them, because the bound was reached.
-    pub forced: u64,
-}
-
-impl Default for Sequencer {
-    fn default() -> Self {
-        Sequencer::with_bound(MAX_HELD)
-    }
-}
-
-impl Sequencer {
-    /// A sequencer holding at most `bound` events between two releases.
-    pub fn with_bound(bound: usize) -> Self {
-        Sequencer {
-            heap: BinaryHeap::new(),
-            seq: 0,
-            bound,
-            released: 0.0,
-            late: 0,
-            forced: 0,
-        }
-    }
-
-    /// Offers an event. One stamped before what was already released cannot be fed in its
-    /// place any more; it is moved up to the release point (for MCP reports that is simply
-    /// when the report reached the correlator, which is what their `t` means).
-    pub fn offer(&mut self, t: Millis, kind: EventKind) {
-        let t = if t < self.released {
-            self.late += 1;
-            self.released
-        } else {
-            t
-        };
-        self.seq += 1;
-        self.heap.push(Held {
-            t,
-            seq: self.seq,
-            kind,
-        });
-    }
-
-    /// Releases, in order, every held event older than `w`, and then the oldest of the rest
-    /// while more than the bound are held.
-    pub fn release(&mut self, w: Millis, mut each: impl FnMut(Event)) {
-        while let Some(h) = self.heap.peek() {
-            if h.t >= w {
-                if self.heap.len() <= self.bound {
-                    break;
-                }
-                self.forced += 1;
-            }
-            let h = self.heap.pop().expect("peeked");
-            if h.t > self.released {
-                self.released = h.t;
-            }
-            each(Event {
-                t: h.t,
-                kind: h.kind,
-            });
-        }
-        if w > self.released {
-            self.released = w;
-        }
-    }
-
-    /// Whether no event is held.
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-
-    /// Releases everything (shutdown).
-    pub fn release_all(&mut self, mut each: impl FnMut(Event)) {
-        while let Some(h) = self.heap.pop() {
-            if h.t > self.released {
-                self.released = h.t;
-            }
-            each(Event {
-                t: h.t,
-                kind: h.kind,
-            });
-        }
-    }
-
-    #[cfg(test)]
-    pub fn held(&self) -> usize {
-        self.heap.len()
-    }
-}
-
-/// A capture file: written in order, and seekable so that its header's `end` can be filled
-/// in when the run stops.
-pub trait Capture: Write + Seek + Send {}
-impl<T: Write + Seek + Send> Capture for T {}
-
-/// Where the capture goes.
-pub enum CaptureSink {
-    /// One file, written from start to stop.
-    File(Box<dyn Capture>),
-    /// Pieces that rotate (`--rotate-size`, `--rotate-age`): each starts with a header of
-    /// its own, naming the capture and its number and carrying what was open at its cut.
-    Pieces(crate::rotate::Pieces),
-}
-
-impl CaptureSink {
-    fn file(&mut self) -> &mut dyn Capture {
-        match self {
-            CaptureSink::File(f) => f,
-            CaptureSink::Pieces(p) => p,
-        }
-    }
-}
-
-/// Where records and the capture go.
-pub struct Sinks {
-    /// Records v1, one line per record, flushed as soon as the output takes them. Written by
-    /// a thread of its own ([`records_out`]), so an output nobody reads never stalls the
-    /// correlator.
-    pub records: Box<dyn Write + Send>,
-    /// The sanitized trace v2, in the order events were fed to the correlator.
-    pub capture: Option<CaptureSink>,
-}
+use crate::capture::{capture_header, end_offset, end_value, CaptureSink, Sinks};
+use crate::records_out::{self, RecordsOut, Tail as RecordsTail};
+use crate::sequencer::{Sequencer, MAX_HELD};
 
 pub struct LiveConfig {
     pub correlator: Config,
@@ -228,61 +55,6 @@ pub struct LiveConfig {
     pub tick: Duration,
     /// `--join-host-trace` (with OTLP export): streams whose request named the host's span.
     pub host_parents: Option<Arc<relay::HostParents>>,
-}
-
-/// Room kept in the capture header for the `end` time (JSON allows the padding spaces).
-const END_ROOM: usize = 32;
-
-/// The capture's first line: trace v2 with the options this run used, so that
-/// `windowtap replay FILE` decides with the same ones, and `"end"`: the time the correlator's
-/// clock had reached when the run stopped (null until then). A decision taken live while
-/// idle, after the last event, happened at a time no event of the trace shows; a replay that
-/// advances to `end` before finishing takes it at the same time.
-///
-/// A piece of a rotated capture also names its capture (`capture`, the same random word in
-/// every piece of one run) and its number (`piece`, from 0): docs/trace-v2.md, "Pieces".
-pub fn capture_header(
-    c: &Config,
-    epoch_unix_ms: Option<u64>,
-    piece: Option<(&str, u64)>,
-) -> String {
-    let mut s = String::from(r#"{"type":"trace","version":2,"#);
-    // The wall-clock time of t = 0, so a replay exports spans at the times the run had.
-    if let Some(ms) = epoch_unix_ms {
-        s.push_str(&format!(r#""epoch_unix_ms":{ms},"#));
-    }
-    s.push_str(r#""close_wait":"#);
-    correlator::json::push_ms(&mut s, c.close_wait);
-    s.push_str(r#","window_open":""#);
-    s.push_str(c.window_open.as_str());
-    s.push_str(r#"","max_window":"#);
-    correlator::json::push_ms(&mut s, c.max_window);
-    s.push_str(r#","candidates":""#);
-    s.push_str(c.candidates.as_str());
-    s.push('"');
-    if let Some((capture, n)) = piece {
-        s.push_str(r#","capture":""#);
-        s.push_str(capture);
-        s.push_str(r#"","piece":"#);
-        s.push_str(&n.to_string());
-    }
-    s.push_str(r#","end":"#);
-    s.push_str(end_value(None).as_str());
-    s.push('}');
-    s
-}
-
-/// `end`'s value padded to its fixed room.
-fn end_value(end: Option<Millis>) -> Line {
-    Door::live().padded_number(end, END_ROOM)
-}
-
-/// Where `end`'s value starts in the header.
-fn end_offset(header: &str) -> u64 {
-    (header
-        .rfind(r#""end":"#)
-        .expect("the header has an end field")
-        + r#""end":"#.len()) as u64
 }
 
 struct Task {
@@ -712,6 +484,8 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::END_ROOM;
+    use crate::sequencer::Sequencer;
     use std::sync::Mutex;
 
     fn close(s: &str) -> EventKind {

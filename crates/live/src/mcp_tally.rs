@@ -162,19 +162,22 @@ pub enum Setting<'a> {
 /// The likely causes, one phrase each, shared by every setting that can have them.
 mod cause {
     /// A relay on its own: the server was never wrapped.
-    pub const UNWRAPPED: &str = "its MCP server does not run under `windowtap wrap` (a remote, \
+    pub(super) const UNWRAPPED: &str =
+        "its MCP server does not run under `windowtap wrap` (a remote, \
         HTTP one never can)";
     /// `run`: a remote server, which run cannot wrap.
-    pub const REMOTE: &str = "its MCP server is a remote (HTTP) one, which no wrapper observes \
+    pub(super) const REMOTE: &str =
+        "its MCP server is a remote (HTTP) one, which no wrapper observes \
         (run names those it found)";
     /// `run`: a server declared where run does not look.
-    pub const UNSEEN_BY_RUN: &str = "it was declared where run does not look (run reads \
+    pub(super) const UNSEEN_BY_RUN: &str = "it was declared where run does not look (run reads \
         --mcp-config, ~/.claude.json and .mcp.json for Claude Code; $CODEX_HOME/config.toml \
         and -c for Codex), so it ran unwrapped";
-    pub const NOT_RUN: &str = "the host did not run the call (denied, interrupted, timed out)";
+    pub(super) const NOT_RUN: &str =
+        "the host did not run the call (denied, interrupted, timed out)";
 
     /// The wrapper reported elsewhere; `sock` is the relay's own socket when known.
-    pub fn other_socket(sock: Option<&std::path::Path>) -> String {
+    pub(super) fn other_socket(sock: Option<&std::path::Path>) -> String {
         let (which, sock) = match sock {
             Some(p) => (p.display().to_string(), p.display().to_string()),
             None => ("the one it printed at start".into(), "SOCKET".into()),
