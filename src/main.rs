@@ -4,14 +4,10 @@
 #![forbid(unsafe_code)]
 
 mod check;
-mod env_cmd;
 mod ingest_cmd;
 mod relay_cmd;
 mod replay_cmd;
-mod report;
-mod run;
 mod trace_file;
-mod wrap;
 
 use clap::{Parser, Subcommand};
 
@@ -29,15 +25,15 @@ enum Command {
     /// Run the transparent relay that Claude Code and Codex are pointed at.
     Relay(live::service::RelayArgs),
     /// Start the relay, point Claude Code or Codex at it, and wrap every stdio MCP server.
-    Run(run::RunArgs),
+    Run(hosts::run::RunArgs),
     /// Wrap a stdio MCP server and report when each tools/call really ran.
-    Wrap(wrap::WrapArgs),
+    Wrap(hosts::wrap::WrapArgs),
     /// Draw attribution records (and optionally their trace) as an HTML timeline.
     Report(report::ReportArgs),
     /// Validate trace v2 and records v1 files, naming the line and field of each error.
     Check(check::CheckArgs),
     /// Print the override that points Claude Code or Codex at a running relay.
-    Env(env_cmd::EnvArgs),
+    Env(hosts::env::EnvArgs),
     /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v2
     /// (for trying a wrapper without the relay).
     #[command(hide = true)]
@@ -85,11 +81,11 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay_cmd::main(args),
         Command::Relay(args) => relay_cmd::main(args),
-        Command::Run(args) => run::main(args),
-        Command::Wrap(args) => wrap::main(args),
+        Command::Run(args) => hosts::run::main(args),
+        Command::Wrap(args) => hosts::wrap::main(args),
         Command::Report(args) => report::main(args),
         Command::Check(args) => check::main(args),
-        Command::Env(args) => env_cmd::main(args),
+        Command::Env(args) => hosts::env::main(args),
         Command::Ingest(args) => ingest_cmd::main(args),
     };
     match result {

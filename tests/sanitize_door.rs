@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// write sites it has, and why each may.
 const REVIEWED: &[(&str, usize, &str)] = &[
     ("src/check.rs", 2, "verdicts on the user's files; faults quote input only via sanitize::quote"),
-    ("src/env_cmd.rs", 1, "the override lines: a relay URL and fixed text"),
+    ("crates/hosts/src/env.rs", 1, "the override lines: a relay URL and fixed text"),
     ("src/ingest_cmd.rs", 4, "the debug command: trace lines as door `Line`s, its socket path, counts"),
     ("crates/live/src/ingest/server.rs", 1, "the note beside the socket: the relay's pid and listen address"),
     ("crates/live/src/task.rs", 5, "capture lines from the door, the header via `Door::meta` (a rotated capture's, each piece's, via `Door::piece_header`), the padded end (at the stop, and of each piece at its cut)"),
@@ -31,11 +31,11 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("crates/relay/src/prefixed.rs", 1, "a connection handed to hyper: the traffic itself, to the client it came from"),
     ("crates/relay/src/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
     ("src/replay_cmd.rs", 12, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out)"),
-    ("src/report/mod.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
-    ("src/report/render.rs", 53, "HTML of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times); MCP calls no wrapper reported (counts, model-visible tool names of checked events, lane labels, fixed words); a static inline script with no data in it"),
-    ("src/run/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
-    ("src/run/mod.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
-    ("src/wrap.rs", 9, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, and one that an alias is outside the name rule (without it)"),
+    ("crates/report/src/lib.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
+    ("crates/report/src/render.rs", 53, "HTML of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times); MCP calls no wrapper reported (counts, model-visible tool names of checked events, lane labels, fixed words); a static inline script with no data in it"),
+    ("crates/hosts/src/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
+    ("crates/hosts/src/run.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
+    ("crates/hosts/src/wrap.rs", 9, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, and one that an alias is outside the name rule (without it)"),
 ];
 
 const WRITES: &[&str] = &[

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use toml::{Table, Value};
 
-use super::{Server, WrapWith};
+use crate::plan::{Server, WrapWith};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
@@ -507,7 +507,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         // examples/mcp/codex.config.toml as written.
         let example = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp/codex.config.toml"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/codex.config.toml"),
         )
         .unwrap();
         std::fs::write(home.path().join("config.toml"), example).unwrap();

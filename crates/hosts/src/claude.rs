@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde_json::{Map, Value};
 
-use super::{Server, WrapWith};
+use crate::plan::{Server, WrapWith};
 
 /// The rewritten command line and what was found.
 #[derive(Debug)]

@@ -56,7 +56,7 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let chatgpt = match args.codex_auth.as_str() {
         "api" => false,
         "chatgpt" => true,
-        _ => crate::run::codex::uses_chatgpt_login(&crate::run::codex::default_home()),
+        _ => crate::codex::uses_chatgpt_login(&crate::codex::default_home()),
     };
     let host = match args.host {
         Host::Claude => Lines::Claude,

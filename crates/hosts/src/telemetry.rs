@@ -10,7 +10,7 @@
 
 use toml::Value;
 
-use super::Host;
+use crate::plan::Host;
 
 /// Claude Code's switches: telemetry, its traces (a beta), and a `traceparent` header on every
 /// model request, toward `traces_url` over OTLP/HTTP protobuf (what windowtap's endpoint

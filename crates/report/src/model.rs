@@ -129,11 +129,11 @@ pub struct Lane {
 /// `spawn_agent`. A thread is drawn nested under the thread whose most recent window holding
 /// such a call opened before the thread's first request, on the same host when both are known.
 /// Thread ids are pseudonyms, so this is the only link between a subagent and its parent.
-pub const SPAWN_TOOLS: [&str; 3] = ["Agent", "Task", "spawn_agent"];
+pub(crate) const SPAWN_TOOLS: [&str; 3] = ["Agent", "Task", "spawn_agent"];
 
 /// How many windows open at an abstention's start are kept for its hover title; one more is
 /// kept to know that there were more.
-pub const NEAR_MAX: usize = 8;
+pub(crate) const NEAR_MAX: usize = 8;
 
 /// Where one record is drawn.
 #[derive(Debug, Clone)]
@@ -163,13 +163,13 @@ pub struct Lost {
 
 /// The decision category a mark is coloured by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Category {
+pub(crate) enum Category {
     Attributed,
     Abstained(Reason),
 }
 
 impl Category {
-    pub const ALL: [Category; 6] = [
+    pub(crate) const ALL: [Category; 6] = [
         Category::Attributed,
         Category::Abstained(Reason::Incomplete),
         Category::Abstained(Reason::Ambiguous),
@@ -178,18 +178,18 @@ impl Category {
         Category::Abstained(Reason::NoWindow),
     ];
 
-    pub fn of(r: &Record) -> Category {
+    pub(crate) fn of(r: &Record) -> Category {
         match r.reason {
             None => Category::Attributed,
             Some(reason) => Category::Abstained(reason),
         }
     }
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         Category::ALL.iter().position(|c| *c == self).unwrap_or(0)
     }
 
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Category::Attributed => "attributed",
             Category::Abstained(r) => r.as_str(),
@@ -911,7 +911,7 @@ mod tests {
                 ["spawn_agent call_s1", "spawn_agent call_s2"],
             ),
         ] {
-            let path = format!("{}/traces/{file}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!("{}/../../traces/{file}", env!("CARGO_MANIFEST_DIR"));
             let ev = read_all(std::fs::read(&path).unwrap().as_slice(), file).unwrap();
             let mut c = correlator::Correlator::new(correlator::Config::default());
             let mut records = Vec::new();

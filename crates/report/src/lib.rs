@@ -1,6 +1,9 @@
 //! `windowtap report`: attribution records (and, optionally, the trace they came from) drawn as
 //! one self-contained HTML timeline.
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 mod model;
 mod render;
 
