@@ -56,7 +56,7 @@ pub fn h1_request(data: &[u8]) {
     for cut in 0..*len {
         match parse_request(&data[..cut]) {
             Parsed::Partial => {}
-            Parsed::Handover => assert!(cut > h1::head::MAX_HEAD, "handed over at {cut} of {len}"),
+            Parsed::Handover => assert!(cut > h1::MAX_HEAD, "handed over at {cut} of {len}"),
             Parsed::Complete(l, _) => panic!("complete at {l} bytes, the whole head is {len}"),
         }
     }
@@ -119,7 +119,7 @@ pub fn h1_response(data: &[u8]) {
     for cut in 0..len {
         match parse_response(&data[..cut]) {
             ResponseParsed::Partial => {}
-            ResponseParsed::Bad => assert!(cut > h1::head::MAX_RESPONSE_HEAD),
+            ResponseParsed::Bad => assert!(cut > h1::MAX_RESPONSE_HEAD),
             _ => panic!("a head at {cut} bytes, the whole head is {len}"),
         }
     }
@@ -267,8 +267,8 @@ impl Schedule {
 ///   if nothing followed the body; the client's only if it did not ask to close.
 pub fn h1_exchange(data: &[u8]) {
     use bytes::BytesMut;
-    use h1::exchange::{End, Event};
     use h1::{Exchange, Timeouts};
+    use h1::{ExchangeEnd as End, ExchangeEvent as Event};
     use std::time::{Duration, Instant};
 
     let Some((&first, upstream)) = data.split_first() else {
@@ -355,7 +355,7 @@ pub fn h1_exchange(data: &[u8]) {
             5 if ex.has_transmit() => {
                 let mut out = Vec::new();
                 let copy = ex.poll_transmit(&mut out, want_copies);
-                assert!(out.len() <= h1::exchange::MAX_PIECES);
+                assert!(out.len() <= h1::MAX_PIECES);
                 copies.extend(copy.iter().flat_map(|c| c.iter().copied()));
                 for piece in &out {
                     to_client.extend_from_slice(piece);
@@ -428,7 +428,7 @@ pub fn h1_exchange(data: &[u8]) {
 ///   direction cover every byte written there;
 /// - the machine ends, once, last, when the sides finish or its deadlines pass.
 pub fn h1_tunnel(data: &[u8]) {
-    use h1::tunnel::{Direction, End, Event, ReadEnd, Transmit, Tunnel};
+    use h1::{Direction, ReadEnd, Transmit, Tunnel, TunnelEnd as End, TunnelEvent as Event};
     use std::collections::VecDeque;
     use std::time::{Duration, Instant};
 

@@ -41,12 +41,12 @@ use crate::framing::Framing;
 use crate::head::{client_head, parse_response, RequestHead, ResponseParsed};
 
 /// Bytes a client may send ahead (its next request) while its response streams.
-pub const MAX_AHEAD: usize = 64 * 1024;
+pub(crate) const MAX_AHEAD: usize = 64 * 1024;
 
 /// Payload pieces of one read up to this many leave as slices of the read (one vectored
 /// write); more are copied into one buffer first (tiny chunks, and the system call's vector
 /// limit).
-pub const MAX_SLICES: usize = 8;
+pub(crate) const MAX_SLICES: usize = 8;
 
 /// Pieces one client write takes at most: the head, a chunk-size line, the payload slices
 /// of one read, the end of a chunk and of the body.

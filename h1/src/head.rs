@@ -19,7 +19,7 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// A response head longer than this is refused.
 pub const MAX_RESPONSE_HEAD: usize = 256 * 1024;
 /// Header lines per head parsed here; a request with more is handed over.
-pub const MAX_HEADERS: usize = 128;
+pub(crate) const MAX_HEADERS: usize = 128;
 
 /// What parsing a request head gave.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 use http::header::{self, HeaderMap, HeaderName};
 use http::Request;
 
-use h1::headers::{connection_names, end_to_end, tokens};
+use h1::{connection_names, end_to_end, tokens};
 
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {

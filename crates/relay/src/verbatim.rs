@@ -55,7 +55,7 @@ use super::timers::{Deadline, Timers, SEND_TIMEOUT};
 use super::upstream::{self, Stream, Upstreams};
 use crate::mounts::rest_path;
 use crate::prefixed::Prefixed;
-use h1::exchange::{Cut, End, Event, Unanswered, MAX_PIECES};
+use h1::{Cut, ExchangeEnd as End, ExchangeEvent as Event, Unanswered, MAX_PIECES};
 use h1::{Exchange, Parsed, RequestHead, Timeouts};
 
 /// Read buffer growth.

@@ -11,8 +11,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use h1::tunnel::{End, Event};
 use h1::{Direction, ReadEnd, Transmit, Tunnel};
+use h1::{TunnelEnd as End, TunnelEvent as Event};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{Either, Full};
