@@ -42,7 +42,7 @@
 //!
 //! `--idle-clients N` keeps N idle keep-alive connections open to every proxy while the
 //! rows run, renewed each round: a host between two model calls holds one, and a proxy may
-//! keep a timer for it (windowtap's forwarding cores no longer do: src/relay/timers.rs).
+//! keep a timer for it (windowtap's forwarding cores no longer do: crates/relay/src/timers.rs).
 //!
 //! `--upstream-tls` puts the upstream behind TLS, the path users take (the built-in mounts are
 //! all `https`): a private CA made at run time that every proxy is given, stateless session

@@ -1,5 +1,5 @@
 //! The verbatim path: plain HTTP/1.1 exchanges pass with their bytes as received, response
-//! chunk framing included (src/relay/verbatim.rs). What it does not serve is handed to hyper
+//! chunk framing included (crates/relay/src/verbatim.rs). What it does not serve is handed to hyper
 //! mid-connection with nothing lost; a keep-alive client connection carries exchanges of both
 //! kinds, pipelined ones, and a body the upstream ends by closing; an upstream that answers
 //! before the request body is complete gets its answer through.

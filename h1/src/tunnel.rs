@@ -21,7 +21,7 @@
 //!   shut down) and the other direction may still finish, for `half_close_grace`; a read or
 //!   write that fails ends the tunnel at once.
 //!
-//! The relay's driver is `src/relay/ws.rs` (`splice`); `fuzz/` drives the same machine with
+//! The relay's driver is `crates/relay/src/ws.rs` (`splice`); `fuzz/` drives the same machine with
 //! arbitrary interleavings (`h1_tunnel`).
 
 use std::collections::VecDeque;

@@ -208,7 +208,7 @@ pub struct Timeline {
     /// Whether windows come from a trace (all windows) or from records (attributed ones only).
     pub from_trace: bool,
     /// Model tool calls to MCP tools that no wrapper reported, counted from the trace as the
-    /// relay counts them at its stop (`crate::mcp_tally`); `None` without a trace.
+    /// relay counts them at its stop (`live::mcp_tally`); `None` without a trace.
     pub unreported: Option<Unreported>,
     /// Those calls by lane (lane, count), in lane order, of the ones the tally names.
     pub unreported_lanes: Vec<(usize, usize)>,
