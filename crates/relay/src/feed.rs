@@ -15,11 +15,11 @@
 //! stamp backwards). The reader reads the marks first ([`Sources::watermark`]) and drains
 //! the events after, so every event older than `W` has arrived when `W` is used.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use correlator::{EventKind, Millis};
+use dashmap::DashMap;
 use sys::clock::Clock;
 use tokio::sync::mpsc;
 
@@ -76,10 +76,17 @@ impl Source {
 }
 
 /// Every observed stream that may still produce events.
+///
+/// A concurrent map (dashmap): every stream's task registers and deregisters here, and the
+/// correlator task reads every mark each round. The reader visits the map shard by shard,
+/// so it can miss a stream only if that stream was registered after the reader passed its
+/// shard, so after `now0` was read: registration comes before any of the stream's times is
+/// read from the clock, and none of them can be older than `now0`. The watermark argument
+/// above holds as it did under one lock.
 #[derive(Debug, Default)]
 pub struct Sources {
     next: AtomicU64,
-    live: Mutex<HashMap<u64, Arc<Source>>>,
+    live: DashMap<u64, Arc<Source>>,
 }
 
 /// A registered source; deregisters when dropped (after its last events were sent).
@@ -98,9 +105,7 @@ impl SourceGuard {
 
 impl Drop for SourceGuard {
     fn drop(&mut self) {
-        if let Ok(mut live) = self.sources.live.lock() {
-            live.remove(&self.id);
-        }
+        self.sources.live.remove(&self.id);
     }
 }
 
@@ -113,9 +118,7 @@ impl Sources {
             pending: AtomicU64::new(1),
             last_t: AtomicU64::new(0f64.to_bits()),
         });
-        if let Ok(mut live) = self.live.lock() {
-            live.insert(id, source.clone());
-        }
+        self.live.insert(id, source.clone());
         // Stamped after registration: the watermark may already have passed an earlier time.
         source.took_up(clock.now_ms());
         SourceGuard {
@@ -127,16 +130,14 @@ impl Sources {
 
     /// The watermark given `now0`, a clock reading taken before this call.
     pub fn watermark(&self, now0: Millis) -> Millis {
-        let live = match self.live.lock() {
-            Ok(l) => l,
-            Err(p) => p.into_inner(),
-        };
-        live.values().fold(now0, |w, s| w.min(s.mark(now0)))
+        self.live
+            .iter()
+            .fold(now0, |w, s| w.min(s.value().mark(now0)))
     }
 
     /// Streams still registered (in flight).
     pub fn len(&self) -> usize {
-        self.live.lock().map(|l| l.len()).unwrap_or(0)
+        self.live.len()
     }
 
     /// Whether no stream is registered.
