@@ -46,9 +46,6 @@
 //!
 //! Exits 1 if any check fails. Results: docs/soak.md.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 #[path = "soak/long.rs"]
 mod long;
 
@@ -67,7 +64,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{channel_body, full, handler, sse_response, Upstream, WAIT};
+use testkit::{channel_body, full, handler, sse_response, Upstream, WAIT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -529,7 +526,7 @@ async fn upstream(stats: Arc<Stats>, gate: Arc<Gate>) -> Upstream {
             let gate = gate.clone();
             async move {
                 if req.headers().contains_key("upgrade") {
-                    let res = support::ws::switching(&req, None);
+                    let res = testkit::ws::switching(&req, None);
                     let upgrade = hyper::upgrade::on(&mut req);
                     tokio::spawn(serve_ws(upgrade, stats, gate));
                     return res;
@@ -545,7 +542,7 @@ async fn upstream(stats: Arc<Stats>, gate: Arc<Gate>) -> Upstream {
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string);
                 let claude = req.uri().path().ends_with("/v1/messages");
-                let body = support::read_body(req.into_body()).await;
+                let body = testkit::read_body(req.into_body()).await;
                 let Some(turn) = turn else {
                     stats.error("upstream", "a request without x-soak".into());
                     return sse_response(full(""));
@@ -794,7 +791,7 @@ async fn post(
             .await
             .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(conn);
-    let mut req = support::request("POST", ctx.relay, path)
+    let mut req = testkit::request("POST", ctx.relay, path)
         .header("content-type", "application/json")
         .header("x-soak", turn.header())
         .header("x-soak-sha256", sha_hex(body.as_bytes()));
@@ -976,7 +973,7 @@ async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(),
     let mut tcp = tokio::net::TcpStream::connect(ctx.relay)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (status, _) = support::ws::client_handshake(
+    let (status, _) = testkit::ws::client_handshake(
         &mut tcp,
         &ctx.relay.to_string(),
         "/openai/v1/responses",
@@ -1167,8 +1164,7 @@ impl RelayProc {
 /// SIGTERM, and how the relay exited (None: not within the wait bound, then killed), in ms.
 async fn stop_relay(relay: &mut RelayProc) -> (Option<std::process::ExitStatus>, u128) {
     let stop_started = Instant::now();
-    // SAFETY: kill only sends a signal to the relay this harness started.
-    unsafe { libc::kill(relay.child.id() as i32, libc::SIGTERM) };
+    testkit::proc::terminate(relay.child.id());
     let mut exit = None;
     while stop_started.elapsed() < WAIT {
         if let Ok(Some(s)) = relay.child.try_wait() {

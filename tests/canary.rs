@@ -294,8 +294,7 @@ impl TraceRelay {
     /// SIGTERM, a bounded wait for a clean exit, then all of stderr.
     fn stop(&mut self) -> (std::process::ExitStatus, Vec<u8>) {
         let mut child = self.child.take().expect("running");
-        // SAFETY: kill only signals the child we started and have not reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        testkit::proc::terminate(child.id());
         let deadline = Instant::now() + WAIT;
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {

@@ -380,20 +380,7 @@ async fn resetting_upstream(head_only: bool) -> std::net::SocketAddr {
 }
 
 fn socket_from(s: std::net::TcpStream) -> std::net::TcpStream {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &linger as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    testkit::proc::set_linger(&s, Some(std::time::Duration::ZERO));
     s
 }
 

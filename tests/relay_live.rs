@@ -567,16 +567,6 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
     );
 }
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the struct we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A Claude tool turn through the relay, the MCP call reported on the ingest socket the way
 /// `windowtap wrap` reports it, then the continuation. Returns the ingest connection (a
 /// wrapper's connection that drops ends its running calls).
@@ -602,7 +592,7 @@ async fn claude_tool_loop_with_headers(
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
         .await
         .unwrap();
-    let start_ns = mono_ns();
+    let start_ns = testkit::proc::mono_ns();
     let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
     let line = format!(
         "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
@@ -611,7 +601,7 @@ async fn claude_tool_loop_with_headers(
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let line = format!(
         "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
-        mono_ns()
+        testkit::proc::mono_ns()
     );
     sock.write_all(line.as_bytes()).await.unwrap();
     sock.flush().await.unwrap();

@@ -1026,8 +1026,7 @@ async fn sigterm_to_run_is_passed_on_to_the_host() {
         &["--linger"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
         },
     )
     .await;
@@ -1060,8 +1059,7 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
         &["--linger"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            testkit::proc::signal(pid, testkit::proc::Signal::INT);
             std::fs::write(gates.join("linger.go"), "").unwrap();
         },
     )
@@ -1109,13 +1107,11 @@ async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() 
         &["--linger", "--ignore-term"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
             // Passed on: the host has seen the first before the second is sent (two pending
             // signals of one kind would be one).
             wait_for_gate(gates, "term.seen");
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
             // Once run has exited (without a fast path it never would: the host lingers),
             // let the host go, so that the stderr it shares with run is closed.
             let deadline = Instant::now() + WAIT;
@@ -1669,8 +1665,7 @@ fn listen_on_localhost_is_loopback() {
     let stderr = child.stderr.take().unwrap();
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
     let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    // SAFETY: kill only sends a signal to the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    testkit::proc::terminate(child.id());
     let status = wait_bounded(&mut child).expect("the relay stops");
     assert!(
         first.starts_with("windowtap relay listening on http://127.0.0.1:"),
