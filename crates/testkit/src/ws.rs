@@ -271,3 +271,50 @@ mod net {
         WebSocketStream::from_raw_socket(io, Role::Server, None).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_rfc_6455_bytes() {
+        // RFC 6455 §5.7: a single-frame unmasked and masked text message "Hello".
+        assert_eq!(frame(1, b"Hello", false, None), b"\x81\x05Hello");
+        assert_eq!(
+            frame(1, b"Hello", false, Some([0x37, 0xfa, 0x21, 0x3d])),
+            [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]
+        );
+        // A fragment (FIN clear), RSV1, and the 16- and 64-bit lengths.
+        assert_eq!(fragment(false, true, 2, b"", None), [0x42, 0x00]);
+        let long = frame(2, &[7; 300], false, None);
+        assert_eq!(long[..4], [0x82, 126, 0x01, 0x2c]);
+        assert_eq!(long.len(), 4 + 300);
+        assert_eq!(
+            head(true, false, 1, 100 << 20),
+            [0x81, 127, 0, 0, 0, 0, 0x06, 0x40, 0, 0]
+        );
+    }
+
+    #[test]
+    fn deflated_messages_inflate_back_with_and_without_takeover() {
+        for takeover in [true, false] {
+            let mut d = Deflater::new(flate2::Compression::fast(), takeover);
+            let mut inflate = flate2::Decompress::new(false);
+            for msg in [
+                "{\"type\":\"response.create\"}",
+                "{\"type\":\"response.create\"}",
+            ] {
+                if !takeover {
+                    inflate.reset(false);
+                }
+                let mut data = d.message(msg);
+                data.extend_from_slice(&[0, 0, 0xff, 0xff]);
+                let mut out = Vec::with_capacity(1024);
+                inflate
+                    .decompress_vec(&data, &mut out, flate2::FlushDecompress::Sync)
+                    .unwrap();
+                assert_eq!(out, msg.as_bytes());
+            }
+        }
+    }
+}
