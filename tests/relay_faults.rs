@@ -30,37 +30,16 @@ fn first_request() -> Value {
 }
 
 fn message_start() -> String {
-    sse_event(
-        "message_start",
-        &json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-    )
+    sse::record(&sse::message_start("msg_1", "claude"))
 }
 
 /// A complete short Claude text turn.
 fn text_turn() -> String {
-    let mut s = message_start();
-    for (name, data) in [
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    sse::body(
+        &sse::message("msg_1", "claude")
+            .text("ok")
+            .end("end_turn", 2),
+    )
 }
 
 /// An upstream answering every request with the whole [`text_turn`].
@@ -588,8 +567,7 @@ async fn an_oversized_websocket_frame_is_spliced_not_buffered_and_loses_its_obse
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
                     let mut io = hyper_util::rt::TokioIo::new(up);
-                    let mut head = vec![0x81u8, 127];
-                    head.extend_from_slice(&(FRAME as u64).to_be_bytes());
+                    let head = testkit::ws::head(true, false, 0x1, FRAME as u64);
                     if io.write_all(&head).await.is_err() {
                         return;
                     }
@@ -622,8 +600,7 @@ async fn an_oversized_websocket_frame_is_spliced_not_buffered_and_loses_its_obse
     assert_eq!(status, 101);
 
     // Read it all, sampling the relay's memory every MiB.
-    let mut head = vec![0x81u8, 127];
-    head.extend_from_slice(&(FRAME as u64).to_be_bytes());
+    let head = testkit::ws::head(true, false, 0x1, FRAME as u64);
     let mut expect = Expected {
         prefix: head.clone(),
         base: base.clone(),

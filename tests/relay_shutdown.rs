@@ -17,46 +17,14 @@ use tokio::io::AsyncWriteExt;
 
 /// A Claude turn as its SSE events: a tool call `toolu_1` to `mcp__probe__echo`, or text.
 fn turn(id: &str, tool: bool) -> Vec<String> {
-    let mut evs = vec![(
-        "message_start",
-        json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-    )];
-    if tool {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}}),
-            ),
-            (
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"text\":\"hi\"}"}}),
-            ),
-        ]);
+    let m = sse::message(id, "claude");
+    let events = if tool {
+        m.tool_use("toolu_1", "mcp__probe__echo", Some("{\"text\":\"hi\"}"))
+            .end("tool_use", 2)
     } else {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-            ),
-            (
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
-            ),
-        ]);
-    }
-    let stop = if tool { "tool_use" } else { "end_turn" };
-    evs.extend([
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ]);
-    evs.iter().map(|(n, d)| sse_event(n, d)).collect()
+        m.text("done").end("end_turn", 2)
+    };
+    sse::records(&events)
 }
 
 fn first_request() -> Value {

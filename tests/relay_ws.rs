@@ -23,28 +23,22 @@ type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
 /// prewarm / turn / continuation shape Codex uses over one WebSocket.
 fn responses_script(req: &Value) -> Vec<Value> {
     let prev = req["previous_response_id"].as_str();
-    let created = |id: &str| json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}});
-    let completed = |id: &str, output: Value| json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}});
+    use support::sse::{item_done, response_completed as completed, response_created as created};
     if req["generate"] == json!(false) {
         return vec![created("resp_warm"), completed("resp_warm", json!([]))];
     }
     match prev {
         Some("resp_warm") => {
-            let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1",
-                "namespace":"mcp__probe","name":"echo","arguments":"{\"text\":\"hi\"}","status":"completed"});
-            vec![
-                created("resp_turn"),
-                json!({"type":"response.output_item.added","output_index":0,"item":item}),
-                json!({"type":"response.output_item.done","output_index":0,"item":item}),
-                completed("resp_turn", json!([item])),
-            ]
+            let item =
+                sse::function_call("fc_1", "call_1", "mcp__probe", "echo", "{\"text\":\"hi\"}");
+            sse::function_call_response("resp_turn", &item)
         }
         _ => {
             let msg = json!({"type":"message","id":"msg_1","role":"assistant",
                 "content":[{"type":"output_text","text":"done"}]});
             vec![
                 created("resp_cont"),
-                json!({"type":"response.output_item.done","output_index":0,"item":msg}),
+                item_done(0, &msg),
                 completed("resp_cont", json!([msg])),
             ]
         }

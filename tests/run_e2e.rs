@@ -199,63 +199,20 @@ fn s(v: &[&str]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 
 fn anthropic_tool_turn(who: &str) -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":format!("msg_{who}_1"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":format!("toolu_{who}"),"name":"mcp__gate__wait","input":{}}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":json!({"name": who}).to_string()}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    let input = json!({"name": who}).to_string();
+    sse::body(
+        &sse::message(&format!("msg_{who}_1"), "claude")
+            .tool_use(&format!("toolu_{who}"), "mcp__gate__wait", Some(&input))
+            .end("tool_use", 5),
+    )
 }
 
 fn anthropic_text_turn(who: &str) -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":format!("msg_{who}_2"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("done {who}")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    sse::body(
+        &sse::message(&format!("msg_{who}_2"), "claude")
+            .text(&format!("done {who}"))
+            .end("end_turn", 2),
+    )
 }
 
 async fn anthropic_upstream() -> Upstream {
@@ -504,22 +461,21 @@ async fn responses_ws_upstream() -> Upstream {
                     n += 1;
                     let req: Value = serde_json::from_str(&text).unwrap();
                     let id = format!("resp_{n}");
-                    let mut evs = vec![
-                        json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}}),
-                    ];
-                    let mut output = json!([]);
                     let continues = text.contains("function_call_output");
-                    if req["generate"] != json!(false) && !continues {
-                        let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1","namespace":"mcp__gate","name":"wait","arguments":json!({"name":"cx"}).to_string(),"status":"completed"});
-                        evs.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
-                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
-                        output = json!([item]);
+                    let evs = if req["generate"] != json!(false) && !continues {
+                        let args = json!({"name":"cx"}).to_string();
+                        let item = sse::function_call("fc_1", "call_1", "mcp__gate", "wait", &args);
+                        sse::function_call_response(&id, &item)
                     } else if continues {
                         let item = json!({"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"done"}]});
-                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
-                        output = json!([item]);
-                    }
-                    evs.push(json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}}));
+                        vec![
+                            sse::response_created(&id),
+                            sse::item_done(0, &item),
+                            sse::response_completed(&id, json!([item])),
+                        ]
+                    } else {
+                        vec![sse::response_created(&id), sse::response_completed(&id, json!([]))]
+                    };
                     for ev in evs {
                         if ws.send(Message::text(ev.to_string())).await.is_err() {
                             return;

@@ -167,3 +167,37 @@ pub fn numbered(mut ev: Value, n: u64) -> Value {
     ev["sequence_number"] = json!(n);
     ev
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claude_tool_turn_is_the_api_s_event_sequence() {
+        let types: Vec<String> = message("msg_1", "claude")
+            .text("hi")
+            .tool_use("toolu_1", "echo", Some("{}"))
+            .end("tool_use", 5)
+            .iter()
+            .map(|e| format!("{}@{}", e["type"].as_str().unwrap(), e["index"]))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "message_start@null",
+                "content_block_start@0",
+                "content_block_delta@0",
+                "content_block_stop@0",
+                "content_block_start@1",
+                "content_block_delta@1",
+                "content_block_stop@1",
+                "message_delta@null",
+                "message_stop@null",
+            ]
+        );
+        assert_eq!(
+            record(&json!({"type":"message_stop"})),
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        );
+    }
+}
