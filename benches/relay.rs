@@ -63,9 +63,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use testkit::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 /// The text of SSE event `k` of a stream with `pad` bytes of payload, stamped `ts`.
 fn delta_event(k: u64, ts: u64, pad: usize) -> String {
@@ -254,11 +252,7 @@ async fn upstream() -> BenchUpstream {
                 let upgrade = hyper::upgrade::on(&mut req);
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
-                    let mut ws = WebSocketStream::from_raw_socket(
-                        hyper_util::rt::TokioIo::new(up),
-                        Role::Server,
-                        None,
-                    )
+                    let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up))
                     .await;
                     while let Some(Ok(Message::Text(_))) = ws.next().await {
                         let created = r#"{"type":"response.created","response":{"id":"resp_b","status":"in_progress","output":[]}}"#;
@@ -472,7 +466,7 @@ async fn ws_stream(
         r.error = Some(format!("handshake status {status}"));
         return r;
     }
-    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    let mut ws = testkit::ws::client(tcp).await;
     let create = r#"{"type":"response.create","model":"m","input":[]}"#;
     ws.send(Message::text(create)).await.unwrap();
     let delta = "x".repeat(pad);

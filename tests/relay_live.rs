@@ -13,9 +13,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 const CANARY: &str = "CANARY-SECRET-4e1d";
 
@@ -204,12 +202,7 @@ async fn codex_ws_upstream() -> Upstream {
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(up) = upgrade.await else { return };
-                let mut ws = WebSocketStream::from_raw_socket(
-                    hyper_util::rt::TokioIo::new(up),
-                    Role::Server,
-                    None,
-                )
-                .await;
+                let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up)).await;
                 let mut n = 0;
                 while let Some(Ok(Message::Text(text))) = ws.next().await {
                     n += 1;
@@ -251,7 +244,7 @@ async fn codex_ws_loop(relay: &Relay, frames: [Value; 3]) {
     )
     .await;
     assert_eq!(status, 101);
-    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    let mut ws = testkit::ws::client(tcp).await;
     for r in frames {
         ws.send(Message::text(r.to_string())).await.unwrap();
         loop {

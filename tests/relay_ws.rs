@@ -13,9 +13,7 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
 
@@ -62,7 +60,7 @@ async fn responses_upstream(
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
                     let (io, tally) = Hashing::new(hyper_util::rt::TokioIo::new(up));
-                    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+                    let mut ws = testkit::ws::server(io).await;
                     while let Some(Ok(msg)) = ws.next().await {
                         let Message::Text(text) = msg else { continue };
                         let req: Value = serde_json::from_str(&text).unwrap();
@@ -106,7 +104,7 @@ async fn codex_loop_over(relay: &Relay, path: &str) -> Digests {
         "{head:?}"
     );
     let (io, tally) = Hashing::new(tcp);
-    let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, None).await;
+    let mut ws = testkit::ws::client(io).await;
     let requests = [
         json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
         json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm",
@@ -241,7 +239,7 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
     for (i, (req, events)) in turns.iter().enumerate() {
         let c = frame(
             1,
-            &client_deflate.message(&req.to_string()),
+            &client_deflate.message(req.to_string()),
             true,
             mask(i as u8),
         );
@@ -249,7 +247,7 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
         for ev in events {
             s.extend(frame(
                 1,
-                &server_deflate.message(&ev.to_string()),
+                &server_deflate.message(ev.to_string()),
                 true,
                 None,
             ));

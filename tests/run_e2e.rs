@@ -19,9 +19,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 /// Planted in the prompt: it must reach no record, capture or log line.
 const CANARY: &str = "CANARY-PROMPT-7c2a";
@@ -450,11 +448,7 @@ async fn responses_ws_upstream() -> Upstream {
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(up) = upgrade.await else { return };
-                let mut ws = WebSocketStream::from_raw_socket(
-                    hyper_util::rt::TokioIo::new(up),
-                    Role::Server,
-                    None,
-                )
+                let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up))
                 .await;
                 let mut n = 0;
                 while let Some(Ok(Message::Text(text))) = ws.next().await {
