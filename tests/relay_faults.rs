@@ -216,32 +216,24 @@ async fn a_client_leaving_mid_stream_cancels_the_upstream_request() {
     // The upstream streams pings until its body write fails, and says so.
     let (cancelled_tx, cancelled) = oneshot::channel::<usize>();
     let cancelled_tx = Arc::new(std::sync::Mutex::new(Some(cancelled_tx)));
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let cancelled_tx = cancelled_tx.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                tokio::spawn(async move {
-                    let ping = sse_event("ping", &json!({"type":"ping"}));
-                    let mut events = vec![message_start()];
-                    // Bounded: WAIT worth of pings at 10 ms each, then give up.
-                    events.extend(std::iter::repeat_n(ping, 3000));
-                    for (sent, ev) in events.into_iter().enumerate() {
-                        if tx.send(Ok(Bytes::from(ev))).await.is_err() {
-                            if let Some(c) = cancelled_tx.lock().unwrap().take() {
-                                let _ = c.send(sent);
-                            }
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+    let up = sse_upstream(move |tx| {
+        let cancelled_tx = cancelled_tx.clone();
+        tokio::spawn(async move {
+            let ping = sse_event("ping", &json!({"type":"ping"}));
+            let mut events = vec![message_start()];
+            // Bounded: WAIT worth of pings at 10 ms each, then give up.
+            events.extend(std::iter::repeat_n(ping, 3000));
+            for (sent, ev) in events.into_iter().enumerate() {
+                if tx.send(Ok(Bytes::from(ev))).await.is_err() {
+                    if let Some(c) = cancelled_tx.lock().unwrap().take() {
+                        let _ = c.send(sent);
                     }
-                });
-                sse_response(body)
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-        }),
-    )
+        });
+    })
     .await;
     let good = good_upstream().await;
     let dir = tempfile::tempdir().unwrap();

@@ -29,7 +29,7 @@ use correlator::Record;
 use correlator::{Event, EventKind};
 use flate2::Compression;
 use serde_json::Value;
-use testkit::ws::{fragment as frame, Deflater};
+use testkit::ws::{self, Deflater};
 
 // ---------------------------------------------------------------------------------------------
 // Input decoding and chunking.
@@ -437,9 +437,15 @@ pub fn ws_connection(data: &[u8]) {
             mask_rng = mask_rng.rotate_left(13) ^ 0x0005_DEEC_E66D;
             m.to_server.then(|| (mask_rng as u32).to_le_bytes())
         };
-        plain.push((m.to_server, frame(true, false, m.opcode, payload, None)));
+        plain.push((
+            m.to_server,
+            ws::encode(ws::header(true, false, m.opcode, None), payload),
+        ));
         if control {
-            built.push((m.to_server, frame(true, false, m.opcode, payload, mask())));
+            built.push((
+                m.to_server,
+                ws::encode(ws::header(true, false, m.opcode, mask()), payload),
+            ));
             continue;
         }
         let (rsv1, body) = match deflaters.as_mut() {
@@ -459,9 +465,12 @@ pub fn ws_connection(data: &[u8]) {
         for (i, part) in parts.iter().enumerate() {
             let (first, last) = (i == 0, i + 1 == parts.len());
             let opcode = if first { m.opcode } else { 0 };
-            bytes.extend(frame(last, rsv1 && first, opcode, part, mask()));
+            bytes.extend(ws::encode(
+                ws::header(last, rsv1 && first, opcode, mask()),
+                part,
+            ));
             if m.ping_inside && !last {
-                bytes.extend(frame(true, false, 9, b"p", mask()));
+                bytes.extend(ws::encode(ws::header(true, false, 9, mask()), b"p"));
             }
         }
         built.push((m.to_server, bytes));

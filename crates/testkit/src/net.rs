@@ -211,21 +211,31 @@ impl Drop for Upstream {
 /// Where the test feeds one SSE body.
 pub type Feed = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
+/// A plain upstream that reads each request's body and answers with an SSE stream whose
+/// frames `stream` sends on the feed it is given (spawning a task to do so if it waits).
+pub async fn sse_upstream<F>(stream: F) -> Upstream
+where
+    F: Fn(Feed) + Send + Sync + 'static,
+{
+    let stream = Arc::new(stream);
+    let answer = move |req: Request<Incoming>| {
+        let stream = stream.clone();
+        async move {
+            read_body(req.into_body()).await;
+            let (tx, body) = channel_body();
+            stream(tx);
+            sse_response(body)
+        }
+    };
+    Upstream::start(None, handler(answer)).await
+}
+
 /// An Anthropic upstream whose every SSE body is handed to the test to feed.
 pub async fn scripted_upstream() -> (Upstream, mpsc::UnboundedReceiver<Feed>) {
     let (feeds, fed) = mpsc::unbounded_channel::<Feed>();
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let feeds = feeds.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                let _ = feeds.send(tx);
-                sse_response(body)
-            }
-        }),
-    )
+    let up = sse_upstream(move |tx| {
+        let _ = feeds.send(tx);
+    })
     .await;
     (up, fed)
 }

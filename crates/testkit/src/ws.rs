@@ -14,36 +14,12 @@ use tungstenite::protocol::frame::{Frame, FrameHeader};
 
 /// One frame with FIN set. `mask` for client frames; `rsv1` marks a compressed message.
 pub fn frame(opcode: u8, payload: &[u8], rsv1: bool, mask: Option<[u8; 4]>) -> Vec<u8> {
-    fragment(true, rsv1, opcode, payload, mask)
+    encode(header(true, rsv1, opcode, mask), payload)
 }
 
-/// One frame, FIN as `fin` says (a fragment of a message when clear).
-pub fn fragment(
-    fin: bool,
-    rsv1: bool,
-    opcode: u8,
-    payload: &[u8],
-    mask: Option<[u8; 4]>,
-) -> Vec<u8> {
-    let header = header(fin, rsv1, opcode, mask);
-    let mut out = Vec::with_capacity(payload.len() + 14);
-    Frame::from_payload(header, payload.to_vec().into())
-        .format(&mut out)
-        .expect("a frame formats into a Vec");
-    out
-}
-
-/// The header alone of a frame whose payload is `len` bytes, for a payload written after it
-/// piece by piece (or never). Unmasked.
-pub fn head(fin: bool, rsv1: bool, opcode: u8, len: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(14);
-    header(fin, rsv1, opcode, None)
-        .format(len, &mut out)
-        .expect("a header formats into a Vec");
-    out
-}
-
-fn header(fin: bool, rsv1: bool, opcode: u8, mask: Option<[u8; 4]>) -> FrameHeader {
+/// The header of a frame: FIN as `fin` says (a fragment of a message when clear), RSV1,
+/// opcode (its low 4 bits) and the client's mask if any.
+pub fn header(fin: bool, rsv1: bool, opcode: u8, mask: Option<[u8; 4]>) -> FrameHeader {
     FrameHeader {
         is_final: fin,
         rsv1,
@@ -51,6 +27,25 @@ fn header(fin: bool, rsv1: bool, opcode: u8, mask: Option<[u8; 4]>) -> FrameHead
         mask,
         ..FrameHeader::default()
     }
+}
+
+/// The bytes of one frame: `header`, then `payload` (masked when the header has a mask).
+pub fn encode(header: FrameHeader, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 14);
+    Frame::from_payload(header, payload.to_vec().into())
+        .format(&mut out)
+        .expect("a frame formats into a Vec");
+    out
+}
+
+/// The header alone of an unmasked frame whose payload is `len` bytes, for a payload written
+/// after it piece by piece (or never).
+pub fn head(fin: bool, rsv1: bool, opcode: u8, len: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14);
+    header(fin, rsv1, opcode, None)
+        .format(len, &mut out)
+        .expect("a header formats into a Vec");
+    out
 }
 
 /// One direction of permessage-deflate (RFC 7692 §7.2.1): raw DEFLATE, a sync flush per
@@ -285,7 +280,7 @@ mod tests {
             [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]
         );
         // A fragment (FIN clear), RSV1, and the 16- and 64-bit lengths.
-        assert_eq!(fragment(false, true, 2, b"", None), [0x42, 0x00]);
+        assert_eq!(encode(header(false, true, 2, None), b""), [0x42, 0x00]);
         let long = frame(2, &[7; 300], false, None);
         assert_eq!(long[..4], [0x82, 126, 0x01, 0x2c]);
         assert_eq!(long.len(), 4 + 300);
