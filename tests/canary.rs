@@ -33,7 +33,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use serde_json::{json, Value};
 use support::ws::{client_handshake, frame, switching, Deflater};
-use support::{channel_body, collect, full, handler, request, send, Upstream, WAIT};
+use support::{collect, event_per_frame, full, handler, request, send, Upstream, WAIT};
 use testkit::sse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
@@ -479,16 +479,7 @@ async fn anthropic_upstream(script: Arc<ClaudeScript>) -> Upstream {
                         .body(full(gzip(script.text_turn.as_bytes())))
                         .unwrap();
                 }
-                let (tx, body) = channel_body();
-                let text = script.tool_turn.clone();
-                tokio::spawn(async move {
-                    for ev in text.split_inclusive("\n\n") {
-                        if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                support::sse_response(body)
+                event_per_frame(script.tool_turn.clone())
             }
         }),
     )

@@ -57,15 +57,7 @@ async fn anthropic_upstream(extra_events: usize) -> Upstream {
                 }
                 text.insert_str(cut, &pings);
             }
-            let (tx, body) = channel_body();
-            tokio::spawn(async move {
-                for ev in text.split_inclusive("\n\n") {
-                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            sse_response(body)
+            event_per_frame(text)
         }),
     )
     .await

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
@@ -230,15 +229,7 @@ async fn anthropic_upstream() -> Upstream {
                 anthropic_tool_turn(&who)
             };
             // One SSE event per frame, as a model API streams them.
-            let (tx, body) = channel_body();
-            tokio::spawn(async move {
-                for ev in text.split_inclusive("\n\n") {
-                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            sse_response(body)
+            event_per_frame(text)
         }),
     )
     .await

@@ -308,3 +308,17 @@ pub fn sse_response(body: Body) -> Response<Body> {
         .body(body)
         .unwrap()
 }
+
+/// An SSE response streaming `text` one event per frame, as a model API streams them (each
+/// event ends at its blank line).
+pub fn event_per_frame(text: String) -> Response<Body> {
+    let (tx, body) = channel_body();
+    tokio::spawn(async move {
+        for ev in text.split_inclusive("\n\n") {
+            if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
+                return;
+            }
+        }
+    });
+    sse_response(body)
+}
