@@ -54,9 +54,6 @@
 //!
 //! Run: `cargo bench --bench relay` (`-- --quick` for a shorter run, `-- --rounds N`).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,19 +62,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
-use support::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use testkit::*;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The text of SSE event `k` of a stream with `pad` bytes of payload, stamped `ts`.
 fn delta_event(k: u64, ts: u64, pad: usize) -> String {
@@ -111,7 +97,7 @@ static UPSTREAM: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
 impl UpstreamTls {
     fn new() -> UpstreamTls {
         use rustls_pki_types::pem::PemObject;
-        let pki = support::pki();
+        let pki = testkit::pki();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem).unwrap();
         let mut server = (*pki.server).clone();
@@ -262,15 +248,11 @@ async fn upstream() -> BenchUpstream {
             // The WebSocket deltas' text: `pad` x's (the latency runs ask for one).
             let delta = "x".repeat(pad);
             if req.headers().contains_key("upgrade") {
-                let res = support::ws::switching(&req, None);
+                let res = testkit::ws::switching(&req, None);
                 let upgrade = hyper::upgrade::on(&mut req);
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
-                    let mut ws = WebSocketStream::from_raw_socket(
-                        hyper_util::rt::TokioIo::new(up),
-                        Role::Server,
-                        None,
-                    )
+                    let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up))
                     .await;
                     while let Some(Ok(Message::Text(_))) = ws.next().await {
                         let created = r#"{"type":"response.created","response":{"id":"resp_b","status":"in_progress","output":[]}}"#;
@@ -281,7 +263,7 @@ async fn upstream() -> BenchUpstream {
                             if gap > 0 {
                                 tokio::time::sleep(Duration::from_micros(gap)).await;
                             }
-                            let ev = ws_delta(k, mono_ns(), &delta);
+                            let ev = ws_delta(k, testkit::proc::mono_ns(), &delta);
                             if ws.send(Message::text(ev)).await.is_err() {
                                 return;
                             }
@@ -302,7 +284,7 @@ async fn upstream() -> BenchUpstream {
                     if gap > 0 {
                         tokio::time::sleep(Duration::from_micros(gap)).await;
                     }
-                    let ev = delta_event(k, mono_ns(), pad);
+                    let ev = delta_event(k, testkit::proc::mono_ns(), pad);
                     if tx.send(Ok(Bytes::from(ev))).await.is_err() {
                         return;
                     }
@@ -392,7 +374,7 @@ async fn sse_stream(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let now = mono_ns();
+        let now = testkit::proc::mono_ns();
         r.bytes += data.len() as u64;
         buf.extend_from_slice(&data);
         if !prologue_ok {
@@ -468,7 +450,7 @@ async fn ws_stream(
             return r;
         }
     };
-    let (status, _) = support::ws::client_handshake(
+    let (status, _) = testkit::ws::client_handshake(
         &mut tcp,
         &addr.to_string(),
         path,
@@ -484,7 +466,7 @@ async fn ws_stream(
         r.error = Some(format!("handshake status {status}"));
         return r;
     }
-    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    let mut ws = testkit::ws::client(tcp).await;
     let create = r#"{"type":"response.create","model":"m","input":[]}"#;
     ws.send(Message::text(create)).await.unwrap();
     let delta = "x".repeat(pad);
@@ -497,7 +479,7 @@ async fn ws_stream(
                 return r;
             }
         };
-        let now = mono_ns();
+        let now = testkit::proc::mono_ns();
         let Message::Text(t) = msg else { continue };
         r.bytes += t.len() as u64;
         if t.contains("response.completed") {
@@ -971,7 +953,7 @@ impl Proxy {
     /// CPU seconds so far in user mode and in the kernel, over all of the proxy's processes:
     /// utime and stime, fields 14 and 15 of /proc/PID/stat (12 and 13 after `comm`).
     fn cpu_split(&self) -> (f64, f64) {
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let tick = testkit::proc::clock_ticks_per_second() as f64;
         let (user, kernel) = self
             .pids()
             .into_iter()
@@ -1014,7 +996,7 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         // SIGTERM first: nginx's master then stops its workers instead of orphaning them.
         let pids = self.pids();
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        testkit::proc::terminate(self.child.id());
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -1023,7 +1005,7 @@ impl Drop for Proxy {
             std::thread::sleep(Duration::from_millis(5));
         }
         for pid in pids.into_iter().skip(1) {
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            testkit::proc::signal(pid, testkit::proc::Signal::KILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

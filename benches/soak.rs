@@ -46,9 +46,6 @@
 //!
 //! Exits 1 if any check fails. Results: docs/soak.md.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 #[path = "soak/long.rs"]
 mod long;
 
@@ -67,12 +64,10 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{channel_body, full, handler, sse_response, Upstream, WAIT};
+use testkit::{channel_body, full, handler, sse, sse_response, Upstream, WAIT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 // ---------------------------------------------------------------------------------------
 // Options
@@ -260,10 +255,6 @@ impl Turn {
     }
 }
 
-fn sse(name: &str, data: &Value) -> String {
-    format!("event: {name}\ndata: {data}\n\n")
-}
-
 /// A response as the upstream sends it: the events before the tool call (or all of them),
 /// the events from the tool call on, and the pause before each event in ms.
 struct Script {
@@ -278,85 +269,44 @@ impl Script {
 }
 
 fn claude_script(turn: &Turn) -> Script {
-    let id = format!("msg_{}", turn.key());
-    let mut before = vec![(
-        sse(
-            "message_start",
-            &json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"soak","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        0,
-    )];
-    before.push((
-        sse(
-            "content_block_start",
-            &json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        0,
-    ));
-    for (d, gap) in turn.deltas() {
-        before.push((
-            sse(
-                "content_block_delta",
-                &json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":d}}),
-            ),
-            gap,
-        ));
-    }
-    before.push((
-        sse(
-            "content_block_stop",
-            &json!({"type":"content_block_stop","index":0}),
-        ),
-        0,
-    ));
-    let mut after = Vec::new();
+    let deltas = turn.deltas();
+    let text: Vec<Value> = deltas
+        .iter()
+        .map(|(d, _)| json!({"type":"text_delta","text":d}))
+        .collect();
+    let mut m = sse::message(&format!("msg_{}", turn.key()), "soak")
+        .block(json!({"type":"text","text":""}), &text);
     if turn.tool {
         let input = json!({"text": turn.arg()}).to_string();
-        after.extend([
-            sse(
-                "content_block_start",
-                &json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":turn.toolu(),"name":format!("mcp__probe__{}", turn.tool_name()),"input":{}}}),
-            ),
-            sse(
-                "content_block_delta",
-                &json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":input}}),
-            ),
-            sse(
-                "content_block_stop",
-                &json!({"type":"content_block_stop","index":1}),
-            ),
-        ]);
+        let name = format!("mcp__probe__{}", turn.tool_name());
+        m = m.tool_use(&turn.toolu(), &name, Some(&input));
     }
     let stop = if turn.tool { "tool_use" } else { "end_turn" };
-    after.extend([
-        sse(
-            "message_delta",
-            &json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        sse("message_stop", &json!({"type":"message_stop"})),
-    ]);
+    // Before the tool call: the start, the text block's start, its deltas with their gaps,
+    // its stop; the rest a millisecond apart.
+    let mut events = sse::records(&m.end(stop, 2)).into_iter();
+    let gaps = [0, 0]
+        .into_iter()
+        .chain(deltas.iter().map(|(_, gap)| *gap))
+        .chain([0]);
+    let before = events.by_ref().take(deltas.len() + 3).zip(gaps).collect();
     Script {
         before,
-        after: after.into_iter().map(|e| (e, 1)).collect(),
+        after: events.map(|e| (e, 1)).collect(),
     }
 }
 
 /// Responses events as JSON texts (WebSocket frames; wrapped as SSE for HTTP).
 fn responses_events(turn: &Turn) -> Script {
     let mut seq = 0u64;
-    let mut ev = |mut v: Value| {
-        v["sequence_number"] = json!(seq);
+    let mut ev = |v: Value| {
+        let v = sse::numbered(v, seq);
         seq += 1;
         v.to_string()
     };
     let resp = turn.resp();
     let msg = format!("msg_{}", turn.key());
-    let mut before = vec![(
-        ev(
-            json!({"type":"response.created","response":{"id":resp,"status":"in_progress","output":[]}}),
-        ),
-        0,
-    )];
+    let mut before = vec![(ev(sse::response_created(&resp)), 0)];
     for (d, gap) in turn.deltas() {
         before.push((
             ev(
@@ -369,18 +319,20 @@ fn responses_events(turn: &Turn) -> Script {
     let mut output = json!([]);
     if turn.tool {
         let arguments = json!({"text": turn.arg()}).to_string();
-        let item = |status: &str| json!({"type":"function_call","id":turn.fc(),"call_id":turn.call(),"namespace":"mcp__probe","name":turn.tool_name(),"arguments":arguments,"status":status});
-        after.push(ev(
-            json!({"type":"response.output_item.added","output_index":1,"item":item("in_progress")}),
-        ));
-        after.push(ev(
-            json!({"type":"response.output_item.done","output_index":1,"item":item("completed")}),
-        ));
-        output = json!([item("completed")]);
+        let done = sse::function_call(
+            &turn.fc(),
+            &turn.call(),
+            "mcp__probe",
+            turn.tool_name(),
+            &arguments,
+        );
+        let mut added = done.clone();
+        added["status"] = json!("in_progress");
+        after.push(ev(sse::item_added(1, &added)));
+        after.push(ev(sse::item_done(1, &done)));
+        output = json!([done]);
     }
-    after.push(ev(
-        json!({"type":"response.completed","response":{"id":resp,"status":"completed","output":output}}),
-    ));
+    after.push(ev(sse::response_completed(&resp, output)));
     Script {
         before,
         after: after.into_iter().map(|e| (e, 1)).collect(),
@@ -391,11 +343,8 @@ fn responses_sse_script(turn: &Turn) -> Script {
     let wrap = |v: Vec<(String, u64)>| {
         v.into_iter()
             .map(|(e, g)| {
-                let ty = serde_json::from_str::<Value>(&e).unwrap()["type"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
-                (format!("event: {ty}\ndata: {e}\n\n"), g)
+                let ev = serde_json::from_str::<Value>(&e).unwrap();
+                (sse::record(&ev), g)
             })
             .collect()
     };
@@ -529,7 +478,7 @@ async fn upstream(stats: Arc<Stats>, gate: Arc<Gate>) -> Upstream {
             let gate = gate.clone();
             async move {
                 if req.headers().contains_key("upgrade") {
-                    let res = support::ws::switching(&req, None);
+                    let res = testkit::ws::switching(&req, None);
                     let upgrade = hyper::upgrade::on(&mut req);
                     tokio::spawn(serve_ws(upgrade, stats, gate));
                     return res;
@@ -545,7 +494,7 @@ async fn upstream(stats: Arc<Stats>, gate: Arc<Gate>) -> Upstream {
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string);
                 let claude = req.uri().path().ends_with("/v1/messages");
-                let body = support::read_body(req.into_body()).await;
+                let body = testkit::read_body(req.into_body()).await;
                 let Some(turn) = turn else {
                     stats.error("upstream", "a request without x-soak".into());
                     return sse_response(full(""));
@@ -588,9 +537,7 @@ async fn upstream(stats: Arc<Stats>, gate: Arc<Gate>) -> Upstream {
 
 async fn serve_ws(upgrade: hyper::upgrade::OnUpgrade, stats: Arc<Stats>, gate: Arc<Gate>) {
     let Ok(up) = upgrade.await else { return };
-    let mut ws =
-        WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None)
-            .await;
+    let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up)).await;
     let mut prev: Option<Turn> = None;
     while let Some(Ok(msg)) = ws.next().await {
         let Message::Text(text) = msg else { continue };
@@ -794,7 +741,7 @@ async fn post(
             .await
             .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(conn);
-    let mut req = support::request("POST", ctx.relay, path)
+    let mut req = testkit::request("POST", ctx.relay, path)
         .header("content-type", "application/json")
         .header("x-soak", turn.header())
         .header("x-soak-sha256", sha_hex(body.as_bytes()));
@@ -976,7 +923,7 @@ async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(),
     let mut tcp = tokio::net::TcpStream::connect(ctx.relay)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (status, _) = support::ws::client_handshake(
+    let (status, _) = testkit::ws::client_handshake(
         &mut tcp,
         &ctx.relay.to_string(),
         "/openai/v1/responses",
@@ -986,7 +933,7 @@ async fn responses_ws_conversation(ctx: &Ctx, mcp: &Pool, c: Conv) -> Result<(),
     if status != 101 {
         return Err(format!("handshake status {status}"));
     }
-    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    let mut ws = testkit::ws::client(tcp).await;
     let mut prev: Option<Turn> = None;
     for t in 0..=tool_turns {
         let turn = turn_of(&conv, seed, t, tool_turns, c.kill);
@@ -1167,8 +1114,7 @@ impl RelayProc {
 /// SIGTERM, and how the relay exited (None: not within the wait bound, then killed), in ms.
 async fn stop_relay(relay: &mut RelayProc) -> (Option<std::process::ExitStatus>, u128) {
     let stop_started = Instant::now();
-    // SAFETY: kill only sends a signal to the relay this harness started.
-    unsafe { libc::kill(relay.child.id() as i32, libc::SIGTERM) };
+    testkit::proc::terminate(relay.child.id());
     let mut exit = None;
     while stop_started.elapsed() < WAIT {
         if let Ok(Some(s)) = relay.child.try_wait() {

@@ -574,7 +574,7 @@ async fn main() {
     peak_sampled = peak_sampled.max(peak);
     let hwm = status_kib(pid, "VmHWM:");
     let alive = child.try_wait().unwrap().is_none();
-    let _ = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    testkit::proc::signal(pid, testkit::proc::Signal::KILL);
     let _ = child.wait();
 
     let stats = |v: &[u64]| {

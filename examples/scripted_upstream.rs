@@ -55,9 +55,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use clap::Parser;
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Compress, Compression, Decompress, FlushDecompress, Status};
 use futures_util::stream;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -294,11 +294,6 @@ fn agent_input(s: &Script) -> Value {
         "subagent_type": "general-purpose",
         "run_in_background": s.subagent == Some(Subagent::Background),
     })
-}
-
-fn sse(event: &Value) -> Bytes {
-    let ty = event["type"].as_str().unwrap_or("message");
-    Bytes::from(format!("event: {ty}\ndata: {event}\n\n"))
 }
 
 /// The Messages event sequence for one plan.
@@ -819,7 +814,11 @@ fn stream_sse(
                 }
                 Step::Event(e) => {
                     types.push(e["type"].clone());
-                    if tx.send(sse(&e)).await.is_err() {
+                    if tx
+                        .send(Bytes::from(testkit::sse::record(&e)))
+                        .await
+                        .is_err()
+                    {
                         // The client went away; the rest of the script has nobody to go to.
                         break;
                     }
@@ -963,20 +962,7 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> WsConn<S> {
     }
 
     async fn write_frame(&mut self, opcode: u8, payload: &[u8], rsv1: bool) -> Result<(), WsError> {
-        let mut out = BytesMut::with_capacity(payload.len() + 10);
-        out.extend_from_slice(&[0x80 | if rsv1 { 0x40 } else { 0 } | opcode]);
-        match payload.len() {
-            n if n < 126 => out.extend_from_slice(&[n as u8]),
-            n if n <= 0xffff => {
-                out.extend_from_slice(&[126]);
-                out.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                out.extend_from_slice(&[127]);
-                out.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        out.extend_from_slice(payload);
+        let out = testkit::ws::frame(opcode, payload, rsv1, None);
         self.io.write_all(&out).await?;
         self.io.flush().await?;
         Ok(())
@@ -1026,25 +1012,9 @@ fn inflate_all(d: &mut Decompress, input: &[u8]) -> Result<Vec<u8>, WsError> {
     }
 }
 
+/// The kit's sync-flush deflate (its `00 00 ff ff` tail kept), its failure a [`WsError`].
 fn deflate_all(c: &mut Compress, input: &[u8]) -> Result<Vec<u8>, WsError> {
-    let mut out = Vec::with_capacity(input.len() + 64);
-    let mut pos = 0usize;
-    loop {
-        if out.capacity() - out.len() < 64 {
-            out.reserve(out.capacity().max(1024));
-        }
-        let (before_in, before_out) = (c.total_in(), out.len());
-        c.compress_vec(&input[pos..], &mut out, FlushCompress::Sync)
-            .map_err(|e| WsError::Deflate(e.to_string()))?;
-        pos += (c.total_in() - before_in) as usize;
-        if c.total_in() == before_in && out.len() == before_out && pos < input.len() {
-            return Err(WsError::Deflate("deflate made no progress".into()));
-        }
-        // Done when all input is in and the flush left spare room (nothing more pending).
-        if pos >= input.len() && out.capacity() > out.len() {
-            return Ok(out);
-        }
-    }
+    testkit::ws::deflate_sync(c, input).map_err(WsError::Deflate)
 }
 
 fn is_upgrade(headers: &HeaderMap) -> bool {
@@ -1836,17 +1806,7 @@ mod tests {
 
     /// A client frame: masked, optionally compressed (RSV1).
     fn client_frame(opcode: u8, payload: &[u8], rsv1: bool) -> Vec<u8> {
-        let mask = [1u8, 2, 3, 4];
-        let mut f = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
-        if payload.len() < 126 {
-            f.push(0x80 | payload.len() as u8);
-        } else {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-        }
-        f.extend_from_slice(&mask);
-        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        f
+        testkit::ws::frame(opcode, payload, rsv1, Some([1, 2, 3, 4]))
     }
 
     /// Reads one server frame: (rsv1, opcode, payload).
@@ -1917,7 +1877,8 @@ mod tests {
             inflate: None,
             deflate: None,
         };
-        client.write_all(&[0x81, 0x02, b'h', b'i']).await.unwrap();
+        let unmasked = testkit::ws::frame(0x1, b"hi", false, None);
+        client.write_all(&unmasked).await.unwrap();
         let end = serve_ws(&s, conn, "/v1/responses").await;
         assert_eq!(end, "error: protocol: client frame is not masked");
     }

@@ -33,7 +33,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use serde_json::{json, Value};
 use support::ws::{client_handshake, frame, switching, Deflater};
-use support::{channel_body, collect, full, handler, request, send, sse_event, Upstream, WAIT};
+use support::{collect, event_per_frame, full, handler, request, send, Upstream, WAIT};
+use testkit::sse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use wrap_support::{call, fixture, init_request, Wrapped};
@@ -294,8 +295,7 @@ impl TraceRelay {
     /// SIGTERM, a bounded wait for a clean exit, then all of stderr.
     fn stop(&mut self) -> (std::process::ExitStatus, Vec<u8>) {
         let mut child = self.child.take().expect("running");
-        // SAFETY: kill only signals the child we started and have not reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        testkit::proc::terminate(child.id());
         let deadline = Instant::now() + WAIT;
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -424,98 +424,33 @@ struct ClaudeScript {
 }
 
 fn claude_script(c: &mut Canaries, tool_use_id: &str) -> ClaudeScript {
-    let mut tool_turn = String::new();
     // A model name and a second tool name that the API would never send: free text in
     // them is written as a pseudonym (docs/design.md §7), never as is.
     let model = c.plant("model name (Claude)");
     let odd_tool = c.plant("tool name (Claude tool_use)");
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":"msg_c1","type":"message","role":"assistant","content":[],"model":model,"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":c.plant("model thinking")}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":c.plant("thinking signature")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":c.plant("model text (SSE)")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":1}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":tool_use_id,"name":"mcp__probe__echo","input":{}}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":json!({"note":c.plant("tool arguments (SSE)")}).to_string()}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":2}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_odd","name":odd_tool,"input":{}}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":3}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        tool_turn.push_str(&sse_event(name, &data));
-    }
-    let mut text_turn = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":"msg_c2","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":c.plant("model text (gzip SSE)")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        text_turn.push_str(&sse_event(name, &data));
-    }
+    let thinking = c.plant("model thinking");
+    let signature = c.plant("thinking signature");
+    let text = c.plant("model text (SSE)");
+    let input = json!({"note":c.plant("tool arguments (SSE)")}).to_string();
+    let tool_turn = sse::body(
+        &sse::message("msg_c1", &model)
+            .block(
+                json!({"type":"thinking","thinking":"","signature":""}),
+                &[
+                    json!({"type":"thinking_delta","thinking":thinking}),
+                    json!({"type":"signature_delta","signature":signature}),
+                ],
+            )
+            .text(&text)
+            .tool_use(tool_use_id, "mcp__probe__echo", Some(&input))
+            .tool_use("toolu_odd", &odd_tool, None)
+            .end("tool_use", 5),
+    );
+    let text_turn = sse::body(
+        &sse::message("msg_c2", "claude")
+            .text(&c.plant("model text (gzip SSE)"))
+            .end("end_turn", 2),
+    );
     ClaudeScript {
         tool_turn,
         text_turn,
@@ -544,16 +479,7 @@ async fn anthropic_upstream(script: Arc<ClaudeScript>) -> Upstream {
                         .body(full(gzip(script.text_turn.as_bytes())))
                         .unwrap();
                 }
-                let (tx, body) = channel_body();
-                let text = script.tool_turn.clone();
-                tokio::spawn(async move {
-                    for ev in text.split_inclusive("\n\n") {
-                        if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                support::sse_response(body)
+                event_per_frame(script.tool_turn.clone())
             }
         }),
     )
@@ -699,29 +625,29 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
             {"type":"message","role":"user","content":[{"type":"input_text","text":c.plant("user text (Codex)")}]}],
         "client_metadata":{"thread_id":thread_id}});
     let fc_args = json!({"note":c.plant("tool arguments (WS)")}).to_string();
-    let item = json!({"type":"function_call","id":item_id,"call_id":call_id,"namespace":"mcp__probe",
-        "name":"echo","arguments":fc_args,"status":"completed"});
+    let item = sse::function_call(&item_id, &call_id, "mcp__probe", "echo", &fc_args);
     // A second call whose namespace no API would send.
-    let odd_item = json!({"type":"function_call","id":"fc_odd","call_id":"call_odd",
-        "namespace":c.plant("tool namespace (Codex)"),"name":"echo","arguments":"{}","status":"completed"});
-    let codex_model = c.plant("model name (Codex)");
+    let odd_namespace = c.plant("tool namespace (Codex)");
+    let odd_item = sse::function_call("fc_odd", "call_odd", &odd_namespace, "echo", "{}");
+    let mut created = sse::response_created(&resp_turn);
+    created["response"]["model"] = json!(c.plant("model name (Codex)"));
     let turn_events = [
-        json!({"type":"response.created","response":{"id":resp_turn,"status":"in_progress","output":[],"model":codex_model}}),
+        created,
         json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","delta":c.plant("model reasoning (WS)")}),
         json!({"type":"response.output_text.delta","item_id":"msg_1","delta":c.plant("model text (WS)")}),
-        json!({"type":"response.output_item.added","output_index":0,"item":item}),
-        json!({"type":"response.output_item.done","output_index":0,"item":item}),
-        json!({"type":"response.output_item.done","output_index":1,"item":odd_item}),
-        json!({"type":"response.completed","response":{"id":resp_turn,"status":"completed","output":[item, odd_item]}}),
+        sse::item_added(0, &item),
+        sse::item_done(0, &item),
+        sse::item_done(1, &odd_item),
+        sse::response_completed(&resp_turn, json!([item, odd_item])),
     ];
     let codex_result = c.plant("MCP result (Codex)");
     let codex_cont = json!({"type":"response.create","model":"gpt-5","previous_response_id":resp_turn,
         "input":[{"type":"function_call_output","call_id":call_id,"output":codex_result}],
         "client_metadata":{"thread_id":thread_id}});
     let cont_events = [
-        json!({"type":"response.created","response":{"id":resp_cont,"status":"in_progress","output":[]}}),
+        sse::response_created(&resp_cont),
         json!({"type":"response.output_text.delta","item_id":"msg_2","delta":c.plant("model text after the tool (WS)")}),
-        json!({"type":"response.completed","response":{"id":resp_cont,"status":"completed","output":[]}}),
+        sse::response_completed(&resp_cont, json!([])),
     ];
     let mut steps = Vec::new();
     for (i, (req, events)) in [
@@ -732,10 +658,10 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     .enumerate()
     {
         let mask = Some([0x5a ^ i as u8, 0x17, 0x66, 0x0f]);
-        let client = frame(1, &client_deflate.message(&req.to_string()), true, mask);
+        let client = frame(1, &client_deflate.message(req.to_string()), true, mask);
         let server: Vec<u8> = events
             .iter()
-            .flat_map(|ev| frame(1, &server_deflate.message(&ev.to_string()), true, None))
+            .flat_map(|ev| frame(1, &server_deflate.message(ev.to_string()), true, None))
             .collect();
         steps.push((client, server, events.len()));
     }
@@ -749,12 +675,13 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
 
     let http_sse = Arc::new(
         [
-            json!({"type":"response.created","sequence_number":0,"response":{"id":http_resp,"status":"in_progress","output":[]}}),
-            json!({"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_h","delta":c.plant("model text (zstd HTTP)")}),
-            json!({"type":"response.completed","sequence_number":2,"response":{"id":http_resp,"status":"completed","output":[]}}),
+            sse::response_created(&http_resp),
+            json!({"type":"response.output_text.delta","item_id":"msg_h","delta":c.plant("model text (zstd HTTP)")}),
+            sse::response_completed(&http_resp, json!([])),
         ]
-        .iter()
-        .map(|ev| sse_event(ev["type"].as_str().unwrap(), ev))
+        .into_iter()
+        .zip(0..)
+        .map(|(ev, n)| sse::record(&sse::numbered(ev, n)))
         .collect::<String>(),
     );
     let chatgpt = responses_http_upstream(http_sse.clone()).await;

@@ -4,7 +4,7 @@
 //! The reader of the pipe is gone before the command starts, so its first write fails: no
 //! race with a reader that might have taken everything first.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -14,11 +14,7 @@ fn repo() -> PathBuf {
 
 /// A pipe whose read end is already closed: its write end, for a child's stdout.
 fn widowed_pipe() -> OwnedFd {
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe writes two new descriptors into the array we own.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe(2)");
-    // SAFETY: both descriptors were just made by pipe and are owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = testkit::proc::pipe();
     drop(read);
     write
 }

@@ -30,37 +30,16 @@ fn first_request() -> Value {
 }
 
 fn message_start() -> String {
-    sse_event(
-        "message_start",
-        &json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-    )
+    sse::record(&sse::message_start("msg_1", "claude"))
 }
 
 /// A complete short Claude text turn.
 fn text_turn() -> String {
-    let mut s = message_start();
-    for (name, data) in [
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    sse::body(
+        &sse::message("msg_1", "claude")
+            .text("ok")
+            .end("end_turn", 2),
+    )
 }
 
 /// An upstream answering every request with the whole [`text_turn`].
@@ -237,32 +216,24 @@ async fn a_client_leaving_mid_stream_cancels_the_upstream_request() {
     // The upstream streams pings until its body write fails, and says so.
     let (cancelled_tx, cancelled) = oneshot::channel::<usize>();
     let cancelled_tx = Arc::new(std::sync::Mutex::new(Some(cancelled_tx)));
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let cancelled_tx = cancelled_tx.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                tokio::spawn(async move {
-                    let ping = sse_event("ping", &json!({"type":"ping"}));
-                    let mut events = vec![message_start()];
-                    // Bounded: WAIT worth of pings at 10 ms each, then give up.
-                    events.extend(std::iter::repeat_n(ping, 3000));
-                    for (sent, ev) in events.into_iter().enumerate() {
-                        if tx.send(Ok(Bytes::from(ev))).await.is_err() {
-                            if let Some(c) = cancelled_tx.lock().unwrap().take() {
-                                let _ = c.send(sent);
-                            }
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+    let up = sse_upstream(move |tx| {
+        let cancelled_tx = cancelled_tx.clone();
+        tokio::spawn(async move {
+            let ping = sse_event("ping", &json!({"type":"ping"}));
+            let mut events = vec![message_start()];
+            // Bounded: WAIT worth of pings at 10 ms each, then give up.
+            events.extend(std::iter::repeat_n(ping, 3000));
+            for (sent, ev) in events.into_iter().enumerate() {
+                if tx.send(Ok(Bytes::from(ev))).await.is_err() {
+                    if let Some(c) = cancelled_tx.lock().unwrap().take() {
+                        let _ = c.send(sent);
                     }
-                });
-                sse_response(body)
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-        }),
-    )
+        });
+    })
     .await;
     let good = good_upstream().await;
     let dir = tempfile::tempdir().unwrap();
@@ -588,8 +559,7 @@ async fn an_oversized_websocket_frame_is_spliced_not_buffered_and_loses_its_obse
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
                     let mut io = hyper_util::rt::TokioIo::new(up);
-                    let mut head = vec![0x81u8, 127];
-                    head.extend_from_slice(&(FRAME as u64).to_be_bytes());
+                    let head = testkit::ws::head(true, false, 0x1, FRAME as u64);
                     if io.write_all(&head).await.is_err() {
                         return;
                     }
@@ -622,8 +592,7 @@ async fn an_oversized_websocket_frame_is_spliced_not_buffered_and_loses_its_obse
     assert_eq!(status, 101);
 
     // Read it all, sampling the relay's memory every MiB.
-    let mut head = vec![0x81u8, 127];
-    head.extend_from_slice(&(FRAME as u64).to_be_bytes());
+    let head = testkit::ws::head(true, false, 0x1, FRAME as u64);
     let mut expect = Expected {
         prefix: head.clone(),
         base: base.clone(),

@@ -195,30 +195,22 @@ async fn each_sse_event_reaches_the_client_before_the_upstream_writes_the_next()
     const EVENTS: usize = 12;
     let (ack_tx, ack_rx) = tokio::sync::mpsc::channel::<usize>(1);
     let ack_rx = Arc::new(tokio::sync::Mutex::new(ack_rx));
-    let up = Upstream::start(
-        None,
-        handler(move |req| {
-            let ack_rx = ack_rx.clone();
-            async move {
-                let _ = read_body(req.into_body()).await;
-                let (tx, body) = channel_body();
-                tokio::spawn(async move {
-                    let mut acks = ack_rx.lock().await;
-                    for k in 0..EVENTS {
-                        let ev = sse_event("ping", &serde_json::json!({"type": "ping", "k": k}));
-                        if tx.send(Ok(Bytes::from(ev))).await.is_err() {
-                            return;
-                        }
-                        match tokio::time::timeout(WAIT, acks.recv()).await {
-                            Ok(Some(got)) if got == k => {}
-                            _ => return,
-                        }
-                    }
-                });
-                sse_response(body)
+    let up = sse_upstream(move |tx| {
+        let ack_rx = ack_rx.clone();
+        tokio::spawn(async move {
+            let mut acks = ack_rx.lock().await;
+            for k in 0..EVENTS {
+                let ev = sse_event("ping", &serde_json::json!({"type": "ping", "k": k}));
+                if tx.send(Ok(Bytes::from(ev))).await.is_err() {
+                    return;
+                }
+                match tokio::time::timeout(WAIT, acks.recv()).await {
+                    Ok(Some(got)) if got == k => {}
+                    _ => return,
+                }
             }
-        }),
-    )
+        });
+    })
     .await;
     let relay = Relay::start(&["--upstream".into(), up.mount("anthropic", "")]);
     let req = request("POST", relay.addr, "/anthropic/v1/messages")
@@ -380,20 +372,7 @@ async fn resetting_upstream(head_only: bool) -> std::net::SocketAddr {
 }
 
 fn socket_from(s: std::net::TcpStream) -> std::net::TcpStream {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &linger as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    testkit::proc::set_linger(&s, Some(std::time::Duration::ZERO));
     s
 }
 

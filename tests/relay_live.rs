@@ -13,82 +13,26 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 const CANARY: &str = "CANARY-SECRET-4e1d";
 
 fn anthropic_tool_turn() -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":CANARY}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":format!("{{\"text\":\"{CANARY}\"}}")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":1}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    let input = format!("{{\"text\":\"{CANARY}\"}}");
+    sse::body(
+        &sse::message("msg_1", "claude")
+            .text(CANARY)
+            .tool_use("toolu_1", "mcp__probe__echo", Some(&input))
+            .end("tool_use", 5),
+    )
 }
 
 fn anthropic_text_turn() -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    sse::body(
+        &sse::message("msg_2", "claude")
+            .text("done")
+            .end("end_turn", 2),
+    )
 }
 
 /// An Anthropic upstream: a request without a tool_result gets the tool turn, one with it the
@@ -113,15 +57,7 @@ async fn anthropic_upstream(extra_events: usize) -> Upstream {
                 }
                 text.insert_str(cut, &pings);
             }
-            let (tx, body) = channel_body();
-            tokio::spawn(async move {
-                for ev in text.split_inclusive("\n\n") {
-                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            sse_response(body)
+            event_per_frame(text)
         }),
     )
     .await
@@ -258,21 +194,21 @@ async fn codex_ws_upstream() -> Upstream {
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(up) = upgrade.await else { return };
-                let mut ws = WebSocketStream::from_raw_socket(hyper_util::rt::TokioIo::new(up), Role::Server, None).await;
+                let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up)).await;
                 let mut n = 0;
                 while let Some(Ok(Message::Text(text))) = ws.next().await {
                     n += 1;
                     let req: Value = serde_json::from_str(&text).unwrap();
                     let id = format!("resp_{n}");
-                    let mut evs = vec![json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}})];
-                    let mut output = json!([]);
-                    if req["generate"] != json!(false) && n == 2 {
-                        let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1","namespace":"mcp__probe","name":"echo","arguments":"{}","status":"completed"});
-                        evs.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
-                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
-                        output = json!([item]);
-                    }
-                    evs.push(json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}}));
+                    let evs = if req["generate"] != json!(false) && n == 2 {
+                        let item = sse::function_call("fc_1", "call_1", "mcp__probe", "echo", "{}");
+                        sse::function_call_response(&id, &item)
+                    } else {
+                        vec![
+                            sse::response_created(&id),
+                            sse::response_completed(&id, json!([])),
+                        ]
+                    };
                     for ev in evs {
                         let _ = ws.send(Message::text(ev.to_string())).await;
                     }
@@ -300,7 +236,7 @@ async fn codex_ws_loop(relay: &Relay, frames: [Value; 3]) {
     )
     .await;
     assert_eq!(status, 101);
-    let mut ws = WebSocketStream::from_raw_socket(tcp, Role::Client, None).await;
+    let mut ws = testkit::ws::client(tcp).await;
     for r in frames {
         ws.send(Message::text(r.to_string())).await.unwrap();
         loop {
@@ -471,23 +407,26 @@ async fn a_stalled_observer_never_slows_forwarding_and_marks_its_stream_lost() {
 }
 
 fn responses_sse(id: &str, call: Option<&str>) -> String {
-    let mut s = sse_event(
-        "response.created",
-        &json!({"type":"response.created","sequence_number":0,"response":{"id":id,"status":"in_progress","output":[]}}),
-    );
-    let mut output = json!([]);
-    if let Some(call) = call {
-        let item = json!({"type":"function_call","id":"fc_7","call_id":call,"namespace":"mcp__probe",
-            "name":"echo","arguments":format!("{{\"text\":\"{CANARY}\"}}"),"status":"completed"});
-        s.push_str(&sse_event("response.output_item.added", &json!({"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":item})));
-        s.push_str(&sse_event("response.output_item.done", &json!({"type":"response.output_item.done","sequence_number":2,"output_index":0,"item":item})));
-        output = json!([item]);
-    }
-    s.push_str(&sse_event(
-        "response.completed",
-        &json!({"type":"response.completed","sequence_number":3,"response":{"id":id,"status":"completed","output":output}}),
-    ));
-    s
+    // Numbered as the HTTP stream numbers them; the completion is 3 with or without a call.
+    let events = match call {
+        Some(call) => {
+            let args = format!("{{\"text\":\"{CANARY}\"}}");
+            sse::function_call_response(
+                id,
+                &sse::function_call("fc_7", call, "mcp__probe", "echo", &args),
+            )
+        }
+        None => vec![
+            sse::response_created(id),
+            sse::response_completed(id, json!([])),
+        ],
+    };
+    let last = events.len() - 1;
+    let numbered = events.into_iter().enumerate().map(|(i, ev)| {
+        let n = if i == last { 3 } else { i as u64 };
+        sse::numbered(ev, n)
+    });
+    sse::body(&numbered.collect::<Vec<_>>())
 }
 
 /// Codex over HTTP: zstd request bodies (as Codex sends them with a ChatGPT login), the whole
@@ -567,16 +506,6 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
     );
 }
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the struct we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A Claude tool turn through the relay, the MCP call reported on the ingest socket the way
 /// `windowtap wrap` reports it, then the continuation. Returns the ingest connection (a
 /// wrapper's connection that drops ends its running calls).
@@ -602,7 +531,7 @@ async fn claude_tool_loop_with_headers(
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
         .await
         .unwrap();
-    let start_ns = mono_ns();
+    let start_ns = testkit::proc::mono_ns();
     let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
     let line = format!(
         "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
@@ -611,7 +540,7 @@ async fn claude_tool_loop_with_headers(
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let line = format!(
         "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
-        mono_ns()
+        testkit::proc::mono_ns()
     );
     sock.write_all(line.as_bytes()).await.unwrap();
     sock.flush().await.unwrap();

@@ -141,7 +141,7 @@ async fn calls_running_at_sigint_end_during_the_drain_or_lost_and_every_one_is_r
     feed(&tx, &text[..1]).await;
     let _ = http_body_util::BodyExt::frame(&mut body).await;
 
-    relay.signal(libc::SIGINT);
+    relay.signal(Signal::INT);
     relay.wait_log("draining");
     // The gated call ends during the drain: its report must still be taken.
     std::fs::write(&gate, b"").unwrap();

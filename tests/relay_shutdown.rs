@@ -17,46 +17,14 @@ use tokio::io::AsyncWriteExt;
 
 /// A Claude turn as its SSE events: a tool call `toolu_1` to `mcp__probe__echo`, or text.
 fn turn(id: &str, tool: bool) -> Vec<String> {
-    let mut evs = vec![(
-        "message_start",
-        json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-    )];
-    if tool {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__probe__echo","input":{}}}),
-            ),
-            (
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"text\":\"hi\"}"}}),
-            ),
-        ]);
+    let m = sse::message(id, "claude");
+    let events = if tool {
+        m.tool_use("toolu_1", "mcp__probe__echo", Some("{\"text\":\"hi\"}"))
+            .end("tool_use", 2)
     } else {
-        evs.extend([
-            (
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-            ),
-            (
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
-            ),
-        ]);
-    }
-    let stop = if tool { "tool_use" } else { "end_turn" };
-    evs.extend([
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ]);
-    evs.iter().map(|(n, d)| sse_event(n, d)).collect()
+        m.text("done").end("end_turn", 2)
+    };
+    sse::records(&events)
 }
 
 fn first_request() -> Value {
@@ -94,23 +62,13 @@ fn count_type(capture: &Path, ty: &str) -> usize {
         .count()
 }
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the struct we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Reports one finished MCP call for `toolu_1` on the relay's ingest socket, the way
 /// `windowtap wrap` does.
 async fn report_mcp_call(relay: &Relay) {
     let mut sock = tokio::net::UnixStream::connect(&relay.ingest)
         .await
         .unwrap();
-    let start_ns = mono_ns();
+    let start_ns = testkit::proc::mono_ns();
     let hint = r#""tool_use_id":"toolu_1","item_id":null,"call_id":null,"thread":null"#;
     let start = format!(
         "{{\"v\":1,\"type\":\"start\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},{hint}}}\n"
@@ -118,7 +76,7 @@ async fn report_mcp_call(relay: &Relay) {
     sock.write_all(start.as_bytes()).await.unwrap();
     let end = format!(
         "{{\"v\":1,\"type\":\"end\",\"id\":\"w1-x-1\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\",{hint}}}\n",
-        mono_ns() + 1_000
+        testkit::proc::mono_ns() + 1_000
     );
     sock.write_all(end.as_bytes()).await.unwrap();
     sock.flush().await.unwrap();
@@ -150,7 +108,7 @@ async fn a_stream_in_flight_at_sigterm_completes_byte_exact_and_its_call_is_deci
     feed(&tx, head).await;
     let mut got = read_at_least(&mut body, head.concat().len()).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     relay.wait_log("draining");
     // The stream goes on after the signal, to its end.
     feed(&tx, tail).await;
@@ -189,7 +147,7 @@ async fn a_stream_outliving_the_drain_bound_is_cut_and_the_relay_exits_with_clea
     feed(&tx, &events[..1]).await;
     read_at_least(&mut body, events[0].len()).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     // The upstream never ends the stream (`tx` stays open): the bound ends it.
     let status = relay.wait_exit();
     assert!(status.success(), "{status:?}: {}", relay.log());
@@ -218,13 +176,13 @@ async fn a_second_sigterm_during_the_drain_exits_at_once_without_a_torn_line() {
     feed(&tx, &events[..3]).await;
     read_at_least(&mut body, events[..3].concat().len()).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     relay.wait_log("draining");
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     let status = relay.wait_exit();
     assert_eq!(
         status.code(),
-        Some(128 + libc::SIGTERM),
+        Some(128 + Signal::TERM.as_raw()),
         "stopped at once, on the second signal: {}",
         relay.log()
     );
@@ -247,7 +205,7 @@ async fn new_connections_are_refused_once_draining() {
     feed(&tx, &events[..1]).await;
     let mut got = read_at_least(&mut body, events[0].len()).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     relay.wait_log("draining");
     let refused = tokio::net::TcpStream::connect(relay.addr).await;
     assert_eq!(
@@ -296,7 +254,7 @@ async fn an_idle_keep_alive_connection_does_not_hold_the_stop_up() {
         turn("msg_1", true).concat().as_bytes()
     );
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     let status = relay.wait_exit();
     assert!(status.success(), "{status:?}: {}", relay.log());
     assert!(!relay.log().contains("cut"), "{}", relay.log());
@@ -364,7 +322,7 @@ async fn an_unobserved_websocket_tunnel_in_flight_at_sigterm_is_drained_like_a_s
     let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 600_000);
     let mut tcp = open_tunnel(&relay).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     relay.wait_log("draining");
     assert!(relay.log().contains("tunnels=1"), "{}", relay.log());
     // Without the tunnel counted, the relay would finish its stop and exit about now: give
@@ -393,7 +351,7 @@ async fn a_websocket_tunnel_outliving_the_drain_bound_is_cut() {
     let (mut relay, records, capture) = anthropic_relay_with_files(&up, dir.path(), 300);
     let mut tcp = open_tunnel(&relay).await;
 
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     // The client never ends the tunnel: the bound does.
     let status = relay.wait_exit();
     assert!(status.success(), "{status:?}: {}", relay.log());
@@ -432,12 +390,12 @@ async fn records_to_a_stdout_nobody_reads_never_stall_the_correlator_and_the_los
         .await
         .unwrap();
     for i in 0..calls {
-        let start_ns = mono_ns();
+        let start_ns = testkit::proc::mono_ns();
         let id = format!("w1-pipe-{i}");
         let lines = format!(
             "{{\"v\":1,\"type\":\"start\",\"id\":\"{id}\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns}}}\n\
              {{\"v\":1,\"type\":\"end\",\"id\":\"{id}\",\"alias\":\"probe\",\"tool\":\"echo\",\"start_ns\":{start_ns},\"end_ns\":{},\"outcome\":\"result\"}}\n",
-            mono_ns()
+            testkit::proc::mono_ns()
         );
         sock.write_all(lines.as_bytes()).await.unwrap();
     }
@@ -461,7 +419,7 @@ async fn records_to_a_stdout_nobody_reads_never_stall_the_correlator_and_the_los
     drop(sock);
 
     // And it stops, within the wait bound, saying how many records did not get out.
-    relay.signal(libc::SIGTERM);
+    relay.signal(Signal::TERM);
     let status = relay.wait_exit();
     assert!(status.success(), "{status:?}: {}", relay.log());
     assert!(

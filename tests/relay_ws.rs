@@ -13,9 +13,7 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
 
@@ -23,28 +21,22 @@ type Reports = Arc<Mutex<Option<oneshot::Sender<Digests>>>>;
 /// prewarm / turn / continuation shape Codex uses over one WebSocket.
 fn responses_script(req: &Value) -> Vec<Value> {
     let prev = req["previous_response_id"].as_str();
-    let created = |id: &str| json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}});
-    let completed = |id: &str, output: Value| json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}});
+    use support::sse::{item_done, response_completed as completed, response_created as created};
     if req["generate"] == json!(false) {
         return vec![created("resp_warm"), completed("resp_warm", json!([]))];
     }
     match prev {
         Some("resp_warm") => {
-            let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1",
-                "namespace":"mcp__probe","name":"echo","arguments":"{\"text\":\"hi\"}","status":"completed"});
-            vec![
-                created("resp_turn"),
-                json!({"type":"response.output_item.added","output_index":0,"item":item}),
-                json!({"type":"response.output_item.done","output_index":0,"item":item}),
-                completed("resp_turn", json!([item])),
-            ]
+            let item =
+                sse::function_call("fc_1", "call_1", "mcp__probe", "echo", "{\"text\":\"hi\"}");
+            sse::function_call_response("resp_turn", &item)
         }
         _ => {
             let msg = json!({"type":"message","id":"msg_1","role":"assistant",
                 "content":[{"type":"output_text","text":"done"}]});
             vec![
                 created("resp_cont"),
-                json!({"type":"response.output_item.done","output_index":0,"item":msg}),
+                item_done(0, &msg),
                 completed("resp_cont", json!([msg])),
             ]
         }
@@ -68,7 +60,7 @@ async fn responses_upstream(
                 tokio::spawn(async move {
                     let Ok(up) = upgrade.await else { return };
                     let (io, tally) = Hashing::new(hyper_util::rt::TokioIo::new(up));
-                    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+                    let mut ws = testkit::ws::server(io).await;
                     while let Some(Ok(msg)) = ws.next().await {
                         let Message::Text(text) = msg else { continue };
                         let req: Value = serde_json::from_str(&text).unwrap();
@@ -112,7 +104,7 @@ async fn codex_loop_over(relay: &Relay, path: &str) -> Digests {
         "{head:?}"
     );
     let (io, tally) = Hashing::new(tcp);
-    let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, None).await;
+    let mut ws = testkit::ws::client(io).await;
     let requests = [
         json!({"type":"response.create","model":"gpt-5","generate":false,"input":[]}),
         json!({"type":"response.create","model":"gpt-5","previous_response_id":"resp_warm",
@@ -247,7 +239,7 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
     for (i, (req, events)) in turns.iter().enumerate() {
         let c = frame(
             1,
-            &client_deflate.message(&req.to_string()),
+            &client_deflate.message(req.to_string()),
             true,
             mask(i as u8),
         );
@@ -255,7 +247,7 @@ async fn permessage_deflate_frames_pass_untouched_in_both_directions() {
         for ev in events {
             s.extend(frame(
                 1,
-                &server_deflate.message(&ev.to_string()),
+                &server_deflate.message(ev.to_string()),
                 true,
                 None,
             ));

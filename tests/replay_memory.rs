@@ -25,11 +25,9 @@ const THREADS: usize = 50;
 const IDLE_MS: f64 = 60_000.0;
 
 /// Replays `trace` in a child process; returns its peak resident set in KiB and its stderr.
-fn replay_peak_kib(trace: &Path, out: &Path) -> (i64, String) {
+fn replay_peak_kib(trace: &Path, out: &Path) -> (u64, String) {
     let errors = out.with_extension("stderr");
-    // Reaped by wait4 below, which std's wait() cannot stand in for (it gives no rusage).
-    #[allow(clippy::zombie_processes)]
-    let child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
         .arg("replay")
         .arg(trace)
         .arg("-o")
@@ -38,22 +36,16 @@ fn replay_peak_kib(trace: &Path, out: &Path) -> (i64, String) {
         .stderr(std::fs::File::create(&errors).unwrap())
         .spawn()
         .expect("run windowtap");
-    // wait4 on this child's pid: its own peak, not that of other tests' children (the
-    // process-wide RUSAGE_CHILDREN would mix them in).
-    let mut status = 0;
-    // SAFETY: rusage is plain data, filled in by wait4.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, which std has not reaped (no wait() was called on it).
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    // This child's own peak (its VmHWM), not that of other tests' children (the process-wide
+    // RUSAGE_CHILDREN would mix them in).
+    let (status, peak) = testkit::proc::wait_with_peak_kib(&mut child);
     let stderr = std::fs::read_to_string(&errors).unwrap();
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        status.success(),
         "replay of {} failed: {stderr}",
         trace.display()
     );
-    // ru_maxrss is in KiB on Linux.
-    (usage.ru_maxrss, stderr)
+    (peak, stderr)
 }
 
 #[test]

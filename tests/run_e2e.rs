@@ -15,13 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use support::*;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 /// Planted in the prompt: it must reach no record, capture or log line.
 const CANARY: &str = "CANARY-PROMPT-7c2a";
@@ -199,63 +196,20 @@ fn s(v: &[&str]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 
 fn anthropic_tool_turn(who: &str) -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":format!("msg_{who}_1"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":format!("toolu_{who}"),"name":"mcp__gate__wait","input":{}}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":json!({"name": who}).to_string()}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    let input = json!({"name": who}).to_string();
+    sse::body(
+        &sse::message(&format!("msg_{who}_1"), "claude")
+            .tool_use(&format!("toolu_{who}"), "mcp__gate__wait", Some(&input))
+            .end("tool_use", 5),
+    )
 }
 
 fn anthropic_text_turn(who: &str) -> String {
-    let mut s = String::new();
-    for (name, data) in [
-        (
-            "message_start",
-            json!({"type":"message_start","message":{"id":format!("msg_{who}_2"),"type":"message","role":"assistant","content":[],"model":"claude","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("done {who}")}}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type":"content_block_stop","index":0}),
-        ),
-        (
-            "message_delta",
-            json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        ),
-        ("message_stop", json!({"type":"message_stop"})),
-    ] {
-        s.push_str(&sse_event(name, &data));
-    }
-    s
+    sse::body(
+        &sse::message(&format!("msg_{who}_2"), "claude")
+            .text(&format!("done {who}"))
+            .end("end_turn", 2),
+    )
 }
 
 async fn anthropic_upstream() -> Upstream {
@@ -275,15 +229,7 @@ async fn anthropic_upstream() -> Upstream {
                 anthropic_tool_turn(&who)
             };
             // One SSE event per frame, as a model API streams them.
-            let (tx, body) = channel_body();
-            tokio::spawn(async move {
-                for ev in text.split_inclusive("\n\n") {
-                    if tx.send(Ok(Bytes::from(ev.to_string()))).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            sse_response(body)
+            event_per_frame(text)
         }),
     )
     .await
@@ -493,33 +439,28 @@ async fn responses_ws_upstream() -> Upstream {
             let upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(up) = upgrade.await else { return };
-                let mut ws = WebSocketStream::from_raw_socket(
-                    hyper_util::rt::TokioIo::new(up),
-                    Role::Server,
-                    None,
-                )
+                let mut ws = testkit::ws::server(hyper_util::rt::TokioIo::new(up))
                 .await;
                 let mut n = 0;
                 while let Some(Ok(Message::Text(text))) = ws.next().await {
                     n += 1;
                     let req: Value = serde_json::from_str(&text).unwrap();
                     let id = format!("resp_{n}");
-                    let mut evs = vec![
-                        json!({"type":"response.created","response":{"id":id,"status":"in_progress","output":[]}}),
-                    ];
-                    let mut output = json!([]);
                     let continues = text.contains("function_call_output");
-                    if req["generate"] != json!(false) && !continues {
-                        let item = json!({"type":"function_call","id":"fc_1","call_id":"call_1","namespace":"mcp__gate","name":"wait","arguments":json!({"name":"cx"}).to_string(),"status":"completed"});
-                        evs.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
-                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
-                        output = json!([item]);
+                    let evs = if req["generate"] != json!(false) && !continues {
+                        let args = json!({"name":"cx"}).to_string();
+                        let item = sse::function_call("fc_1", "call_1", "mcp__gate", "wait", &args);
+                        sse::function_call_response(&id, &item)
                     } else if continues {
                         let item = json!({"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"done"}]});
-                        evs.push(json!({"type":"response.output_item.done","output_index":0,"item":item}));
-                        output = json!([item]);
-                    }
-                    evs.push(json!({"type":"response.completed","response":{"id":id,"status":"completed","output":output}}));
+                        vec![
+                            sse::response_created(&id),
+                            sse::item_done(0, &item),
+                            sse::response_completed(&id, json!([item])),
+                        ]
+                    } else {
+                        vec![sse::response_created(&id), sse::response_completed(&id, json!([]))]
+                    };
                     for ev in evs {
                         if ws.send(Message::text(ev.to_string())).await.is_err() {
                             return;
@@ -1026,8 +967,7 @@ async fn sigterm_to_run_is_passed_on_to_the_host() {
         &["--linger"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
         },
     )
     .await;
@@ -1060,8 +1000,7 @@ async fn ctrl_c_to_run_alone_leaves_the_host_running() {
         &["--linger"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            testkit::proc::signal(pid, testkit::proc::Signal::INT);
             std::fs::write(gates.join("linger.go"), "").unwrap();
         },
     )
@@ -1109,13 +1048,11 @@ async fn a_second_sigterm_stops_run_at_once_with_complete_records_and_capture() 
         &["--linger", "--ignore-term"],
         |pid, gates| {
             wait_until_lingering(gates);
-            // SAFETY: kill only sends a signal to the run process this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
             // Passed on: the host has seen the first before the second is sent (two pending
             // signals of one kind would be one).
             wait_for_gate(gates, "term.seen");
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            testkit::proc::terminate(pid);
             // Once run has exited (without a fast path it never would: the host lingers),
             // let the host go, so that the stderr it shares with run is closed.
             let deadline = Instant::now() + WAIT;
@@ -1669,8 +1606,7 @@ fn listen_on_localhost_is_loopback() {
     let stderr = child.stderr.take().unwrap();
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
     let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    // SAFETY: kill only sends a signal to the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    testkit::proc::terminate(child.id());
     let status = wait_bounded(&mut child).expect("the relay stops");
     assert!(
         first.starts_with("windowtap relay listening on http://127.0.0.1:"),

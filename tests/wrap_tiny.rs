@@ -260,7 +260,10 @@ fn sigint_and_sigterm_reach_the_server_and_its_fate_is_the_exit_code() {
     if !python() {
         return;
     }
-    for (sig, want) in [(libc::SIGINT, 42), (libc::SIGTERM, 128 + libc::SIGTERM)] {
+    for (sig, want) in [
+        (Signal::INT, 42),
+        (Signal::TERM, 128 + Signal::TERM.as_raw()),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let ingest = Ingest::start(&dir.path().join("ingest.sock"));
         let mut w = start("tiny", Some(&ingest.path), &tiny(None));
@@ -273,7 +276,11 @@ fn sigint_and_sigterm_reach_the_server_and_its_fate_is_the_exit_code() {
         signal(w.child.id(), sig);
         // Stdin stays open: the signal alone must end the server.
         let (status, _, stderr) = w.wait_open();
-        assert_eq!(status.code(), Some(want), "signal {sig}; stderr: {stderr}");
+        assert_eq!(
+            status.code(),
+            Some(want),
+            "signal {sig:?}; stderr: {stderr}"
+        );
         let got = intervals(&started(ingest.stop_after(1)));
         assert_eq!(got.len(), 1);
         assert_eq!(

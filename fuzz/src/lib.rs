@@ -5,8 +5,9 @@
 //! library) and the regression test `correlator/tests/fuzz_seeds.rs`, which includes it with
 //! `#[path]` and replays every seed and fixed crash under plain `cargo test`. Including the file
 //! keeps the harnesses on the public API only and adds no feature or public surface to the
-//! library; it only needs `correlator`, `flate2`, `brotli`, `zstd` and `serde_json`, which the
-//! correlator's tests can use as they are.
+//! library; it only needs `correlator`, `flate2`, `brotli`, `zstd`, `serde_json` and the test
+//! kit's frames and permessage-deflate (`testkit` without its default `net` feature), which
+//! the correlator's tests can use as they are.
 //!
 //! Input layouts (little-endian; a missing byte reads as 0, a length past the end is cut to the
 //! end, so every byte string is a valid input):
@@ -26,7 +27,9 @@ use correlator::observe::{
 use correlator::trace::{event_line, TraceReader, HEADER};
 use correlator::Record;
 use correlator::{Event, EventKind};
+use flate2::Compression;
 use serde_json::Value;
+use testkit::ws::{self, Deflater};
 
 // ---------------------------------------------------------------------------------------------
 // Input decoding and chunking.
@@ -302,69 +305,6 @@ const EXTENSIONS: [Option<&str>; 7] = [
     Some("x-webkit-deflate-frame"),
 ];
 
-/// A permessage-deflate sender (RFC 7692 §7.2.1): raw DEFLATE, sync flush, the trailing
-/// `00 00 ff ff` removed; a fresh compressor per message without context takeover.
-struct Deflater {
-    c: flate2::Compress,
-    takeover: bool,
-}
-
-impl Deflater {
-    fn new(takeover: bool) -> Self {
-        Deflater {
-            c: flate2::Compress::new(flate2::Compression::fast(), false),
-            takeover,
-        }
-    }
-
-    fn compress(&mut self, msg: &[u8]) -> Vec<u8> {
-        if !self.takeover {
-            self.c.reset();
-        }
-        let mut out = Vec::with_capacity(msg.len() + 64);
-        let mut rest = msg;
-        loop {
-            out.reserve(1024);
-            let before = self.c.total_in();
-            self.c
-                .compress_vec(rest, &mut out, flate2::FlushCompress::Sync)
-                .expect("deflate into a Vec");
-            rest = &rest[(self.c.total_in() - before) as usize..];
-            if rest.is_empty() && out.len() < out.capacity() {
-                break;
-            }
-        }
-        assert!(out.ends_with(&[0, 0, 0xff, 0xff]), "sync flush tail");
-        out.truncate(out.len() - 4);
-        out
-    }
-}
-
-/// One RFC 6455 frame; `mask` masks the payload as a client must.
-fn frame(fin: bool, rsv1: bool, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
-    let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
-    let m = if mask.is_some() { 0x80 } else { 0 };
-    match payload.len() {
-        n if n < 126 => f.push(m | n as u8),
-        n if n <= 0xffff => {
-            f.push(m | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(m | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    match mask {
-        Some(k) => {
-            f.extend_from_slice(&k);
-            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i & 3]));
-        }
-        None => f.extend_from_slice(payload),
-    }
-    f
-}
-
 /// One message of a built connection.
 struct WsMessage<'a> {
     to_server: bool,
@@ -478,8 +418,8 @@ pub fn ws_connection(data: &[u8]) {
 
     let mut deflaters = pmd.map(|p| {
         (
-            Deflater::new(!p.client_no_context_takeover),
-            Deflater::new(!p.server_no_context_takeover),
+            Deflater::new(Compression::fast(), !p.client_no_context_takeover),
+            Deflater::new(Compression::fast(), !p.server_no_context_takeover),
         )
     });
     let mut mask_rng = seed;
@@ -497,15 +437,21 @@ pub fn ws_connection(data: &[u8]) {
             mask_rng = mask_rng.rotate_left(13) ^ 0x0005_DEEC_E66D;
             m.to_server.then(|| (mask_rng as u32).to_le_bytes())
         };
-        plain.push((m.to_server, frame(true, false, m.opcode, payload, None)));
+        plain.push((
+            m.to_server,
+            ws::encode(ws::header(true, false, m.opcode, None), payload),
+        ));
         if control {
-            built.push((m.to_server, frame(true, false, m.opcode, payload, mask())));
+            built.push((
+                m.to_server,
+                ws::encode(ws::header(true, false, m.opcode, mask()), payload),
+            ));
             continue;
         }
         let (rsv1, body) = match deflaters.as_mut() {
             Some((client, server)) if m.compress => {
                 let d = if m.to_server { client } else { server };
-                (true, d.compress(payload))
+                (true, d.message(payload))
             }
             _ => (false, payload.to_vec()),
         };
@@ -519,9 +465,12 @@ pub fn ws_connection(data: &[u8]) {
         for (i, part) in parts.iter().enumerate() {
             let (first, last) = (i == 0, i + 1 == parts.len());
             let opcode = if first { m.opcode } else { 0 };
-            bytes.extend(frame(last, rsv1 && first, opcode, part, mask()));
+            bytes.extend(ws::encode(
+                ws::header(last, rsv1 && first, opcode, mask()),
+                part,
+            ));
             if m.ping_inside && !last {
-                bytes.extend(frame(true, false, 9, b"p", mask()));
+                bytes.extend(ws::encode(ws::header(true, false, 9, mask()), b"p"));
             }
         }
         built.push((m.to_server, bytes));

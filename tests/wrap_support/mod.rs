@@ -31,10 +31,7 @@ pub fn have(cmd: &str) -> bool {
         .is_ok()
 }
 
-pub fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill only sends a signal to a child we started and have not reaped.
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
-}
+pub use testkit::proc::{signal, Signal};
 
 /// The pseudonymization key every test harness is given (in a key file), so tests can
 /// compute the pseudonym a raw id is printed as.
@@ -139,7 +136,7 @@ impl Ingest {
     /// it for canaries).
     pub fn stop_after_text(mut self, n: usize) -> (Vec<Event>, String) {
         self.wait_intervals(n);
-        signal(self.child.id(), libc::SIGTERM);
+        signal(self.child.id(), Signal::TERM);
         self.out.take().unwrap().join().unwrap();
         while let Ok(line) = self.lines.try_recv() {
             self.seen.push(line);

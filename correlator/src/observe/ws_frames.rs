@@ -500,10 +500,11 @@ fn inflate(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use flate2::{Compress, Compression, FlushCompress};
+    use flate2::Compression;
     use proptest::prelude::*;
 
-    /// Builds one frame: `mask` masks the payload (as a client must).
+    /// Builds one frame: `mask` masks the payload (as a client must). The test kit's
+    /// encoder (tungstenite's frames), under the argument order these tests use.
     pub(crate) fn frame(
         fin: bool,
         rsv1: bool,
@@ -511,63 +512,19 @@ pub(crate) mod tests {
         payload: &[u8],
         mask: Option<[u8; 4]>,
     ) -> Vec<u8> {
-        let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
-        let m = if mask.is_some() { 0x80 } else { 0 };
-        match payload.len() {
-            n if n < 126 => f.push(m | n as u8),
-            n if n <= 0xffff => {
-                f.push(m | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(m | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        match mask {
-            Some(k) => {
-                f.extend_from_slice(&k);
-                f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i & 3]));
-            }
-            None => f.extend_from_slice(payload),
-        }
-        f
+        testkit::ws::encode(testkit::ws::header(fin, rsv1, opcode, mask), payload)
     }
 
-    /// A permessage-deflate sender: sync-flush each message and strip the `00 00 ff ff` tail;
-    /// with `context_takeover` off, a fresh compressor per message.
-    pub(crate) struct Deflater {
-        c: Compress,
-        takeover: bool,
-    }
+    /// A permessage-deflate sender (the test kit's): sync-flush each message and strip the
+    /// `00 00 ff ff` tail; with `context_takeover` off, a fresh compressor per message.
+    pub(crate) struct Deflater(testkit::ws::Deflater);
 
     impl Deflater {
         pub(crate) fn new(takeover: bool) -> Self {
-            Deflater {
-                c: Compress::new(Compression::default(), false),
-                takeover,
-            }
+            Deflater(testkit::ws::Deflater::new(Compression::default(), takeover))
         }
         pub(crate) fn compress(&mut self, msg: &[u8]) -> Vec<u8> {
-            if !self.takeover {
-                self.c.reset();
-            }
-            let mut out = Vec::with_capacity(msg.len() + 64);
-            let mut input = msg;
-            loop {
-                out.reserve(1024);
-                let before = self.c.total_in();
-                self.c
-                    .compress_vec(input, &mut out, FlushCompress::Sync)
-                    .unwrap();
-                input = &input[(self.c.total_in() - before) as usize..];
-                if input.is_empty() && out.capacity() > out.len() {
-                    break;
-                }
-            }
-            assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
-            out.truncate(out.len() - 4);
-            out
+            self.0.message(msg)
         }
     }
 

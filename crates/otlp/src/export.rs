@@ -481,7 +481,7 @@ mod tests {
 
     use crate::config::Endpoint;
     use crate::span;
-    use crate::testing::{start_with_env, test_pki, Answer, Receiver};
+    use crate::testing::{start_with_env, Answer, Receiver};
     use opentelemetry_proto::tonic::common::v1::any_value;
 
     /// A span starting `i` × 100 ms after the epoch.
@@ -696,8 +696,8 @@ mod tests {
 
     #[tokio::test]
     async fn https_with_an_extra_root_from_a_pem_file() {
-        let (ca_cert, server) = test_pki();
-        let rx = Receiver::start_tls(vec![Answer::Ok], Arc::new(server)).await;
+        let pki = testkit::pki();
+        let rx = Receiver::start_tls(vec![Answer::Ok], pki.server.clone()).await;
         let url = format!("https://localhost:{}", rx.addr.port());
 
         // Without the root the certificate is not trusted: a counted failure, named so.
@@ -709,7 +709,7 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.pem");
-        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        std::fs::write(&ca_file, &pki.ca_pem).unwrap();
         let mut c = config(&url);
         c.ca_file = Some(ca_file);
         let exporter = start(c, &[]);

@@ -184,30 +184,3 @@ fn ok(r: ExportTraceServiceResponse) -> Response<Full<Bytes>> {
         .body(Full::new(Bytes::from(r.encode_to_vec())))
         .unwrap()
 }
-
-/// A CA and a server configuration for `localhost` signed by it, for the unit tests of TLS
-/// clients (the relay's upstream connector, the OTLP exporter).
-pub fn test_pki() -> (rcgen::Certificate, rustls::ServerConfig) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    (ca_cert, server)
-}

@@ -301,42 +301,16 @@ impl tower_service::Service<http::Uri> for UpstreamConnector {
     }
 }
 
-/// A CA and a server configuration for `localhost` signed by it, for the unit tests of TLS
-/// clients (the relay's upstream connector, the OTLP exporter).
-#[cfg(test)]
-pub(crate) fn test_pki() -> (rcgen::Certificate, rustls::ServerConfig) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    (ca_cert, server)
-}
-
 #[cfg(test)]
 mod tests {
     /// 30 connections one after another, then 20 at once, to a server that issues stateless
     /// tickets: every one of the 20 resumes (rustls's own store, 8 tickets, resumed 8).
     #[tokio::test]
     async fn a_burst_of_upstream_connections_resumes_from_the_ticket_stock() {
+        use rustls_pki_types::pem::PemObject;
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (ca_cert, mut server) = super::test_pki();
+        let pki = testkit::pki();
+        let mut server = (*pki.server).clone();
         server.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -361,7 +335,8 @@ mod tests {
                 });
             }
         });
-        let roots = super::ExtraRoots(vec![ca_cert.der().clone()]);
+        let ca = rustls_pki_types::CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap();
+        let roots = super::ExtraRoots(vec![ca]);
         let connector =
             tokio_rustls::TlsConnector::from(Arc::new(super::client_config(&roots).unwrap()));
         let connect = || {
