@@ -30,7 +30,7 @@ use correlator::json::push_ms;
 use correlator::records::Summary;
 use correlator::Millis;
 
-use super::model::{Category, LaneKey, Timeline, Window, WindowEnd, NEAR_MAX};
+use super::model::{Category, LaneKey, Lost, Timeline, TurnStart, Window, WindowEnd, NEAR_MAX};
 
 /// Most intervals drawn one by one; more are aggregated.
 pub(crate) const DETAIL_MAX: usize = 1500;
@@ -800,22 +800,72 @@ fn detailed_view(out: &mut String, tl: &Timeline) {
 
 fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
     let slots = Slots::new(tl, MAX_LANES);
-    let lanes = slots.labels.len();
-    let lane_of = |l: usize| slots.of[l];
     let mut body = String::new();
     let mut bg = String::new();
     let mut y = AXIS_H;
-    // MCP calls no wrapper reported, per drawn lane: they have no mark, so the lane says so.
-    let unreported_in = |slot: usize| -> usize {
-        tl.unreported_lanes
+    for lane in 0..slots.labels.len() {
+        if let Some(layout) = LaneLayout::of(tl, sc, &slots, lane, marks) {
+            y += layout.draw(&mut body, &mut bg, tl, sc, &slots, lane, y);
+        }
+    }
+    let height = y + 4.0;
+    let _ = writeln!(
+        out,
+        "<div class=\"zoom\">show from <input class=\"z0\" type=\"number\" step=\"any\" value=\"{}\"/> s to <input class=\"z1\" type=\"number\" step=\"any\" value=\"{}\"/> s <button type=\"button\" class=\"zgo\">zoom</button> <button type=\"button\" class=\"zout\">zoom out</button> <button type=\"button\" class=\"zall\">whole page</button> <span class=\"zhint\">or drag across the timeline, click a turn flag (▸) or a window</span></div>",
+        secs(sc.t0),
+        secs(sc.t1)
+    );
+    let _ = writeln!(
+        out,
+        "<div class=\"scroll\"><svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" data-t0=\"{}\" data-t1=\"{}\" role=\"img\" aria-label=\"timeline\">",
+        ms(sc.t0),
+        ms(sc.t1)
+    );
+    out.push_str(&bg);
+    out.push_str("<g class=\"axis\">");
+    axis(out, sc, height);
+    out.push_str("</g>");
+    out.push_str(&body);
+    out.push_str("</svg></div>\n");
+}
+
+/// One lane of a page: what falls in the page's time range, packed in rows (windows above,
+/// then intervals with their labels), and the lane's height.
+struct LaneLayout<'t> {
+    /// MCP calls no wrapper reported on this lane's threads: they have no mark, so the lane
+    /// says so.
+    unreported: usize,
+    turns: Vec<&'t TurnStart>,
+    wins: Vec<&'t Window>,
+    /// Each window's pixel extent and row.
+    wext: Vec<(f64, f64)>,
+    wrow: Vec<usize>,
+    nwrows: usize,
+    /// The intervals (indices into `tl.marks`), each with its extent, label and where the
+    /// label goes, and its row.
+    ms_here: Vec<usize>,
+    placed: Vec<(f64, f64, String, Place)>,
+    mrow: Vec<usize>,
+    lost: Vec<&'t Lost>,
+    h: f64,
+}
+
+impl<'t> LaneLayout<'t> {
+    /// `None` when nothing of the lane falls in the page's range.
+    fn of(
+        tl: &'t Timeline,
+        sc: &Scale,
+        slots: &Slots,
+        lane: usize,
+        marks: &[usize],
+    ) -> Option<LaneLayout<'t>> {
+        let in_lane = |l: usize| slots.of[l] == lane;
+        let unreported = tl
+            .unreported_lanes
             .iter()
-            .filter(|(l, _)| lane_of(*l) == slot)
+            .filter(|(l, _)| in_lane(*l))
             .map(|(_, n)| n)
-            .sum()
-    };
-    for lane in 0..lanes {
-        let unreported = unreported_in(lane);
-        let in_lane = |l: usize| lane_of(l) == lane;
+            .sum();
         let wins: Vec<&Window> = tl
             .windows
             .iter()
@@ -833,7 +883,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             .filter(|l| in_lane(l.lane) && l.t >= sc.t0 && l.t <= sc.t1)
             .collect();
         if wins.is_empty() && ms_here.is_empty() && lost.is_empty() {
-            continue;
+            return None;
         }
         let turns: Vec<_> = tl
             .turns
@@ -867,12 +917,91 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         // unreported calls).
         let min_h = if unreported > 0 { 58.0 } else { 44.0 };
         let h = (LANE_PAD * 2.0 + nwrows as f64 * WIN_ROW + nmrows as f64 * MARK_ROW).max(min_h);
-        // Backgrounds go first, under the time grid; the lane's content over it.
+        Some(LaneLayout {
+            unreported,
+            turns,
+            wins,
+            wext,
+            wrow,
+            nwrows,
+            ms_here,
+            placed,
+            mrow,
+            lost,
+            h,
+        })
+    }
+
+    /// Draws the lane at `y`: its background into `bg` (under the time grid), everything
+    /// else into `body`; returns its height.
+    #[allow(clippy::too_many_arguments)]
+    fn draw(
+        &self,
+        body: &mut String,
+        bg: &mut String,
+        tl: &Timeline,
+        sc: &Scale,
+        slots: &Slots,
+        lane: usize,
+        y: f64,
+    ) -> f64 {
+        let h = self.h;
         let _ = write!(
             bg,
             "<rect x=\"0\" y=\"{y:.1}\" width=\"{WIDTH}\" height=\"{h:.1}\" fill=\"{}\"/>",
             if lane % 2 == 0 { "#f3f6f9" } else { "#ffffff" }
         );
+        self.heading(body, slots, lane, y);
+        // Turn starts first, under the windows and marks.
+        for s in &self.turns {
+            let title = format!(
+                "turn starts: request {} at {} ms (it continues no response with a tool call) · click to zoom to this turn",
+                esc(&s.request),
+                ms(s.t)
+            );
+            let flag = [(0.0, y + 1.0), (7.0, y + 4.5), (0.0, y + 8.0)];
+            let line = "stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"";
+            lane_marker(
+                body,
+                "turn",
+                &title,
+                (s.t, sc.x(s.t)),
+                (y, h),
+                line,
+                flag,
+                "#33475b",
+            );
+        }
+        self.windows(body, tl, sc, y);
+        self.intervals(body, tl, y);
+        for l in &self.lost {
+            let title = format!(
+                "observation lost on stream {} at {} ms ({})",
+                esc(&l.stream),
+                ms(l.t),
+                esc(&l.reason)
+            );
+            let flag = [(-5.0, y + 1.0), (5.0, y + 1.0), (0.0, y + 7.0)];
+            let line = "stroke=\"#d00\" stroke-width=\"2\"";
+            lane_marker(
+                body,
+                "lost",
+                &title,
+                (l.t, sc.x(l.t)),
+                (y, h),
+                line,
+                flag,
+                "#d00",
+            );
+        }
+        body.push_str("</g>\n");
+        h
+    }
+
+    /// The lane's label (and its detail, the bracket from its parent's lane, the count of
+    /// unreported calls) in the label column; opens the lane's group.
+    fn heading(&self, body: &mut String, slots: &Slots, lane: usize, y: f64) {
+        let h = self.h;
         let depth = slots.depths[lane];
         let _ = write!(
             body,
@@ -896,7 +1025,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
         }
         match &slots.details[lane] {
             Some(d) => {
-                lane_label(&mut body, &slots.labels[lane], depth, y, h - 14.0);
+                lane_label(body, &slots.labels[lane], depth, y, h - 14.0);
                 let x = 8.0 + depth.min(4) as f64 * INDENT;
                 let chars = ((LABEL_W - 6.0 - x) / 6.4) as usize;
                 let shown: String = if d.chars().count() > chars {
@@ -916,10 +1045,10 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                     esc(&shown)
                 );
             }
-            None => lane_label(&mut body, &slots.labels[lane], depth, y, h),
+            None => lane_label(body, &slots.labels[lane], depth, y, h),
         }
-        if unreported > 0 {
-            let n = unreported;
+        if self.unreported > 0 {
+            let n = self.unreported;
             let _ = write!(
                 body,
                 "<text class=\"lane-noreport\" x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" font-weight=\"600\" fill=\"#b35c00\"><title>model tool calls to MCP tools on this thread that no wrapper reported: no mark shows them (see the warning above)</title>⚠ {n} MCP call{} not reported</text>",
@@ -928,29 +1057,13 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 if n == 1 { "" } else { "s" }
             );
         }
-        // Turn starts first, under the windows and marks.
-        for s in &turns {
-            let title = format!(
-                "turn starts: request {} at {} ms (it continues no response with a tool call) · click to zoom to this turn",
-                esc(&s.request),
-                ms(s.t)
-            );
-            let flag = [(0.0, y + 1.0), (7.0, y + 4.5), (0.0, y + 8.0)];
-            let line = "stroke=\"#33475b\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"";
-            lane_marker(
-                &mut body,
-                "turn",
-                &title,
-                (s.t, sc.x(s.t)),
-                (y, h),
-                line,
-                flag,
-                "#33475b",
-            );
-        }
-        for (i, w) in wins.iter().enumerate() {
-            let (a, b) = wext[i];
-            let wy = y + LANE_PAD + wrow[i] as f64 * WIN_ROW;
+    }
+
+    /// Its response windows, each with its completion line and the names of its calls.
+    fn windows(&self, body: &mut String, tl: &Timeline, sc: &Scale, y: f64) {
+        for (i, w) in self.wins.iter().enumerate() {
+            let (a, b) = self.wext[i];
+            let wy = y + LANE_PAD + self.wrow[i] as f64 * WIN_ROW;
             let (fill, stroke, dash) = match w.end {
                 WindowEnd::Closed(_) => ("#cfe0ef", "#4a7fa7", ""),
                 WindowEnd::Broken(..) => ("#f6d5d5", "#b22", " stroke-dasharray=\"4 2\""),
@@ -998,12 +1111,16 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
                 esc(&text)
             );
         }
-        let my0 = y + LANE_PAD + nwrows as f64 * WIN_ROW;
-        for (i, &mi) in ms_here.iter().enumerate() {
+    }
+
+    /// Its intervals, each coloured by its decision and labelled with its tool and decision.
+    fn intervals(&self, body: &mut String, tl: &Timeline, y: f64) {
+        let my0 = y + LANE_PAD + self.nwrows as f64 * WIN_ROW;
+        for (i, &mi) in self.ms_here.iter().enumerate() {
             let r = &tl.records[tl.marks[mi].record];
             let c = Category::of(r);
-            let (a, b, label, (lx, end, _)) = &placed[i];
-            let my = my0 + mrow[i] as f64 * MARK_ROW;
+            let (a, b, label, (lx, end, _)) = &self.placed[i];
+            let my = my0 + self.mrow[i] as f64 * MARK_ROW;
             let inside = *lx == a + 3.0 && !end && b - a >= text_width(label, LABEL_CHAR_W) + 6.0;
             let _ = write!(
                 body,
@@ -1030,48 +1147,7 @@ fn page(out: &mut String, tl: &Timeline, sc: &Scale, marks: &[usize]) {
             );
             body.push_str("</g>");
         }
-        for l in lost {
-            let title = format!(
-                "observation lost on stream {} at {} ms ({})",
-                esc(&l.stream),
-                ms(l.t),
-                esc(&l.reason)
-            );
-            let flag = [(-5.0, y + 1.0), (5.0, y + 1.0), (0.0, y + 7.0)];
-            let line = "stroke=\"#d00\" stroke-width=\"2\"";
-            lane_marker(
-                &mut body,
-                "lost",
-                &title,
-                (l.t, sc.x(l.t)),
-                (y, h),
-                line,
-                flag,
-                "#d00",
-            );
-        }
-        body.push_str("</g>\n");
-        y += h;
     }
-    let height = y + 4.0;
-    let _ = writeln!(
-        out,
-        "<div class=\"zoom\">show from <input class=\"z0\" type=\"number\" step=\"any\" value=\"{}\"/> s to <input class=\"z1\" type=\"number\" step=\"any\" value=\"{}\"/> s <button type=\"button\" class=\"zgo\">zoom</button> <button type=\"button\" class=\"zout\">zoom out</button> <button type=\"button\" class=\"zall\">whole page</button> <span class=\"zhint\">or drag across the timeline, click a turn flag (▸) or a window</span></div>",
-        secs(sc.t0),
-        secs(sc.t1)
-    );
-    let _ = writeln!(
-        out,
-        "<div class=\"scroll\"><svg class=\"tl\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" data-t0=\"{}\" data-t1=\"{}\" role=\"img\" aria-label=\"timeline\">",
-        ms(sc.t0),
-        ms(sc.t1)
-    );
-    out.push_str(&bg);
-    out.push_str("<g class=\"axis\">");
-    axis(out, sc, height);
-    out.push_str("</g>");
-    out.push_str(&body);
-    out.push_str("</svg></div>\n");
 }
 
 /// Seconds for the zoom inputs, to the millisecond.
