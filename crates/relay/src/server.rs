@@ -86,23 +86,62 @@ pub struct Relay {
     pub(crate) observers: cores::Cores,
 }
 
-/// Binds the listener and starts accepting. Observed streams stamp their events with
-/// `clock` and hand them to `observations` (without, every stream is forwarded unobserved);
-/// each accepted connection's host is asked of `hosts`.
-pub async fn start(
+/// A relay whose upstream TLS is set up and whose listener is bound, not yet accepting:
+/// what can fail on the user's options (a CA file, a port in use) has failed by now, before
+/// whoever starts the relay starts anything else.
+pub struct Bound {
     config: Config,
+    connector: UpstreamConnector,
+    listener: TcpListener,
+}
+
+/// Sets up upstream TLS and binds the listener (inside the runtime the relay will run on).
+pub fn bind(config: Config) -> anyhow::Result<Bound> {
+    let connector = UpstreamConnector::new(&config.upstream_roots, config.connect_timeout)?;
+    let listener =
+        listen(config.listen).map_err(|e| sys::advice::listen_failed(config.listen, e))?;
+    Ok(Bound {
+        config,
+        connector,
+        listener,
+    })
+}
+
+impl Bound {
+    /// The bound listen address.
+    pub fn addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Starts accepting. Observed streams stamp their events with `clock` and hand them to
+    /// `observations` (without, every stream is forwarded unobserved); each accepted
+    /// connection's host is asked of `hosts`.
+    pub async fn start(
+        self,
+        clock: Clock,
+        observations: Option<Observations>,
+        hosts: hostid::Hosts,
+    ) -> anyhow::Result<Relay> {
+        start(self, clock, observations, hosts).await
+    }
+}
+
+async fn start(
+    bound: Bound,
     clock: Clock,
     observations: Option<Observations>,
     hosts: hostid::Hosts,
 ) -> anyhow::Result<Relay> {
-    let connector = UpstreamConnector::new(&config.upstream_roots, config.connect_timeout)?;
+    let Bound {
+        config,
+        connector,
+        listener,
+    } = bound;
     // `start` runs on the main runtime: the connections' timers run there.
     let timers = Timers::new(tokio::runtime::Handle::current());
     let client = upstream::client(connector.clone(), config.upstream_idle, timers.clone());
     let upstreams = upstream::Upstreams::new(connector, config.upstream_idle);
     upstreams.spawn_sweeper();
-    let listener =
-        listen(config.listen).map_err(|e| sys::advice::listen_failed(config.listen, e))?;
     let addr = listener.local_addr()?;
     let tunnels = Arc::new(Tunnels::default());
     let failed = Arc::new(FailedExchanges::default());

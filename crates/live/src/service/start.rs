@@ -43,9 +43,13 @@ pub struct Running {
     pub(super) exporter: Option<otlp::Exporter>,
 }
 
-/// Starts the correlator task, the OTLP exporter and the ingest socket, then the data plane
-/// feeding them. `clock` is the relay clock MCP report times must be on.
+/// Binds the data plane's listener, starts the OTLP exporter, the correlator task and the
+/// ingest socket, then the data plane feeding them (in the order the one-crate relay did).
+/// `clock` is the relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
+    let drain = config.relay.drain;
+    // What can fail on the user's options fails first, before any file is written.
+    let bound = relay::bind(config.relay)?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(relay::EVENT_QUEUE);
     let (stop_live, live_stopped) = oneshot::channel::<Duration>();
     let exporter = match config.otlp {
@@ -74,12 +78,14 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
     } else {
         hostid::Hosts::start()
     };
-    let drain = config.relay.drain;
-    let relay = relay::start(config.relay, clock, Some(observations), hosts.clone()).await?;
+    // Wrappers may report from the moment the relay accepts: the socket is there first.
     let ingest_socket = match config.ingest {
         Some(path) => Some(crate::ingest::serve(path, clock, ingest.clone(), hosts.clone()).await?),
         None => None,
     };
+    let relay = bound
+        .start(clock, Some(observations), hosts.clone())
+        .await?;
     Ok(Running {
         addr: relay.addr,
         mounts: relay.mounts.clone(),
