@@ -4,7 +4,8 @@
 //! else, and every other crate forbids it). What belongs here: a call with no safe wrapper in
 //! `rustix` or `std`, made safe by an argument that holds for every caller. What does not:
 //! anything `rustix` offers (`getuid`, `kill`, `clock_gettime`, `waitid`, socket options,
-//! priorities), which the callers use directly.
+//! priorities), which the callers use directly, except where its types cannot hold what the
+//! kernel may say (see [`peer_credentials`]).
 
 /// Sets glibc's trim and mmap thresholds (`mallopt(M_TRIM_THRESHOLD)`,
 /// `mallopt(M_MMAP_THRESHOLD)`); `false` if either was refused. Other C libraries have no
@@ -69,4 +70,33 @@ impl SignalSet {
         // SAFETY: the set is initialised; `sig` is ours to write.
         (unsafe { libc::sigwait(&self.0, &mut sig) } == 0).then_some(sig)
     }
+}
+
+/// The peer of a connected Unix socket as the kernel saw it when it connected
+/// (`SO_PEERCRED`): its pid and uid. The pid is 0 when the peer is in a pid namespace this
+/// process cannot see, which `rustix`'s `UCred` (a non-zero `Pid`) cannot hold, so the call is
+/// made here.
+pub fn peer_credentials(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<(i32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which we own, on the open
+    // descriptor `socket` borrows for the call's duration.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((cred.pid, cred.uid))
 }

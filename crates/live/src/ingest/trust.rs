@@ -146,20 +146,19 @@ pub fn connect_verified(
 
 /// The uid of the process at the other end of a connected Unix socket.
 fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
-    peer_cred(s).map(|c| c.uid.as_raw())
+    peer_cred(s).map(|(_, uid)| uid)
 }
 
 /// The pid of the process at the other end of a connected Unix socket (the relay, for a
 /// wrapper), as the kernel says.
 pub fn peer_pid(s: &std::os::unix::net::UnixStream) -> Option<u32> {
-    peer_cred(s)
-        .ok()
-        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+    peer_cred(s).ok().map(|(pid, _)| pid as u32)
 }
 
-/// The peer credentials (`SO_PEERCRED`) of a connected Unix socket.
-fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<rustix::net::UCred> {
-    Ok(rustix::net::sockopt::socket_peercred(s)?)
+/// The peer credentials (`SO_PEERCRED`) of a connected Unix socket: pid and uid.
+fn peer_cred(s: &std::os::unix::net::UnixStream) -> std::io::Result<(i32, u32)> {
+    use std::os::fd::AsFd;
+    sys::libc_calls::peer_credentials(s.as_fd())
 }
 
 /// The path to listen on: `explicit` as given, else [`default_path`] with its private
