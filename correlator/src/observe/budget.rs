@@ -22,11 +22,11 @@ pub(super) const KEEP: usize = 64 * 1024;
 /// The process-wide budget. Cheap to clone (an `Arc`).
 #[derive(Debug, Clone)]
 pub struct Budget {
-    shared: Arc<Shared>,
+    shared: Arc<Pool>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct Pool {
     limit: usize,
     /// What one stream may hold at most.
     share: usize,
@@ -37,7 +37,7 @@ impl Budget {
     /// A budget of `limit` bytes of which one stream may hold at most `share`.
     pub fn new(limit: usize, share: usize) -> Budget {
         Budget {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Pool {
                 limit,
                 share: share.min(limit),
                 held: AtomicUsize::new(0),

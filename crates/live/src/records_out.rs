@@ -42,7 +42,7 @@ impl Tail {
     }
 }
 
-struct Shared {
+struct Progress {
     /// Bytes handed over and not yet taken by the writer.
     pending: AtomicU64,
     written: AtomicU64,
@@ -52,7 +52,7 @@ struct Shared {
 /// `L` is a record line: the door's `Line` in the relay (tests use plain strings).
 pub(crate) struct RecordsOut<L = Line> {
     tx: Option<Sender<L>>,
-    shared: Arc<Shared>,
+    shared: Arc<Progress>,
     max_pending: u64,
     sent: u64,
     dropped: u64,
@@ -67,7 +67,7 @@ impl<L: AsRef<[u8]> + Send + 'static> RecordsOut<L> {
     ) -> io::Result<RecordsOut<L>> {
         let (tx, rx) = mpsc::channel::<L>();
         let (done_tx, done) = oneshot::channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Progress {
             pending: AtomicU64::new(0),
             written: AtomicU64::new(0),
         });
@@ -146,7 +146,7 @@ impl<L: AsRef<[u8]> + Send + 'static> RecordsOut<L> {
 fn write_lines<L: AsRef<[u8]>>(
     mut sink: Box<dyn Write + Send>,
     rx: Receiver<L>,
-    shared: &Shared,
+    shared: &Progress,
 ) -> (u64, u64, Option<io::Error>) {
     let (mut written, mut unwritten, mut error) = (0u64, 0u64, None::<io::Error>);
     let mut dirty = false;

@@ -185,7 +185,7 @@ async fn start(
     let (stop_accepting, stopped) = oneshot::channel::<()>();
     let (draining, drain_rx) = watch::channel(false);
     let cores = cores::Cores::start(cores::Cores::default_count())?;
-    let server = tokio::spawn(serve(
+    let server = tokio::spawn(accept_loop(
         listener,
         state,
         async move {
@@ -229,7 +229,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// connection task holds a clone of `drain`: once it turns `true` the connection finishes
 /// the request in flight and closes, and the sender sees every clone dropped. Connections
 /// run on `cores`.
-pub(crate) async fn serve(
+pub(crate) async fn accept_loop(
     listener: TcpListener,
     state: Arc<State>,
     shutdown: impl std::future::Future<Output = ()>,
@@ -280,7 +280,7 @@ pub(crate) async fn serve(
                 };
                 // Plain HTTP/1.1 exchanges pass verbatim; the first request that does not is
                 // served, with the rest of the connection, by `serve_hyper`.
-                verbatim::serve(io, state, drain).await;
+                verbatim::serve_connection(io, state, drain).await;
             })
         });
     }

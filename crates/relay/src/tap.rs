@@ -137,7 +137,7 @@ const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 /// this much memory before its stream is marked lost.
 pub(crate) const MAX_QUEUED_BYTES: usize = 4 << 20;
 
-struct Shared {
+struct Handoff {
     guard: SourceGuard,
     /// The time of the first dropped copy (`NONE` while nothing was dropped).
     overflow_at: AtomicU64,
@@ -158,7 +158,7 @@ struct Shared {
     wake: Notify,
 }
 
-impl Drop for Shared {
+impl Drop for Handoff {
     fn drop(&mut self) {
         // Copies still queued when the tap and its task are both gone (a task that did not
         // drain, at a shutdown) are freed with the channel: give their bytes back.
@@ -166,7 +166,7 @@ impl Drop for Shared {
     }
 }
 
-impl Shared {
+impl Handoff {
     fn time(v: &AtomicU64) -> Option<Millis> {
         match v.load(Ordering::SeqCst) {
             NONE => None,
@@ -178,7 +178,7 @@ impl Shared {
 /// The streams whose observers have copies to take up, rung together once per [`TICK`] by a
 /// ticker on the observation threads (see the module documentation).
 pub(crate) struct Doorbell {
-    ready: Mutex<Vec<Arc<Shared>>>,
+    ready: Mutex<Vec<Arc<Handoff>>>,
     /// The ticker stopped ticking after [`IDLE_TICKS`] ticks with nothing to ring; the next
     /// stream listed wakes it (one wake after a quiet spell, not one per copy).
     parked: AtomicBool,
@@ -206,7 +206,7 @@ impl Doorbell {
         })
     }
 
-    fn list(&self, stream: &Arc<Shared>) {
+    fn list(&self, stream: &Arc<Handoff>) {
         if let Ok(mut ready) = self.ready.lock() {
             ready.push(stream.clone());
         }
@@ -217,7 +217,7 @@ impl Doorbell {
 
     /// Wakes the observers of the streams listed since the last ring (`rung` is scratch
     /// space); whether there were any.
-    fn ring(&self, rung: &mut Vec<Arc<Shared>>) -> bool {
+    fn ring(&self, rung: &mut Vec<Arc<Handoff>>) -> bool {
         if let Ok(mut ready) = self.ready.lock() {
             std::mem::swap(rung, &mut *ready);
         }
@@ -261,7 +261,7 @@ impl Doorbell {
 /// observer's stream.
 pub(crate) struct Tap {
     tx: mpsc::Sender<(Millis, TapMsg)>,
-    shared: Arc<Shared>,
+    shared: Arc<Handoff>,
     doorbell: Arc<Doorbell>,
     clock: Clock,
 }
@@ -287,7 +287,7 @@ impl Tap {
     /// queued after a copy stamped later and be dated late; there the copy is sent before the
     /// task yields (`ws::splice`, the `h1::Tunnel` machine).
     pub(crate) fn stamp(&self) -> Option<Stamp<'_>> {
-        if Shared::time(&self.shared.overflow_at).is_some() {
+        if Handoff::time(&self.shared.overflow_at).is_some() {
             return None;
         }
         // Held from here until the copy is queued or dropped: the watermark stays at or
@@ -448,7 +448,7 @@ pub(crate) fn start(
         budget,
     } = settings.clone();
     let (tx, rx) = mpsc::channel(queue.max(1));
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Handoff {
         guard,
         overflow_at: AtomicU64::new(NONE),
         closed_at: AtomicU64::new(NONE),
@@ -481,7 +481,7 @@ struct Opening {
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<Handoff>,
     mut rx: mpsc::Receiver<(Millis, TapMsg)>,
     mut observer: Box<dyn StreamObserver>,
     opening: Opening,
@@ -503,7 +503,7 @@ async fn run(
     source.done();
 
     if stall.0 {
-        while Shared::time(&shared.closed_at).is_none() {
+        while Handoff::time(&shared.closed_at).is_none() {
             shared.wake.notified().await;
         }
     }
@@ -522,10 +522,10 @@ async fn run(
             Ok(m) => Some(m),
             Err(TryRecvError::Disconnected) => None,
             Err(TryRecvError::Empty) => {
-                if Shared::time(&shared.closed_at).is_some() {
+                if Handoff::time(&shared.closed_at).is_some() {
                     // The data path let go; what is queued is all there will be.
                     rx.close();
-                } else if lost_reported || Shared::time(&shared.overflow_at).is_none() {
+                } else if lost_reported || Handoff::time(&shared.overflow_at).is_none() {
                     // Rung by the doorbell, or at once for an end or an overflow.
                     shared.wake.notified().await;
                 }
@@ -548,7 +548,7 @@ async fn run(
             None => {}
         }
         if !lost_reported && rx.is_empty() {
-            if let Some(t) = Shared::time(&shared.overflow_at) {
+            if let Some(t) = Handoff::time(&shared.overflow_at) {
                 last_t = last_t.max(t);
                 source.took_up(last_t);
                 observer.lost("overflow", &mut out);
@@ -560,7 +560,7 @@ async fn run(
     }
     // Everything queued has been taken up: report a late overflow, then the end.
     if !lost_reported {
-        if let Some(t) = Shared::time(&shared.overflow_at) {
+        if let Some(t) = Handoff::time(&shared.overflow_at) {
             last_t = last_t.max(t);
             source.took_up(last_t);
             observer.lost("overflow", &mut out);
@@ -568,7 +568,7 @@ async fn run(
             source.done();
         }
     }
-    let t_close = Shared::time(&shared.closed_at)
+    let t_close = Handoff::time(&shared.closed_at)
         .unwrap_or(last_t)
         .max(last_t);
     source.took_up(t_close);

@@ -63,7 +63,11 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Serves one client connection until it ends, handing it to hyper at the first request the
 /// verbatim path does not take.
-pub(super) async fn serve(io: TcpStream, state: Arc<State>, mut drain: watch::Receiver<bool>) {
+pub(super) async fn serve_connection(
+    io: TcpStream,
+    state: Arc<State>,
+    mut drain: watch::Receiver<bool>,
+) {
     let mut client = Client {
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),

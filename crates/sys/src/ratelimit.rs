@@ -14,11 +14,11 @@ pub struct Repeated {
     first: u64,
     /// Then at most one per this period.
     period: Duration,
-    state: Mutex<State>,
+    state: Mutex<Tally>,
 }
 
 #[derive(Debug)]
-struct State {
+struct Tally {
     seen: u64,
     suppressed: u64,
     last_written: Option<Instant>,
@@ -29,7 +29,7 @@ impl Repeated {
         Repeated {
             first,
             period,
-            state: Mutex::new(State {
+            state: Mutex::new(Tally {
                 seen: 0,
                 suppressed: 0,
                 last_written: None,

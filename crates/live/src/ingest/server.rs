@@ -163,7 +163,7 @@ pub fn socket_owner(socket: &Path, check_dir: bool) -> SocketOwner {
 
 /// What every connection shares: the clock, the output, and a lock that makes stamping and
 /// sending one step, so events leave in the order of their `t` across connections.
-struct Shared {
+struct Intake {
     clock: Clock,
     tx: mpsc::Sender<(Millis, EventKind)>,
     counters: Arc<Counters>,
@@ -175,7 +175,7 @@ struct Shared {
     bad_line_log: Repeated,
 }
 
-impl Shared {
+impl Intake {
     /// Stamps the event with the relay clock now (never before `not_before`) and sends it.
     async fn emit(&self, not_before: Millis, kind: EventKind) {
         let _order = self.order.lock().await;
@@ -221,7 +221,7 @@ pub async fn serve(
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
     let counters = Arc::new(Counters::default());
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Intake {
         clock,
         tx,
         counters: counters.clone(),
@@ -314,7 +314,7 @@ impl Wrapper {
     }
 }
 
-async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::Receiver<bool>) {
+async fn connection(stream: UnixStream, shared: Arc<Intake>, mut closed: watch::Receiver<bool>) {
     let mut wrapper = Wrapper::new(&stream, &shared.hosts);
     let mut lines = LineReader::new(stream);
     let mut running: HashMap<String, Running> = HashMap::new();
@@ -376,7 +376,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, mut closed: watch::
     shared.counters.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-fn bad_line(shared: &Shared, fault: &Fault) {
+fn bad_line(shared: &Intake, fault: &Fault) {
     shared.counters.bad_lines.fetch_add(1, Ordering::Relaxed);
     if let Some(left_out) = shared.bad_line_log.allow() {
         shared
@@ -391,7 +391,7 @@ async fn accept(
     line: &[u8],
     running: &mut HashMap<String, Running>,
     wrapper: &mut Wrapper,
-    shared: &Shared,
+    shared: &Intake,
 ) -> Result<(), Fault> {
     let report = Report::parse(line)?;
     let now_ns = mono_ns();
