@@ -66,3 +66,40 @@ async fn a_failed_exchange_logs_its_class_and_a_good_one_logs_none() {
         );
     }
 }
+
+/// A request method is a token the client chooses: the log line names it only as one of the
+/// standard methods, anything else as `other`, so a method never carries text into the log
+/// (docs/design.md §7). The request still reaches the upstream with its method as sent.
+#[tokio::test]
+async fn a_method_of_the_clients_own_reaches_the_log_as_a_fixed_word() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let at_upstream = seen.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |req| {
+            let at_upstream = at_upstream.clone();
+            async move {
+                *at_upstream.lock().unwrap() = req.method().as_str().to_string();
+                let _ = read_body(req.into_body()).await;
+                sse_response(full("event: ping\ndata: {}\n\n"))
+            }
+        }),
+    )
+    .await;
+    let mut relay = Relay::start(&["--upstream".to_string(), up.mount("up", "")]);
+    let req = request("XSECRETMETHOD", relay.addr, "/up/v1/models")
+        .body(full(""))
+        .unwrap();
+    let res = send(relay.addr, req).await.expect("a response");
+    let _ = collect(res.into_body()).await;
+    relay.wait_log("mount=up");
+    relay.stop();
+    let log = relay.log();
+    assert_eq!(*seen.lock().unwrap(), "XSECRETMETHOD", "forwarded as sent");
+    assert!(!log.contains("XSECRETMETHOD"), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains(" exchange") && l.contains("mount=up "))
+        .unwrap_or_else(|| panic!("no exchange line: {log}"));
+    assert!(line.contains("method=other"), "{line}");
+}

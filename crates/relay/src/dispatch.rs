@@ -59,7 +59,10 @@ pub(crate) async fn handle(
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".to_string());
     let Some((mount, rest)) = state.mounts.route(&target) else {
-        tracing::info!(method = %req.method(), "no mount for this path");
+        tracing::info!(
+            method = crate::exchange::method_word(req.method()),
+            "no mount for this path"
+        );
         return Ok(answers::no_mount());
     };
     let mount = mount.clone();
