@@ -17,7 +17,11 @@ pub(crate) const DEFAULT_MOUNTS: [(&str, &str); 3] = [
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MountError {
-    #[error("--upstream expects NAME=URL, got no '=' in the argument")]
+    // The flag is named by whoever reports it (`--upstream: …`), so not again here.
+    #[error(
+        "expects NAME=URL with '=' between the mount's name and its URL, such as \
+         anthropic=https://api.anthropic.com; got no '='"
+    )]
     MissingEquals,
     #[error("mount name {0:?} must be non-empty and made of letters, digits, '-' and '_'")]
     BadName(String),
@@ -290,6 +294,14 @@ mod tests {
     #[test]
     fn bad_upstream_arguments_are_named() {
         assert_eq!(Mount::parse_arg("x"), Err(MountError::MissingEquals));
+        let said = Mount::parse_arg("anthropic:http://127.0.0.1:9")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !said.contains("--upstream"),
+            "the caller names the flag: {said}"
+        );
+        assert!(said.contains("anthropic=https://"), "{said}");
         assert_eq!(
             Mount::parse_arg("a b=http://x"),
             Err(MountError::BadName("a b".into()))

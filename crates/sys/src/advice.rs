@@ -13,7 +13,8 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
-    if let Ok(port) = s.parse::<u16>() {
+    // A bare port, or `:PORT` (as the port-in-use advice writes it): loopback.
+    if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
         return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
     }
     if let Some((host, port)) = s.rsplit_once(':') {
@@ -25,7 +26,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     }
     Err(
         "give an IP address and a port, such as 127.0.0.1:8791 ([::1]:8791 for IPv6; \
-         localhost:8791 or a bare 8791 mean 127.0.0.1:8791)"
+         localhost:8791, :8791 or a bare 8791 mean 127.0.0.1:8791)"
             .to_string(),
     )
 }
@@ -103,6 +104,9 @@ mod tests {
             "127.0.0.1:8791"
         );
         assert_eq!(parse_listen("8791").unwrap().to_string(), "127.0.0.1:8791");
+        // As the port-in-use advice offers it (`:0`, any free port).
+        assert_eq!(parse_listen(":0").unwrap().to_string(), "127.0.0.1:0");
+        assert_eq!(parse_listen(":8791").unwrap().to_string(), "127.0.0.1:8791");
         assert_eq!(
             parse_listen("[::1]:8791").unwrap().to_string(),
             "[::1]:8791"
