@@ -64,6 +64,14 @@ fn host_before_dashes(e: &clap::Error) -> Option<&'static str> {
     }
 }
 
+/// For `windowtap wrap npx server` (the `--` left out), which clap calls an unexpected
+/// argument: say where the server's command goes (never echoing it).
+fn server_before_dashes(e: &clap::Error) -> bool {
+    e.kind() == clap::error::ErrorKind::UnknownArgument
+        && std::env::args().nth(1).as_deref() == Some("wrap")
+        && !std::env::args().any(|a| a == "--")
+}
+
 fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -72,6 +80,13 @@ fn main() -> std::process::ExitCode {
                 eprintln!(
                     "windowtap: error: the host goes after `--`, with its arguments, so that they \
                      are its own and not run's: windowtap run [OPTIONS] -- {host} …"
+                );
+                return std::process::ExitCode::from(2);
+            }
+            if server_before_dashes(&e) {
+                eprintln!(
+                    "windowtap: error: the MCP server's command goes after `--`, with its \
+                     arguments: windowtap wrap --alias NAME [OPTIONS] -- SERVER [ARGS…]"
                 );
                 return std::process::ExitCode::from(2);
             }

@@ -1542,6 +1542,16 @@ fn mistakes_are_answered_with_what_to_do() {
     );
     assert!(!stderr.contains("CANARY-ARG"), "{stderr}");
 
+    // The server before `--` in `wrap`: where its command goes, and never the command echoed.
+    let (status, stderr) = windowtap(&["wrap", "--alias", "p", "node", "CANARY-SRV.js"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the MCP server's command goes after `--`")
+            && stderr.contains("windowtap wrap --alias NAME [OPTIONS] -- SERVER"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("CANARY-SRV"), "{stderr}");
+
     let (status, stderr) = windowtap(&["relay", "--close-wait", "abc"]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(

@@ -20,7 +20,7 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("crates/live/src/task.rs", 5, "capture lines from the door, the header via `Door::meta` (a rotated capture's, each piece's, via `Door::piece_header`), the padded end (at the stop, and of each piece at its cut)"),
     ("crates/live/src/records_out.rs", 1, "records as door `Line`s, on the writer thread"),
     ("crates/sys/src/logging.rs", 4, "the one log formatter, by the door's log policy"),
-    ("src/main.rs", 2, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments"),
+    ("src/main.rs", 3, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments; `wrap SERVER` without `--`: fixed words"),
     ("crates/otlp/src/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
     ("crates/otlp/src/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
     ("crates/live/src/service/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
