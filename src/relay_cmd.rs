@@ -27,10 +27,10 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
     let code = runtime.block_on(async move {
         let mut signals = Signals::install()?;
         let running = start(config, Clock::start(), sinks).await?;
-        eprint!("{}", banner(running.addr, &running.mounts));
+        eprint!("{}", banner(running.relay.addr, &running.relay.mounts));
         if let Some(sock) = &running.ingest_socket {
             // For `windowtap env`: which relay this socket belongs to.
-            if let Err(e) = ingest::write_note(sock.path(), running.addr) {
+            if let Err(e) = ingest::write_note(sock.path(), running.relay.addr) {
                 tracing::warn!(error = %e, "could not write the note beside the ingest socket; `windowtap env` cannot pair it with this relay");
             }
             if sock.path() == ingest::default_path() {
@@ -57,7 +57,7 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             .ingest_socket
             .as_ref()
             .map(|s| s.path().to_path_buf());
-        let mounts = running.mounts.clone();
+        let mounts = running.relay.mounts.clone();
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
         if let Some(text) = failures_summary(&mounts, &stopped.failed) {

@@ -544,11 +544,10 @@ async fn logs_carry_one_line_per_exchange_and_no_secret() {
     assert!(lines[0].contains("bytes_down=5"), "{}", lines[0]);
 }
 
-/// The mistakes a person makes typing the options get an answer that names the flag once and
-/// shows the form: `--upstream NAME:URL` (a colon for the `=`), and `--listen :PORT`, which the
-/// port-in-use advice itself suggests, is taken as loopback.
+/// `--upstream NAME:URL` (a colon for the `=`) gets an answer that names the flag once and
+/// shows the form.
 #[test]
-fn option_mistakes_are_answered_in_plain_words() {
+fn an_upstream_without_its_equals_sign_is_answered_with_the_form() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
         .args(["relay", "--upstream", "anthropic:http://127.0.0.1:9"])
         .output()
@@ -557,25 +556,4 @@ fn option_mistakes_are_answered_in_plain_words() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--upstream: expects NAME=URL"), "{err}");
     assert!(!err.contains("--upstream: --upstream"), "{err}");
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .args(["relay", "--listen", ":0", "--ingest"])
-        .arg(dir.path().join("ingest.sock"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read on until it exits: a closed stderr would fail its stop's last words.
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    testkit::proc::terminate(child.id());
-    assert!(child.wait().unwrap().success());
-    drop(lines);
-    assert!(
-        first.starts_with("windowtap relay listening on http://127.0.0.1:"),
-        "{first}"
-    );
 }

@@ -1600,13 +1600,20 @@ fn mistakes_are_answered_with_what_to_do() {
     drop(taken);
 }
 
-/// `--listen localhost:PORT` is loopback, as a person means it.
+/// `--listen localhost:PORT` and `--listen :PORT` (as the port-in-use advice writes it) are
+/// loopback, as a person means them.
 #[test]
 fn listen_on_localhost_is_loopback() {
+    for listen in ["localhost:0", ":0"] {
+        listen_is_loopback(listen);
+    }
+}
+
+fn listen_is_loopback(listen: &str) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ingest.sock");
     let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .args(["relay", "--listen", "localhost:0", "--ingest"])
+        .args(["relay", "--listen", listen, "--ingest"])
         .arg(&sock)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -1620,9 +1627,9 @@ fn listen_on_localhost_is_loopback() {
     let status = wait_bounded(&mut child).expect("the relay stops");
     assert!(
         first.starts_with("windowtap relay listening on http://127.0.0.1:"),
-        "{first}"
+        "{listen}: {first}"
     );
-    assert!(status.success());
+    assert!(status.success(), "{listen}");
 }
 
 /// Without --records, run names its records by a readable UTC time, not epoch milliseconds.

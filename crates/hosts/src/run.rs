@@ -217,7 +217,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // Installed before anything starts, so that no signal is ever fatal.
         let mut signals = Signals::install()?;
         let running = start(config, Clock::start(), sinks).await?;
-        let base = format!("http://{}", running.addr);
+        let base = format!("http://{}", running.relay.addr);
         let (argv, env, servers, target) = match host {
             Host::Claude => {
                 let plan = claude::plan(&host_args, &claude_sources, &wrap, dir.path())?;
@@ -239,7 +239,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             Some(url) => telemetry::with_host_export(host, url, argv, env),
             None => (argv, env),
         };
-        tracing::info!(port = running.addr.port(), "relay listening; starting the host");
+        tracing::info!(port = running.relay.addr.port(), "relay listening; starting the host");
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&argv).envs(env).env(live::ingest::ENV, &ingest);
         let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
@@ -275,7 +275,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        let mounts_now = running.mounts.clone();
+        let mounts_now = running.relay.mounts.clone();
         let mut running = running;
         running.signalled = signalled || waited.is_err();
         let stopped = match waited {

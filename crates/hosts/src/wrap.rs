@@ -94,7 +94,7 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     // is discarded before `sigwait` could see it (a shell starts background jobs with SIGINT
     // ignored). The server keeps whatever it inherited, as it would without the wrapper.
     let signals = SignalSet::of(&FORWARDED);
-    signals.block_with_default_action(&FORWARDED);
+    signals.block_with_default_action();
     let reaped = Arc::new(Mutex::new(false));
     forward_signals(signals, pid, reaped.clone());
 

@@ -42,6 +42,11 @@ impl Drained {
 }
 
 impl Relay {
+    /// How long in-flight requests and streams may take to end at the stop (`--drain`).
+    pub fn drain_bound(&self) -> Duration {
+        self.drain
+    }
+
     /// Stops accepting, then lets what is in flight end, up to the drain bound, or until
     /// `at_once` completes (a second signal, yielding its number), then cuts the tunnels.
     /// `signalled`: whether the stop follows a signal, so that the log says "a second

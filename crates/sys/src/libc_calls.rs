@@ -32,7 +32,10 @@ pub fn set_malloc_thresholds(trim: usize, mmap: usize) -> bool {
 }
 
 /// A set of signals, to block in a thread and wait for with [`SignalSet::wait`].
-pub struct SignalSet(libc::sigset_t);
+pub struct SignalSet {
+    set: libc::sigset_t,
+    signals: Vec<libc::c_int>,
+}
 
 impl SignalSet {
     /// The set holding exactly `signals` (signal numbers; an invalid one is left out).
@@ -45,19 +48,22 @@ impl SignalSet {
             for &s in signals {
                 libc::sigaddset(&mut set, s);
             }
-            SignalSet(set)
+            SignalSet {
+                set,
+                signals: signals.to_vec(),
+            }
         }
     }
 
     /// Blocks the set in the calling thread (threads started after inherit the mask), then
     /// sets each signal's action to the default: an ignored signal is discarded before
     /// `sigwait` could see it, and while blocked the default action cannot run.
-    pub fn block_with_default_action(&self, signals: &[libc::c_int]) {
+    pub fn block_with_default_action(&self) {
         // SAFETY: the set is initialised; the old mask is not needed; SIG_DFL is a valid
         // action for every signal that can be blocked.
         unsafe {
-            libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut());
-            for &s in signals {
+            libc::pthread_sigmask(libc::SIG_BLOCK, &self.set, std::ptr::null_mut());
+            for &s in &self.signals {
                 libc::signal(s, libc::SIG_DFL);
             }
         }
@@ -68,7 +74,7 @@ impl SignalSet {
     pub fn wait(&self) -> Option<libc::c_int> {
         let mut sig: libc::c_int = 0;
         // SAFETY: the set is initialised; `sig` is ours to write.
-        (unsafe { libc::sigwait(&self.0, &mut sig) } == 0).then_some(sig)
+        (unsafe { libc::sigwait(&self.set, &mut sig) } == 0).then_some(sig)
     }
 }
 

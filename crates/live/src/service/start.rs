@@ -2,13 +2,12 @@
 //! correlator task, the ingest socket, OTLP export), started and stopped together.
 
 use std::fs::File;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use correlator::Pseudonymizer;
-use relay::{Mounts, Timed};
+use relay::Timed;
 use sys::clock::Clock;
 use tokio::sync::{mpsc, oneshot};
 
@@ -17,9 +16,6 @@ use crate::{LiveConfig, Sinks};
 
 /// A running relay.
 pub struct Running {
-    /// The bound listen address.
-    pub addr: SocketAddr,
-    pub mounts: Mounts,
     /// Where MCP reports go (`McpStart` / `McpInterval`, times on the relay clock): the
     /// ingest socket sends here.
     #[allow(dead_code)] // for `windowtap run` and in-process callers
@@ -31,13 +27,13 @@ pub struct Running {
     /// Whether the stop follows a signal (the relay's always does; `run`'s may follow its
     /// host's exit instead), so that the drain's log line says "a second signal" only then.
     pub signalled: bool,
-    pub(super) relay: relay::Relay,
+    /// The data plane: its listen address and mounts.
+    pub relay: relay::Relay,
     pub(super) sync: Vec<File>,
     /// Stops the correlator task, giving its records writer this long to get the last
     /// records out.
     pub(super) stop_live: oneshot::Sender<Duration>,
     pub(super) live: tokio::task::JoinHandle<std::io::Result<crate::Finished>>,
-    pub(super) drain: Duration,
     /// Whether the run writes a capture (records not written can be replayed from it).
     pub(super) capture: bool,
     pub(super) exporter: Option<otlp::Exporter>,
@@ -47,7 +43,6 @@ pub struct Running {
 /// ingest socket, then the data plane feeding them (in the order the one-crate relay did).
 /// `clock` is the relay clock MCP report times must be on.
 pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::Result<Running> {
-    let drain = config.relay.drain;
     // What can fail on the user's options fails first, before any file is written.
     let bound = relay::bind(config.relay)?;
     let (ingest, ingest_rx) = mpsc::channel::<Timed>(relay::EVENT_QUEUE);
@@ -87,8 +82,6 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         .start(clock, Some(observations), hosts.clone())
         .await?;
     Ok(Running {
-        addr: relay.addr,
-        mounts: relay.mounts.clone(),
         ingest,
         ingest_socket,
         hosts,
@@ -97,7 +90,6 @@ pub async fn start(config: RelayConfig, clock: Clock, sinks: Sinks) -> anyhow::R
         sync: config.sync,
         stop_live,
         live: live_task,
-        drain,
         capture,
         exporter,
     })

@@ -33,6 +33,7 @@ impl Running {
     ) -> anyhow::Result<Stopped> {
         // The ingest socket stays open through the drain: calls that end meanwhile are
         // reported (docs/design.md §4), it is closed below.
+        let drain_bound = self.relay.drain_bound();
         let drained = self.relay.drain(self.signalled, at_once).await;
         let how = drained.how;
         // No new reports from here on: calls still running end `lost` now, and those events
@@ -42,7 +43,7 @@ impl Running {
         }
         // The records writer gets the drain bound to get the last records out: all of that
         // only when its output is not being read (a file or a live reader takes them at once).
-        let _ = self.stop_live.send(self.drain);
+        let _ = self.stop_live.send(drain_bound);
         let finished = self
             .live
             .await
