@@ -211,7 +211,18 @@ fn feed(framing: &mut Framing, wire: &[u8], cuts: &[usize]) -> Outcome {
         }
         used += s.used;
         if s.done {
-            return Ok((out, used, true, framing.trailers().to_vec()));
+            let trailers = framing.trailers();
+            // The trailer section goes to the client as received: only CRLF-ended lines,
+            // no CR or LF anywhere else, never a folded line.
+            assert!(trailers.is_empty() || trailers.ends_with(b"\r\n"));
+            for line in trailers.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                let field = line
+                    .strip_suffix(b"\r")
+                    .expect("a trailer line ends in CRLF");
+                assert!(!field.contains(&b'\r'), "a CR inside a trailer line");
+                assert!(!field.starts_with(b" ") && !field.starts_with(b"\t"));
+            }
+            return Ok((out, used, true, trailers.to_vec()));
         }
         assert_eq!(s.used, piece.len(), "bytes left over before the end");
     }

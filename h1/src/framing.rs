@@ -64,6 +64,10 @@ pub enum FramingError {
     ChunkEnd,
     /// A trailer section that is too long.
     Trailers,
+    /// A trailer line that is not a header field as a head's would be: not ended by CRLF, a
+    /// folded line, or a name or value a header may not have. Passed on, the client would
+    /// read a head it cannot parse (or, worse, one it parses differently from the relay).
+    TrailerLine,
 }
 
 /// What one [`Framing::scan`] found.
@@ -213,6 +217,9 @@ impl Chunked {
                 if self.trailers.len() + line.len() > MAX_TRAILERS {
                     return Err(FramingError::Trailers);
                 }
+                if !is_field_line(&line) {
+                    return Err(FramingError::TrailerLine);
+                }
                 self.trailers.extend_from_slice(&line);
                 State::Trailer
             }
@@ -223,6 +230,28 @@ impl Chunked {
         self.line.clear();
         Ok(())
     }
+}
+
+/// Whether `line` (ending in LF) is one header field line, checked as `httparse` checks a
+/// head's (a token name, a colon, a value of visible characters, spaces and tabs), and ended
+/// by CRLF: `httparse` also takes a bare LF, which is not the relay's to pass on, since the
+/// trailer section goes to the client as received.
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(body) = line.strip_suffix(b"\r\n") else {
+        return false;
+    };
+    if body.contains(&b'\r') || body.contains(&b'\n') {
+        return false;
+    }
+    // A field line and the end of a section: `httparse` parses exactly one field from it.
+    let mut section = Vec::with_capacity(line.len() + 2);
+    section.extend_from_slice(line);
+    section.extend_from_slice(b"\r\n");
+    let mut fields = [httparse::EMPTY_HEADER; 1];
+    matches!(
+        httparse::parse_headers(&section, &mut fields),
+        Ok(httparse::Status::Complete((used, parsed))) if used == section.len() && parsed.len() == 1
+    )
 }
 
 #[cfg(test)]
@@ -278,6 +307,37 @@ mod tests {
         let (payload, used, done) = feed(&mut f, b"5\r\nhel", &[]).unwrap();
         assert_eq!((payload.as_slice(), used, done), (&b"hel"[..], 6, false));
         assert!(!f.is_done());
+    }
+
+    /// Hostile trailer sections: each is refused, cut anywhere, before its end is reached
+    /// (so nothing of it is ever passed on); the well-formed one beside them passes.
+    #[test]
+    fn a_trailer_line_a_head_would_refuse_is_refused() {
+        for wire in [
+            &b"0\r\nx-t: 1\n\r\n"[..],
+            b"0\r\nx-t: 1\r\n\n",
+            b"0\r\nx-t: 1\r\n folded\r\n\r\n",
+            b"0\r\nno-colon\r\n\r\n",
+            b"0\r\nx-t : 1\r\n\r\n",
+            b"0\r\nx-t: a\rb\r\n\r\n",
+            b"0\r\nx-t: a\0b\r\n\r\n",
+            b"0\r\nx(t): 1\r\n\r\n",
+            b"0\r\n: 1\r\n\r\n",
+        ] {
+            for cut in 0..wire.len() {
+                let mut f = Framing::Chunked(Chunked::default());
+                assert_eq!(
+                    feed(&mut f, wire, &[cut]).unwrap_err(),
+                    FramingError::TrailerLine,
+                    "{:?} cut {cut}",
+                    String::from_utf8_lossy(wire)
+                );
+            }
+        }
+        let mut f = Framing::Chunked(Chunked::default());
+        let (_, _, done) = feed(&mut f, b"0\r\nx-t: a\tb c\r\nY:\r\n\r\n", &[]).unwrap();
+        assert!(done);
+        assert_eq!(f.trailers(), b"x-t: a\tb c\r\nY:\r\n");
     }
 
     #[test]
