@@ -59,6 +59,19 @@ struct Seen {
     alpn: Vec<Option<Vec<u8>>>,
 }
 
+/// A chunked body of 42 payload bytes.
+const CHUNKED_42: &str = "2a\r\n0123456789abcdefghijklmnopqrstuvwxyzABCDEF\r\n0\r\n\r\n";
+
+/// The body a client must read from a crafted answer whose framing is clear (RFC 9112 §6.3:
+/// the coding frames the body when a length stands beside it).
+fn expected_body(case: &str) -> Option<&'static [u8]> {
+    match case {
+        "te-and-cl-0" => Some(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEF"),
+        "te-and-cl-1000" | "cl-and-te" | "conn-te" => Some(b"hello"),
+        _ => None,
+    }
+}
+
 /// A hidden response a bad upstream may leave on its connection: a client that gets it
 /// got an answer to a request it never sent.
 const HIDDEN_RESPONSE: &str = "HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\nanswer:/smuggled";
@@ -125,6 +138,22 @@ fn crafted(case: &str) -> Option<(String, bool)> {
         ),
         "bad-chunk" => (
             format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5x\r\nhello\r\n0\r\n\r\n{hidden}"),
+            false,
+        ),
+        // A length beside the coding, shorter or longer than the chunked body: the coding
+        // frames it (RFC 9112 §6.3), and a proxy removes the length.
+        "te-and-cl-0" => (
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n{CHUNKED_42}"),
+            false,
+        ),
+        "te-and-cl-1000" => (
+            "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                .into(),
+            false,
+        ),
+        // A bare LF in the trailer section: no client could read it on.
+        "trailer-bare-lf" => (
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nx-t: 1\n\r\n{hidden}"),
             false,
         ),
         _ => return None,
@@ -729,11 +758,30 @@ async fn pipelined_requests_are_answered_in_order_to_their_client() {
     assert_eq!(seen.requests[1].body, b"hi");
 }
 
+/// Which of the relay's two doors serves a request: the verbatim path takes a plain `GET`;
+/// a chunked request body hands the connection to hyper.
+#[derive(Debug, Clone, Copy)]
+enum Door {
+    Verbatim,
+    Hyper,
+}
+
+impl Door {
+    fn request(self, path: &str) -> String {
+        match self {
+            Door::Verbatim => format!("GET {path} HTTP/1.1\r\nHost: relay\r\n\r\n"),
+            Door::Hyper => format!(
+                "POST {path} HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+            ),
+        }
+    }
+}
+
 /// The response-side case: a crafted answer, then the next request on the same connection,
 /// then victims on fresh ones.
-async fn response_case(relay: &Relay, case: &str) -> Result<(), String> {
+async fn response_case(relay: &Relay, case: &str, door: Door) -> Result<(), String> {
     let mut io = TcpStream::connect(relay.addr).await.unwrap();
-    io.write_all(format!("GET /up/resp/{case} HTTP/1.1\r\nHost: relay\r\n\r\n").as_bytes())
+    io.write_all(door.request(&format!("/up/resp/{case}")).as_bytes())
         .await
         .unwrap();
     let mut buf = Vec::new();
@@ -745,13 +793,25 @@ async fn response_case(relay: &Relay, case: &str) -> Result<(), String> {
                     "the client read a hidden response as its body: {body:?}"
                 ));
             }
+            if let Some(want) = expected_body(case) {
+                if a.status != 200 || a.body != want {
+                    return Err(format!(
+                        "the client read status {} and body {body:?}",
+                        a.status
+                    ));
+                }
+            }
+        }
+        // A body both framings agree on must reach the client.
+        Read::Closed if expected_body(case).is_some() => {
+            return Err("the connection closed before the answer".into())
         }
         Read::Closed => {}
         Read::Broken(why) => return Err(format!("the crafted answer: {why}")),
     }
     // The next request on the same connection, if the relay kept it.
     if io
-        .write_all(b"GET /up/next HTTP/1.1\r\nHost: relay\r\n\r\n")
+        .write_all(door.request("/up/next").as_bytes())
         .await
         .is_ok()
     {
@@ -774,7 +834,7 @@ async fn response_case(relay: &Relay, case: &str) -> Result<(), String> {
     Ok(())
 }
 
-const RESPONSE_CASES: [&str; 13] = [
+const RESPONSE_CASES: [&str; 16] = [
     "conn-cl",
     "conn-keep-cl",
     "conn-te",
@@ -788,16 +848,21 @@ const RESPONSE_CASES: [&str; 13] = [
     "chunked-not-last",
     "obs-fold",
     "bad-chunk",
+    "te-and-cl-0",
+    "te-and-cl-1000",
+    "trailer-bare-lf",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_crafted_response_framing_desynchronizes_a_client_or_the_pool() {
     let mut failures = Vec::new();
-    for case in RESPONSE_CASES {
-        let up = StrictUpstream::start(None).await;
-        let relay = up.relay(None);
-        if let Err(e) = response_case(&relay, case).await {
-            failures.push(format!("{case}: {e}"));
+    for door in [Door::Verbatim, Door::Hyper] {
+        for case in RESPONSE_CASES {
+            let up = StrictUpstream::start(None).await;
+            let relay = up.relay(None);
+            if let Err(e) = response_case(&relay, case, door).await {
+                failures.push(format!("{case} ({door:?}): {e}"));
+            }
         }
     }
     assert!(
@@ -829,11 +894,18 @@ async fn the_tls_upstream_path_neither_smuggles_nor_desynchronizes() {
             failures.push(format!("{name}: ALPN settled on {alpn:?}, not http/1.1"));
         }
     }
-    for case in ["conn-cl", "204-with-length", "bytes-past-the-length"] {
-        let up = StrictUpstream::start(Some(pki.server.clone())).await;
-        let relay = up.relay(Some(&ca));
-        if let Err(e) = response_case(&relay, case).await {
-            failures.push(format!("{case}: {e}"));
+    for case in [
+        "conn-cl",
+        "204-with-length",
+        "bytes-past-the-length",
+        "te-and-cl-0",
+    ] {
+        for door in [Door::Verbatim, Door::Hyper] {
+            let up = StrictUpstream::start(Some(pki.server.clone())).await;
+            let relay = up.relay(Some(&ca));
+            if let Err(e) = response_case(&relay, case, door).await {
+                failures.push(format!("{case} ({door:?}): {e}"));
+            }
         }
     }
     assert!(

@@ -7,8 +7,15 @@ use http::Request;
 
 use h1::{connection_names, end_to_end, tokens};
 
-/// Removes hop-by-hop headers, including every header named in `Connection`.
+/// Removes hop-by-hop headers, including every header named in `Connection`, and a
+/// `Content-Length` beside a `Transfer-Encoding`: such a message was framed by its coding
+/// (RFC 9112 §6.3), and hyper, which frames the message anew on its way out, would frame it
+/// by the length it finds (a chunked 42-byte body beside `Content-Length: 0` reached the
+/// client empty). A proxy removes the length there (the same section).
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     let named = connection_names(
         headers
             .iter()
