@@ -539,3 +539,142 @@ async fn an_end_that_finishes_is_passed_on_and_the_other_may_still_answer() {
         .unwrap();
     assert_eq!(got, b"answer to question");
 }
+
+/// An upstream that answers every upgrade with a 101 (whatever it asks for) and then holds
+/// the tunnel, sending nothing, until its client goes; any other request gets `200 ok`. With
+/// the count of requests it got.
+async fn silent_tunnels_upstream() -> (Upstream, Arc<std::sync::atomic::AtomicUsize>) {
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    let up = Upstream::start(
+        None,
+        handler(move |mut req| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if !req.headers().contains_key("upgrade") {
+                    return hyper::Response::new(full("ok"));
+                }
+                let res = switching(&req, None);
+                let upgrade = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    if let Ok(up) = upgrade.await {
+                        let mut io = hyper_util::rt::TokioIo::new(up);
+                        let mut rest = Vec::new();
+                        let _ = io.read_to_end(&mut rest).await;
+                    }
+                });
+                res
+            }
+        }),
+    )
+    .await;
+    (up, requests)
+}
+
+#[tokio::test]
+async fn silent_tunnels_leave_room_under_the_connection_cap_for_other_clients() {
+    let (up, _) = silent_tunnels_upstream().await;
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("t", ""),
+        "--max-connections".into(),
+        "8".into(),
+    ]);
+    // Seven of eight places may be tunnels that send nothing at all.
+    let mut tunnels = Vec::new();
+    for _ in 0..7 {
+        tunnels.push(open_raw_tunnel(&relay).await);
+    }
+    // The eighth handshake is refused, naming the cause.
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    let (status, _) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
+    assert_eq!(status, 503, "a tunnel past the tunnel cap");
+    drop(tcp);
+    relay.wait_log("at the tunnel cap");
+    // A new client that is not a tunnel is still served.
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(b"GET /t/plain HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer))
+        .await
+        .expect("an answer within the wait bound")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("ok"), "{answer}");
+    // One tunnel closes: its place is free again.
+    drop(tunnels.pop());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        let (status, _) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
+        if status == 101 {
+            break;
+        }
+        // The relay may not have seen the close yet.
+        assert_eq!(status, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place never came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_tunnel_that_passes_nothing_for_the_idle_timeout_is_closed_on_both_sides() {
+    let (up, _) = silent_tunnels_upstream().await;
+    let relay = Relay::start(&[
+        "--upstream".into(),
+        up.mount("t", ""),
+        "--tunnel-idle-timeout".into(),
+        "200".into(),
+    ]);
+    let mut tcp = open_raw_tunnel(&relay).await;
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the relay closes an idle tunnel")
+        .unwrap();
+    assert!(rest.is_empty(), "nothing came through a silent tunnel");
+    relay.wait_log("a WebSocket tunnel that passed nothing");
+}
+
+#[tokio::test]
+async fn a_switch_to_any_protocol_but_websocket_is_refused_and_never_reaches_the_upstream() {
+    let (up, requests) = silent_tunnels_upstream().await;
+    let relay = Relay::start(&["--upstream".into(), up.mount("t", "")]);
+    for (method, upgrade) in [
+        ("GET", "h2c"),
+        ("GET", "websocket, h2c"),
+        ("POST", "websocket"),
+        ("GET", "TLS/1.0"),
+    ] {
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        let req = format!(
+            "{method} /t/switch HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+             Upgrade: {upgrade}\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        let mut head = vec![0u8; 12];
+        tokio::time::timeout(WAIT, tcp.read_exact(&mut head))
+            .await
+            .expect("an answer within the wait bound")
+            .unwrap();
+        assert_eq!(
+            &head,
+            b"HTTP/1.1 501",
+            "{method} with Upgrade: {upgrade}: {}",
+            String::from_utf8_lossy(&head)
+        );
+    }
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a refused switch reached the upstream"
+    );
+}

@@ -445,6 +445,7 @@ pub fn h1_tunnel(data: &[u8]) {
 
     const SEND: Duration = Duration::from_secs(60);
     const GRACE: Duration = Duration::from_secs(5);
+    const IDLE: Duration = Duration::from_secs(20);
 
     /// One direction as the harness sees it.
     #[derive(Default)]
@@ -645,14 +646,19 @@ pub fn h1_tunnel(data: &[u8]) {
         return;
     };
     let observed = first & 1 == 1;
+    let now = Instant::now();
+    let mut tunnel = Tunnel::new(observed, SEND, GRACE);
+    if first & 2 == 2 {
+        tunnel = tunnel.with_idle_timeout(IDLE, now);
+    }
     let mut d = Driver {
-        tunnel: Tunnel::new(observed, SEND, GRACE),
+        tunnel,
         observed,
         sides: Default::default(),
         stamps: VecDeque::new(),
         stamped: [false; 2],
         ended: None,
-        now: Instant::now(),
+        now,
     };
     for op in ops.chunks(2) {
         let (code, arg) = (op[0], op.get(1).copied().unwrap_or(0));
@@ -692,6 +698,9 @@ pub fn h1_tunnel(data: &[u8]) {
     d.check();
     let (why, failed) = d.ended.expect("the tunnel never ended");
     assert!(d.tunnel.poll_event().is_none(), "an event after the end");
+    if why == End::Idle {
+        assert!(!failed, "an idle end is no failure");
+    }
     if why == End::Clean {
         assert!(!failed);
         for side in &d.sides {

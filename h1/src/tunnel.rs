@@ -20,6 +20,13 @@
 //! - **Half-close with a grace.** A clean end of one direction is passed on (its writer is
 //!   shut down) and the other direction may still finish, for `half_close_grace`; a read or
 //!   write that fails ends the tunnel at once.
+//! - **An idle bound** ([`Tunnel::with_idle_timeout`]). A tunnel through which nothing was
+//!   read either way for a whole idle period ends. Any bytes count, so a WebSocket whose
+//!   server pings (and whose client answers) is never idle, however quiet its turns; one that
+//!   sends nothing at all holds a descriptor pair and a connection slot, and a peer could
+//!   hold every slot that way. Reads still take no clock: the machine notes that a read
+//!   happened, and at each period's deadline asks whether one did since the last (so a tunnel
+//!   ends between one and two periods after its last byte).
 //!
 //! The relay's driver is `crates/relay/src/ws.rs` (`splice`); `fuzz/` drives the same machine with
 //! arbitrary interleavings (`h1_tunnel`).
@@ -90,6 +97,8 @@ pub enum End {
     SendTimeout(Direction),
     /// One direction ended cleanly and the other did not finish within the grace.
     GraceExpired,
+    /// Nothing was read either way for a whole idle period.
+    Idle,
 }
 
 /// What the driver must do, in order.
@@ -164,6 +173,10 @@ pub struct Tunnel {
     half_close_grace: Duration,
     /// Set at the first clean end: the other direction must finish by then.
     grace_deadline: Option<Instant>,
+    /// The idle period, and when the current one ends.
+    idle: Option<(Duration, Instant)>,
+    /// Something was read since the current idle period began.
+    read_in_period: bool,
     /// Directions with a copy owed, in the order their stamps went out.
     stamp_order: VecDeque<Direction>,
     events: VecDeque<Event>,
@@ -179,10 +192,19 @@ impl Tunnel {
             send_timeout,
             half_close_grace,
             grace_deadline: None,
+            idle: None,
+            read_in_period: false,
             stamp_order: VecDeque::with_capacity(2),
             events: VecDeque::with_capacity(4),
             ended: false,
         }
+    }
+
+    /// Ends the tunnel once nothing has been read either way for a whole `idle` period, the
+    /// first of which begins at `now`.
+    pub fn with_idle_timeout(mut self, idle: Duration, now: Instant) -> Tunnel {
+        self.idle = Some((idle, now + idle));
+        self
     }
 
     fn way(&mut self, dir: Direction) -> &mut Way {
@@ -208,6 +230,7 @@ impl Tunnel {
             return;
         }
         let observed = self.observed;
+        self.read_in_period = true;
         let way = self.way(dir);
         way.stage = Stage::Write;
         way.chunk = bytes;
@@ -353,11 +376,21 @@ impl Tunnel {
         }
         if self.grace_deadline.is_some_and(|d| d <= now) {
             self.end(End::GraceExpired);
+            return;
+        }
+        if let Some((period, end)) = self.idle {
+            if end <= now {
+                if std::mem::take(&mut self.read_in_period) {
+                    self.idle = Some((period, now + period));
+                } else {
+                    self.end(End::Idle);
+                }
+            }
         }
     }
 
     /// The next deadline ([`Tunnel::handle_timeout`] is due then), if any: a waiting write's
-    /// send timeout, the grace after a clean end.
+    /// send timeout, the grace after a clean end, the end of the idle period.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.ended {
             return None;
@@ -366,6 +399,7 @@ impl Tunnel {
             .iter()
             .filter_map(|w| w.send_deadline)
             .chain(self.grace_deadline)
+            .chain(self.idle.map(|(_, end)| end))
             .min()
     }
 
@@ -410,7 +444,8 @@ impl Tunnel {
             return;
         }
         self.ended = true;
-        let failed = why != End::Clean && self.grace_deadline.is_none();
+        // An idle tunnel broke nothing: both sides were silent, and each sees a close.
+        let failed = !matches!(why, End::Clean | End::Idle) && self.grace_deadline.is_none();
         // Copies whose writes were tried (some of their bytes taken, at least) go, even where a
         // copy stamped before them never will (its stamp is dropped: it dates nothing); the
         // rest are dropped with their stamps.

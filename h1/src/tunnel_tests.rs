@@ -245,3 +245,34 @@ fn at_the_end_a_written_read_still_gets_its_copy_when_an_earlier_stamp_never_wil
         [copy(Down, b"written"), ended(End::Reset(Down), true)]
     );
 }
+
+#[test]
+fn a_tunnel_silent_for_a_whole_idle_period_ends_and_any_byte_keeps_it() {
+    const IDLE: Duration = Duration::from_secs(600);
+    let t0 = Instant::now();
+    let mut t = Tunnel::new(false, SEND, GRACE).with_idle_timeout(IDLE, t0);
+    assert_eq!(t.poll_timeout(), Some(t0 + IDLE));
+    // A ping from the upstream (and the client's pong) within the first period: kept.
+    t.handle_read(Down, Bytes::from_static(b"\x89\x00"));
+    pass(&mut t, Down);
+    t.handle_read(Up, Bytes::from_static(b"\x8a\x80\x00\x00\x00\x00"));
+    pass(&mut t, Up);
+    t.handle_timeout(t0 + IDLE);
+    assert!(!t.is_ended(), "a period with bytes in it");
+    assert_eq!(t.poll_timeout(), Some(t0 + IDLE * 2));
+    // Then nothing for a whole period: ended, and not as a failure.
+    t.handle_timeout(t0 + IDLE * 2 - Duration::from_millis(1));
+    assert!(!t.is_ended(), "before the period's end");
+    t.handle_timeout(t0 + IDLE * 2);
+    assert!(t.is_ended());
+    assert_eq!(events(&mut t), [ended(End::Idle, false)]);
+    assert_eq!(t.poll_timeout(), None);
+}
+
+#[test]
+fn without_an_idle_bound_a_silent_tunnel_has_no_deadline() {
+    let mut t = Tunnel::new(false, SEND, GRACE);
+    assert_eq!(t.poll_timeout(), None);
+    t.handle_timeout(Instant::now() + Duration::from_secs(86_400));
+    assert!(!t.is_ended());
+}

@@ -1,6 +1,6 @@
 //! Errors turned into responses, in one place: the small JSON error body the relay answers
 //! with (never a header value), for a failed upstream, a path that leaves its mount, no
-//! mount, and a client over the connection cap.
+//! mount, a protocol switch other than WebSocket, and a client over the connection cap.
 
 use std::sync::atomic::Ordering;
 
@@ -46,6 +46,44 @@ pub(crate) fn no_mount() -> Response<ResBody> {
         "no mount matches this path; use /<mount>/... (see the relay's start-up message)",
     )
 }
+
+/// The answer to a request that asks to switch to a protocol other than WebSocket (the
+/// connection stays HTTP/1.1).
+pub(crate) fn upgrade_refused(mount: &str) -> Response<ResBody> {
+    relay_error(
+        mount,
+        StatusCode::NOT_IMPLEMENTED,
+        "upgrade_refused",
+        "the relay switches protocols for WebSocket only (GET with Upgrade: websocket)",
+    )
+}
+
+/// The answer to a WebSocket handshake over the tunnel cap (an eighth of the connection cap
+/// is kept for other clients, [`crate::limits::tunnel_cap`]).
+pub(crate) fn tunnels_at_capacity(log: &ExchangeLog, mount: &str) -> Response<ResBody> {
+    let status = StatusCode::SERVICE_UNAVAILABLE;
+    log.status.store(status.as_u16(), Ordering::Relaxed);
+    if let Some(left_out) = TUNNELS_AT_CAP_LOG.allow() {
+        tracing::warn!(
+            mount,
+            left_out,
+            "at the tunnel cap: new WebSocket handshakes are refused with 503 (an eighth of \
+             --max-connections is kept for other clients)"
+        );
+    }
+    let mut res = relay_error(
+        mount,
+        status,
+        "at_capacity",
+        "the relay holds as many WebSocket tunnels as --max-connections allows; retry shortly",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
+static TUNNELS_AT_CAP_LOG: sys::ratelimit::Repeated =
+    sys::ratelimit::Repeated::new(1, std::time::Duration::from_secs(10));
 
 /// The answer to a client over the connection cap (the connection closes after it).
 pub(crate) fn at_capacity() -> Response<ResBody> {

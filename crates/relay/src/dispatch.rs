@@ -10,7 +10,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::exchange::ResBody;
-use super::headers::is_upgrade;
+use super::headers::{upgrade_ask, UpgradeAsk};
 use super::state::State;
 use super::{answers, http, ws};
 
@@ -67,10 +67,18 @@ pub(crate) async fn handle(
     };
     let mount = mount.clone();
     let rest = rest.to_string();
-    if is_upgrade(&req) {
-        return Ok(ws::forward_upgrade(state, mount, rest, req).await);
+    match upgrade_ask(&req) {
+        UpgradeAsk::No => Ok(http::forward(state, mount, rest, req).await),
+        UpgradeAsk::WebSocket => Ok(ws::forward_upgrade(state, mount, rest, req).await),
+        UpgradeAsk::Other => {
+            tracing::info!(
+                mount = %mount.name,
+                method = crate::exchange::method_word(req.method()),
+                "a protocol switch other than WebSocket was refused"
+            );
+            Ok(answers::upgrade_refused(&mount.name))
+        }
     }
-    Ok(http::forward(state, mount, rest, req).await)
 }
 
 /// A fixed word for a connection error (its text could echo request bytes).

@@ -31,15 +31,46 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Whether a request asks to switch protocols (a WebSocket handshake).
-pub(crate) fn is_upgrade<B>(req: &Request<B>) -> bool {
-    let connection_upgrade = req
-        .headers()
+/// What a request asks for by way of a protocol switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpgradeAsk {
+    /// Nothing: `Connection` does not name `upgrade`, or there is no `Upgrade` (then an
+    /// `Upgrade` line is an ordinary hop-by-hop header, and goes).
+    No,
+    /// A WebSocket handshake: `GET`, and `Upgrade` holds the one token `websocket`.
+    WebSocket,
+    /// Any other switch (`h2c`, several tokens, a WebSocket token on another method). The
+    /// relay's tunnel after a `101` is a raw splice: what went through it would reach the
+    /// upstream unparsed (another path, another `Host`), so only WebSocket, whose frames are
+    /// all that may follow, is forwarded.
+    Other,
+}
+
+/// What `req` asks for by way of `Connection: upgrade` and `Upgrade`.
+pub(crate) fn upgrade_ask<B>(req: &Request<B>) -> UpgradeAsk {
+    let headers = req.headers();
+    let connection_upgrade = headers
         .get_all(header::CONNECTION)
         .iter()
         .flat_map(|v| tokens(v.as_bytes()))
         .any(|tok| tok.eq_ignore_ascii_case(b"upgrade"));
-    connection_upgrade && req.headers().contains_key(header::UPGRADE)
+    if !connection_upgrade || !headers.contains_key(header::UPGRADE) {
+        return UpgradeAsk::No;
+    }
+    let mut asked = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| tokens(v.as_bytes()))
+        .filter(|t| !t.is_empty());
+    let websocket = matches!(
+        (asked.next(), asked.next()),
+        (Some(t), None) if t.eq_ignore_ascii_case(b"websocket")
+    );
+    if websocket && req.method() == http::Method::GET {
+        UpgradeAsk::WebSocket
+    } else {
+        UpgradeAsk::Other
+    }
 }
 
 /// A header's value, if it is text.

@@ -74,6 +74,8 @@ pub(crate) struct Clients {
     /// Open client connections (WebSocket tunnels included) beyond which new clients are
     /// refused with a 503.
     pub max: usize,
+    /// Tunnels beyond which a WebSocket handshake is refused with a 503 ([`tunnel_cap`]).
+    pub max_tunnels: usize,
     open: Arc<AtomicUsize>,
     refusing: Arc<AtomicUsize>,
 }
@@ -108,6 +110,7 @@ impl Clients {
         Clients {
             header_timeout,
             max: max.max(1),
+            max_tunnels: tunnel_cap(max.max(1)),
             open: Arc::default(),
             refusing: Arc::default(),
         }
@@ -139,6 +142,16 @@ impl Clients {
     }
 }
 
+/// The tunnels allowed under a connection cap of `max`: all but an eighth of it (at least one
+/// place, and at least one kept for other clients once the cap is 2 or more). A tunnel lives
+/// as long as its two sides want (hours, for a WebSocket whose server pings), while an HTTP
+/// client's connection is bounded by the header timeout between requests; without a reserve,
+/// tunnels that stay open (or a peer that opens them and sends nothing) held every place and
+/// each new client got a 503 for as long as they stayed.
+pub(crate) fn tunnel_cap(max: usize) -> usize {
+    max.saturating_sub((max / 8).max(1)).max(1)
+}
+
 static AT_CAP_LOG: Repeated = Repeated::new(1, Duration::from_secs(10));
 
 #[cfg(test)]
@@ -156,6 +169,15 @@ mod tests {
         assert_eq!(connection_cap(100, 64 * GIB), 16);
         assert_eq!(connection_cap(u64::MAX, usize::MAX), 1 << 20);
         assert!(physical_memory() >= 1 << 20);
+    }
+
+    #[test]
+    fn tunnels_leave_an_eighth_of_the_cap_to_other_clients() {
+        assert_eq!(tunnel_cap(1), 1);
+        assert_eq!(tunnel_cap(2), 1);
+        assert_eq!(tunnel_cap(8), 7);
+        assert_eq!(tunnel_cap(40), 35);
+        assert_eq!(tunnel_cap(2048), 1792);
     }
 
     #[test]

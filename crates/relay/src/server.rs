@@ -56,6 +56,8 @@ pub struct Config {
     pub upstream_idle: Duration,
     /// How long a client connection may take to send a request head.
     pub header_timeout: Duration,
+    /// How long a WebSocket tunnel may pass nothing either way before it is closed.
+    pub tunnel_idle: Duration,
     /// The client connection cap (`None`: from the open files limit).
     pub max_connections: Option<usize>,
     pub observer_queue: usize,
@@ -169,6 +171,7 @@ async fn start(
         response_timeout: config.response_timeout,
         body_timeout: config.body_timeout,
         client_body_timeout: config.client_body_timeout,
+        tunnel_idle: config.tunnel_idle,
         timers: timers.clone(),
         tunnels: tunnels.clone(),
         failed: failed.clone(),

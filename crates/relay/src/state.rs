@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub body_timeout: Duration,
     /// How long a client may send nothing of a request body it announced.
     pub client_body_timeout: Duration,
+    /// How long a tunnel may pass nothing either way ([`h1::Tunnel::with_idle_timeout`]).
+    pub tunnel_idle: Duration,
     /// The timers connections set, kept off the cores ([`super::timers`]).
     pub(super) timers: Timers,
     /// Spliced WebSocket tunnels in flight (the stop drains and cuts them).

@@ -20,7 +20,19 @@ use tokio::task::AbortHandle;
 #[derive(Debug, Default)]
 pub(crate) struct Tunnels {
     open: Arc<AtomicUsize>,
+    /// Tunnels open or being set up (a handshake under way): what [`Tunnels::claim`] bounds.
+    claimed: Arc<AtomicUsize>,
     registry: Arc<Mutex<Registry>>,
+}
+
+/// A tunnel's place under the cap, held from before its handshake goes upstream until its
+/// splice ends (or the handshake fails).
+pub(crate) struct Claim(Arc<AtomicUsize>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +106,15 @@ impl Tunnels {
             return;
         }
         registry.tasks.insert(id, task.abort_handle());
+    }
+
+    /// A place for one more tunnel, if fewer than `cap` are open or being set up. Counted
+    /// before the handshake goes upstream, so handshakes in flight together cannot pass the
+    /// cap.
+    pub(crate) fn claim(&self, cap: usize) -> Option<Claim> {
+        let before = self.claimed.fetch_add(1, Ordering::SeqCst);
+        let claim = Claim(self.claimed.clone());
+        (before < cap).then_some(claim)
     }
 
     /// Tunnels still open.

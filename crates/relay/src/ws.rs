@@ -59,6 +59,9 @@ pub(crate) async fn forward_upgrade(
     let Ok(uri) = mount.upstream_uri(&rest) else {
         return answers::bad_path(&log, &mount.name);
     };
+    let Some(claim) = state.tunnels.claim(state.clients.max_tunnels) else {
+        return answers::tunnels_at_capacity(&log, &mount.name);
+    };
     let client_upgrade = hyper::upgrade::on(&mut req);
     let (mut parts, body) = req.into_parts();
     // The handshake keeps `Connection: upgrade` and `Upgrade`; every other hop-by-hop goes.
@@ -109,8 +112,10 @@ pub(crate) async fn forward_upgrade(
     });
     let upstream_upgrade = hyper::upgrade::on(&mut res);
     let timers = state.timers.clone();
+    let idle = state.tunnel_idle;
     // Tracked, so that a graceful stop waits for the tunnel (up to --drain) and then cuts it.
     state.tunnels.spawn(async move {
+        let _claim = claim;
         let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
             Ok(pair) => pair,
             Err(_) => {
@@ -118,7 +123,7 @@ pub(crate) async fn forward_upgrade(
                 return;
             }
         };
-        splice(open(client), open(upstream), tap, &log, &timers).await;
+        splice(open(client), open(upstream), tap, &log, &timers, idle).await;
     });
     // The 101 goes back exactly as the upstream sent it (its `Connection`/`Upgrade` included).
     let (mut parts, _) = res.into_parts();
@@ -302,9 +307,11 @@ pub(super) async fn splice(
     tap: Option<Tap>,
     log: &ExchangeLog,
     timers: &Timers,
+    idle: Duration,
 ) {
     let mut splice = Splice {
-        tunnel: Tunnel::new(tap.is_some(), SEND_TIMEOUT, HALF_CLOSE_GRACE),
+        tunnel: Tunnel::new(tap.is_some(), SEND_TIMEOUT, HALF_CLOSE_GRACE)
+            .with_idle_timeout(idle, Instant::now()),
         readers: [cr, ur],
         writers: [uw, cw],
         bufs: [BytesMut::new(), BytesMut::new()],
@@ -323,7 +330,13 @@ pub(super) async fn splice(
             splice.tunnel.handle_read(dir, early);
         }
     }
-    let (_, failed) = poll_fn(|cx| splice.poll_end(cx)).await;
+    let (why, failed) = poll_fn(|cx| splice.poll_end(cx)).await;
+    if why == End::Idle {
+        tracing::info!(
+            mount = %log.mount,
+            "a WebSocket tunnel that passed nothing either way for --tunnel-idle-timeout was closed"
+        );
+    }
     if failed {
         log.fail(Failure::Reset);
     }

@@ -108,6 +108,12 @@ pub struct RelayArgs {
     /// many milliseconds (hosts send their requests whole).
     #[arg(long, default_value_t = 60_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     client_body_timeout: u64,
+    /// Close a WebSocket tunnel through which nothing has passed either way for this many
+    /// milliseconds (it closes between one and two of them after its last byte). A server
+    /// that pings keeps its tunnel open, however quiet the session; Codex reconnects when it
+    /// needs the socket again.
+    #[arg(long, default_value_t = 1_800_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    tunnel_idle_timeout: u64,
     /// Close a client connection that has not sent a complete request head within this many
     /// milliseconds of connecting or of its previous response (slow and idle clients alike).
     #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
@@ -239,6 +245,7 @@ pub fn relay_config(
             client_body_timeout: Duration::from_millis(args.client_body_timeout),
             upstream_idle: Duration::from_millis(args.upstream_idle),
             header_timeout: Duration::from_millis(args.header_timeout),
+            tunnel_idle: Duration::from_millis(args.tunnel_idle_timeout),
             max_connections: args.max_connections,
             observer_queue: args.observer_queue,
             observer_budget: observer_budget(args.observer_budget)?,
