@@ -11,6 +11,7 @@ use http_body_util::{Either, Full};
 
 use crate::exchange::{ExchangeLog, ResBody};
 use crate::failure::{Failure, Phase};
+use crate::mounts::BadPath;
 
 /// The answer to an exchange the upstream failed, recorded on its log line.
 pub(crate) fn upstream_failed(
@@ -25,16 +26,18 @@ pub(crate) fn upstream_failed(
     relay_error(mount, status, failure.as_str(), failure.message(phase))
 }
 
-/// The answer to a request whose path cannot be joined to its mount's upstream URL.
-pub(crate) fn bad_path(log: &ExchangeLog, mount: &str) -> Response<ResBody> {
+/// The answer to a request whose path is not forwarded ([`BadPath`]).
+pub(crate) fn bad_path(log: &ExchangeLog, mount: &str, why: BadPath) -> Response<ResBody> {
     log.status
         .store(StatusCode::BAD_REQUEST.as_u16(), Ordering::Relaxed);
-    relay_error(
-        mount,
-        StatusCode::BAD_REQUEST,
-        "bad_path",
-        "the request path cannot be joined to the upstream URL",
-    )
+    let message = match why {
+        BadPath::DotSegment => {
+            "the request path has a '.' or '..' segment (in some spelling), which could leave \
+             the mount's base path upstream; send the path without it"
+        }
+        BadPath::Invalid => "the request path cannot be joined to the upstream URL",
+    };
+    relay_error(mount, StatusCode::BAD_REQUEST, "bad_path", message)
 }
 
 /// The answer to a request no mount routes.

@@ -32,10 +32,11 @@ pub(crate) async fn forward(
     req: Request<Incoming>,
 ) -> Response<ResBody> {
     let log = ExchangeLog::new(&state.failed, &mount.name, req.method(), rest_path(&rest));
-    let tap = observer::observe(&state, req.method(), &rest, req.headers()).map(Arc::new);
-    let Ok(uri) = mount.upstream_uri(&rest) else {
-        return answers::bad_path(&log, &mount.name);
+    let uri = match mount.upstream_uri(&rest) {
+        Ok(uri) => uri,
+        Err(why) => return answers::bad_path(&log, &mount.name, why),
     };
+    let tap = observer::observe(&state, req.method(), &rest, req.headers()).map(Arc::new);
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);

@@ -53,7 +53,7 @@ pub use failure::Failure;
 pub use feed::{Observations, Source, SourceGuard, Sources, Timed, EVENT_QUEUE};
 pub use host_trace::{HostParent, HostParents};
 pub use limits::{physical_memory, raise_open_files_limit};
-pub use mounts::{Mount, Mounts};
+pub use mounts::{BadPath, Mount, Mounts};
 pub use server::{banner, bind, Bound, Config, Relay};
 pub use stop::{Drain, Drained};
 pub use tap::Stall;

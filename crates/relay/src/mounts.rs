@@ -2,8 +2,20 @@
 //!
 //! `/anthropic/v1/messages?beta=true` on the default table goes to
 //! `https://api.anthropic.com/v1/messages?beta=true`; the mount prefix is the only part of the
-//! path that changes. Every path under a mount is forwarded, observed or not.
+//! path that changes. Every path under a mount is forwarded, observed or not, with two rules
+//! that keep a path what it says:
+//!
+//! - **Nothing leaves a mount's base path.** A dot segment (`.` or `..`, written plainly or
+//!   percent-encoded, between `/`, `\` or their encodings) is refused with a 400
+//!   ([`BadPath`]): joined to the base path, `/chatgpt/../../admin` reached the upstream as
+//!   `/backend-api/codex/../../admin`, which an upstream that normalizes (RFC 3986 §5.2.4)
+//!   serves as `/admin`, outside the prefix a gateway may scope a key by. No host sends one.
+//! - **A model route is observed however it is spelled** ([`route_path`]): percent-encoded
+//!   unreserved characters, repeated slashes and `;` parameters are what a normalizing
+//!   upstream could serve as the route, so the observer decides on the path with them undone.
+//!   The bytes forwarded are the client's, unchanged.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use http::uri::{Authority, Scheme, Uri};
@@ -35,6 +47,17 @@ pub enum MountError {
          (its API key setting), which sends them as headers"
     )]
     UrlHasCredentials(String),
+}
+
+/// Why a request path is not forwarded (answered with a 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadPath {
+    /// A `.` or `..` segment, in any spelling: it could leave the mount's base path.
+    #[error("the path has a dot segment")]
+    DotSegment,
+    /// The joined path is not a valid request target.
+    #[error("the path cannot be joined to the upstream URL")]
+    Invalid,
 }
 
 /// One mount: `/NAME/...` is forwarded to `base` + `...`.
@@ -92,8 +115,11 @@ impl Mount {
     }
 
     /// The upstream URI for `rest` (the path and query after the mount prefix, starting with
-    /// '/' or '?', or empty).
-    pub fn upstream_uri(&self, rest: &str) -> Result<Uri, http::Error> {
+    /// '/' or '?', or empty); a path with a dot segment is refused.
+    pub fn upstream_uri(&self, rest: &str) -> Result<Uri, BadPath> {
+        if has_dot_segment(rest_path(rest)) {
+            return Err(BadPath::DotSegment);
+        }
         let mut path_and_query = String::with_capacity(self.base_path.len() + rest.len() + 1);
         path_and_query.push_str(&self.base_path);
         if rest.is_empty() || rest.starts_with('?') {
@@ -105,6 +131,7 @@ impl Mount {
             .authority(self.authority.clone())
             .path_and_query(path_and_query)
             .build()
+            .map_err(|_| BadPath::Invalid)
     }
 
     /// The base URL as given (for the start-up message).
@@ -207,6 +234,87 @@ impl fmt::Display for Mount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "/{} -> {}", self.name, self.base_url())
     }
+}
+
+/// The byte `%XY` stands for, if `XY` are two hex digits.
+fn percent_byte(hex: &[u8]) -> Option<u8> {
+    let digit = |b: u8| (b as char).to_digit(16);
+    match hex {
+        [h, l, ..] => Some((digit(*h)? * 16 + digit(*l)?) as u8),
+        _ => None,
+    }
+}
+
+/// The path with every percent-encoding decoded once (an invalid one left as it is).
+fn decoded(path: &str) -> Cow<'_, [u8]> {
+    if !path.contains('%') {
+        return Cow::Borrowed(path.as_bytes());
+    }
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], percent_byte(&bytes[i + 1..])) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `path` has a `.` or `..` segment in any spelling an upstream might resolve: dots
+/// plain or percent-encoded, segments between `/` or `\`, plain or encoded, and a segment's
+/// `;` parameters ignored (`..;x` is `..` to a server that strips them).
+fn has_dot_segment(path: &str) -> bool {
+    decoded(path)
+        .split(|&b| b == b'/' || b == b'\\')
+        .map(|seg| seg.split(|&b| b == b';').next().unwrap_or(seg))
+        .any(|seg| seg == b"." || seg == b"..")
+}
+
+/// The path an observer routes by: [`rest_path`] with what a normalizing upstream would undo
+/// undone: percent-encoded unreserved characters decoded (RFC 3986 §6.2.2.2), runs of `/`
+/// made one, and each segment's `;` parameters dropped. Dot segments never get here
+/// ([`Mount::upstream_uri`] refuses them).
+pub(crate) fn route_path(rest: &str) -> Cow<'_, str> {
+    let path = rest_path(rest);
+    let plain = !path.contains(['%', ';']) && !path.contains("//");
+    if plain {
+        return Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len());
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    let mut in_params = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        i += 1;
+        match b {
+            b'/' => {
+                in_params = false;
+                if !out.ends_with('/') {
+                    out.push('/');
+                }
+            }
+            _ if in_params => {}
+            b';' => in_params = true,
+            b'%' => match percent_byte(&bytes[i..]) {
+                Some(d) if d.is_ascii_alphanumeric() || b"-._~".contains(&d) => {
+                    out.push(d as char);
+                    i += 2;
+                }
+                _ => out.push('%'),
+            },
+            _ => out.push(b as char),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// The path part of `rest` (no query), for routing observers.
@@ -314,6 +422,123 @@ mod tests {
             Mount::parse_arg("a=http://x/?k=secret"),
             Err(MountError::UrlHasQuery("a".into()))
         );
+    }
+
+    /// Hostile spellings of a way out of the mount's base path: each is refused, and the
+    /// ordinary paths beside them pass.
+    #[test]
+    fn a_dot_segment_in_any_spelling_is_refused() {
+        let m = Mounts::with_overrides(&[]);
+        for target in [
+            "/chatgpt/../../../admin/keys",
+            "/chatgpt/..",
+            "/chatgpt/./responses",
+            "/chatgpt/%2e%2e/%2E%2E/admin",
+            "/chatgpt/.%2e/admin",
+            "/chatgpt/..\\..\\admin",
+            "/chatgpt/..%5c..%5cadmin",
+            "/chatgpt/..%2f..%2fadmin",
+            "/chatgpt/..;x/admin",
+            "/anthropic/v1/../../admin?x=1",
+        ] {
+            let (mount, rest) = m.route(target).unwrap();
+            assert_eq!(
+                mount.upstream_uri(rest),
+                Err(BadPath::DotSegment),
+                "{target}"
+            );
+        }
+        for target in [
+            "/chatgpt/responses",
+            "/anthropic/v1/messages?next=../x",
+            "/chatgpt/files/a..b",
+            "/chatgpt/.well-known/x",
+            "/chatgpt/...",
+        ] {
+            let (mount, rest) = m.route(target).unwrap();
+            assert!(mount.upstream_uri(rest).is_ok(), "{target}");
+        }
+    }
+
+    /// RFC 3986 §5.2.4, written out as the RFC gives it: what an upstream that normalizes
+    /// makes of a path.
+    fn remove_dot_segments(input: &str) -> String {
+        let (mut input, mut output) = (input.to_string(), String::new());
+        while !input.is_empty() {
+            if let Some(rest) = input.strip_prefix("../") {
+                input = rest.to_string();
+            } else if let Some(rest) = input.strip_prefix("./") {
+                input = rest.to_string();
+            } else if input.starts_with("/./") {
+                input = input[2..].to_string();
+            } else if input == "/." {
+                input = "/".to_string();
+            } else if input.starts_with("/../") || input == "/.." {
+                input = format!("/{}", &input[if input == "/.." { 3 } else { 4 }..]);
+                match output.rfind('/') {
+                    Some(i) => output.truncate(i),
+                    None => output.clear(),
+                }
+            } else if input == "." || input == ".." {
+                input.clear();
+            } else {
+                let start = usize::from(input.starts_with('/'));
+                let end = input[start..].find('/').map_or(input.len(), |i| i + start);
+                output.push_str(&input[..end]);
+                input = input[end..].to_string();
+            }
+        }
+        output
+    }
+
+    proptest::proptest! {
+        /// Whatever the path, one the relay forwards stays under the mount's base path for an
+        /// upstream that decodes it once, takes `\\` for `/`, drops `;` parameters and then
+        /// resolves dot segments.
+        #[test]
+        fn no_forwarded_path_resolves_outside_the_base_path(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "/", "\\", ".", "..", "%2e", "%2E", "%2f", "%2F", "%5c", ";", ";x", "a",
+                    "%", "%25", "?", "../",
+                ]),
+                0..12,
+            )
+        ) {
+            let m = Mount::new("c", "https://up.example/backend-api/codex").unwrap();
+            let rest = format!("/{}", pieces.concat());
+            if let Ok(uri) = m.upstream_uri(&rest) {
+                let path = String::from_utf8(decoded(uri.path()).into_owned())
+                    .unwrap_or_default()
+                    .replace('\\', "/");
+                let unparam: Vec<&str> = path
+                    .split('/')
+                    .map(|seg| seg.split(';').next().unwrap_or(seg))
+                    .collect();
+                let resolved = remove_dot_segments(&unparam.join("/"));
+                proptest::prop_assert!(
+                    resolved.starts_with("/backend-api/codex/") || resolved == "/backend-api/codex",
+                    "{rest:?} resolves to {resolved:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_model_route_is_routed_however_it_is_spelled() {
+        for (rest, path) in [
+            ("/v1/messages?beta=true", "/v1/messages"),
+            ("/v1/%6dessages", "/v1/messages"),
+            ("/v1/%6Dessages?x", "/v1/messages"),
+            ("//v1//messages", "/v1/messages"),
+            ("/v1/messages;x", "/v1/messages"),
+            ("/v1;a=b/messages", "/v1/messages"),
+            ("/v1/%2Fmessages", "/v1/%2Fmessages"),
+            ("/v1/100%", "/v1/100%"),
+            ("", "/"),
+        ] {
+            assert_eq!(route_path(rest), path, "{rest}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use http::Method;
 use crate::host_trace::{HostParent, HostParents};
 
 use super::headers::header_str;
-use super::mounts::rest_path;
+use super::mounts::route_path;
 use super::state::State;
 use super::tap::{StreamObserver, Tap, TapMsg};
 
@@ -25,7 +25,7 @@ pub(super) fn observe(
     headers: &HeaderMap,
 ) -> Option<Tap> {
     let live = state.observations.as_ref()?;
-    let plan = plan(method.as_str(), rest_path(rest), false, headers)?;
+    let plan = plan(method.as_str(), &route_path(rest), false, headers)?;
     let encoding = header_str(headers, &header::CONTENT_ENCODING);
     // `--join-host-trace`: the host's span this request was made under, left for the
     // correlator task before the stream's first event can reach it (docs/design.md §7).

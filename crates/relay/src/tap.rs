@@ -1208,6 +1208,7 @@ mod tests {
             Some(tap),
             &log,
             &timers,
+            Duration::from_secs(3600),
         );
         tokio::pin!(splice);
         // The splice runs for a while (it cannot end: both sides are open).

@@ -30,8 +30,8 @@ use super::exchange::{ExchangeLog, ResBody};
 use super::failure::{Failure, Phase};
 use super::headers::strip_hop_by_hop;
 use super::http::respond;
-use super::mounts::rest_path;
 use super::mounts::Mount;
+use super::mounts::{rest_path, route_path};
 use super::observer;
 use super::prefixed::Prefixed;
 use super::state::State;
@@ -53,11 +53,17 @@ pub(crate) async fn forward_upgrade(
 ) -> Response<ResBody> {
     let log = ExchangeLog::new(&state.failed, &mount.name, req.method(), rest_path(&rest));
     let plan = match &state.observations {
-        Some(_) => observer::plan(req.method().as_str(), rest_path(&rest), true, req.headers()),
+        Some(_) => observer::plan(
+            req.method().as_str(),
+            &route_path(&rest),
+            true,
+            req.headers(),
+        ),
         None => None,
     };
-    let Ok(uri) = mount.upstream_uri(&rest) else {
-        return answers::bad_path(&log, &mount.name);
+    let uri = match mount.upstream_uri(&rest) {
+        Ok(uri) => uri,
+        Err(why) => return answers::bad_path(&log, &mount.name, why),
     };
     let Some(claim) = state.tunnels.claim(state.clients.max_tunnels) else {
         return answers::tunnels_at_capacity(&log, &mount.name);
