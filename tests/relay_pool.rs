@@ -159,3 +159,142 @@ async fn an_idle_upstream_connection_is_closed_after_the_idle_timeout() {
         .unwrap();
     server.abort();
 }
+
+/// An upstream that answers every request with `answer:<path>`, except that after answering
+/// `/stray` it waits a second and writes a second response nobody asked for on the same
+/// connection, before it reads the next request there.
+async fn stray_upstream() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    // One request head, and a chunked body's end if it has one.
+                    let head = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break buf.drain(..end + 4).collect::<Vec<u8>>();
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    if head.contains("transfer-encoding: chunked") {
+                        while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                            let mut chunk = [0u8; 4096];
+                            match tcp.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(5).position(|w| w == b"0\r\n\r\n").unwrap();
+                        buf.drain(..end + 5);
+                    }
+                    let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                    let body = format!("answer:{path}");
+                    let res = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if tcp.write_all(res.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if path == "/stray" {
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        let stray = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nSTRAY";
+                        if tcp.write_all(stray.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    format!("pool=http://{addr}")
+}
+
+/// Runs, as the user `uid`, a client that sends `count` requests for `/pool/victim/<n>`, one
+/// connection each, one after the other (`chunked`: with a chunked body, which hyper's door
+/// serves), and returns each whole answer.
+fn requests_as(uid: u32, relay: &Relay, count: usize, chunked: bool) -> Vec<String> {
+    use std::os::unix::process::CommandExt;
+    const CLIENT: &str = r#"
+import socket, sys
+port, count, chunked = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+for n in range(count):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if chunked:
+        req = "POST /pool/victim/%d HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n" % n
+    else:
+        req = "GET /pool/victim/%d HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n" % n
+    s.sendall(req.encode())
+    answer = b""
+    while True:
+        part = s.recv(4096)
+        if not part:
+            break
+        answer += part
+    print(answer.decode("latin-1").replace("\r\n", " "))
+    s.close()
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            CLIENT,
+            &relay.addr.port().to_string(),
+            &count.to_string(),
+            if chunked { "1" } else { "0" },
+        ])
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_upstream_response_never_reaches_another_user_s_request() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: not root; a client of another user (uid 65534) needs it");
+        return;
+    }
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python {
+        eprintln!("SKIPPED: python3 is not installed; the other user's client needs it");
+        return;
+    }
+    for chunked in [false, true] {
+        let relay = Relay::start(&["--upstream".into(), stray_upstream().await]);
+        // This user's exchange leaves its upstream connection idle, with a stray response
+        // on its way.
+        let (status, body) = get_through(&relay, "/pool/stray").await;
+        assert_eq!((status, body.as_slice()), (200, &b"answer:/stray"[..]));
+        // Another user's requests, at least one on each relay core, before the stray comes.
+        let count = 2 * relay_cores();
+        let relay_for = &relay;
+        let answers = tokio::task::block_in_place(|| requests_as(65534, relay_for, count, chunked));
+        assert_eq!(answers.len(), count, "{answers:?}");
+        for (n, answer) in answers.iter().enumerate() {
+            assert!(
+                answer.starts_with("HTTP/1.1 200")
+                    && answer.contains(&format!("answer:/victim/{n}")),
+                "chunked {chunked}: the other user's request {n} got {answer:?}"
+            );
+        }
+    }
+}

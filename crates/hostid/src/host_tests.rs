@@ -352,6 +352,37 @@ mod linux {
     }
 
     #[tokio::test]
+    async fn a_connection_s_principal_is_its_socket_s_owner_else_its_address_else_itself() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let (child, _server, peer) = client(&listener);
+        let hosts = Hosts::start();
+        let a = hosts.connection(peer, local);
+        assert_eq!(a.principal().await, Principal::User(relay_uid()));
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        assert_eq!(
+            hosts.connection(remote, local).principal().await,
+            Principal::Remote(remote.ip())
+        );
+        // A local port nobody holds: unknown, so each such connection is a principal alone.
+        let gone: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (x, y) = (hosts.connection(gone, local), hosts.connection(gone, local));
+        let (px, py) = (x.principal().await, y.principal().await);
+        assert!(matches!(px, Principal::Connection(_)), "{px:?}");
+        assert_ne!(px, py, "two unknown connections share nothing");
+        assert_eq!(
+            px,
+            x.principal().await,
+            "one connection keeps its principal"
+        );
+        // Resolution off: nothing is known, nothing is shared.
+        let off = Hosts::off();
+        let (x, y) = (off.connection(peer, local), off.connection(peer, local));
+        assert_ne!(x.principal().await, y.principal().await);
+        end(child);
+    }
+
+    #[tokio::test]
     async fn with_resolution_off_every_host_is_null() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let local = listener.local_addr().unwrap();

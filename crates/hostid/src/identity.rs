@@ -57,6 +57,41 @@ impl Host {
     }
 }
 
+/// Whose a client connection is, for what the relay shares between connections (its idle
+/// upstream connections): known from the socket table alone, before the host process is.
+/// Two connections of one principal may share; two of different principals never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// A socket of this machine, owned by this user id.
+    User(u32),
+    /// A client on another machine's address.
+    Remote(std::net::IpAddr),
+    /// Nothing is known (resolution off or flooded, the socket gone, another OS): this one
+    /// connection (the number tells connections apart; it is nothing else).
+    Connection(u64),
+}
+
+impl Principal {
+    /// A principal of its own, shared with nobody.
+    pub fn alone() -> Principal {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Principal::Connection(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Principal::User(uid) => write!(f, "uid:{uid}"),
+            Principal::Remote(ip) => write!(f, "remote:{ip}"),
+            Principal::Connection(n) => write!(f, "conn:{n}"),
+        }
+    }
+}
+
+/// A principal to come: `None` until given, then the principal (`Some(None)`: unknown).
+pub(crate) type PrincipalAnswer = watch::Receiver<Option<Option<Principal>>>;
+
 /// The relay's effective user id: the one its sockets and files are owned by, and so the
 /// one a client socket of its own user is owned by.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]

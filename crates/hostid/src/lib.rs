@@ -32,8 +32,8 @@ mod resolver;
 #[cfg(target_os = "linux")]
 mod sockdiag;
 
-use identity::Answer;
-pub use identity::{relay_uid, Host, ProcId, WAIT};
+pub use identity::{relay_uid, Host, Principal, ProcId, WAIT};
+use identity::{Answer, PrincipalAnswer};
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -47,14 +47,32 @@ pub struct ConnHost {
     answer: Answer,
     /// `windowtap run`'s host, for a connection the resolver found no other owner for.
     sole: Option<Answer>,
+    /// The connection's principal, answered as soon as the socket table has been read.
+    principal: PrincipalAnswer,
+    /// Its principal when none can be known: itself alone.
+    alone: Principal,
 }
 
 impl ConnHost {
-    /// An answer already known (no host support, resolution off).
+    /// An answer already known (no host support, resolution off); the principal unknown.
     pub fn known(host: Option<Host>) -> ConnHost {
         ConnHost {
             answer: watch::channel(Some(host)).1,
             sole: None,
+            principal: watch::channel(Some(None)).1,
+            alone: Principal::alone(),
+        }
+    }
+
+    /// Whose the connection is ([`Principal`]), waiting for the socket table (a lookup of
+    /// tens of microseconds on the resolver thread) up to [`WAIT`]; unknown, this connection
+    /// alone.
+    pub async fn principal(&self) -> Principal {
+        let mut answer = self.principal.clone();
+        let known = tokio::time::timeout(WAIT, answer.wait_for(Option::is_some)).await;
+        match known {
+            Ok(Ok(v)) => v.flatten().unwrap_or(self.alone),
+            _ => self.alone,
         }
     }
 
@@ -67,6 +85,8 @@ impl ConnHost {
             ConnHost {
                 answer: rx,
                 sole: None,
+                principal: watch::channel(Some(None)).1,
+                alone: Principal::alone(),
             },
         )
     }
@@ -74,7 +94,7 @@ impl ConnHost {
     /// The connection's host, waiting for the resolver (and for `run`'s host to be adopted)
     /// up to [`WAIT`] in all.
     pub async fn wait(self) -> Option<Host> {
-        let ConnHost { answer, sole } = self;
+        let ConnHost { answer, sole, .. } = self;
         let both = async move {
             match (given(answer).await, sole) {
                 (Some(host), _) => Some(host),
@@ -187,10 +207,12 @@ impl Hosts {
     pub fn connection(&self, peer: SocketAddr, local: SocketAddr) -> ConnHost {
         // A remote peer is queued too: telling another machine's address from one of ours
         // takes a system call, which is the resolver thread's to make.
-        let answer = self.resolver.connection(peer, local, self.sole.is_some());
+        let (answer, principal) = self.resolver.connection(peer, local, self.sole.is_some());
         ConnHost {
             answer,
             sole: self.sole.as_ref().map(|s| s.subscribe()),
+            principal,
+            alone: Principal::alone(),
         }
     }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
 
-use crate::identity::{Host, ProcId, WAIT};
+use crate::identity::{Host, Principal, PrincipalAnswer, ProcId, WAIT};
 
 /// Requests waiting for the resolver thread, at most.
 const QUEUE: usize = 4096;
@@ -38,6 +38,7 @@ const MAX_SCAN: usize = 65_536;
 const MAX_OWNERS: usize = 64;
 
 type Answer = watch::Sender<Option<Option<Host>>>;
+type PrincipalSender = watch::Sender<Option<Option<Principal>>>;
 
 enum Request {
     Connection {
@@ -48,6 +49,8 @@ enum Request {
         /// Only its socket's owner is asked (`windowtap run`: the adopted host is ours).
         owner_only: bool,
         answer: Answer,
+        /// Given first, once the socket table has been read.
+        principal: PrincipalSender,
         /// When the connection was accepted.
         queued: std::time::Instant,
     },
@@ -113,20 +116,21 @@ impl Handle {
         }
     }
 
-    /// The answer to come for one connection (unknown at once where there is no resolver
-    /// or it is flooded); with `owner_only`, a host of the relay's own user is left unknown
-    /// for the caller to fill in, and no process is looked for.
+    /// The answers to come for one connection, its host and its principal (unknown at once
+    /// where there is no resolver or it is flooded); with `owner_only`, a host of the relay's
+    /// own user is left unknown for the caller to fill in, and no process is looked for.
     pub(crate) fn connection(
         &self,
         peer: SocketAddr,
         local: SocketAddr,
         owner_only: bool,
-    ) -> crate::identity::Answer {
-        let unknown = || watch::channel(Some(None)).1;
+    ) -> (crate::identity::Answer, PrincipalAnswer) {
+        let unknown = || (watch::channel(Some(None)).1, watch::channel(Some(None)).1);
         let Some(tx) = &self.tx else {
             return unknown();
         };
         let (answer, rx) = watch::channel(None);
+        let (principal, principal_rx) = watch::channel(None);
         let mut submitted = self.submitted.lock().unwrap_or_else(|p| p.into_inner());
         let req = Request::Connection {
             seq: *submitted + 1,
@@ -134,12 +138,13 @@ impl Handle {
             local,
             owner_only,
             answer,
+            principal,
             queued: std::time::Instant::now(),
         };
         match tx.try_send(req) {
             Ok(()) => {
                 *submitted += 1;
-                rx
+                (rx, principal_rx)
             }
             // Flooded (or gone): this one's host is unknown, and nobody waits for it.
             Err(_) => unknown(),
@@ -204,6 +209,17 @@ pub(super) fn decide(
         None if own_address() => Decision::Known(None),
         // No process of this machine can hold a socket on another machine's address.
         None => Decision::Known(Some(Host::Remote)),
+    }
+}
+
+/// The principal of a connection from `peer` whose client socket the table shows as `socket`
+/// (inode, owner): its owner; another machine's address; else unknown.
+#[cfg(target_os = "linux")]
+pub(super) fn principal_of(socket: Option<(u64, u32)>, peer: SocketAddr) -> Option<Principal> {
+    match socket {
+        Some((_, uid)) => Some(Principal::User(uid)),
+        None if own_address(peer.ip()) => None,
+        None => Some(Principal::Remote(peer.ip().to_canonical())),
     }
 }
 
@@ -275,6 +291,7 @@ impl Resolver {
             }
             let mut conns = Vec::new();
             let mut answers = Vec::new();
+            let mut principals = Vec::new();
             let mut last = None;
             let mut oldest = None;
             for req in batch {
@@ -285,6 +302,7 @@ impl Resolver {
                         local,
                         owner_only,
                         answer,
+                        principal,
                         queued,
                     } => {
                         oldest = oldest.or(Some(queued));
@@ -295,6 +313,7 @@ impl Resolver {
                             host: None,
                         });
                         answers.push(answer);
+                        principals.push(principal);
                         last = Some(seq);
                     }
                     Request::Adopt { pid, answer } => {
@@ -306,7 +325,13 @@ impl Resolver {
                 }
             }
             let (began, read) = (std::time::Instant::now(), self.fd_tables_read);
-            self.resolve(&mut conns);
+            // The socket table first, and the principals it gives out at once: an exchange
+            // waiting to share an upstream connection must not wait for a process walk.
+            let sockets = self.client_inodes(&conns);
+            for ((socket, c), principal) in sockets.iter().zip(&conns).zip(principals) {
+                principal.send_replace(Some(principal_of(*socket, c.peer)));
+            }
+            self.resolve_sockets(&mut conns, sockets);
             if !conns.is_empty() {
                 tracing::debug!(
                     connections = conns.len(),
@@ -407,13 +432,19 @@ impl Resolver {
     }
 
     /// Finds the host of each connection in `conns` (left `None` when it cannot be known).
+    #[cfg(test)]
     pub(super) fn resolve(&mut self, conns: &mut [Pending]) {
+        let sockets = self.client_inodes(conns);
+        self.resolve_sockets(conns, sockets);
+    }
+
+    /// [`Self::resolve`] with each connection's client socket already looked up.
+    fn resolve_sockets(&mut self, conns: &mut [Pending], sockets: Vec<Option<(u64, u32)>>) {
         use crate::procfs::{held_among, pids_newest_first, run_by, stat};
         if conns.is_empty() {
             return;
         }
-        let decisions: Vec<Decision> = self
-            .client_inodes(conns)
+        let decisions: Vec<Decision> = sockets
             .into_iter()
             .zip(conns.iter())
             .map(|(socket, c)| {

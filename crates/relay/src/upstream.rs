@@ -8,11 +8,19 @@
 //! response head, then from the response body's `poll_frame`. One task reads from the
 //! upstream and writes to the client, and the chunks of one upstream read leave in one write.
 //!
-//! Idle keep-alive connections are kept per core and origin (a connection belongs to the
-//! reactor of the core that opened it, [`super::cores`]) and handed to the next exchange. Nobody
-//! polls an idle connection: one the upstream closed meanwhile is found closed when it is
-//! taken out, and a request it could not start is sent again on a fresh connection, as
-//! hyper's pooled client does. A sweeper closes those idle past the idle time.
+//! Idle keep-alive connections are kept per core, origin and principal (a connection belongs
+//! to the reactor of the core that opened it, [`super::cores`]; its exchanges to one user's
+//! connections, [`hostid::Principal`]) and handed to the next exchange. Nobody polls an idle
+//! connection: one the upstream closed meanwhile, or wrote to unasked, is found so when it is
+//! taken out, just before the next request is written to it, and a request it could not
+//! start is sent again on a fresh connection, as hyper's pooled client does. A sweeper closes
+//! those idle past the idle time.
+//!
+//! What no HTTP/1.1 client can rule out is an upstream that writes a response nobody asked
+//! for *after* the next request went out on the connection: that request reads it as its
+//! answer. The principal bounds who that can be: an exchange of the same user (or of the same
+//! remote address; of the same client connection where nothing is known), never another
+//! user's, whose connections never meet this one's (docs/usage.md, "Upstream connections").
 //!
 //! The verbatim path ([`super::verbatim`]) keeps bare streams instead ([`Stream`]), pooled
 //! the same way: per core and origin, most recent first, up to the same count, swept by the
@@ -36,6 +44,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower_service::Service;
 
+use hostid::Principal;
+
 use super::body::RelayBody;
 use super::timers::Timers;
 use crate::tls::UpstreamConnector;
@@ -57,6 +67,10 @@ pub(super) fn client(
 ) -> UpstreamClient {
     Client::builder(TokioExecutor::new())
         .http1_preserve_header_case(true)
+        // A handshake's connection becomes its tunnel; one whose upgrade was refused is not
+        // kept either: this pool knows no principals ([`Upstreams`] does), and handshakes
+        // are few (one per WebSocket).
+        .pool_max_idle_per_host(0)
         .pool_idle_timeout(pool_idle)
         // Without a timer the pool never reaps idle connections (only on a later checkout),
         // so a burst of streams left as many upstream sockets open for good: the soak's
@@ -193,7 +207,7 @@ impl Upstreams {
         if uri.scheme().is_none() || uri.authority().is_none() {
             return Err("the upstream URI is not absolute".into());
         }
-        let origin = Upstreams::origin_key(&uri);
+        let origin = Upstreams::pool_key(&uri, connection_principal().await);
         set_host(&mut req, &uri);
         origin_form(&mut req);
         loop {
@@ -254,12 +268,12 @@ impl Upstreams {
     }
 
     /// The pool key of `uri`'s origin on the calling core (a connection belongs to the
-    /// reactor of the core that opened it).
-    pub(crate) fn origin_key(uri: &Uri) -> Arc<str> {
+    /// reactor of the core that opened it), for exchanges of `principal`.
+    pub(crate) fn pool_key(uri: &Uri, principal: Principal) -> Arc<str> {
         let core = super::cores::current();
         let scheme = uri.scheme_str().unwrap_or("http");
         let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
-        Arc::from(format!("{core} {scheme}://{authority}"))
+        Arc::from(format!("{core} {principal} {scheme}://{authority}"))
     }
 
     /// An idle stream to `origin` that is still open, most recently used first. One the
@@ -300,6 +314,16 @@ impl Upstreams {
     fn put(&self, lease: Lease) {
         self.idle
             .put(lease.origin.clone(), lease, self.idle_timeout);
+    }
+}
+
+/// Whose the client connection this task serves is: idle upstream connections are shared
+/// only between exchanges of one principal. Outside a client connection (never, on the
+/// relay's paths), a principal alone.
+pub(crate) async fn connection_principal() -> Principal {
+    match hostid::connection_host() {
+        Some(host) => host.principal().await,
+        None => Principal::alone(),
     }
 }
 

@@ -279,9 +279,10 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
             reuse_upstream,
         } => {
             if let (true, Some(up)) = (reuse_upstream, up) {
+                let principal = upstream::connection_principal().await;
                 state
                     .upstreams
-                    .put_stream(Upstreams::origin_key(&r.uri), up);
+                    .put_stream(Upstreams::pool_key(&r.uri, principal), up);
             }
             keep_client
         }
@@ -357,7 +358,8 @@ fn tell(ex: &mut Exchange, tap: Option<&Tap>, log: &ExchangeLog) -> Option<End> 
 /// is replaced by a fresh one, once: nothing of the request has reached the upstream then.
 async fn open_upstream(state: &State, r: &Routed) -> Result<Stream, Failure> {
     let head = upstream_head(r);
-    let mut up = match state.upstreams.take_stream(&Upstreams::origin_key(&r.uri)) {
+    let key = Upstreams::pool_key(&r.uri, upstream::connection_principal().await);
+    let mut up = match state.upstreams.take_stream(&key) {
         Some(s) => s,
         None => connect(state, &r.uri).await?,
     };
