@@ -721,17 +721,25 @@ pub fn h1_tunnel(data: &[u8]) {
 /// A request path (the input as text, cut at `?`, after a `/`): one [`h1::has_dot_segment`]
 /// lets through stays under the mount's base path for an upstream that decodes it once, reads
 /// `\` as `/`, drops `;` parameters and then resolves dot segments (RFC 3986 §5.2.4, written
-/// out below as the RFC gives it); [`h1::route_path`] is idempotent and leaves no `//`.
+/// out below as the RFC gives it); [`h1::route_path`] leaves no `//` and no `;`, and routes a
+/// path without encodings the same twice.
 pub fn h1_target(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let path = format!("/{}", text.split(['?', '#']).next().unwrap_or(""));
     let routed = h1::route_path(&path);
-    assert_eq!(
-        h1::route_path(&routed),
-        routed,
-        "route_path is not idempotent"
+    assert!(
+        !routed.contains("//") && !routed.contains(';'),
+        "{routed:?}"
     );
-    assert!(!routed.contains("//"), "{routed:?}");
+    // Decoding is once only (`%%36d` is `%6d` to an upstream, not `m`), so only a path
+    // without encodings routes the same twice.
+    if !path.contains('%') {
+        assert_eq!(
+            h1::route_path(&routed),
+            routed,
+            "route_path is not idempotent"
+        );
+    }
     if h1::has_dot_segment(&path) {
         return;
     }

@@ -12,7 +12,7 @@
 //!
 //! The fuzz target `h1_target` holds both to an independent reading: a path not refused stays
 //! under any base path after decoding once, `\` read as `/`, parameters dropped and dot
-//! segments resolved; and [`route_path`] is idempotent.
+//! segments resolved; and [`route_path`] leaves no `//` and no `;`.
 
 use std::borrow::Cow;
 
