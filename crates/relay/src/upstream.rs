@@ -273,7 +273,7 @@ impl Upstreams {
         let core = super::cores::current();
         let scheme = uri.scheme_str().unwrap_or("http");
         let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
-        Arc::from(format!("{core} {principal} {scheme}://{authority}"))
+        Arc::from(format!("{core} {} {scheme}://{authority}", principal.key()))
     }
 
     /// An idle stream to `origin` that is still open, most recently used first. One the
