@@ -719,8 +719,8 @@ pub fn h1_tunnel(data: &[u8]) {
 }
 
 /// A request path (the input as text, cut at `?`, after a `/`): one [`h1::has_dot_segment`]
-/// lets through stays under the mount's base path for an upstream that decodes it once, reads
-/// `\` as `/`, drops `;` parameters and then resolves dot segments (RFC 3986 §5.2.4, written
+/// lets through stays under the mount's base path for an upstream that decodes it once, drops
+/// control bytes, reads `\` as `/`, drops `;` parameters and then resolves dot segments (RFC 3986 §5.2.4, written
 /// out below as the RFC gives it); [`h1::route_path`] leaves no `//` and no `;`, and routes a
 /// path without encodings the same twice.
 pub fn h1_target(data: &[u8]) {
@@ -764,6 +764,8 @@ pub fn h1_target(data: &[u8]) {
             }
         }
     }
+    // An upstream that drops control bytes after decoding (NUL, say) reads what is left.
+    decoded.retain(|b| !b.is_ascii_control());
     let decoded = String::from_utf8_lossy(&decoded).replace('\\', "/");
     let unparam: Vec<&str> = decoded
         .split('/')

@@ -55,7 +55,15 @@ pub fn has_dot_segment(path: &str) -> bool {
     decoded(path)
         .split(|&b| b == b'/' || b == b'\\')
         .map(|seg| seg.split(|&b| b == b';').next().unwrap_or(seg))
-        .any(|seg| seg == b"." || seg == b"..")
+        .any(|seg| {
+            // Control bytes are what a server may strip (`..%00` is `..` to one that drops
+            // NUL after decoding), so they count for nothing here.
+            let mut dots = seg.iter().filter(|b| !b.is_ascii_control());
+            match (dots.next(), dots.next(), dots.next()) {
+                (Some(b'.'), None, _) | (Some(b'.'), Some(b'.'), None) => true,
+                _ => false,
+            }
+        })
 }
 
 /// The path (no query) as a normalizing upstream would route it: percent-encoded unreserved

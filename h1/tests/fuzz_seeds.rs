@@ -33,7 +33,7 @@ const TARGETS: &[Target] = &[
 fn target_path() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop::sample::select(vec![
         "/", "\\", ".", "..", "%2e", "%2E", "%2f", "%2F", "%5c", "%5C", ";", ";x", "a", "%", "%25",
-        "%6d", "//", "?", "../", "é",
+        "%6d", "//", "?", "../", "é", "%00", "%09",
     ]);
     prop::collection::vec(piece, 0..16).prop_map(|p| p.concat().into_bytes())
 }

@@ -182,8 +182,11 @@ impl Mounts {
     }
 }
 
-/// A loggable template of a path: no query string, and any segment that could be an id
-/// (anything but short lowercase words and version tags) replaced by `{id}`.
+/// A loggable template of a path: no query string, and every segment that is not a word of
+/// the model APIs' routes ([`ROUTE_WORDS`]) or a version tag replaced by `{id}`. A segment is
+/// free text the client chose (an id, a file name, a project): only fixed words reach the log
+/// (docs/design.md §7). Before, any short lowercase word passed, and an outside probe saw
+/// `/my-private-project` in the log.
 pub(crate) fn path_template(path: &str) -> String {
     let path = path.split('?').next().unwrap_or("");
     let mut out = String::with_capacity(path.len());
@@ -191,7 +194,7 @@ pub(crate) fn path_template(path: &str) -> String {
         if i > 0 {
             out.push('/');
         }
-        if is_plain_segment(seg) {
+        if seg.is_empty() || is_route_word(seg) {
             out.push_str(seg);
         } else {
             out.push_str("{id}");
@@ -200,16 +203,60 @@ pub(crate) fn path_template(path: &str) -> String {
     out
 }
 
-fn is_plain_segment(seg: &str) -> bool {
-    let word = seg.len() <= 32
-        && seg
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-' || b == b'.');
+/// The words of the paths the hosts and the SDKs use on the Anthropic, OpenAI and ChatGPT
+/// APIs (and their telemetry and account routes), sorted.
+const ROUTE_WORDS: &[&str] = &[
+    "api",
+    "assistants",
+    "audio",
+    "backend-api",
+    "batch",
+    "batches",
+    "cancel",
+    "chat",
+    "codex",
+    "compact",
+    "complete",
+    "completions",
+    "content",
+    "conversations",
+    "count_tokens",
+    "embeddings",
+    "event_logging",
+    "files",
+    "generations",
+    "hello",
+    "images",
+    "input_items",
+    "input_tokens",
+    "messages",
+    "models",
+    "moderations",
+    "oauth",
+    "organizations",
+    "profile",
+    "realtime",
+    "responses",
+    "results",
+    "runs",
+    "sessions",
+    "speech",
+    "threads",
+    "token",
+    "transcriptions",
+    "translations",
+    "uploads",
+    "usage",
+    "vector_stores",
+    "wham",
+];
+
+fn is_route_word(seg: &str) -> bool {
     let version = seg.len() <= 4
         && seg.starts_with('v')
         && seg.len() > 1
         && seg[1..].bytes().all(|b| b.is_ascii_digit());
-    word || version
+    version || ROUTE_WORDS.binary_search(&seg).is_ok()
 }
 
 impl Mount {
@@ -364,6 +411,8 @@ mod tests {
             "/chatgpt/..%5c..%5cadmin",
             "/chatgpt/..%2f..%2fadmin",
             "/chatgpt/..;x/admin",
+            "/chatgpt/..%00/admin",
+            "/chatgpt/.%00./admin",
             "/anthropic/v1/../../admin?x=1",
         ] {
             let (mount, rest) = m.route(target).unwrap();
@@ -411,5 +460,24 @@ mod tests {
         );
         assert_eq!(path_template("/api/hello"), "/api/hello");
         assert_eq!(path_template("/responses/compact"), "/responses/compact");
+        assert_eq!(path_template("/"), "/");
+        assert!(
+            ROUTE_WORDS.windows(2).all(|w| w[0] < w[1]),
+            "sorted, for the search"
+        );
+    }
+
+    /// Free text in a path never reaches the log, however plain it looks.
+    #[test]
+    fn a_word_that_is_no_route_word_is_an_id() {
+        for (path, template) in [
+            ("/my-private-project", "/{id}"),
+            ("/v1/files/correcthorsebatterystaple", "/v1/files/{id}"),
+            ("/deadbeefdeadbeefdeadbeefdeadbeef", "/{id}"),
+            ("/v1/Messages", "/v1/{id}"),
+            ("/v12345/messages", "/{id}/messages"),
+        ] {
+            assert_eq!(path_template(path), template, "{path}");
+        }
     }
 }
