@@ -59,10 +59,10 @@ pub fn has_dot_segment(path: &str) -> bool {
             // Control bytes are what a server may strip (`..%00` is `..` to one that drops
             // NUL after decoding), so they count for nothing here.
             let mut dots = seg.iter().filter(|b| !b.is_ascii_control());
-            match (dots.next(), dots.next(), dots.next()) {
-                (Some(b'.'), None, _) | (Some(b'.'), Some(b'.'), None) => true,
-                _ => false,
-            }
+            matches!(
+                (dots.next(), dots.next(), dots.next()),
+                (Some(b'.'), None, _) | (Some(b'.'), Some(b'.'), None)
+            )
         })
 }
 
