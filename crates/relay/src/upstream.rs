@@ -23,7 +23,7 @@
 //! user's, whose connections never meet this one's (docs/usage.md, "Upstream connections").
 //!
 //! The verbatim path ([`super::verbatim`]) keeps bare streams instead ([`Stream`]), pooled
-//! the same way: per core and origin, most recent first, up to the same count, swept by the
+//! the same way: per core, origin and principal, most recent first, up to the same count, swept by the
 //! same sweeper; one that reads as closed (or holds bytes nobody asked for) when taken out is
 //! dropped.
 
