@@ -1536,10 +1536,13 @@ fn attributions(records: &Path) -> Vec<Value> {
 
 /// Two relays of one user side by side: the other one on the default ingest socket (in its
 /// own `TMPDIR`), this one on a socket of its own, exported in the environment as `windowtap
-/// env` does; the scripted codex alone runs the README's Codex config (its `env_vars`
-/// forwarding WINDOWTAP_INGEST, or not when `forward` is false) against this relay; both
-/// relays are stopped. `None` where python3 lacks tomllib.
-async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRelays> {
+/// env` does (unless `exported` is false); the scripted codex alone runs the README's Codex
+/// config (its `env_vars` forwarding WINDOWTAP_INGEST, or not when `forward` is false) against
+/// this relay; both relays are stopped. `None` where python3 lacks tomllib.
+async fn two_relays_and_the_example_codex_config(
+    forward: bool,
+    exported: bool,
+) -> Option<TwoRelays> {
     if !python_with_tomllib() {
         return None;
     }
@@ -1565,13 +1568,12 @@ async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRel
     }
     std::fs::create_dir_all(dir.path().join("gates")).unwrap();
     let ingest = relay.ingest.display().to_string();
-    let stderr = codex_alone(
-        dir.path(),
-        &relay,
-        &config,
-        tmp.path(),
-        &[("WINDOWTAP_INGEST", ingest)],
-    );
+    let env = if exported {
+        vec![("WINDOWTAP_INGEST", ingest)]
+    } else {
+        Vec::new()
+    };
+    let stderr = codex_alone(dir.path(), &relay, &config, tmp.path(), &env);
     let (relay_pid, other_pid) = (relay.pid(), other.pid());
     assert!(relay.stop().success(), "{}", relay.log());
     assert!(other.stop().success(), "{}", other.log());
@@ -1600,12 +1602,20 @@ struct TwoRelays {
 
 /// Two relays of one user side by side (issue 27, item 2): the other one on the default
 /// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
-/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
-/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
-/// record here.
+/// passes MCP servers only a short list of variables; with the ready config's `env_vars` the
+/// wrapper sees WINDOWTAP_INGEST itself, and without them (issue 37) it finds it in Codex's
+/// own environment (its nearest ancestor that has it): either way it reports to this relay and
+/// says so, and the call has its record here. Without `env_vars` this failed before issue 37:
+/// the wrapper reported to the other relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
-    let Some(run) = two_relays_and_the_example_codex_config(true).await else {
+    for forward in [true, false] {
+        with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward).await;
+    }
+}
+
+async fn with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward: bool) {
+    let Some(run) = two_relays_and_the_example_codex_config(forward, true).await else {
         return;
     };
     let TwoRelays {
@@ -1630,12 +1640,13 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
     assert!(!relay.log().contains("got no report"), "{}", relay.log());
 }
 
-/// The same two relays, with a Codex config that does not forward WINDOWTAP_INGEST (as the
-/// README's was): the wrapper reports to the other relay and says so, and this relay's stop
-/// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
+/// The same two relays, this one's socket never exported (Codex pointed at it by hand, its
+/// socket nowhere in the environment): the wrapper reports to the other relay, at the default
+/// place, and says so, and this relay's stop says that a model call to an MCP tool got no
+/// report, naming the tool and the likely causes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
-    let Some(run) = two_relays_and_the_example_codex_config(false).await else {
+    let Some(run) = two_relays_and_the_example_codex_config(true, false).await else {
         return;
     };
     let TwoRelays {
