@@ -16,7 +16,8 @@
 //!   `GET …/responses` upgraded to a WebSocket (one connection, many `response.create` frames,
 //!   `permessage-deflate` when offered, as the real API does). Function mode calls the
 //!   `mcp__<alias>` namespace's `<tool>` (or the function `mcp__<alias>__<tool>`, or, as an
-//!   agent SDK offers an MCP tool, the function named `<tool>` itself); code mode (Codex's
+//!   agent SDK offers an MCP tool, the function named `<tool>` itself, or OpenCode's
+//!   `<alias>_<tool>`); code mode (Codex's
 //!   default catalog model) calls the custom `exec` tool with JavaScript that calls the MCP tool
 //!   through the `tools` object. Also `GET …/models`.
 //!
@@ -545,18 +546,21 @@ fn codex_spawn_arguments(s: &Script) -> Value {
 }
 
 /// `(namespace, name)` of the MCP tool when the request offers it as a function: in Codex's
-/// namespace, under the flat name, or (an agent SDK: the OpenAI Agents SDK offers an MCP tool
-/// under the server's own tool name) under the tool's own name.
+/// namespace, under the flat name, under the tool's own name (an agent SDK: the OpenAI Agents
+/// SDK offers an MCP tool so), or as `<alias>_<tool>` (OpenCode's name for it).
 fn function_route(s: &Script, req: &Value) -> Option<(Option<String>, String)> {
     let ns = s.namespace();
     let flat = s.flat_name();
-    let bare = req["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| t["type"] == "function" && t["name"] == s.tool.as_str());
-    if bare {
-        return Some((None, s.tool.clone()));
+    let opencode = format!("{}_{}", s.alias, s.tool);
+    for name in [s.tool.as_str(), opencode.as_str()] {
+        let offered = req["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["type"] == "function" && t["name"] == name);
+        if offered {
+            return Some((None, name.to_string()));
+        }
     }
     for t in req["tools"].as_array().into_iter().flatten() {
         if t["type"] == "namespace" && t["name"] == ns.as_str() {

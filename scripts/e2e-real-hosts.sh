@@ -27,7 +27,9 @@
 # `ambiguous`; -parallel-meta: the same with a tool_meta_resolver putting the model's call id
 # in `_meta.callId`, each attributed to its own window) and in JavaScript (sdk-openai-js,
 # -json: @openai/agents), and the Claude Agent SDK in Python (sdk-claude-py, which drives the
-# Claude Code CLI installed above). See scripts/e2e-sdk/ and docs/e2e.md.
+# Claude Code CLI installed above); and OpenCode (sdk-opencode), a client pointed at a base URL
+# that shows the model an MCP tool as `<alias>_<tool>`, which no route names: its calls must be
+# `no_window`, never attributed. See scripts/e2e-sdk/ and docs/e2e.md.
 # shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
 # per session (see shared_relay below and docs/e2e.md). shared-relay-hosts-off runs it once
@@ -65,6 +67,7 @@ CODEX_VERSION=${CODEX_VERSION:-0.171.0}
 OPENAI_AGENTS_VERSION=${OPENAI_AGENTS_VERSION:-0.25.0}
 CLAUDE_AGENT_SDK_VERSION=${CLAUDE_AGENT_SDK_VERSION:-0.2.190}
 OPENAI_AGENTS_JS_VERSION=${OPENAI_AGENTS_JS_VERSION:-0.20.0}
+OPENCODE_VERSION=${OPENCODE_VERSION:-1.18.33}
 ALIAS=probe
 TOOL=echo
 
@@ -101,6 +104,15 @@ if [ -z "${WINDOWTAP_E2E_INSIDE:-}" ]; then
             npm install --no-audit --no-fund --loglevel=error "@openai/agents@$OPENAI_AGENTS_JS_VERSION" zod >&2)
         rm -f "$E2E"/sdk/.installed-*
         touch "$sdk_stamp"
+    fi
+    if [ ! -f "$E2E/opencode/.installed-$OPENCODE_VERSION" ]; then
+        say "installing opencode-ai@$OPENCODE_VERSION"
+        mkdir -p "$E2E/opencode"
+        (cd "$E2E/opencode" &&
+            { [ -f package.json ] || echo '{"name":"windowtap-e2e-opencode","private":true}' >package.json; } &&
+            npm install --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >&2)
+        rm -f "$E2E"/opencode/.installed-*
+        touch "$E2E/opencode/.installed-$OPENCODE_VERSION"
     fi
     say "building windowtap and the scripted upstream (release)"
     (cd "$ROOT" && cargo build --release --bin windowtap --example scripted_upstream >&2)
@@ -1243,6 +1255,13 @@ sdk_leg() {
     sdk-openai-js) program=(node "$SDK/js/openai_agent.mjs" streamed) ;;
     sdk-openai-js-json) program=(node "$SDK/js/openai_agent.mjs" json) ;;
     sdk-claude-py) program=("$py" "$ROOT/scripts/e2e-sdk/claude_agent.py") ;;
+    sdk-opencode)
+        # OpenCode reads its provider and MCP servers from opencode.json in its working
+        # directory; the base URL and key from the environment, as the SDKs' are.
+        printf '{"provider":{"openai":{"options":{"baseURL":"{env:OPENAI_BASE_URL}","apiKey":"{env:OPENAI_API_KEY}"}}},"model":"openai/gpt-4.1","autoupdate":false,"share":"disabled","mcp":{"%s":{"type":"local","command":%s,"enabled":true,"environment":{"E2E_MARKER":"%s","E2E_SLEEP_MS":"0"}}}}\n' \
+            "$ALIAS" "$argv" "$dir/marker.jsonl" >"$dir/work/opencode.json"
+        program=("$E2E/opencode/node_modules/.bin/opencode" run)
+        ;;
     *) die "unknown scenario $scenario" ;;
     esac
     (cd "$dir/work" && env HOME="$dir/home" \
@@ -1264,6 +1283,7 @@ run_sdk() {
     case $scenario in
     *-parallel) expect=ambiguous ;;
     *-parallel-meta) expect=attributed+call_id ;;
+    sdk-opencode) expect=no_window ;;
     esac
     # An ES module resolves its imports from its own directory: it runs beside the SDK.
     rm -f "$SDK/js/openai_agent.mjs"
@@ -1297,7 +1317,7 @@ print("%-28s %5s %-5s %3s %3s  %-22s %-6s %-16s %-8s %-6s %-28s %-4s %-5s %-6s %
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
     claude-subagent-blocking claude-subagent-background claude-subagent-parallel codex-subagent-parallel
     sdk-openai-py sdk-openai-py-json sdk-openai-py-parallel sdk-openai-py-parallel-meta sdk-openai-js
-    sdk-openai-js-json sdk-claude-py
+    sdk-openai-js-json sdk-claude-py sdk-opencode
     shared-relay shared-relay-hosts-off report-run)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"

@@ -5,7 +5,9 @@ and once through `windowtap run`.
 
 EXPECT: `attributed` (every call attributed), `ambiguous` (every call abstained as ambiguous:
 two agents of one process calling one tool at once, nothing to tell them apart) or
-`attributed+call_id` (every call attributed with the call_id evidence). Prints one JSON object:
+`attributed+call_id` (every call attributed with the call_id evidence) or `no_window` (a client
+whose names the rule does not route: every call abstained as no_window, never attributed).
+Prints one JSON object:
 what each leg did, what the records and the capture say, and `ok` with `why`. Reads the
 records, the capture (`trace.jsonl`), the replayed records, the program's output and the MCP
 server's marker (one line per call start and end); never prints a value read from a record
@@ -65,7 +67,7 @@ def main():
         why.append("%d records for %d MCP calls" % (len(recs), n_via))
     decisions = sorted((r.get("reason") or "attributed") for r in recs)
     evidence = sorted({"+".join(r.get("evidence") or []) for r in recs if r.get("decision") == "attributed"})
-    want_reason = "ambiguous" if expect == "ambiguous" else "attributed"
+    want_reason = {"ambiguous": "ambiguous", "no_window": "no_window"}.get(expect, "attributed")
     if any(d != want_reason for d in decisions):
         why.append("decisions %s, expected every one %s" % (",".join(decisions), want_reason))
     if expect == "attributed+call_id" and any("call_id" not in (r.get("evidence") or []) for r in recs):
