@@ -989,7 +989,14 @@ async fn run_sdk_agent(up: &Upstream, agent_args: &[&str]) -> (tempfile::TempDir
         gates.display().to_string(),
     ];
     host_args.extend(s(agent_args));
-    let run_args = s(&["--upstream", &up.mount("openai", "")]);
+    // A loaded machine may take the scripted program longer than the default second between
+    // its call's end and its continuation; the window must not be given up meanwhile.
+    let run_args = s(&[
+        "--upstream",
+        &up.mount("openai", ""),
+        "--close-wait",
+        "20000",
+    ]);
     let path = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || {
         windowtap_run(
