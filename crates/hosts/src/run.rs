@@ -396,8 +396,8 @@ impl ProgramBase {
     }
 }
 
-/// The mount for an `OPENAI_BASE_URL` the user set: the default `/openai` mount stays
-/// api.openai.com for everyone else on the relay.
+/// The mount for an `OPENAI_BASE_URL` the user set: a mount of its own (as Codex's
+/// `/codex-openai`), so that `/openai` and `--upstream openai=…` keep meaning what they say.
 const PROGRAM_OPENAI_MOUNT: &str = "program-openai";
 
 /// `OPENAI_BASE_URL` and `ANTHROPIC_BASE_URL` as the program will get them (an empty value
