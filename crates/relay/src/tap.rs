@@ -822,7 +822,7 @@ mod tests {
             mut rx,
         } = rig();
         let guard = sources.register(&clock);
-        let settings = Settings::new(clock.clone(), 64, tx, Stall(false), observers.spawner());
+        let settings = Settings::new(clock, 64, tx, Stall(false), observers.spawner());
         let tap = start(
             guard,
             clock.now_ms(),
