@@ -930,17 +930,181 @@ async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
     );
 }
 
-#[test]
-fn a_program_that_is_neither_host_is_refused_by_name() {
+// ---------------------------------------------------------------------------------------
+// Any other program: an agent on an SDK (tests/fixtures/hosts/sdk_agent), its model traffic
+// through OPENAI_BASE_URL, its MCP server under `windowtap wrap` started with the MCP SDK's
+// small default environment, tools offered to the model under their own names.
+// ---------------------------------------------------------------------------------------
+
+/// A Responses upstream as an SDK program meets it over HTTP: a first request gets a response
+/// calling `wait` (the tool's own name, no namespace) with a call id of the agent's own; a
+/// request carrying a `function_call_output` gets text. Streamed (SSE) or a JSON body, as the
+/// request asks.
+async fn responses_http_bare_upstream() -> Upstream {
+    Upstream::start(
+        None,
+        handler(|req| async move {
+            let body = read_body(req.into_body()).await;
+            let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let text = req["input"][0]["content"].as_str().unwrap_or("");
+            let who = text.rsplit(' ').next().unwrap_or("agent").to_string();
+            let continues = body.windows(20).any(|w| w == b"function_call_output");
+            let id = format!("resp_{who}_{}", if continues { 2 } else { 1 });
+            let item = if continues {
+                json!({"type":"message","id":format!("msg_{who}"),"role":"assistant","status":"completed","content":[{"type":"output_text","text":"done"}]})
+            } else {
+                json!({"type":"function_call","id":format!("fc_{who}"),"call_id":format!("call_{who}"),"name":"wait","arguments":"{}","status":"completed"})
+            };
+            if req["stream"] == json!(true) {
+                let evs = vec![
+                    sse::response_created(&id),
+                    sse::item_added(0, &item),
+                    sse::item_done(0, &item),
+                    sse::response_completed(&id, json!([item])),
+                ];
+                event_per_frame(sse::body(&evs))
+            } else {
+                let whole = json!({"id":id,"object":"response","status":"completed","output":[item]});
+                hyper::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(full(whole.to_string()))
+                    .unwrap()
+            }
+        }),
+    )
+    .await
+}
+
+/// `windowtap run -- sdk_agent …` with the OpenAI upstream mounted from `up`.
+async fn run_sdk_agent(up: &Upstream, agent_args: &[&str]) -> (tempfile::TempDir, Run) {
     let dir = tempfile::tempdir().unwrap();
-    let run = windowtap_run(dir.path(), &[], &s(&["/bin/true"]), &[]);
-    assert!(!run.status.success());
-    assert!(
-        run.stderr
-            .contains("`/bin/true` is neither claude nor codex"),
-        "{}",
-        run.stderr
-    );
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let mut host_args = vec![
+        host("sdk_agent"),
+        "--windowtap".to_string(),
+        env!("CARGO_BIN_EXE_windowtap").to_string(),
+        "--gate-dir".to_string(),
+        gates.display().to_string(),
+    ];
+    host_args.extend(s(agent_args));
+    // A loaded machine may take the scripted program longer than the default second between
+    // its call's end and its continuation; the window must not be given up meanwhile.
+    let run_args = s(&[
+        "--upstream",
+        &up.mount("openai", ""),
+        "--close-wait",
+        "20000",
+    ]);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(
+            &path,
+            &run_args,
+            &host_args,
+            &[("OPENAI_BASE_URL", String::new())],
+        )
+    })
+    .await
+    .unwrap();
+    (dir, run)
+}
+
+/// An agent built on an SDK, run as `windowtap run -- PROGRAM`: its SDK goes through the relay
+/// by `OPENAI_BASE_URL`, its server under `windowtap wrap` reports to run's socket although the
+/// SDK gave it none of run's environment, and its call, offered to the model as `wait`, is
+/// attributed by containment, host and route, streamed and as a JSON answer alike. Before
+/// issue 37, run refused any program but claude and codex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_programs_call_is_attributed_by_its_bare_tool_name() {
+    if !python() {
+        return;
+    }
+    let up = responses_http_bare_upstream().await;
+    for mode in [&[][..], &["--json"][..]] {
+        let (_dir, run) = run_sdk_agent(&up, mode).await;
+        assert_eq!(run.status.code(), Some(0), "{mode:?}: {}", run.stderr);
+        assert!(run.stderr.contains("/openai/v1"), "{}", run.stderr);
+        assert_eq!(run.records.len(), 1, "{mode:?}: {}", run.records_text);
+        let r = &run.records[0];
+        assert_eq!(r["decision"], "attributed", "{mode:?}: {r}");
+        assert_eq!(
+            (r["alias"].as_str(), r["tool"].as_str()),
+            (Some("gate"), Some("wait"))
+        );
+        assert_eq!(evidence(r), ["containment", "host", "route"], "{r}");
+        let events = capture_events(&run.capture);
+        let opens: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "stream_open")
+            .collect();
+        assert!(
+            opens
+                .iter()
+                .all(|o| o["client"] == "other" && o["thread"].is_null()),
+            "{opens:?}"
+        );
+        assert_eq!(
+            checked_replay(&run.capture),
+            run.records_text,
+            "replay equals live"
+        );
+        assert!(!run.records_text.contains(CANARY) && !run.log.contains(CANARY));
+    }
+}
+
+/// Two agents of one program call one tool at once, with nothing in the calls to tell them
+/// apart: both abstain (`ambiguous`), never a wrong window. With the model's call id in each
+/// request's `_meta` (`callId`, read as Codex's is) each goes to its own agent's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_of_one_program_calling_one_tool_at_once_abstain_unless_they_say_which_call() {
+    if !python() {
+        return;
+    }
+    let up = responses_http_bare_upstream().await;
+    let (_dir, run) = run_sdk_agent(&up, &["--agents", "2"]).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    for r in &run.records {
+        assert_eq!(
+            (r["decision"].as_str(), r["reason"].as_str()),
+            (Some("abstained"), Some("ambiguous")),
+            "{r}"
+        );
+        assert_eq!(r["candidates"], 2, "{r}");
+    }
+
+    let (_dir, run) = run_sdk_agent(&up, &["--agents", "2", "--meta-call-id"]).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    let events = capture_events(&run.capture);
+    // Each interval's own window: the response of the stream its call id was issued on.
+    let issued: std::collections::HashMap<&str, &str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call")
+        .map(|e| (e["call"].as_str().unwrap(), e["response"].as_str().unwrap()))
+        .collect();
+    let hinted: std::collections::HashMap<&str, &str> = events
+        .iter()
+        .filter(|e| e["type"] == "mcp_interval")
+        .map(|e| {
+            (
+                e["interval"].as_str().unwrap(),
+                e["call_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for r in &run.records {
+        assert_eq!(r["decision"], "attributed", "{r}");
+        assert_eq!(
+            evidence(r),
+            ["containment", "call_id", "host", "route"],
+            "{r}"
+        );
+        let call = hinted[r["interval"].as_str().unwrap()];
+        assert_eq!(r["window"]["response"].as_str(), Some(issued[call]), "{r}");
+    }
 }
 
 /// Waits (bounded) for the lingering fake claude to say it is up.
@@ -1379,10 +1543,13 @@ fn attributions(records: &Path) -> Vec<Value> {
 
 /// Two relays of one user side by side: the other one on the default ingest socket (in its
 /// own `TMPDIR`), this one on a socket of its own, exported in the environment as `windowtap
-/// env` does; the scripted codex alone runs the README's Codex config (its `env_vars`
-/// forwarding WINDOWTAP_INGEST, or not when `forward` is false) against this relay; both
-/// relays are stopped. `None` where python3 lacks tomllib.
-async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRelays> {
+/// env` does (unless `exported` is false); the scripted codex alone runs the README's Codex
+/// config (its `env_vars` forwarding WINDOWTAP_INGEST, or not when `forward` is false) against
+/// this relay; both relays are stopped. `None` where python3 lacks tomllib.
+async fn two_relays_and_the_example_codex_config(
+    forward: bool,
+    exported: bool,
+) -> Option<TwoRelays> {
     if !python_with_tomllib() {
         return None;
     }
@@ -1408,13 +1575,12 @@ async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRel
     }
     std::fs::create_dir_all(dir.path().join("gates")).unwrap();
     let ingest = relay.ingest.display().to_string();
-    let stderr = codex_alone(
-        dir.path(),
-        &relay,
-        &config,
-        tmp.path(),
-        &[("WINDOWTAP_INGEST", ingest)],
-    );
+    let env = if exported {
+        vec![("WINDOWTAP_INGEST", ingest)]
+    } else {
+        Vec::new()
+    };
+    let stderr = codex_alone(dir.path(), &relay, &config, tmp.path(), &env);
     let (relay_pid, other_pid) = (relay.pid(), other.pid());
     assert!(relay.stop().success(), "{}", relay.log());
     assert!(other.stop().success(), "{}", other.log());
@@ -1443,12 +1609,20 @@ struct TwoRelays {
 
 /// Two relays of one user side by side (issue 27, item 2): the other one on the default
 /// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
-/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
-/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
-/// record here.
+/// passes MCP servers only a short list of variables; with the ready config's `env_vars` the
+/// wrapper sees WINDOWTAP_INGEST itself, and without them (issue 37) it finds it in Codex's
+/// own environment (its nearest ancestor that has it): either way it reports to this relay and
+/// says so, and the call has its record here. Without `env_vars` this failed before issue 37:
+/// the wrapper reported to the other relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
-    let Some(run) = two_relays_and_the_example_codex_config(true).await else {
+    for forward in [true, false] {
+        with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward).await;
+    }
+}
+
+async fn with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward: bool) {
+    let Some(run) = two_relays_and_the_example_codex_config(forward, true).await else {
         return;
     };
     let TwoRelays {
@@ -1473,12 +1647,13 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
     assert!(!relay.log().contains("got no report"), "{}", relay.log());
 }
 
-/// The same two relays, with a Codex config that does not forward WINDOWTAP_INGEST (as the
-/// README's was): the wrapper reports to the other relay and says so, and this relay's stop
-/// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
+/// The same two relays, this one's socket never exported (Codex pointed at it by hand, its
+/// socket nowhere in the environment): the wrapper reports to the other relay, at the default
+/// place, and says so, and this relay's stop says that a model call to an MCP tool got no
+/// report, naming the tool and the likely causes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
-    let Some(run) = two_relays_and_the_example_codex_config(false).await else {
+    let Some(run) = two_relays_and_the_example_codex_config(true, false).await else {
         return;
     };
     let TwoRelays {

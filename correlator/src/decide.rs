@@ -437,12 +437,14 @@ impl Correlator {
         match kind {
             EventKind::StreamOpen {
                 stream,
+                client,
                 thread,
                 host,
                 ..
             } => {
                 let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
-                tr.stream_open(t, stream.as_ref(), thread.as_ref().map(AsRef::as_ref), host)
+                let thread = thread.as_ref().map(AsRef::as_ref);
+                tr.stream_open(t, stream.as_ref(), *client, thread, host)
             }
             EventKind::Request {
                 stream,
@@ -1095,9 +1097,9 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {
         ev.push(Evidence::Host);
     }
-    if calls()
-        .any(|c| c.kind != CallKind::Custom && p.names.matches(&c.name, c.namespace.as_deref()))
-    {
+    if calls().any(|c| {
+        c.kind != CallKind::Custom && p.names.matches(w.client, &c.name, c.namespace.as_deref())
+    }) {
         ev.push(Evidence::Route);
     }
     ev

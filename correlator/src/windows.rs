@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::event::{CallKind, Millis, ResponseStatus};
+use crate::event::{CallKind, Client, Millis, ResponseStatus};
 use crate::intern::Interner;
 use crate::route::Names;
 
@@ -268,6 +268,8 @@ pub(crate) struct Window {
     pub(crate) response: Arc<str>,
     /// When the first client tool call of the response was complete.
     pub(crate) open: Millis,
+    /// Its stream's client: which visible names route to an MCP tool (docs/design.md §4).
+    pub(crate) client: Client,
     pub(crate) calls: Vec<Call>,
     pub(crate) state: WindowState,
     /// The request that closed the window.
@@ -310,13 +312,14 @@ impl Window {
     }
 
     /// When the first call of the response that could have issued a call of `names`'s tool
-    /// was complete: one whose visible name routes to it, or an opaque program call (kind
-    /// `custom`), which may call any tool. Infinity if none.
+    /// was complete: one whose visible name routes to it (for the window's client), or an
+    /// opaque program call (kind `custom`), which may call any tool. Infinity if none.
     pub(crate) fn first_call_for(&self, names: &Names) -> Millis {
         self.calls
             .iter()
             .filter(|c| {
-                c.kind == CallKind::Custom || names.matches(&c.name, c.namespace.as_deref())
+                c.kind == CallKind::Custom
+                    || names.matches(self.client, &c.name, c.namespace.as_deref())
             })
             .map(|c| c.at)
             .fold(f64::INFINITY, f64::min)
@@ -387,6 +390,7 @@ pub(crate) enum Fit {
 
 struct StreamState {
     name: Arc<str>,
+    client: Client,
     thread: Option<Arc<str>>,
     host: Option<Arc<str>>,
     key: ThreadKey,
@@ -676,6 +680,7 @@ impl Tracker {
         &mut self,
         t: Millis,
         stream: &str,
+        client: Client,
         thread: Option<&str>,
         host: Option<Arc<str>>,
     ) {
@@ -686,6 +691,7 @@ impl Tracker {
             name.clone(),
             StreamState {
                 name,
+                client,
                 thread,
                 host,
                 key,
@@ -804,9 +810,9 @@ impl Tracker {
             return;
         }
         let stream = rs.stream.clone();
-        let (thread, host, thread_key) = match self.streams.get(&stream) {
-            Some(s) => (s.thread.clone(), s.host.clone(), s.key.clone()),
-            None => (None, None, ThreadKey::Anon(stream.clone())),
+        let (client, thread, host, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.client, s.thread.clone(), s.host.clone(), s.key.clone()),
+            None => (Client::Other, None, None, ThreadKey::Anon(stream.clone())),
         };
 
         // MCP calls already running (or reported at this same instant) that started at or
@@ -834,6 +840,7 @@ impl Tracker {
             stream,
             response: response.clone(),
             open: t,
+            client,
             // Room for the one call it opens with (most responses make one or a few).
             calls: Vec::with_capacity(1),
             state: WindowState::Open,
@@ -1366,6 +1373,7 @@ mod tests {
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
+            client: Client::Claude,
             // Room for the one call it opens with (most responses make one or a few).
             calls: Vec::with_capacity(1),
             state: WindowState::Open,

@@ -1,5 +1,13 @@
 //! `windowtap run`: one command that starts the relay and the ingest socket, points a host
 //! at them, and routes every stdio MCP server through the wrapper.
+//!
+//! Claude Code and Codex are pointed at the relay through their own configuration, and their
+//! MCP servers are rewritten to run under the wrapper. Any other program (an agent built on
+//! the OpenAI Agents SDK, the Claude Agent SDK, …) declares its servers in its own code, which
+//! run does not touch: it gets the SDKs' base-URL variables (`OPENAI_BASE_URL`,
+//! `ANTHROPIC_BASE_URL`) and the socket (`WINDOWTAP_INGEST`), and the servers it starts under
+//! `windowtap wrap` find the socket in its environment even when the SDK starts them with an
+//! environment of its own (see `wrap`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,9 +32,15 @@ $XDG_STATE_HOME/windowtap, else ~/.local/state/windowtap), the relay's log to a 
 them (--log-file), so that the host keeps its terminal: run prints nothing while the host runs,
 and a summary naming both files once it has exited.
 
+Any other program (an agent on the OpenAI Agents SDK, the Claude Agent SDK, …) is run with
+OPENAI_BASE_URL and ANTHROPIC_BASE_URL pointing at the relay (a base URL already set becomes
+that mount's upstream) and WINDOWTAP_INGEST; the MCP servers it starts as `windowtap wrap
+--alias NAME -- SERVER…` report to this run, whatever environment its SDK gives them.
+
 Examples:
   windowtap run -- claude -p \"list the files\" --mcp-config mcp.json
-  windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"")]
+  windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"
+  windowtap run -- python3 my_agent.py")]
 // The relay's options, as run uses them: where records go by default, and no shared socket.
 #[command(mut_arg("records", |a| a.help(
     "Write attribution records here [default: a new file under $XDG_STATE_HOME/windowtap, \
@@ -43,7 +57,7 @@ pub struct RunArgs {
     /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
     #[arg(long, default_value = "auto", value_name = "auto|api|chatgpt", value_parser = ["auto", "api", "chatgpt"])]
     codex_auth: String,
-    /// The host and its arguments: `claude …` or `codex …`.
+    /// The host and its arguments: `claude …`, `codex …`, or any program (`python3 agent.py`).
     #[arg(last = true, required = true, value_name = "HOST ARGS")]
     host: Vec<String>,
 }
@@ -127,11 +141,9 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = args
         .host
         .first()
-        .context("name the host to run: `-- claude …` or `-- codex …`")?
+        .context("name the host to run: `-- claude …`, `-- codex …` or `-- PROGRAM …`")?
         .clone();
-    let host = Host::of(&program).with_context(|| {
-        format!("`{program}` is neither claude nor codex; windowtap run launches those two hosts")
-    })?;
+    let host = Host::of(&program);
     let host_args: Vec<String> = args.host[1..].to_vec();
     let dir = tempfile::Builder::new()
         .prefix("windowtap-run-")
@@ -177,6 +189,16 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         "chatgpt" => codex::Auth::ChatGpt,
         _ => codex::Auth::Auto,
     };
+    // A program's SDKs: a base URL the user already set is where their key is meant to go, so
+    // it becomes the upstream of the mount the program is pointed at (as for the hosts).
+    let program_bases = (host == Host::Program).then(program_bases);
+    for b in program_bases.iter().flatten() {
+        if let Some(upstream) = &b.upstream {
+            mounts.push(
+                Mount::new(b.mount, upstream).map_err(|e| anyhow::anyhow!("{}: {e}", b.var))?,
+            );
+        }
+    }
     if host == Host::Codex {
         // The mounts do not depend on the relay's address: plan once to learn them.
         let probe = codex::plan(&host_args, &codex_home, &wrap, "http://relay", auth)?;
@@ -233,6 +255,19 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             Host::Codex => {
                 let plan = codex::plan(&host_args, &codex_home, &wrap, &base, auth)?;
                 (plan.args, Vec::new(), plan.servers, plan.base_url)
+            }
+            Host::Program => {
+                let env: Vec<(String, String)> = program_bases
+                    .iter()
+                    .flatten()
+                    .map(|b| (b.var.to_string(), b.url(&base)))
+                    .collect();
+                let target = env
+                    .iter()
+                    .map(|(_, url)| url.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" and ");
+                (host_args.clone(), env, Vec::new(), target)
             }
         };
         let (argv, env) = match &host_traces {
@@ -324,7 +359,7 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 s.note.as_deref().unwrap_or("not a stdio server")
             );
         }
-        if servers.iter().all(|s| !s.observed) {
+        if host != Host::Program && servers.iter().all(|s| !s.observed) {
             eprintln!("windowtap run: no stdio MCP server was found to wrap");
         }
         use std::os::unix::process::ExitStatusExt;
@@ -338,6 +373,57 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         drop(dir);
         anyhow::Ok(ExitCode::from(code.clamp(0, 255) as u8))
     })
+}
+
+/// One SDK base-URL variable of a program run by `run`: the mount it goes through, and the
+/// upstream of that mount when the user had set the variable.
+struct ProgramBase {
+    var: &'static str,
+    mount: &'static str,
+    /// The path under the mount that the SDK's base URL ends in (the OpenAI SDKs' base URL
+    /// includes `/v1`; the Anthropic SDKs add `/v1/messages` themselves).
+    default_path: &'static str,
+    upstream: Option<String>,
+}
+
+impl ProgramBase {
+    /// The variable's value for the program: the relay's mount.
+    fn url(&self, relay: &str) -> String {
+        match self.upstream {
+            Some(_) => format!("{relay}/{}", self.mount),
+            None => format!("{relay}/{}{}", self.mount, self.default_path),
+        }
+    }
+}
+
+/// The mount for an `OPENAI_BASE_URL` the user set: a mount of its own (as Codex's
+/// `/codex-openai`), so that `/openai` and `--upstream openai=…` keep meaning what they say.
+const PROGRAM_OPENAI_MOUNT: &str = "program-openai";
+
+/// `OPENAI_BASE_URL` and `ANTHROPIC_BASE_URL` as the program will get them (an empty value
+/// counts as unset, as the SDKs read it).
+fn program_bases() -> Vec<ProgramBase> {
+    let set = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    let openai = set("OPENAI_BASE_URL");
+    vec![
+        ProgramBase {
+            var: "OPENAI_BASE_URL",
+            mount: if openai.is_some() {
+                PROGRAM_OPENAI_MOUNT
+            } else {
+                "openai"
+            },
+            default_path: "/v1",
+            upstream: openai,
+        },
+        ProgramBase {
+            var: "ANTHROPIC_BASE_URL",
+            // The anthropic mount takes the user's URL, as it does for Claude Code.
+            mount: "anthropic",
+            default_path: "",
+            upstream: set("ANTHROPIC_BASE_URL"),
+        },
+    ]
 }
 
 #[cfg(test)]

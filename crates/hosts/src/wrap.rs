@@ -72,7 +72,18 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
              cannot be matched to the host's tool calls by name"
         );
     }
-    let paths = match &args.ingest {
+    // Not given a socket (argument or environment): one an ancestor was given, else the
+    // default places. A program started by `windowtap run` has run's socket in its
+    // environment, but an agent SDK starts its MCP servers with a few variables of its own
+    // choosing (the MCP Python and TypeScript SDKs: HOME, LOGNAME, PATH, SHELL, TERM, USER),
+    // so the variable often never reaches the wrapper; the program's own environment still
+    // says where run listens. The socket is held to the same checks however it was found.
+    let given = args
+        .ingest
+        .clone()
+        .or_else(|| hostid::ancestor_env(ingest::ENV).map(|(_, p)| PathBuf::from(p)))
+        .filter(|p| !p.as_os_str().is_empty());
+    let paths = match &given {
         Some(p) => vec![p.clone()],
         None => ingest::wrapper_candidates(),
     };
@@ -104,7 +115,7 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         observer: Mutex::new(Observer::new()),
         reporter: Reporter::start(
             paths,
-            args.ingest.is_none(),
+            given.is_none(),
             // A socket given as an argument was chosen for this wrapper (`windowtap run` gives
             // its own): nothing to tell. One found in the environment or at a default place
             // may be another relay's, so where the reports go is said.
