@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use live::ingest;
-use live::service::{failures_summary, prepare_process, relay_config, start, RelayArgs, Signals};
+use live::service::{
+    failures_summary, prepare_process, relay_config, servers_summary, start, RelayArgs, Signals,
+};
 use relay::{banner, Drain};
 use sys::clock::Clock;
 
@@ -61,6 +63,9 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         let stopped = running.stop_with(signals.next()).await?;
         eprintln!("windowtap relay stopped: {}", stopped.summary);
         if let Some(text) = failures_summary(&mounts, &stopped.failed) {
+            eprintln!("windowtap relay: warning: {text}");
+        }
+        for text in servers_summary(&stopped.servers, &[]) {
             eprintln!("windowtap relay: warning: {text}");
         }
         if let Some(text) = stopped

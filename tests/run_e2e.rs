@@ -770,6 +770,43 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
     );
 }
 
+/// Servers whose command is not on `PATH`, or that exit before answering anything, are named
+/// with why in run's summary; the host goes on without them (as Claude Code does) and the
+/// working server's call is attributed. Before, the summary said nothing of them: a silent
+/// zero (issue 40, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_never_ran_are_named_in_runs_summary() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let file = dir.path().join("mcp.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["mcpServers"]["missing"] = json!({"command": "windowtap-test-no-such-mcp-server"});
+    config["mcpServers"]["crashing"] = json!({"command": "sh", "args": ["-c", "exit 3"]});
+    std::fs::write(&file, config.to_string()).unwrap();
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)])
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    for line in [
+        "windowtap run: warning: MCP server `missing` never ran: its command was not found",
+        "windowtap run: warning: MCP server `crashing` never ran: it exited with code 3 before \
+         answering anything",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{}", run.stderr);
+    }
+    assert!(!run.stderr.contains("`gate` never"), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(run.records[0]["decision"], "attributed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_inherited_from_the_projects_mcp_json_is_wrapped_and_attributed() {
     if !python() {

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use live::service::{failures_summary, prepare_process, relay_config, start, RelayArgs, Signals};
+use live::service::{
+    failures_summary, prepare_process, relay_config, servers_summary, start, RelayArgs, Signals,
+};
 use relay::Drain;
 use relay::Mount;
 use sys::clock::Clock;
@@ -292,6 +294,14 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("windowtap run: {program} went through {target} (relay on {base})");
         eprintln!("windowtap run: {summary}");
         if let Some(text) = failures_summary(&mounts_now, &stopped.failed) {
+            eprintln!("windowtap run: warning: {text}");
+        }
+        let wrapped: Vec<String> = servers
+            .iter()
+            .filter(|s| s.observed)
+            .map(|s| s.alias.clone())
+            .collect();
+        for text in servers_summary(&stopped.servers, &wrapped) {
             eprintln!("windowtap run: warning: {text}");
         }
         if let Some(text) = stopped.unreported.describe(live::mcp_tally::Setting::Run) {
