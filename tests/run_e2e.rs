@@ -737,6 +737,19 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         "{}",
         run.stderr
     );
+    // The capture is named too, and where the host's mount went (issue 40).
+    assert!(
+        run.stderr
+            .contains(&format!("capture in {}", run.capture.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("/anthropic (relay on http://127.0.0.1:")
+            && run.stderr.contains(", upstream http://127.0.0.1:"),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr.contains("1 interval: 1 attributed, 0 abstained"),
         "{}",
@@ -1721,6 +1734,35 @@ async fn default_records_are_named_by_a_readable_utc_time() {
         )),
         "{stderr}"
     );
+}
+
+/// A run refused before its host ran (here: an `--mcp-config` file that is not there, named as
+/// missing) leaves no empty records or log file in the state directory (issue 40).
+#[test]
+fn a_refused_run_says_the_file_is_missing_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--", &host("claude"), "--mcp-config", "nope.json", "-p", "hi"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path())
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--mcp-config nope.json: no such file"),
+        "{stderr}"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("windowtap"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// `run --join-host-trace` turns Claude Code's own traces and their propagation on (the

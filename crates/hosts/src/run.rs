@@ -125,7 +125,36 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .map_err(|e| sys::advice::create_failed("the log file", path, e))
 }
 
+/// `windowtap run`. A run refused before its host ran (a missing `--mcp-config` file, a port in
+/// use) leaves no empty records or log file of its own naming behind in the state directory:
+/// each refused try used to add an empty pair there.
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let chosen = match args.relay.records {
+        Some(_) => None,
+        None if Host::of(args.host.first().map_or("", String::as_str)).is_some() => {
+            let p = default_records_path()?;
+            args.relay.records = Some(p.clone());
+            Some(p)
+        }
+        None => None,
+    };
+    let log_beside = args.log_file.is_none();
+    let result = run_host(args);
+    if let (Err(_), Some(records)) = (&result, &chosen) {
+        let mut ours = vec![records.clone()];
+        if log_beside {
+            ours.push(log_path_beside(records));
+        }
+        for p in ours {
+            if std::fs::metadata(&p).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+    result
+}
+
+fn run_host(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = args
         .host
         .first()
@@ -144,10 +173,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         exe: std::env::current_exe().context("finding the windowtap executable")?,
         ingest: ingest.clone(),
     };
-    if args.relay.records.is_none() {
-        args.relay.records = Some(default_records_path()?);
-    }
     let records_path = args.relay.records.clone();
+    let capture_path = args.relay.capture().map(Path::to_path_buf);
     let rotating = args.relay.rotating();
 
     // Upstreams the host was already pointed at become the relay's upstreams.
@@ -291,7 +318,22 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         };
         // The host has exited: from here on the terminal is run's again.
         let summary = stopped.summary;
-        eprintln!("windowtap run: {program} went through {target} (relay on {base})");
+        // Where the host's mount goes, as the failures summary names it (scheme and host:
+        // a base URL's path or userinfo may hold a credential).
+        let upstream = mounts_now
+            .iter()
+            .find(|m| {
+                target
+                    .strip_prefix(&format!("{base}/{}", m.name))
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .map(|m| {
+                let auth = m.authority.as_str();
+                let host = auth.rsplit('@').next().unwrap_or(auth);
+                format!(", upstream {}://{host}", m.scheme)
+            })
+            .unwrap_or_default();
+        eprintln!("windowtap run: {program} went through {target} (relay on {base}{upstream})");
         eprintln!("windowtap run: {summary}");
         if let Some(text) = failures_summary(&mounts_now, &stopped.failed) {
             eprintln!("windowtap run: warning: {text}");
@@ -315,6 +357,14 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 p.clone()
             };
             eprintln!("windowtap run: records in {}", shown.display());
+        }
+        if let Some(p) = &capture_path {
+            let shown = if rotating {
+                live::rotate::pieces_pattern(p)
+            } else {
+                p.clone()
+            };
+            eprintln!("windowtap run: capture in {}", shown.display());
         }
         if let Some(p) = &log_path {
             eprintln!("windowtap run: log in {}", p.display());

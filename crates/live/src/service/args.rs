@@ -288,6 +288,11 @@ pub struct RelayConfig {
 }
 
 impl RelayArgs {
+    /// The capture file asked for, if any.
+    pub fn capture(&self) -> Option<&std::path::Path> {
+        self.capture.as_deref()
+    }
+
     /// Whether the records and capture files are written as rotating pieces.
     pub fn rotating(&self) -> bool {
         self.rotate_size.is_some() || self.rotate_age.is_some()
