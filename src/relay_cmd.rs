@@ -72,6 +72,7 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
             .unreported
             .describe(live::mcp_tally::Setting::Relay {
                 ingest: ingest.as_deref(),
+                wrapped: !stopped.servers.started.is_empty(),
             })
         {
             eprintln!("windowtap relay: warning: {text}");

@@ -19,6 +19,10 @@ use crate::{claude, codex, telemetry};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
+Examples:
+  windowtap run -- claude -p \"list the files\" --mcp-config mcp.json
+  windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"")]
+#[command(after_long_help = "\
 The relay listens on an ephemeral loopback port (unless --listen is given). MCP reports come in
 on a socket private to this run, which every wrapped server is given (--ingest and
 WINDOWTAP_INGEST are not used). Records go to --records (default: a new file under
