@@ -174,3 +174,28 @@ fn short_help_is_a_summary_and_long_help_puts_tuning_under_its_heading() {
         assert!(long.contains("\nDecision rule:\n") && long.contains("\nRotation:\n"));
     }
 }
+
+/// The README's sample of replay's summary is what `windowtap replay traces/` prints (it
+/// said 60 intervals after the bundled traces had grown to 71; issue 40).
+#[test]
+fn the_readmes_replay_summary_is_what_replay_of_the_traces_prints() {
+    let readme = page("README.md").replace('\n', " ");
+    let sample = readme
+        .split("one-line summary on stderr (`")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .expect("the README quotes replay's summary");
+    let shown = sample.trim_end_matches(')').trim_end_matches('…');
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["replay", "traces/"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stderr.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with(shown),
+        "README: {sample}\nreplay: {summary}"
+    );
+}
