@@ -161,7 +161,10 @@ fn short_help_is_a_summary_and_long_help_puts_tuning_under_its_heading() {
     for cmd in ["run", "relay"] {
         let short = help(cmd, "-h");
         assert!(short.lines().count() <= 40, "{cmd} -h:\n{short}");
-        assert!(short.contains("--listen") && short.contains("--records"), "{short}");
+        assert!(
+            short.contains("--listen") && short.contains("--records"),
+            "{short}"
+        );
         assert!(!short.contains("--connect-timeout"), "{cmd} -h:\n{short}");
         let long = help(cmd, "--help");
         let tuning = long
@@ -169,7 +172,10 @@ fn short_help_is_a_summary_and_long_help_puts_tuning_under_its_heading() {
             .nth(1)
             .unwrap_or_else(|| panic!("{cmd} --help has no Relay tuning heading:\n{long}"));
         for flag in ["--connect-timeout", "--drain", "--max-connections"] {
-            assert!(tuning.contains(flag), "{cmd} --help: {flag} under Relay tuning");
+            assert!(
+                tuning.contains(flag),
+                "{cmd} --help: {flag} under Relay tuning"
+            );
         }
         assert!(long.contains("\nDecision rule:\n") && long.contains("\nRotation:\n"));
     }

@@ -135,7 +135,12 @@ fn windowtap_run_with(
     };
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
-    let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    // The run header (the first line) left out: the text is what replay of the capture prints.
+    let records_text = if records_path.exists() {
+        live_records(&records_path)
+    } else {
+        String::new()
+    };
     let log = std::fs::read_to_string(records_path.with_extension("log")).unwrap_or_default();
     let records = records_text
         .lines()
@@ -745,7 +750,8 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("/anthropic (relay on http://127.0.0.1:")
+        run.stderr
+            .contains("/anthropic (relay on http://127.0.0.1:")
             && run.stderr.contains(", upstream http://127.0.0.1:"),
         "{}",
         run.stderr
@@ -780,6 +786,18 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         checked_replay(&run.capture),
         run.records_text,
         "replay equals live"
+    );
+    // The records start with the run header: the wall-clock time of the run's clock 0, the
+    // capture header's (issue 40, item 2).
+    let text = std::fs::read_to_string(&run.records_path).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let capture = capture_lines(&run.capture);
+    assert_eq!(header["type"], "run", "{text}");
+    assert_eq!(header["version"], 1, "{text}");
+    assert!(header["epoch_unix_ms"].as_u64().is_some(), "{text}");
+    assert_eq!(
+        header["epoch_unix_ms"], capture[0]["epoch_unix_ms"],
+        "{text}"
     );
 }
 
@@ -1736,13 +1754,81 @@ async fn default_records_are_named_by_a_readable_utc_time() {
     );
 }
 
+/// `windowtap lookup` finds the record of the `toolu_…` the host showed, by its pseudonym
+/// under the key the run kept beside its records (0600); a response id the API sent is found
+/// in the records alone; an id of no call is said to be in none (issue 40, item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_finds_the_record_of_the_hosts_own_call_id() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::Flag).await;
+    assert!(run.status.success(), "{}", run.stderr);
+    let key = live_key_path(&run.records_path);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key is its owner's alone");
+    let lookup = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("lookup")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let records = run.records_path.display().to_string();
+    let capture = run.capture.display().to_string();
+    let (ok, out, err) = lookup(&["toolu_main", "--records", &records, "--capture", &capture]);
+    assert!(ok, "{err}");
+    let found: Vec<Value> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(found, run.records, "{out}");
+    assert!(out.contains(", started 20"), "the wall-clock time: {out}");
+    // The response id the API sent (msg_main_1) is in the records' window.
+    let (ok, out, err) = lookup(&["msg_main_1", "--records", &records]);
+    assert!(
+        ok && out.contains("a call in the window of this response"),
+        "{out}{err}"
+    );
+    // A call id without the capture: said where to look.
+    let (ok, _, err) = lookup(&["toolu_main", "--records", &records]);
+    assert!(!ok && err.contains("give --capture"), "{err}");
+    let (ok, _, err) = lookup(&["toolu_other", "--records", &records, "--capture", &capture]);
+    assert!(!ok && err.contains("in none of these records"), "{err}");
+    assert!(
+        !err.contains("toolu_other"),
+        "the raw id is not echoed: {err}"
+    );
+}
+
+fn live_key_path(records: &Path) -> PathBuf {
+    let mut name = records.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
 /// A run refused before its host ran (here: an `--mcp-config` file that is not there, named as
 /// missing) leaves no empty records or log file in the state directory (issue 40).
 #[test]
 fn a_refused_run_says_the_file_is_missing_and_leaves_no_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
-        .args(["run", "--", &host("claude"), "--mcp-config", "nope.json", "-p", "hi"])
+        .args([
+            "run",
+            "--",
+            &host("claude"),
+            "--mcp-config",
+            "nope.json",
+            "-p",
+            "hi",
+        ])
         .current_dir(dir.path())
         .env("HOME", dir.path())
         .env("XDG_STATE_HOME", dir.path())

@@ -145,17 +145,25 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let log_beside = args.log_file.is_none();
     let result = run_host(args);
     if let (Err(_), Some(records)) = (&result, &chosen) {
-        let mut ours = vec![records.clone()];
-        if log_beside {
-            ours.push(log_path_beside(records));
+        if holds_no_record(records) {
+            let _ = std::fs::remove_file(records);
+            // The key beside them is of no use without them.
+            let _ = std::fs::remove_file(live::service::key_path(records));
         }
-        for p in ours {
-            if std::fs::metadata(&p).is_ok_and(|m| m.len() == 0) {
-                let _ = std::fs::remove_file(&p);
-            }
+        let log = log_path_beside(records);
+        if log_beside && std::fs::metadata(&log).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(log);
         }
     }
     result
+}
+
+/// Whether a records file holds no record: empty, or only the run header.
+fn holds_no_record(path: &Path) -> bool {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().all(|l| l.starts_with(r#"{"type":"run","#)),
+        Err(_) => false,
+    }
 }
 
 fn run_host(mut args: RunArgs) -> anyhow::Result<ExitCode> {

@@ -22,8 +22,8 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -100,7 +100,10 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            reporter.send_server(&args.alias, ServerState::SpawnFailed(SpawnError::of(e.kind())));
+            reporter.send_server(
+                &args.alias,
+                ServerState::SpawnFailed(SpawnError::of(e.kind())),
+            );
             reporter.finish();
             return Err(e)
                 .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()));

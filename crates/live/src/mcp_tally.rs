@@ -375,7 +375,8 @@ mod tests {
         let lines: Vec<&str> = run.lines().collect();
         assert_eq!(lines.len(), 4, "{run}");
         assert!(
-            lines[0].ends_with("Likely causes, likeliest first:") && lines[1].starts_with("  - the host did not run the call"),
+            lines[0].ends_with("Likely causes, likeliest first:")
+                && lines[1].starts_with("  - the host did not run the call"),
             "{run}"
         );
     }

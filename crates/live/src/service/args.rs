@@ -57,12 +57,22 @@ pub struct RelayArgs {
     rotate_size: Option<u64>,
     /// Rotate the capture and records files: cut a piece once it has been open this many
     /// minutes (at its next line: an idle relay writes, and cuts, nothing).
-    #[arg(help_heading = "Rotation", hide_short_help = true, long, value_name = "MIN")]
+    #[arg(
+        help_heading = "Rotation",
+        hide_short_help = true,
+        long,
+        value_name = "MIN"
+    )]
     rotate_age: Option<f64>,
     /// Pieces of each rotated file kept on disk, the one being written included; older ones
     /// are deleted, so a file takes at most about N × SIZE [default: 10 with --rotate-size or
     /// --rotate-age].
-    #[arg(help_heading = "Rotation", hide_short_help = true, long, value_name = "N")]
+    #[arg(
+        help_heading = "Rotation",
+        hide_short_help = true,
+        long,
+        value_name = "N"
+    )]
     rotate_keep: Option<usize>,
     /// How long after an interval's end a still-open window is given up, in milliseconds.
     #[arg(help_heading = "Decision rule", hide_short_help = true, long, default_value_t = 1000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
@@ -93,7 +103,12 @@ pub struct RelayArgs {
     #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
     /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
-    #[arg(help_heading = "Decision rule", hide_short_help = true, long, value_name = "FILE")]
+    #[arg(
+        help_heading = "Decision rule",
+        hide_short_help = true,
+        long,
+        value_name = "FILE"
+    )]
     id_key_file: Option<PathBuf>,
     /// Give up connecting to an upstream after this many milliseconds (answered with 504).
     #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
@@ -118,7 +133,12 @@ pub struct RelayArgs {
     /// Open client connections beyond which new clients are refused at once with a 503
     /// [default: half the open files limit less a reserve, and at most a quarter of the
     /// memory at 256 KiB a connection, whichever is smaller].
-    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, value_name = "N")]
+    #[arg(
+        help_heading = "Relay tuning",
+        hide_short_help = true,
+        long,
+        value_name = "N"
+    )]
     max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
     /// before they are cut, in milliseconds (a second signal stops at once).
@@ -132,7 +152,12 @@ pub struct RelayArgs {
     /// hold a quarter of it. A stream that
     /// would need more is marked observation_lost (budget) and still forwarded [default: an
     /// eighth of the machine's memory, at most 128].
-    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, value_name = "MIB")]
+    #[arg(
+        help_heading = "Relay tuning",
+        hide_short_help = true,
+        long,
+        value_name = "MIB"
+    )]
     observer_budget: Option<usize>,
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
@@ -174,6 +199,34 @@ pub fn read_key(path: &PathBuf) -> anyhow::Result<[u8; PSEUDONYM_KEY_LEN]> {
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// Where a run's pseudonymization key is kept: beside its records (or its capture, without
+/// records), the file's name with `.key` added.
+pub fn key_path(records: &std::path::Path) -> PathBuf {
+    let mut name = records.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+/// Writes `key` as 64 hex digits to `path`, mode 0600 (the key turns a raw id into its
+/// pseudonym, so it is its owner's alone).
+fn write_key(path: &std::path::Path, key: &[u8; PSEUDONYM_KEY_LEN]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| sys::advice::create_failed("the key file", path, e))?;
+    // A file that was there keeps its mode through `open`: make it the owner's now.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    f.write_all(format!("{hex}\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// The relay's configuration and opened sinks from its options. `run` shares this, with its
 /// own listen address, ingest socket and extra mounts (which win over `--upstream`).
 pub fn relay_config(
@@ -198,7 +251,16 @@ pub fn relay_config(
     }
     let key = match &args.id_key_file {
         Some(p) => read_key(p)?,
-        None => rand::random::<[u8; PSEUDONYM_KEY_LEN]>(),
+        None => {
+            let key = rand::random::<[u8; PSEUDONYM_KEY_LEN]>();
+            // Kept beside the records, readable by their owner only, so that `windowtap
+            // lookup` can find the records of an id the user has (a `toolu_…`, a response id)
+            // by its pseudonym: the raw id is never written, and the key alone says nothing.
+            if let Some(records) = args.records.as_ref().or(args.capture.as_ref()) {
+                write_key(&key_path(records), &key)?;
+            }
+            key
+        }
     };
     let rotate = rotation(args)?;
     let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref(), rotate)?;

@@ -13,7 +13,7 @@ mod start;
 mod stop;
 mod summary;
 
-pub use args::{read_key, relay_config, RelayArgs, RelayConfig};
+pub use args::{key_path, read_key, relay_config, RelayArgs, RelayConfig};
 pub use start::{start, Running};
 pub use stop::{Signals, Stopped};
 pub use summary::{failures_summary, servers_summary};
