@@ -917,7 +917,10 @@ fn pieces_of(dir: &std::path::Path, base: &str) -> Vec<std::path::PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with(&format!("{base}.")) && n != format!("{base}.jsonl")
+            // Not the run's key, kept beside the records (`records.jsonl.key`).
+            n.starts_with(&format!("{base}."))
+                && n != format!("{base}.jsonl")
+                && !n.ends_with(".key")
         })
         .collect();
     v.sort();

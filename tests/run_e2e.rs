@@ -1814,6 +1814,70 @@ fn live_key_path(records: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// A host whose upstream keeps failing is reported while it still runs (here: retrying an
+/// upstream where nothing listens), on stderr when that is not a terminal: the host gets
+/// only when the line has been seen the word to stop (issue 40, item 5).
+#[test]
+fn an_upstream_that_keeps_failing_is_reported_while_the_host_runs() {
+    if !python() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--records"])
+        .arg(dir.path().join("records.jsonl"))
+        .arg("--")
+        .args([
+            host("claude"),
+            "-p".into(),
+            "hi".into(),
+            "--gate-dir".into(),
+        ])
+        .arg(&gates)
+        .args(["--scenario", "retry"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("ANTHROPIC_BASE_URL", &upstream)
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("warning: while the host runs:") {
+                let _ = tx.send(line.clone());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let seen = rx.recv_timeout(WAIT);
+    std::fs::write(gates.join("linger.go"), "").unwrap();
+    let status = wait_bounded(&mut child).expect("run finishes");
+    let all = reader.join().unwrap();
+    let line = seen.unwrap_or_else(|_| panic!("no warning while the host ran:\n{all}"));
+    assert!(
+        line.contains("failed upstream") && line.contains("refused") && line.contains("/anthropic"),
+        "{line}"
+    );
+    assert!(status.success(), "{all}");
+}
+
 /// A run refused before its host ran (here: an `--mcp-config` file that is not there, named as
 /// missing) leaves no empty records or log file in the state directory (issue 40).
 #[test]

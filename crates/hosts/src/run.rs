@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 
 use live::service::{
@@ -158,6 +160,55 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// Says, while the host runs, that its upstream keeps failing: the host retries for minutes
+/// with nothing on screen, and the summary said so only once it had given up (issue 40,
+/// item 5). Checked every second; said when failures first show and again, with the new
+/// count, at most every [`UpstreamWatch::EVERY`]. A host on a terminal keeps it: there the
+/// line goes to the relay's log (`--log-file`), never over the host's screen; otherwise it is
+/// a line on stderr.
+struct UpstreamWatch {
+    terminal: bool,
+    said: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl UpstreamWatch {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn new(terminal: bool) -> UpstreamWatch {
+        UpstreamWatch {
+            terminal,
+            said: 0,
+            last: None,
+        }
+    }
+
+    fn check(&mut self, relay: &relay::Relay) {
+        let upstream: Vec<(String, &'static str, u64)> = relay
+            .failed_so_far()
+            .into_iter()
+            .filter(|f| f.1 != "broken")
+            .collect();
+        let n: u64 = upstream.iter().map(|f| f.2).sum();
+        if n <= self.said || self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.said = n;
+        self.last = Some(std::time::Instant::now());
+        let Some(text) = failures_summary(&relay.mounts, &upstream) else {
+            return;
+        };
+        if self.terminal {
+            tracing::warn!(
+                failure = %text,
+                "the host's upstream is failing while it runs"
+            );
+        } else {
+            eprintln!("windowtap run: warning: while the host runs: {text}");
+        }
+    }
+}
+
 /// Whether a records file holds no record: empty, or only the run header.
 fn holds_no_record(path: &Path) -> bool {
     match std::fs::read_to_string(path) {
@@ -295,9 +346,12 @@ fn run_host(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // relay draining), another signal stops at once, like the relay's second signal.
         let mut stopping = false;
         let mut signalled = false;
+        let mut upstream_watch = UpstreamWatch::new(std::io::stderr().is_terminal());
+        let mut watch_tick = tokio::time::interval(std::time::Duration::from_secs(1));
         let waited = loop {
             tokio::select! {
                 s = child.wait() => break Ok(s.context("waiting for the host")?),
+                _ = watch_tick.tick() => upstream_watch.check(&running.relay),
                 signo = signals.next() => {
                     signalled = true;
                     if signo == rustix::process::Signal::TERM.as_raw() {

@@ -81,16 +81,11 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         .command
         .split_first()
         .context("no server command given")?;
-    // The reporter comes first: a server that cannot start is said to the relay too, which
-    // names it at its stop (a host shows a failed server nowhere the user looks).
-    let reporter = Reporter::start(
-        paths,
-        args.ingest.is_none(),
-        // A socket given as an argument was chosen for this wrapper (`windowtap run` gives
-        // its own): nothing to tell. One found in the environment or at a default place
-        // may be another relay's, so where the reports go is said.
-        (!ingest_in_args()).then(|| args.alias.clone()),
-    );
+    // A socket given as an argument was chosen for this wrapper (`windowtap run` gives its
+    // own): nothing to tell. One found in the environment or at a default place may be
+    // another relay's, so where the reports go is said.
+    let tell = (!ingest_in_args()).then(|| args.alias.clone());
+    let check_dirs = args.ingest.is_none();
     let spawned = Command::new(program)
         .args(rest)
         .stdin(Stdio::piped())
@@ -100,6 +95,9 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
+            // Said to the relay too, which names the server at its stop: a host shows a
+            // server that failed to start nowhere the user looks.
+            let reporter = Reporter::start(paths, check_dirs, tell);
             reporter.send_server(
                 &args.alias,
                 ServerState::SpawnFailed(SpawnError::of(e.kind())),
@@ -109,7 +107,6 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()));
         }
     };
-    reporter.send_server(&args.alias, ServerState::Started);
     let pid = rustix::process::Pid::from_child(&child);
     // Now that the server runs with the signal state we were given, block the forwarded
     // signals before any thread exists, so every thread inherits the mask and only the
@@ -118,6 +115,8 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     // ignored). The server keeps whatever it inherited, as it would without the wrapper.
     let signals = SignalSet::of(&FORWARDED);
     signals.block_with_default_action();
+    let reporter = Reporter::start(paths, check_dirs, tell);
+    reporter.send_server(&args.alias, ServerState::Started);
     let reaped = Arc::new(Mutex::new(false));
     forward_signals(signals, pid, reaped.clone());
 

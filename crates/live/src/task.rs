@@ -765,7 +765,15 @@ mod tests {
             !trace.contains("toolu_1") && !trace.contains("sess"),
             "ids are pseudonymized"
         );
-        (records.text(), replay_capture(&trace, &config))
+        // The live records open with the run header, which replay does not write.
+        let text = records.text();
+        let (header, live) = text.split_once('\n').expect("a header line");
+        let header: serde_json::Value = serde_json::from_str(header).unwrap();
+        assert_eq!(header["type"], "run", "{text}");
+        let capture_header: serde_json::Value =
+            serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+        assert_eq!(header["epoch_unix_ms"], capture_header["epoch_unix_ms"]);
+        (live.to_string(), replay_capture(&trace, &config))
     }
 
     #[tokio::test]

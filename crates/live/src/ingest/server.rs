@@ -522,7 +522,8 @@ async fn accept(
                 // Said when it happens too, for the shared relay whose stop may be days away.
                 tracing::warn!(
                     server = shown_alias(&alias),
-                    "ingest: an MCP server under `windowtap wrap` never ran: {state}"
+                    error = %state,
+                    "ingest: an MCP server under `windowtap wrap` never ran"
                 );
             }
             shared
