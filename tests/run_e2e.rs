@@ -135,7 +135,12 @@ fn windowtap_run_with(
     };
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
-    let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    // The run header (the first line) left out: the text is what replay of the capture prints.
+    let records_text = if records_path.exists() {
+        live_records(&records_path)
+    } else {
+        String::new()
+    };
     let log = std::fs::read_to_string(records_path.with_extension("log")).unwrap_or_default();
     let records = records_text
         .lines()
@@ -737,6 +742,20 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         "{}",
         run.stderr
     );
+    // The capture is named too, and where the host's mount went (issue 40).
+    assert!(
+        run.stderr
+            .contains(&format!("capture in {}", run.capture.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("/anthropic (relay on http://127.0.0.1:")
+            && run.stderr.contains(", upstream http://127.0.0.1:"),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr.contains("1 interval: 1 attributed, 0 abstained"),
         "{}",
@@ -768,6 +787,55 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.records_text,
         "replay equals live"
     );
+    // The records start with the run header: the wall-clock time of the run's clock 0, the
+    // capture header's (issue 40, item 2).
+    let text = std::fs::read_to_string(&run.records_path).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let capture = capture_lines(&run.capture);
+    assert_eq!(header["type"], "run", "{text}");
+    assert_eq!(header["version"], 1, "{text}");
+    assert!(header["epoch_unix_ms"].as_u64().is_some(), "{text}");
+    assert_eq!(
+        header["epoch_unix_ms"], capture[0]["epoch_unix_ms"],
+        "{text}"
+    );
+}
+
+/// Servers whose command is not on `PATH`, or that exit before answering anything, are named
+/// with why in run's summary; the host goes on without them (as Claude Code does) and the
+/// working server's call is attributed. Before, the summary said nothing of them: a silent
+/// zero (issue 40, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_never_ran_are_named_in_runs_summary() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let file = dir.path().join("mcp.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["mcpServers"]["missing"] = json!({"command": "windowtap-test-no-such-mcp-server"});
+    config["mcpServers"]["crashing"] = json!({"command": "sh", "args": ["-c", "exit 3"]});
+    std::fs::write(&file, config.to_string()).unwrap();
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)])
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    for line in [
+        "windowtap run: warning: MCP server `missing` never ran: its command was not found",
+        "windowtap run: warning: MCP server `crashing` never ran: it exited with code 3 before \
+         answering anything",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{}", run.stderr);
+    }
+    assert!(!run.stderr.contains("`gate` never"), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(run.records[0]["decision"], "attributed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1859,6 +1927,167 @@ async fn default_records_are_named_by_a_readable_utc_time() {
         )),
         "{stderr}"
     );
+}
+
+/// `windowtap lookup` finds the record of the `toolu_…` the host showed, by its pseudonym
+/// under the key the run kept beside its records (0600); a response id the API sent is found
+/// in the records alone; an id of no call is said to be in none (issue 40, item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_finds_the_record_of_the_hosts_own_call_id() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::Flag).await;
+    assert!(run.status.success(), "{}", run.stderr);
+    let key = live_key_path(&run.records_path);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key is its owner's alone");
+    let lookup = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("lookup")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let records = run.records_path.display().to_string();
+    let capture = run.capture.display().to_string();
+    let (ok, out, err) = lookup(&["toolu_main", "--records", &records, "--capture", &capture]);
+    assert!(ok, "{err}");
+    let found: Vec<Value> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(found, run.records, "{out}");
+    assert!(out.contains(", started 20"), "the wall-clock time: {out}");
+    // The response id the API sent (msg_main_1) is in the records' window.
+    let (ok, out, err) = lookup(&["msg_main_1", "--records", &records]);
+    assert!(
+        ok && out.contains("a call in the window of this response"),
+        "{out}{err}"
+    );
+    // A call id without the capture: said where to look.
+    let (ok, _, err) = lookup(&["toolu_main", "--records", &records]);
+    assert!(!ok && err.contains("give --capture"), "{err}");
+    let (ok, _, err) = lookup(&["toolu_other", "--records", &records, "--capture", &capture]);
+    assert!(!ok && err.contains("in none of these records"), "{err}");
+    assert!(
+        !err.contains("toolu_other"),
+        "the raw id is not echoed: {err}"
+    );
+}
+
+fn live_key_path(records: &Path) -> PathBuf {
+    let mut name = records.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+/// A host whose upstream keeps failing is reported while it still runs (here: retrying an
+/// upstream where nothing listens), on stderr when that is not a terminal: the host gets
+/// only when the line has been seen the word to stop (issue 40, item 5).
+#[test]
+fn an_upstream_that_keeps_failing_is_reported_while_the_host_runs() {
+    if !python() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--records"])
+        .arg(dir.path().join("records.jsonl"))
+        .arg("--")
+        .args([
+            host("claude"),
+            "-p".into(),
+            "hi".into(),
+            "--gate-dir".into(),
+        ])
+        .arg(&gates)
+        .args(["--scenario", "retry"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("ANTHROPIC_BASE_URL", &upstream)
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("warning: while the host runs:") {
+                let _ = tx.send(line.clone());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let seen = rx.recv_timeout(WAIT);
+    std::fs::write(gates.join("linger.go"), "").unwrap();
+    let status = wait_bounded(&mut child).expect("run finishes");
+    let all = reader.join().unwrap();
+    let line = seen.unwrap_or_else(|_| panic!("no warning while the host ran:\n{all}"));
+    assert!(
+        line.contains("failed upstream") && line.contains("refused") && line.contains("/anthropic"),
+        "{line}"
+    );
+    assert!(status.success(), "{all}");
+}
+
+/// A run refused before its host ran (here: an `--mcp-config` file that is not there, named as
+/// missing) leaves no empty records or log file in the state directory (issue 40).
+#[test]
+fn a_refused_run_says_the_file_is_missing_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args([
+            "run",
+            "--",
+            &host("claude"),
+            "--mcp-config",
+            "nope.json",
+            "-p",
+            "hi",
+        ])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path())
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--mcp-config nope.json: no such file"),
+        "{stderr}"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("windowtap"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// `run --join-host-trace` turns Claude Code's own traces and their propagation on (the

@@ -13,9 +13,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 
-use live::service::{failures_summary, prepare_process, relay_config, start, RelayArgs, Signals};
+use live::service::{
+    failures_summary, prepare_process, relay_config, servers_summary, start, RelayArgs, Signals,
+};
 use relay::Drain;
 use relay::Mount;
 use sys::clock::Clock;
@@ -25,6 +29,10 @@ use crate::{claude, codex, telemetry};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
+Examples:
+  windowtap run -- claude -p \"list the files\" --mcp-config mcp.json
+  windowtap run --records r.jsonl --capture t.jsonl -- codex exec \"list the files\"")]
+#[command(after_long_help = "\
 The relay listens on an ephemeral loopback port (unless --listen is given). MCP reports come in
 on a socket private to this run, which every wrapped server is given (--ingest and
 WINDOWTAP_INGEST are not used). Records go to --records (default: a new file under
@@ -137,7 +145,93 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
         .map_err(|e| sys::advice::create_failed("the log file", path, e))
 }
 
+/// `windowtap run`. A run refused before its host ran (a missing `--mcp-config` file, a port in
+/// use) leaves no empty records or log file of its own naming behind in the state directory:
+/// each refused try used to add an empty pair there.
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let chosen = match args.relay.records {
+        Some(_) => None,
+        None if Host::of(args.host.first().map_or("", String::as_str)).is_some() => {
+            let p = default_records_path()?;
+            args.relay.records = Some(p.clone());
+            Some(p)
+        }
+        None => None,
+    };
+    let log_beside = args.log_file.is_none();
+    let result = run_host(args);
+    if let (Err(_), Some(records)) = (&result, &chosen) {
+        if holds_no_record(records) {
+            let _ = std::fs::remove_file(records);
+            // The key beside them is of no use without them.
+            let _ = std::fs::remove_file(live::service::key_path(records));
+        }
+        let log = log_path_beside(records);
+        if log_beside && std::fs::metadata(&log).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(log);
+        }
+    }
+    result
+}
+
+/// Says, while the host runs, that its upstream keeps failing: the host retries for minutes
+/// with nothing on screen, and the summary said so only once it had given up (issue 40,
+/// item 5). Checked every second; said when failures first show and again, with the new
+/// count, at most every [`UpstreamWatch::EVERY`]. A host on a terminal keeps it: there the
+/// line goes to the relay's log (`--log-file`), never over the host's screen; otherwise it is
+/// a line on stderr.
+struct UpstreamWatch {
+    terminal: bool,
+    said: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl UpstreamWatch {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn new(terminal: bool) -> UpstreamWatch {
+        UpstreamWatch {
+            terminal,
+            said: 0,
+            last: None,
+        }
+    }
+
+    fn check(&mut self, relay: &relay::Relay) {
+        let upstream: Vec<(String, &'static str, u64)> = relay
+            .failed_so_far()
+            .into_iter()
+            .filter(|f| f.1 != "broken")
+            .collect();
+        let n: u64 = upstream.iter().map(|f| f.2).sum();
+        if n <= self.said || self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.said = n;
+        self.last = Some(std::time::Instant::now());
+        let Some(text) = failures_summary(&relay.mounts, &upstream) else {
+            return;
+        };
+        if self.terminal {
+            tracing::warn!(
+                failure = %text,
+                "the host's upstream is failing while it runs"
+            );
+        } else {
+            eprintln!("windowtap run: warning: while the host runs: {text}");
+        }
+    }
+}
+
+/// Whether a records file holds no record: empty, or only the run header.
+fn holds_no_record(path: &Path) -> bool {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().all(|l| l.starts_with(r#"{"type":"run","#)),
+        Err(_) => false,
+    }
+}
+
+fn run_host(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = args
         .host
         .first()
@@ -154,10 +248,8 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         exe: std::env::current_exe().context("finding the windowtap executable")?,
         ingest: ingest.clone(),
     };
-    if args.relay.records.is_none() {
-        args.relay.records = Some(default_records_path()?);
-    }
     let records_path = args.relay.records.clone();
+    let capture_path = args.relay.capture().map(Path::to_path_buf);
     let rotating = args.relay.rotating();
 
     // Upstreams the host was already pointed at become the relay's upstreams.
@@ -289,9 +381,12 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         // relay draining), another signal stops at once, like the relay's second signal.
         let mut stopping = false;
         let mut signalled = false;
+        let mut upstream_watch = UpstreamWatch::new(std::io::stderr().is_terminal());
+        let mut watch_tick = tokio::time::interval(std::time::Duration::from_secs(1));
         let waited = loop {
             tokio::select! {
                 s = child.wait() => break Ok(s.context("waiting for the host")?),
+                _ = watch_tick.tick() => upstream_watch.check(&running.relay),
                 signo = signals.next() => {
                     signalled = true;
                     if signo == rustix::process::Signal::TERM.as_raw() {
@@ -324,9 +419,32 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         };
         // The host has exited: from here on the terminal is run's again.
         let summary = stopped.summary;
-        eprintln!("windowtap run: {program} went through {target} (relay on {base})");
+        // Where the host's mount goes, as the failures summary names it (scheme and host:
+        // a base URL's path or userinfo may hold a credential).
+        let upstream = mounts_now
+            .iter()
+            .find(|m| {
+                target
+                    .strip_prefix(&format!("{base}/{}", m.name))
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .map(|m| {
+                let auth = m.authority.as_str();
+                let host = auth.rsplit('@').next().unwrap_or(auth);
+                format!(", upstream {}://{host}", m.scheme)
+            })
+            .unwrap_or_default();
+        eprintln!("windowtap run: {program} went through {target} (relay on {base}{upstream})");
         eprintln!("windowtap run: {summary}");
         if let Some(text) = failures_summary(&mounts_now, &stopped.failed) {
+            eprintln!("windowtap run: warning: {text}");
+        }
+        let wrapped: Vec<String> = servers
+            .iter()
+            .filter(|s| s.observed)
+            .map(|s| s.alias.clone())
+            .collect();
+        for text in servers_summary(&stopped.servers, &wrapped) {
             eprintln!("windowtap run: warning: {text}");
         }
         if let Some(text) = stopped.unreported.describe(live::mcp_tally::Setting::Run) {
@@ -340,6 +458,14 @@ pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 p.clone()
             };
             eprintln!("windowtap run: records in {}", shown.display());
+        }
+        if let Some(p) = &capture_path {
+            let shown = if rotating {
+                live::rotate::pieces_pattern(p)
+            } else {
+                p.clone()
+            };
+            eprintln!("windowtap run: capture in {}", shown.display());
         }
         if let Some(p) = &log_path {
             eprintln!("windowtap run: log in {}", p.display());
