@@ -151,7 +151,7 @@ fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
 pub fn main(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let chosen = match args.relay.records {
         Some(_) => None,
-        None if Host::of(args.host.first().map_or("", String::as_str)).is_some() => {
+        None if !args.host.is_empty() => {
             let p = default_records_path()?;
             args.relay.records = Some(p.clone());
             Some(p)
