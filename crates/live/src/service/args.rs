@@ -130,7 +130,7 @@ pub struct RelayArgs {
     /// milliseconds (it closes between one and two of them after its last byte). A server
     /// that pings keeps its tunnel open, however quiet the session; Codex reconnects when it
     /// needs the socket again.
-    #[arg(long, default_value_t = 1_800_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 1_800_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     tunnel_idle_timeout: u64,
     /// Close a client connection that has not sent a complete request head within this many
     /// milliseconds of connecting or of its previous response (slow and idle clients alike).
