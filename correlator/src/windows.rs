@@ -602,8 +602,9 @@ pub(crate) struct Tracker {
     forgotten_start: Millis,
     forgotten_end: Millis,
     /// Final windows past the horizon kept only because an MCP call still running started
-    /// while they were open, so its report may name one of their calls (docs/design.md §4
-    /// "names"). Bounded by what was open when the running calls started.
+    /// while they were open, or one of their calls is recent or may still come, so a report
+    /// may name one of their calls (docs/design.md §4 "names"). Bounded by what was open when
+    /// the running calls started, and by the responses still streaming.
     kept_for_running: Vec<WinId>,
     /// The call ids of dropped windows, so that a `call_id` hint naming one still names a call.
     /// Not under `--candidates all`, where hints only contradict.
@@ -856,15 +857,6 @@ impl Tracker {
             return;
         };
         if let Some(id) = rs.window {
-            if self.windows.get(id).is_none() {
-                // Its window closed and was dropped while the response still streams: the call
-                // is one of a dropped window (and is not indexed for a handle to nothing).
-                if !self.all_hosts {
-                    let horizon = self.forgotten_end;
-                    self.forgotten_calls.add(&call.call, call.at, horizon);
-                }
-                return;
-            }
             // Indexed whatever the window's state: a hint may name the call later.
             self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
@@ -1257,16 +1249,18 @@ impl Tracker {
     /// its answer becomes `incomplete`. A `call_id` that finds nothing names nothing, which
     /// would change far more (other windows become eligible; see [`ForgottenCalls`]): so the
     /// call ids of a dropped window are kept, `max_window` past the horizon that dropped it,
-    /// and one of them reads as a call the relay never saw too. The windows that an MCP call
-    /// still running may name (it started while they were open) are kept for it
-    /// (`kept_for_running`; not under `--candidates all`, where hints only contradict), up to
-    /// `max_window` past the allowance after its start. Left over: a call that started after
-    /// the window of the call it names had become final, or that runs longer than that,
-    /// reported more than the allowance after that window became final, with a loss that then
-    /// counts; and, when the name is a `call_id` and the report comes more than the allowance
-    /// and `max_window` after that window became final, any answer (the `call_id` names
-    /// nothing then). A host runs a call before it continues, so the first and last do not
-    /// happen; and no window holds the second.
+    /// and one of them reads as a call the relay never saw too. Kept for such names
+    /// (`kept_for_running`; not under `--candidates all`, where hints only contradict): the
+    /// windows that an MCP call still running may name (it started while they were open), up
+    /// to `max_window` past the allowance after its start; and a window while its response
+    /// still streams or one of its calls was complete at or after `end_horizon`, so that a
+    /// dropped window's calls were all complete and its window final before the horizon.
+    /// Left over: a call that started after the window of the call it names had become final
+    /// and that call complete, or that runs longer than `max_window`, reported more than the
+    /// allowance after both, with a loss that then counts; and, when the name is a `call_id`
+    /// and the report comes `max_window` later still, any answer (the `call_id` names nothing
+    /// then). A host runs a call before it continues, so the first and last do not happen;
+    /// and no window holds the second.
     ///
     /// So what is held is what the last allowance of traffic left (broken windows and dropped
     /// windows' call ids: `max_window` more), plus what is open, pending or running, not the
@@ -1294,11 +1288,19 @@ impl Tracker {
         } else {
             &starts[naming_from..]
         };
+        // Nor is a window dropped while one of its calls is recent or may still come (its
+        // response streams on after the window closed or broke): an on-time report may name a
+        // call complete at or after `h_end` (so the window keeps its calls' ids exact).
+        let (responses, all) = (&self.responses, self.all_hosts);
         let named_by_running = |w: &Window| {
             let i = naming.partition_point(|s| *s < w.open);
-            naming
+            let running = naming
                 .get(i)
-                .is_some_and(|s| w.final_at().is_none_or(|f| *s <= f))
+                .is_some_and(|s| w.final_at().is_none_or(|f| *s <= f));
+            running
+                || (!all
+                    && (w.calls.iter().any(|c| c.at >= h_end)
+                        || responses.contains_key(&*w.response)))
         };
         let mut kept = std::mem::take(&mut self.kept_for_running);
         let mut dropped = Vec::new();

@@ -1158,6 +1158,66 @@ fn a_call_id_naming_a_call_of_a_dropped_window_still_rules_other_windows_out() {
     }
 }
 
+/// A window continued while its response still streams, which then completes another call
+/// that a later MCP call names (found by `a_short_allowance_changes_only_late_reports`; on
+/// main before this test too). The window closed more than the allowance before the report,
+/// but the named call is recent: the rule lets that call's window excuse the loss
+/// (`no_window`). The correlator dropped the window at its close plus the allowance, so the
+/// name found nothing and the loss counted (`incomplete`), for a report on time. A window
+/// stays while its response streams and while any of its calls is recent.
+#[test]
+fn a_call_completed_after_its_window_closed_can_be_named_on_time() {
+    let script = |late: Millis| {
+        let mut s = codex_window_streaming();
+        s.open(5.0, "x", Client::Claude, Transport::Http, None)
+            // The window closes; its response goes on.
+            .request(9.0, "c", "qa2", Some("ra"), &[])
+            .call(late, "a", "ra", "cb", Some("ib"))
+            .end(late + 0.5, "a", "ra", ResponseStatus::Completed)
+            .ev(
+                late + 1.0,
+                EventKind::McpStart {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: late + 1.0,
+                    host: None,
+                },
+            )
+            .lost(late + 2.0, "x")
+            .mcp(
+                late + 9.0,
+                "i1",
+                late + 1.0,
+                late + 3.0,
+                codex_hints("ib", "ta"),
+            );
+        s.events()
+    };
+    let short = Config {
+        late_allowance: 10.0,
+        ..Config::default()
+    };
+    // The second call comes before the window would be dropped, or after.
+    for late in [18.0, 30.0] {
+        let events = script(late);
+        assert_eq!(reference(&events, &short)[0].reason, Some(Reason::NoWindow));
+        replay_agrees(&events, &short);
+    }
+}
+
+/// [`codex_window`] whose response has not ended yet, and a stream `c` of the same thread for
+/// its continuation.
+fn codex_window_streaming() -> Script {
+    let mut s = Script::new();
+    s.open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .open(0.0, "c", Client::Codex, Transport::Http, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"));
+    s
+}
+
 /// A call that outlives its window by more than the allowance (the host gave up on it and
 /// continued, so the window closed while the call still ran), reported on time, and a stream
 /// lost and closed meanwhile. The rule: no window contains it; the loss counts unless a hint
