@@ -162,7 +162,8 @@ pub struct Held {
     pub broken: usize,
     /// Spans of streams whose observation was lost.
     pub lost: usize,
-    /// Call and item ids indexed for continuations and hints.
+    /// Call and item ids indexed for continuations and hints, and the call ids of dropped
+    /// windows kept for hints.
     pub ids: usize,
     /// Threads with a window waiting for their next request.
     pub threads_awaiting: usize,
@@ -897,6 +898,10 @@ fn named(tracker: &Tracker, h: &Hints<&str>, s: Millis) -> Named {
         if !known {
             if let Some(w) = tracker.named(id, false, s) {
                 n = n.and(Some(w));
+            } else if tracker.forgot_call(id, s) {
+                // A call of a window dropped since: one the relay did not see, as a
+                // `tool_use_id` or `item_id` that finds nothing (`Tracker::forget_before`).
+                n = n.and(None);
             }
         }
     }

@@ -1159,6 +1159,139 @@ fn a_report_later_than_the_allowance_is_incomplete() {
     replay_agrees(&script(500.0), &Config::default());
 }
 
+/// A call whose `item_id` names a call of one window and whose `call_id` names a call of
+/// another, which closed before the call started (found by `a_short_allowance_changes_only_late_reports`).
+/// The rule: no response issued both, so no window is eligible and the loss counts:
+/// `incomplete`. With a short allowance the second window is dropped before the report, and a
+/// `call_id` that matches no call names nothing: read so, it left the first window eligible
+/// by its `item_id` alone, which excused the loss (`no_window`), or, when that window closed
+/// after the call's end, was attributed to it. A `call_id` of a dropped window's call must
+/// read as naming a call the relay did not see, as an `item_id` that finds nothing does: then
+/// only whether the loss counts can differ from the rule, and here it does not.
+#[test]
+fn a_call_id_naming_a_call_of_a_dropped_window_still_rules_other_windows_out() {
+    let script = |first_closes: Millis, loss: bool| {
+        let mut s = codex_window();
+        s.open(4.0, "b", Client::Codex, Transport::Websocket, Some("tb"))
+            .request(5.0, "b", "qb", None, &[])
+            .start(5.0, "b", "rb", "qb")
+            .call(6.0, "b", "rb", "cb", Some("ib"))
+            .end(7.0, "b", "rb", ResponseStatus::Completed)
+            // The second window closes before the call starts.
+            .request(9.0, "b", "qb2", Some("rb"), &[])
+            .open(15.0, "x", Client::Claude, Transport::Http, None)
+            .ev(
+                20.0,
+                EventKind::McpStart {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: 20.0,
+                    host: None,
+                },
+            );
+        if loss {
+            s.lost(25.0, "x");
+        }
+        let hints = Hints {
+            item_id: Some("ia".into()),
+            call_id: Some("cb".into()),
+            ..Hints::default()
+        };
+        // The first window closes during the call, or after it.
+        if first_closes < 41.0 {
+            s.request(first_closes, "a", "qa2", Some("ra"), &[])
+                .mcp(41.0, "i1", 20.0, 40.0, hints);
+        } else {
+            s.mcp(41.0, "i1", 20.0, 40.0, hints)
+                .request(first_closes, "a", "qa2", Some("ra"), &[]);
+        }
+        s.events()
+    };
+    // Reported on time (started 20, first reported then; ended 40, reported 41), but the
+    // second window closed more than the allowance before the report.
+    let short = Config {
+        late_allowance: 10.0,
+        ..Config::default()
+    };
+    for first_closes in [35.0, 45.0] {
+        let events = script(first_closes, true);
+        let rule = reference(&events, &short);
+        assert_eq!(rule[0].reason, Some(Reason::Incomplete));
+        replay_agrees(&events, &short);
+        // Without the loss the rule's answer needs nothing dropped: the first window was open
+        // at the call's end (identity_conflict) or closed before it (no_window).
+        let events = script(first_closes, false);
+        let want = if first_closes > 40.0 {
+            Reason::IdentityConflict
+        } else {
+            Reason::NoWindow
+        };
+        assert_eq!(reference(&events, &short)[0].reason, Some(want));
+        replay_agrees(&events, &short);
+    }
+}
+
+/// A window continued while its response still streams, which then completes another call
+/// that a later MCP call names (found by `a_short_allowance_changes_only_late_reports`; on
+/// main before this test too). The window closed more than the allowance before the report,
+/// but the named call is recent: the rule lets that call's window excuse the loss
+/// (`no_window`). The correlator dropped the window at its close plus the allowance, so the
+/// name found nothing and the loss counted (`incomplete`), for a report on time. A window
+/// stays while its response streams and while any of its calls is recent.
+#[test]
+fn a_call_completed_after_its_window_closed_can_be_named_on_time() {
+    let script = |late: Millis| {
+        let mut s = codex_window_streaming();
+        s.open(5.0, "x", Client::Claude, Transport::Http, None)
+            // The window closes; its response goes on.
+            .request(9.0, "c", "qa2", Some("ra"), &[])
+            .call(late, "a", "ra", "cb", Some("ib"))
+            .end(late + 0.5, "a", "ra", ResponseStatus::Completed)
+            .ev(
+                late + 1.0,
+                EventKind::McpStart {
+                    interval: "i1".into(),
+                    alias: "probe".into(),
+                    tool: "echo".into(),
+                    start: late + 1.0,
+                    host: None,
+                },
+            )
+            .lost(late + 2.0, "x")
+            .mcp(
+                late + 9.0,
+                "i1",
+                late + 1.0,
+                late + 3.0,
+                codex_hints("ib", "ta"),
+            );
+        s.events()
+    };
+    let short = Config {
+        late_allowance: 10.0,
+        ..Config::default()
+    };
+    // The second call comes before the window would be dropped, or after.
+    for late in [18.0, 30.0] {
+        let events = script(late);
+        assert_eq!(reference(&events, &short)[0].reason, Some(Reason::NoWindow));
+        replay_agrees(&events, &short);
+    }
+}
+
+/// [`codex_window`] whose response has not ended yet, and a stream `c` of the same thread for
+/// its continuation.
+fn codex_window_streaming() -> Script {
+    let mut s = Script::new();
+    s.open(0.0, "a", Client::Codex, Transport::Websocket, Some("ta"))
+        .open(0.0, "c", Client::Codex, Transport::Http, Some("ta"))
+        .request(1.0, "a", "qa", None, &[])
+        .start(1.0, "a", "ra", "qa")
+        .call(2.0, "a", "ra", "ca", Some("ia"));
+    s
+}
+
 /// A call that outlives its window by more than the allowance (the host gave up on it and
 /// continued, so the window closed while the call still ran), reported on time, and a stream
 /// lost and closed meanwhile. The rule: no window contains it; the loss counts unless a hint
