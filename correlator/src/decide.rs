@@ -203,6 +203,14 @@ struct Pending {
     /// Lost spans dropped while it ran (see `Tracker::forget_before`), counted as the held
     /// ones are.
     earlier_losses: EarlierLosses,
+    /// A loss counts for it (§4 rule 1): one held or dropped while it ran, found when its
+    /// candidates were gathered, or one since (the loss wakes it). Once true, true for good.
+    lost: bool,
+    /// An eligible window that opened by its start and within `max_window` of its end broke
+    /// with no request of its thread by its start (§4 rule 1): one broken when its candidates
+    /// were gathered, or a candidate that broke since and has been let go. A candidate still
+    /// held is looked at directly ([`incomplete`]).
+    broke: bool,
     /// Identifies its one live queue entry; older entries are stale.
     generation: u32,
     /// The window whose changes wake it, if any.
@@ -533,6 +541,8 @@ impl Correlator {
                         pointed_at: false,
                         exact_from,
                         earlier_losses,
+                        lost: false,
+                        broke: false,
                         generation: 0,
                         attached: None,
                     },
@@ -547,20 +557,46 @@ impl Correlator {
     /// The reused change buffer, emptied; give it back to `self.changes` after [`Self::mark`].
     fn take_changes(&mut self) -> Changes {
         let mut ch = std::mem::take(&mut self.changes);
-        ch.windows.clear();
-        ch.global = false;
+        ch.clear();
         ch
     }
 
     /// Wakes the intervals that an applied change may let be decided earlier.
+    ///
+    /// Only the intervals a change concerns are woken: for a loss, those for which it counts
+    /// (§4 rule 1), which are marked `lost` on the way; for a break, the intervals that hold
+    /// the window (a window broken before an interval was gathered was looked at then); for a
+    /// window that closed, broke or stopped blocking, the intervals attached to it.
     fn mark(&mut self, ch: &Changes) {
         let now = self.now;
-        if ch.global {
-            let seqs: Vec<u64> = self.pending.keys().copied().collect();
-            for seq in seqs {
+        let all = self.config.candidates == Candidates::All;
+        if !ch.lost.is_empty() {
+            let mut woken = std::mem::take(&mut self.scratch);
+            for l in &ch.lost {
+                for (seq, p) in self.pending.iter_mut() {
+                    if !p.lost && loss_counts(all, p, l, now) {
+                        p.lost = true;
+                        woken.push(*seq);
+                    }
+                }
+            }
+            for &seq in &woken {
                 self.requeue(seq, now);
             }
-            return;
+            woken.clear();
+            self.scratch = woken;
+        }
+        for id in &ch.broken {
+            let Some(w) = self.tracker.window_mut(*id) else {
+                continue;
+            };
+            let holders = std::mem::take(&mut w.holders);
+            for &seq in &holders {
+                self.requeue(seq, now);
+            }
+            if let Some(w) = self.tracker.window_mut(*id) {
+                w.holders = holders;
+            }
         }
         for id in &ch.windows {
             let Some(w) = self.tracker.window_mut(*id) else {
@@ -606,6 +642,7 @@ impl Correlator {
         let all = self.config.candidates == Candidates::All;
         let response_mode = self.config.window_open == WindowOpen::Response;
         let max_window = self.config.max_window;
+        let now = self.now;
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
         for &seq in &ungathered {
@@ -622,7 +659,7 @@ impl Correlator {
                 named: p.named,
                 thread: p.hints.get().thread,
             };
-            found.extend(tr.open_candidates(s));
+            tr.open_candidates(p.host.as_ref(), &p.names, s, &mut found);
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
             // Only eligible windows stay, in order (the open ones first), each held until the
@@ -636,7 +673,7 @@ impl Correlator {
             for (i, &id) in found.iter().enumerate() {
                 match tr.fit(id, p.host.as_ref(), &p.names, s, &identity) {
                     Some(Fit::Eligible) => {
-                        tr.hold(id);
+                        tr.hold(id, seq);
                         windows.push(id);
                         p.open += usize::from(i < open);
                     }
@@ -670,6 +707,13 @@ impl Correlator {
                 }
                 _ => false,
             };
+            // Rule 1 as it stands now; later losses and breaks are told by `mark`.
+            p.lost = (all || !p.names_eligible)
+                && (tr.lost_spans().iter().any(|l| loss_counts(all, p, l, now))
+                    || p.earlier_losses.any(|h, t| counts(all, p, h, t)));
+            p.broke = tr
+                .broken_for(p.host.as_ref())
+                .any(|(id, w)| broke_uncontinued(w, p, now, max_window) && eligible(all, p, id, w));
             p.windows = windows;
             found.clear();
             self.scratch = found;
@@ -736,11 +780,11 @@ impl Correlator {
         // The entry just popped was its live one.
         p.generation = p.generation.wrapping_add(1);
         p.attached = None;
-        let all = self.config.candidates == Candidates::All;
-        let next = if incomplete(&self.tracker, p, at, all, self.config.max_window) {
+        let max_window = self.config.max_window;
+        let next = if incomplete(&self.tracker, p, &p.windows, at, max_window) {
             Next::Decide
         } else {
-            next_step(p, &mut self.tracker, cw, at)
+            next_step(p, seq, &mut self.tracker, cw, max_window, at)
         };
         match next {
             Next::Decide => self.decide(seq, at, out),
@@ -773,7 +817,7 @@ impl Correlator {
         let windows = std::mem::take(&mut p.windows);
         out.push(self.judge(p, &windows, at));
         for &id in &windows {
-            self.tracker.unref(id);
+            self.tracker.unref(id, seq);
         }
         self.spare.give(windows);
     }
@@ -804,7 +848,7 @@ impl Correlator {
         // Exactly one candidate, and it contains the interval.
         let only = first.filter(|_| candidates == 1);
         let all = self.config.candidates == Candidates::All;
-        let reason = if incomplete(&self.tracker, &p, at, all, self.config.max_window) {
+        let reason = if incomplete(&self.tracker, &p, windows, at, self.config.max_window) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
@@ -945,35 +989,60 @@ fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
 /// start and no longer than `max_window` before its end) that broke with no request of its
 /// thread in between. Under `--candidates all`, every loss and every window that opened by its
 /// start and within `max_window` of its end.
+///
+/// What was known when its candidates were gathered, and every loss since, is in `p.lost` and
+/// `p.broke` (see [`Correlator::mark`]); what is left is whether one of its candidates
+/// `windows` has broken since: a window that was open then and opened by its start, if
+/// eligible, is one of them. So this costs the interval's candidates, not every loss and
+/// broken window held.
 #[inline]
-fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window: Millis) -> bool {
+fn incomplete(
+    tracker: &Tracker,
+    p: &Pending,
+    windows: &[WinId],
+    at: Millis,
+    max_window: Millis,
+) -> bool {
     // What could decide it may have been dropped: it was reported late (see
     // `Config::late_allowance`).
     if p.start < p.exact_from || p.end < tracker.forgotten_end() {
         return true;
     }
-    let counts = |host: Option<&Arc<str>>, thread: Option<&Arc<str>>| {
-        all || (!p.names_eligible
-            && !hosts_differ(p.host.as_ref(), host)
-            && !threads_differ(p.hints.get().thread, thread))
-    };
-    let lost = tracker.lost_spans().iter().any(|l: &LostSpan| {
-        l.lost_at <= at
-            && l.open <= p.end
-            && l.close.is_none_or(|c| c >= p.start)
-            && counts(l.host.as_ref(), l.thread.as_ref())
-    });
-    if lost || p.earlier_losses.any(counts) {
-        return true;
-    }
-    tracker.broken_windows().any(|(id, w)| {
-        let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
-        broken_by
-            && w.open <= p.start
-            && w.open >= p.end - max_window
-            && !w.next_request.is_some_and(|q| q <= p.start)
-            && eligible(all, p, id, w)
-    })
+    p.lost
+        || p.broke
+        || windows.iter().any(|id| {
+            tracker
+                .window(*id)
+                .is_some_and(|w| broke_uncontinued(w, p, at, max_window))
+        })
+}
+
+/// Does a loss or a lost stream's host and thread count for `p` (§4 rule 1)? Under
+/// `--candidates all`, every one; else not when a hint of `p` names a call of an eligible
+/// window, nor when its host or thread is known to differ.
+fn counts(all: bool, p: &Pending, host: Option<&Arc<str>>, thread: Option<&Arc<str>>) -> bool {
+    all || (!p.names_eligible
+        && !hosts_differ(p.host.as_ref(), host)
+        && !threads_differ(p.hints.get().thread, thread))
+}
+
+/// Does lost span `l` count for `p` at `at`: lost by then, its stream was open at some time
+/// during `p`, and its host and thread count.
+fn loss_counts(all: bool, p: &Pending, l: &LostSpan, at: Millis) -> bool {
+    l.lost_at <= at
+        && l.open <= p.end
+        && l.close.is_none_or(|c| c >= p.start)
+        && counts(all, p, l.host.as_ref(), l.thread.as_ref())
+}
+
+/// Rule 1's broken candidate, but for eligibility: window `w` broke by `at`, opened by `p`'s
+/// start and no longer than `max_window` before its end, and its thread sent no request after
+/// it opened and by the start.
+fn broke_uncontinued(w: &Window, p: &Pending, at: Millis, max_window: Millis) -> bool {
+    matches!(w.state, WindowState::Broken(b) if b <= at)
+        && w.open <= p.start
+        && w.open >= p.end - max_window
+        && !w.next_request.is_some_and(|q| q <= p.start)
 }
 
 /// For an interval not `incomplete` at `at`: decide now, or the exact due time and the
@@ -985,7 +1054,14 @@ fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window:
 /// On the way, candidates that became final leave the open part of `p.windows`: those that
 /// closed at or after its end stay for the judgement, the others (broken, or closed before its
 /// end: they neither delay nor can contain it) are let go.
-fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Millis) -> Next {
+fn next_step(
+    p: &mut Pending,
+    seq: u64,
+    tracker: &mut Tracker,
+    close_wait: Millis,
+    max_window: Millis,
+    at: Millis,
+) -> Next {
     let mut due = at;
     let mut setter = None;
     let mut blocker: Option<(Millis, WinId)> = None;
@@ -1007,10 +1083,12 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
                 continue;
             }
             _ => {
+                // Let go; if it broke as rule 1 says, that is remembered.
+                p.broke |= broke_uncontinued(w, p, at, max_window);
                 p.open -= 1;
                 p.windows.swap(i, p.open);
                 p.windows.swap_remove(p.open);
-                tracker.unref(id);
+                tracker.unref(id, seq);
                 continue;
             }
         }
@@ -1035,6 +1113,9 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
             }
         }
         i += 1;
+    }
+    if p.broke {
+        return Next::Decide;
     }
     match (blocker, setter) {
         (Some((_, id)), _) => Next::Park(id),

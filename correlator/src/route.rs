@@ -60,6 +60,8 @@ pub(crate) struct Names {
     codex: Vec<(String, String)>,
     /// Codex's flat forms, `namespace__function`.
     codex_flat: Vec<String>,
+    /// The tool's own name, as the MCP server lists it.
+    tool: String,
 }
 
 impl Names {
@@ -73,7 +75,19 @@ impl Names {
             claude: claude_flat_name(alias, tool),
             codex,
             codex_flat,
+            tool: tool.to_string(),
         }
+    }
+
+    /// Every function name (namespaces aside) under which a call that names this pair can be
+    /// shown to the model, plus the tool's own name: a superset of what [`Names::matches`]
+    /// accepts, for indexes that must find every window a call of the pair may be in (the
+    /// match itself is still [`Names::matches`]).
+    pub(crate) fn function_names(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.claude.as_str())
+            .chain(std::iter::once(self.tool.as_str()))
+            .chain(self.codex_flat.iter().map(String::as_str))
+            .chain(self.codex.iter().map(|(_, f)| f.as_str()))
     }
 
     /// Does the model-visible call `name` (in `namespace`, if any) name this pair?

@@ -100,6 +100,9 @@ impl Slab {
     }
 }
 
+/// How many routes a window remembers the answer for (see `Window::route_memo`).
+const ROUTE_MEMO: usize = 8;
+
 /// How many emptied vectors a [`Spare`] keeps, and the largest capacity it keeps.
 const MAX_SPARE: usize = 256;
 const MAX_SPARE_CAPACITY: usize = 64;
@@ -287,15 +290,27 @@ pub(crate) struct Window {
     /// starting inside it or a late report. A candidate is given up at the *first* moment the
     /// conditions hold, so these stay valid whatever happens later.
     pub(crate) quiet: Vec<(Millis, Millis)>,
-    /// The last route asked about, and when the first call that could issue it was complete
-    /// (infinity if none): intervals of one tool ask the same question of every window they
-    /// gather, so it is answered once per window. Forgotten when a call is added.
-    route_memo: Option<(Arc<Names>, Millis)>,
+    /// The last routes asked about (at most [`ROUTE_MEMO`], the oldest replaced first), and
+    /// for each when the first call that could issue it was complete (infinity if none):
+    /// intervals of one tool ask the same question of every window they gather, so it is
+    /// answered once per window and tool. More than one, since a window of unknown host is
+    /// asked by the intervals of every host and tool (issue 38: one slot kept comparing names
+    /// as strings there). Forgotten when a call is added.
+    route_memo: Vec<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub(crate) next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
     /// are decided).
     pub(crate) refs: u32,
+    /// Which pending intervals hold it (by sequence number; a decided one may linger until
+    /// its next `unref`): the ones its break can make `incomplete`, so a break wakes these
+    /// and no other (waking every pending interval at each break and loss made each event
+    /// cost as much as all the pending intervals; docs/performance.md, "Correlator replay").
+    pub(crate) holders: Vec<u64>,
+    /// Whether it is in the tracker's `broken` list or `kept_for_running` (so a final window
+    /// is still indexed; asked at each `unref`, where searching those lists cost as much as
+    /// they are long).
+    listed: bool,
     /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
     /// their decision earlier: it closes or breaks, or stops blocking (its response has ended
     /// and no MCP call that started inside it still runs). May hold stale entries; the
@@ -481,8 +496,20 @@ pub(crate) struct Changes {
     /// Windows that closed or broke, or stopped blocking decisions: their response has ended
     /// and no MCP call that started inside them still runs (whichever happened last).
     pub(crate) windows: Vec<WinId>,
-    /// Something that can make any pending interval `incomplete` happened (a loss, a break).
-    pub(crate) global: bool,
+    /// Windows that broke: each may make the intervals that hold it as a candidate
+    /// `incomplete` (docs/design.md §4 rule 1), and no other pending interval.
+    pub(crate) broken: Vec<WinId>,
+    /// Streams whose observation was lost (as their spans were when lost): each may make
+    /// `incomplete` the pending intervals for which it counts, and no other.
+    pub(crate) lost: Vec<LostSpan>,
+}
+
+impl Changes {
+    pub(crate) fn clear(&mut self) {
+        self.windows.clear();
+        self.broken.clear();
+        self.lost.clear();
+    }
 }
 
 #[derive(Default)]
@@ -499,6 +526,21 @@ pub(crate) struct Tracker {
     /// `max_window`, and adding a constant keeps the order (float addition is monotone), so
     /// the first open window is the first to expire. No second ordered set to keep in step.
     open: Vec<(Time, WinId)>,
+    /// `open` split by the windows' hosts, and those of unknown host, each in `open`'s order.
+    /// An MCP call of a known host counts only for windows of its host or of none, and a
+    /// candidate must be one of those: on a relay that serves many hosts, walking every open
+    /// window at each MCP event (comparing hosts as strings) was most of a replay's time
+    /// (issue 38; docs/performance.md, "Correlator replay").
+    open_by_host: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    open_unknown: Vec<(Time, WinId)>,
+    /// The open windows of unknown host again, by the name of each of their calls (and those
+    /// with an opaque program call, which may call any tool), each list in `open`'s order: a
+    /// window of unknown host is gathered by the intervals of every host, and only those of
+    /// its calls' tools can find it eligible. Names are found through
+    /// [`Names::function_names`], a superset of what the route check accepts; the check
+    /// itself still decides ([`Tracker::fit`]).
+    open_unknown_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    open_unknown_custom: Vec<(Time, WinId)>,
     /// Open windows by their response id (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     /// Every held window (open or final) by its calls' ids and by their item ids: a request's
@@ -511,6 +553,11 @@ pub(crate) struct Tracker {
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
     broken: VecDeque<WinId>,
+    /// The same by host, and those of unknown host: an interval of a known host need look
+    /// only at its own host's and the unknown ones. Kept in step with `broken` (rebuilt when
+    /// [`Tracker::forget_before`] drops some).
+    broken_by_host: FxHashMap<Arc<str>, Vec<WinId>>,
+    broken_unknown: Vec<WinId>,
     /// Windows (open or broken) whose thread has sent no request since they opened.
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
     /// Emptied lists of `awaiting_request`: a thread's list empties at each of its requests
@@ -560,6 +607,74 @@ fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>
         }
 }
 
+/// Puts an open window of unknown host (`entry`) on the list of `call`'s name (or of opaque
+/// program calls), once.
+fn by_name_insert(
+    by_name: &mut FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    custom: &mut Vec<(Time, WinId)>,
+    call: &Call,
+    entry: (Time, WinId),
+) {
+    let list = if call.kind == CallKind::Custom {
+        custom
+    } else {
+        by_name.entry(call.name.clone()).or_default()
+    };
+    if let Err(at) = list.binary_search(&entry) {
+        list.insert(at, entry);
+    }
+}
+
+/// The open-window lists, borrowed apart from the window table (so a walk can change the
+/// windows it visits).
+struct OpenLists<'a> {
+    open: &'a [(Time, WinId)],
+    by_host: &'a FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    unknown: &'a [(Time, WinId)],
+    all_hosts: bool,
+}
+
+impl<'a> OpenLists<'a> {
+    /// Open windows that opened at or before `s` of host `host` or of none, in `open`'s order
+    /// (the two lists merged); every one when `host` is unknown or every host counts.
+    fn for_host(&self, host: Option<&Arc<str>>, s: Millis) -> Merged<'a> {
+        let by = |list: &'a [(Time, WinId)]| &list[..list.partition_point(|(o, _)| *o <= Time(s))];
+        match host.filter(|_| !self.all_hosts) {
+            None => Merged {
+                a: by(self.open),
+                b: &[],
+            },
+            Some(h) => Merged {
+                a: self.by_host.get(&**h).map_or(&[][..], |v| by(v)),
+                b: by(self.unknown),
+            },
+        }
+    }
+}
+
+/// Two sorted lists of open windows, merged.
+struct Merged<'a> {
+    a: &'a [(Time, WinId)],
+    b: &'a [(Time, WinId)],
+}
+
+impl Iterator for Merged<'_> {
+    type Item = (Time, WinId);
+
+    fn next(&mut self) -> Option<(Time, WinId)> {
+        let take_a = match (self.a.first(), self.b.first()) {
+            (Some(x), Some(y)) => x < y,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        let list = if take_a { &mut self.a } else { &mut self.b };
+        let (first, rest) = list.split_first()?;
+        *list = rest;
+        Some(*first)
+    }
+}
+
 impl Tracker {
     /// `close_wait` and `max_window` as configured; `all_hosts` for `--candidates all`.
     pub(crate) fn new(close_wait: Millis, max_window: Millis, all_hosts: bool) -> Self {
@@ -601,15 +716,59 @@ impl Tracker {
         self.now = t;
     }
 
-    /// The open windows that opened at or before `s`.
-    fn open_by(&self, s: Millis) -> &[(Time, WinId)] {
-        let k = self.open.partition_point(|(o, _)| *o <= Time(s));
-        &self.open[..k]
+    /// Adds to `out`, in open order, the open windows that opened at or before `s` and may be
+    /// eligible for an interval of `host` and route `names`: of its host, and of unknown host
+    /// with a call of one of the route's names or an opaque program call; every open window
+    /// when `host` is unknown or every host counts. (Which of them are eligible is
+    /// [`Tracker::fit`]'s to say.)
+    pub(crate) fn open_candidates(
+        &self,
+        host: Option<&Arc<str>>,
+        names: &Names,
+        s: Millis,
+        out: &mut Vec<WinId>,
+    ) {
+        let by = |list: &[(Time, WinId)]| list.partition_point(|(o, _)| *o <= Time(s));
+        let Some(h) = host.filter(|_| !self.all_hosts) else {
+            out.extend(self.open[..by(&self.open)].iter().map(|(_, id)| *id));
+            return;
+        };
+        let mut found: Vec<(Time, WinId)> = Vec::new();
+        if let Some(own) = self.open_by_host.get(&**h) {
+            found.extend_from_slice(&own[..by(own)]);
+        }
+        found.extend_from_slice(&self.open_unknown_custom[..by(&self.open_unknown_custom)]);
+        for name in names.function_names() {
+            if let Some(list) = self.open_unknown_by_name.get(name) {
+                found.extend_from_slice(&list[..by(list)]);
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        out.extend(found.iter().map(|(_, id)| *id));
     }
 
-    /// Open windows that opened at or before `s`.
-    pub(crate) fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
-        self.open_by(s).iter().map(|(_, id)| *id)
+    /// Broken windows whose host is not known to differ from `host` (every one under
+    /// `--candidates all`), in no particular order.
+    pub(crate) fn broken_for(
+        &self,
+        host: Option<&Arc<str>>,
+    ) -> impl Iterator<Item = (WinId, &Window)> + '_ {
+        let empty: &[WinId] = &[];
+        let (every, unknown, own) = match host.filter(|_| !self.all_hosts) {
+            None => (Some(self.broken.iter()), empty, empty),
+            Some(h) => (
+                None,
+                &self.broken_unknown[..],
+                self.broken_by_host.get(&**h).map_or(empty, |v| &v[..]),
+            ),
+        };
+        every
+            .into_iter()
+            .flatten()
+            .chain(unknown)
+            .chain(own)
+            .filter_map(|id| Some((*id, self.windows.get(*id)?)))
     }
 
     /// Closed windows with open ≤ s and close ≥ e.
@@ -793,13 +952,22 @@ impl Tracker {
             // Indexed whatever the window's state: a hint may name the call later.
             self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
+                if w.is_open() && w.host.is_none() {
+                    let entry = (Time(w.open), id);
+                    by_name_insert(
+                        &mut self.open_unknown_by_name,
+                        &mut self.open_unknown_custom,
+                        &call,
+                        entry,
+                    );
+                }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
                 if w.calls.len() < 4 {
                     w.calls.reserve_exact(1);
                 }
                 w.calls.push(call);
-                w.route_memo = None;
+                w.route_memo.clear();
             }
             return;
         }
@@ -844,9 +1012,11 @@ impl Tracker {
             max_inside_end,
             settle: f64::INFINITY,
             quiet: Vec::new(),
-            route_memo: None,
+            route_memo: Vec::new(),
             next_request: None,
             refs: 0,
+            holders: Vec::new(),
+            listed: false,
             attached: Vec::new(),
             thread_key: thread_key.clone(),
         });
@@ -858,6 +1028,23 @@ impl Tracker {
         }
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
+        let host = self.windows.get(id).and_then(|w| w.host.clone());
+        if host.is_none() {
+            if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
+                by_name_insert(
+                    &mut self.open_unknown_by_name,
+                    &mut self.open_unknown_custom,
+                    call,
+                    (Time(t), id),
+                );
+            }
+        }
+        let by_host = match host {
+            Some(h) => self.open_by_host.entry(h).or_default(),
+            None => &mut self.open_unknown,
+        };
+        let at = by_host.partition_point(|e| *e < (Time(t), id));
+        by_host.insert(at, (Time(t), id));
         let spare = &mut self.spare_lists;
         self.awaiting_request
             .entry(thread_key)
@@ -946,15 +1133,16 @@ impl Tracker {
             return;
         }
         st.lost = true;
-        self.lost.push(LostSpan {
+        let span = LostSpan {
             stream: stream.to_string(),
             host: st.host.clone(),
             thread: st.thread.clone(),
             open: st.open,
             close: None,
             lost_at: t,
-        });
-        ch.global = true;
+        };
+        ch.lost.push(span.clone());
+        self.lost.push(span);
     }
 
     /// A call starting can only delay decisions, so it reports no change. A window that could
@@ -962,9 +1150,15 @@ impl Tracker {
     /// wait had passed).
     pub(crate) fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
         let (now, all) = (self.now, self.all_hosts);
-        let k = self.open_by(start).len();
-        for (_, id) in &self.open[..k] {
-            if let Some(w) = self.windows.get_mut(*id) {
+        // The lists, borrowed apart from the window table.
+        let lists = OpenLists {
+            open: &self.open,
+            by_host: &self.open_by_host,
+            unknown: &self.open_unknown,
+            all_hosts: all,
+        };
+        for (_, id) in lists.for_host(host.as_ref(), start) {
+            if let Some(w) = self.windows.get_mut(id) {
                 if !same_host(all, host.as_ref(), w.host.as_ref()) {
                     continue;
                 }
@@ -1006,9 +1200,25 @@ impl Tracker {
             self.running_started_by = f64::NEG_INFINITY;
         }
         let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
-        let k = self.open_by(start).len();
-        for (_, id) in &self.open[..k] {
-            let Some(w) = self.windows.get_mut(*id) else {
+        // The windows it counts for: those of the host it started with (if it did) and of the
+        // host it ends with, or of none; every open window when one of those is unknown or
+        // they differ.
+        let walk = match &started {
+            None => host.as_ref(),
+            Some(r) => match (&r.host, &host) {
+                (Some(a), Some(b)) if a == b => Some(a),
+                _ => None,
+            },
+        };
+        // The lists, borrowed apart from the window table.
+        let lists = OpenLists {
+            open: &self.open,
+            by_host: &self.open_by_host,
+            unknown: &self.open_unknown,
+            all_hosts: all,
+        };
+        for (_, id) in lists.for_host(walk, start) {
+            let Some(w) = self.windows.get_mut(id) else {
                 continue;
             };
             // It ran inside this window (counted at its start, with the host it had then).
@@ -1021,7 +1231,7 @@ impl Tracker {
                 if w.running == 0 {
                     if let Some(re) = w.response_end {
                         w.settle = now.max(cw + re.max(w.max_inside_end));
-                        ch.windows.push(*id);
+                        ch.windows.push(id);
                     }
                 }
             } else if same_host(all, host.as_ref(), w.host.as_ref()) {
@@ -1067,11 +1277,15 @@ impl Tracker {
         if matches!((host, &w.host), (Some(a), Some(b)) if a != b) {
             return Some(Fit::No);
         }
-        let first = match &w.route_memo {
-            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
-            _ => {
+        let memo = w.route_memo.iter().find(|(n, _)| Arc::ptr_eq(n, names));
+        let first = match memo {
+            Some((_, at)) => *at,
+            None => {
                 let at = w.first_call_for(names);
-                w.route_memo = Some((names.clone(), at));
+                if w.route_memo.len() >= ROUTE_MEMO {
+                    w.route_memo.remove(0);
+                }
+                w.route_memo.push((names.clone(), at));
                 at
             }
         };
@@ -1084,11 +1298,12 @@ impl Tracker {
         })
     }
 
-    /// A pending interval takes window `id` as a candidate: it stays until the interval is
-    /// decided (see [`Tracker::unref`]).
-    pub(crate) fn hold(&mut self, id: WinId) {
+    /// Pending interval `seq` takes window `id` as a candidate: it stays until the interval
+    /// is decided (see [`Tracker::unref`]).
+    pub(crate) fn hold(&mut self, id: WinId, seq: u64) {
         if let Some(w) = self.windows.get_mut(id) {
             w.refs += 1;
+            w.holders.push(seq);
         }
     }
 
@@ -1123,8 +1338,42 @@ impl Tracker {
 
     fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
         let w = self.windows.get_mut(id)?;
-        if let Ok(at) = self.open.binary_search(&(Time(w.open), id)) {
+        let entry = (Time(w.open), id);
+        if let Ok(at) = self.open.binary_search(&entry) {
             self.open.remove(at);
+        }
+        match &w.host {
+            Some(h) => {
+                if let Some(list) = self.open_by_host.get_mut(&**h) {
+                    if let Ok(at) = list.binary_search(&entry) {
+                        list.remove(at);
+                    }
+                    // A host's list goes with its last open window: hosts come and go.
+                    if list.is_empty() {
+                        self.open_by_host.remove(&**h);
+                    }
+                }
+            }
+            None => {
+                if let Ok(at) = self.open_unknown.binary_search(&entry) {
+                    self.open_unknown.remove(at);
+                }
+                for c in &w.calls {
+                    let list = if c.kind == CallKind::Custom {
+                        Some(&mut self.open_unknown_custom)
+                    } else {
+                        self.open_unknown_by_name.get_mut(&*c.name)
+                    };
+                    if let Some(list) = list {
+                        if let Ok(at) = list.binary_search(&entry) {
+                            list.remove(at);
+                        }
+                        if list.is_empty() && c.kind != CallKind::Custom {
+                            self.open_unknown_by_name.remove(&*c.name);
+                        }
+                    }
+                }
+            }
         }
         self.open_by_response.remove(&w.response);
         Some(w)
@@ -1152,9 +1401,14 @@ impl Tracker {
             return;
         };
         w.state = WindowState::Broken(t);
+        w.listed = true;
+        match w.host.clone() {
+            Some(h) => self.broken_by_host.entry(h).or_default().push(id),
+            None => self.broken_unknown.push(id),
+        }
         self.broken.push_back(id);
         ch.windows.push(id);
-        ch.global = true;
+        ch.broken.push(id);
     }
 
     /// Drops what no decision can need about an interval [s, e] with e at or after
@@ -1255,8 +1509,25 @@ impl Tracker {
             }
         }
         self.broken = keep;
+        self.broken_by_host.clear();
+        self.broken_unknown.clear();
+        for &id in &self.broken {
+            match windows.get(id).map(|w| &w.host) {
+                Some(Some(h)) => self.broken_by_host.entry(h.clone()).or_default().push(id),
+                Some(None) => self.broken_unknown.push(id),
+                None => {}
+            }
+        }
+        for &id in &kept {
+            if let Some(w) = self.windows.get_mut(id) {
+                w.listed = true;
+            }
+        }
         self.kept_for_running = kept;
         for id in dropped {
+            if let Some(w) = self.windows.get_mut(id) {
+                w.listed = false;
+            }
             self.drop_window_if_unwaited(id);
         }
         // A lost span whose stream closed since a running call started goes on counting for
@@ -1313,22 +1584,21 @@ impl Tracker {
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
     /// indexed anywhere and was only kept for the intervals that held it.
-    pub(crate) fn unref(&mut self, id: WinId) {
+    pub(crate) fn unref(&mut self, id: WinId, seq: u64) {
         let Some(w) = self.windows.get_mut(id) else {
             return;
         };
+        if let Some(at) = w.holders.iter().position(|h| *h == seq) {
+            w.holders.swap_remove(at);
+        }
         w.refs = w.refs.saturating_sub(1);
         if w.refs > 0 {
             return;
         }
         let Some(f) = w.final_at() else { return };
         let indexed = match w.state {
-            WindowState::Closed(_) => {
-                f >= self.forgotten_end || self.kept_for_running.contains(&id)
-            }
-            WindowState::Broken(_) => {
-                self.broken.contains(&id) || self.kept_for_running.contains(&id)
-            }
+            WindowState::Closed(_) => f >= self.forgotten_end || w.listed,
+            WindowState::Broken(_) => w.listed,
             WindowState::Open => true,
         };
         if !indexed {
@@ -1376,9 +1646,11 @@ mod tests {
             max_inside_end: f64::NEG_INFINITY,
             settle: f64::INFINITY,
             quiet: Vec::new(),
-            route_memo: None,
+            route_memo: Vec::new(),
             next_request: None,
             refs: 0,
+            holders: Vec::new(),
+            listed: false,
             attached: Vec::new(),
             thread_key: ThreadKey::Anon(stream),
         }
