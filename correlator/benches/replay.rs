@@ -204,6 +204,9 @@ struct Seen {
     counts: [usize; 6],
     max_pending: usize,
     max_windows: usize,
+    /// The most broken windows and lost spans held at once.
+    max_broken: usize,
+    max_lost: usize,
 }
 
 /// Feeds `events` to a correlator, discarding records as they come.
@@ -211,7 +214,7 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
     let mut c = Correlator::new(Config::default());
     let mut out: Vec<Record> = Vec::with_capacity(64);
     let mut counts = [0usize; 6];
-    let (mut max_pending, mut max_windows) = (0, 0);
+    let (mut max_pending, mut max_windows, mut max_broken, mut max_lost) = (0, 0, 0, 0);
     let mut tally = |out: &mut Vec<Record>| {
         for r in out.drain(..) {
             let i = match r.reason {
@@ -227,6 +230,9 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
         if k % 4096 == 0 {
             max_pending = max_pending.max(c.pending());
             max_windows = max_windows.max(c.windows_held());
+            let held = c.held();
+            max_broken = max_broken.max(held.broken);
+            max_lost = max_lost.max(held.lost);
         }
     }
     c.finish(&mut out);
@@ -235,6 +241,8 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
         counts,
         max_pending,
         max_windows,
+        max_broken,
+        max_lost,
     }
 }
 
@@ -344,13 +352,15 @@ fn measure_with(n: usize, shape: Shape) {
     println!(
         "  peak heap above baseline {:.1} MiB (correlator and generator; generator alone {:.1} MiB); \
          at most {} intervals \
-         pending and {} windows held; records: {attributed} attributed, {incomplete} incomplete, \
+         pending, {} windows, {} broken windows and {} lost spans held; records: {attributed} attributed, {incomplete} incomplete, \
          {ambiguous} ambiguous, {unclosed} unclosed, {conflict} identity_conflict, \
          {no_window} no_window",
         peak as f64 / (1024.0 * 1024.0),
         gen_peak as f64 / (1024.0 * 1024.0),
         seen.max_pending,
         seen.max_windows,
+        seen.max_broken,
+        seen.max_lost,
     );
 }
 

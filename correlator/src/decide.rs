@@ -40,8 +40,13 @@
 //! decisions, so they leave every lower bound valid and need no per-interval work. Only a few
 //! can make one earlier: a candidate closing or breaking, its response ending, its running
 //! calls dropping to none (those wake the intervals attached to that window: the ones parked
-//! on it, or queued at a due time it set), and a loss or a break anywhere (`incomplete` may
-//! now hold: every pending interval is queued at the current time).
+//! on it, or queued at a due time it set), and a loss or a break (`incomplete` may now hold).
+//! Rule 1 is kept per interval: the losses and broken windows that count for it are found
+//! once, when its candidates are gathered; after that a loss wakes only the intervals it
+//! counts for (and marks them), a break only the intervals that hold the window as a
+//! candidate, whose evaluation looks at their own candidates. So no event costs as much as all
+//! the pending intervals, nor an evaluation as much as every loss and broken window held (on a
+//! trace of many hosts, losses and long calls, thousands of each; issue 38).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -284,8 +289,9 @@ pub struct Correlator {
     /// Reported at the current time; their candidates are gathered once every event of this
     /// time has been applied.
     ungathered: Vec<u64>,
-    /// Reused buffer for gathering candidates.
+    /// Reused buffers for gathering candidates.
     scratch: Vec<WinId>,
+    gathered: Vec<(Time, WinId)>,
     /// Emptied candidate vectors of decided intervals, and wake lists of windows that became
     /// final, for the next intervals and windows.
     spare: Spare,
@@ -302,6 +308,9 @@ pub struct Correlator {
     /// `perf` at about 5% of replay on the busy workload). Strings rewritten in place, so
     /// alternating tools allocate nothing either.
     last_route: (String, String, Option<Arc<Names>>),
+    /// How many evaluations ran (tests hold wake-ups to the intervals a change concerns).
+    #[cfg(test)]
+    evaluated: usize,
 }
 
 impl Correlator {
@@ -319,6 +328,7 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
+            gathered: Vec::new(),
             spare: Spare::default(),
             changes: Changes::default(),
             next_seq: 0,
@@ -326,6 +336,8 @@ impl Correlator {
             routes: FxHashMap::default(),
             routes_len: 0,
             last_route: (String::new(), String::new(), None),
+            #[cfg(test)]
+            evaluated: 0,
         }
     }
 
@@ -659,7 +671,7 @@ impl Correlator {
                 named: p.named,
                 thread: p.hints.get().thread,
             };
-            tr.open_candidates(p.host.as_ref(), &p.names, s, &mut found);
+            tr.open_candidates(p.host.as_ref(), &p.names, s, &mut found, &mut self.gathered);
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
             // Only eligible windows stay, in order (the open ones first), each held until the
@@ -773,6 +785,10 @@ impl Correlator {
     /// A queued interval's time `at` came: decides it if it is due now, else queues it at its
     /// exact due time or parks it on a blocking candidate.
     fn evaluate(&mut self, seq: u64, at: Millis, out: &mut Vec<Record>) {
+        #[cfg(test)]
+        {
+            self.evaluated += 1;
+        }
         let cw = self.config.close_wait;
         let Some(p) = self.pending.get_mut(&seq) else {
             return;
@@ -784,7 +800,7 @@ impl Correlator {
         let next = if incomplete(&self.tracker, p, &p.windows, at, max_window) {
             Next::Decide
         } else {
-            next_step(p, seq, &mut self.tracker, cw, max_window, at)
+            next_step(p, &mut self.tracker, cw, max_window, at)
         };
         match next {
             Next::Decide => self.decide(seq, at, out),
@@ -817,7 +833,14 @@ impl Correlator {
         let windows = std::mem::take(&mut p.windows);
         out.push(self.judge(p, &windows, at));
         for &id in &windows {
-            self.tracker.unref(id, seq);
+            self.tracker.unref(id);
+            // Decided intervals linger on a window's holders until they outnumber the rest.
+            if let Some(w) = self.tracker.window_mut(id) {
+                if w.holders.len() > 2 * w.refs as usize + 16 {
+                    let pending = &self.pending;
+                    w.holders.retain(|h| pending.contains_key(h));
+                }
+            }
         }
         self.spare.give(windows);
     }
@@ -1056,7 +1079,6 @@ fn broke_uncontinued(w: &Window, p: &Pending, at: Millis, max_window: Millis) ->
 /// end: they neither delay nor can contain it) are let go.
 fn next_step(
     p: &mut Pending,
-    seq: u64,
     tracker: &mut Tracker,
     close_wait: Millis,
     max_window: Millis,
@@ -1088,7 +1110,7 @@ fn next_step(
                 p.open -= 1;
                 p.windows.swap(i, p.open);
                 p.windows.swap_remove(p.open);
-                tracker.unref(id, seq);
+                tracker.unref(id);
                 continue;
             }
         }
@@ -1198,6 +1220,120 @@ pub fn replay(events: impl IntoIterator<Item = Event>, config: &Config) -> Vec<R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{CallKind, Client, Outcome, ResponseStatus, Transport};
+
+    fn ev(t: Millis, kind: EventKind) -> Event {
+        Event { t, kind }
+    }
+
+    fn open(stream: &str, host: &str) -> EventKind {
+        EventKind::StreamOpen {
+            stream: stream.into(),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: Some(format!("th-{stream}")),
+            host: Some(host.into()),
+        }
+    }
+
+    /// Issue 38: a loss wakes only the pending intervals it can make `incomplete` (before,
+    /// every pending interval was evaluated again at each loss and each break). A loss on a
+    /// stream of another host leaves an interval alone; one of its own host decides it at once.
+    #[test]
+    fn a_loss_wakes_only_the_intervals_it_counts_for() {
+        let mut c = Correlator::new(Config::default());
+        let mut out = Vec::new();
+        let events = vec![
+            ev(0.0, open("sa", "host-a")),
+            ev(0.0, open("sb", "host-b")),
+            ev(0.0, open("sc", "host-a")),
+            ev(
+                1.0,
+                EventKind::ResponseStart {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    request: None,
+                    model: None,
+                },
+            ),
+            ev(
+                2.0,
+                EventKind::ToolCall {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    call: "toolu_1".into(),
+                    item: None,
+                    name: "mcp__a__t".into(),
+                    namespace: None,
+                    kind: CallKind::ToolUse,
+                },
+            ),
+            ev(
+                10.0,
+                EventKind::McpInterval {
+                    rounds: None,
+                    interval: "i1".into(),
+                    alias: "a".into(),
+                    tool: "t".into(),
+                    start: 3.0,
+                    end: 9.0,
+                    outcome: Outcome::Result,
+                    hints: Hints::default(),
+                    host: Some("host-a".into()),
+                },
+            ),
+            ev(
+                20.0,
+                EventKind::ResponseEnd {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
+                },
+            ),
+            ev(
+                30.0,
+                EventKind::StreamClose {
+                    stream: "sa".into(),
+                },
+            ),
+        ];
+        for e in &events {
+            c.push(e, &mut out);
+        }
+        // Pending until `close_wait` after the response's end (1,020).
+        let before = c.evaluated;
+        let lost = |stream: &str| EventKind::ObservationLost {
+            stream: stream.into(),
+            reason: "overflow".into(),
+        };
+        c.push(&ev(100.0, lost("sb")), &mut out);
+        c.push(
+            &ev(
+                200.0,
+                EventKind::StreamClose {
+                    stream: "sb".into(),
+                },
+            ),
+            &mut out,
+        );
+        assert_eq!(c.evaluated, before, "another host's loss woke it");
+        assert!(out.is_empty());
+        c.push(&ev(300.0, lost("sc")), &mut out);
+        c.push(
+            &ev(
+                400.0,
+                EventKind::StreamClose {
+                    stream: "sc".into(),
+                },
+            ),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].reason, Some(Reason::Incomplete));
+        assert_eq!(out[0].decided_at, 300.0);
+    }
 
     #[test]
     fn hint_text_gives_back_each_hint_it_was_given() {

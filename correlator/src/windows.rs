@@ -11,9 +11,11 @@
 //!
 //! Every event passes through here, so the layout is chosen for replay speed (measured in
 //! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
-//! windows in one sorted vector that is also the `max_window` deadline queue, short handle
-//! lists reused through [`Spare`] rather than allocated per window or interval. Each such
-//! choice says why where it is made.
+//! windows in one sorted vector that is also the `max_window` deadline queue, and again by
+//! host and by their calls' names, so that an MCP event or an interval's gathering visits the
+//! windows it can count for or find eligible, not every open one (on a relay serving many
+//! hosts that walk was most of a replay), short handle lists reused through [`Spare`] rather
+//! than allocated per window or interval. Each such choice says why where it is made.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -302,10 +304,13 @@ pub(crate) struct Window {
     /// How many pending intervals hold this window as a candidate (it must stay until they
     /// are decided).
     pub(crate) refs: u32,
-    /// Which pending intervals hold it (by sequence number; a decided one may linger until
-    /// its next `unref`): the ones its break can make `incomplete`, so a break wakes these
-    /// and no other (waking every pending interval at each break and loss made each event
-    /// cost as much as all the pending intervals; docs/performance.md, "Correlator replay").
+    /// Which pending intervals hold or held it (by sequence number): the ones its break can
+    /// make `incomplete`, so a break wakes these and no other (waking every pending interval
+    /// at each break and loss made each event cost as much as all the pending intervals;
+    /// docs/performance.md, "Correlator replay"). Decided intervals are left in (a window of
+    /// unknown host may be held by hundreds at once, and searching the list at each decision
+    /// cost more than waking one decided interval, which is nothing); the correlator prunes
+    /// them when they outnumber those that hold it (`refs`).
     pub(crate) holders: Vec<u64>,
     /// Whether it is in the tracker's `broken` list or `kept_for_running` (so a final window
     /// is still indexed; asked at each `unref`, where searching those lists cost as much as
@@ -541,6 +546,10 @@ pub(crate) struct Tracker {
     /// itself still decides ([`Tracker::fit`]).
     open_unknown_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
     open_unknown_custom: Vec<(Time, WinId)>,
+    /// The same over every open window, for an interval whose host is unknown (every host's
+    /// windows are its to consider, but only those of its tool can be eligible).
+    open_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    open_custom: Vec<(Time, WinId)>,
     /// Open windows by their response id (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     /// Every held window (open or final) by its calls' ids and by their item ids: a request's
@@ -595,6 +604,9 @@ pub(crate) struct Tracker {
     /// while they were open, so its report may name one of their calls (docs/design.md §4
     /// "names"). Bounded by what was open when the running calls started.
     kept_for_running: Vec<WinId>,
+    /// How many windows the MCP walks visited (tests hold the walks to their matches).
+    #[cfg(test)]
+    walked: usize,
 }
 
 /// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
@@ -622,6 +634,31 @@ fn by_name_insert(
     };
     if let Err(at) = list.binary_search(&entry) {
         list.insert(at, entry);
+    }
+}
+
+/// Takes an open window (`entry`) off the lists of its calls' names (or of opaque program
+/// calls); a name's list goes with its last window.
+fn by_name_remove(
+    by_name: &mut FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    custom: &mut Vec<(Time, WinId)>,
+    calls: &[Call],
+    entry: (Time, WinId),
+) {
+    for c in calls {
+        let list = if c.kind == CallKind::Custom {
+            Some(&mut *custom)
+        } else {
+            by_name.get_mut(&*c.name)
+        };
+        if let Some(list) = list {
+            if let Ok(at) = list.binary_search(&entry) {
+                list.remove(at);
+            }
+            if list.is_empty() && c.kind != CallKind::Custom {
+                by_name.remove(&*c.name);
+            }
+        }
     }
 }
 
@@ -718,34 +755,42 @@ impl Tracker {
 
     /// Adds to `out`, in open order, the open windows that opened at or before `s` and may be
     /// eligible for an interval of `host` and route `names`: of its host, and of unknown host
-    /// with a call of one of the route's names or an opaque program call; every open window
-    /// when `host` is unknown or every host counts. (Which of them are eligible is
-    /// [`Tracker::fit`]'s to say.)
+    /// with a call of one of the route's names or an opaque program call; of any host with
+    /// such a call when `host` is unknown; every open window when every window is eligible
+    /// (`--candidates all`). (Which of them are eligible is [`Tracker::fit`]'s to say.)
+    /// `scratch` is a buffer to reuse.
     pub(crate) fn open_candidates(
         &self,
         host: Option<&Arc<str>>,
         names: &Names,
         s: Millis,
         out: &mut Vec<WinId>,
+        scratch: &mut Vec<(Time, WinId)>,
     ) {
         let by = |list: &[(Time, WinId)]| list.partition_point(|(o, _)| *o <= Time(s));
-        let Some(h) = host.filter(|_| !self.all_hosts) else {
+        if self.all_hosts {
             out.extend(self.open[..by(&self.open)].iter().map(|(_, id)| *id));
             return;
-        };
-        let mut found: Vec<(Time, WinId)> = Vec::new();
-        if let Some(own) = self.open_by_host.get(&**h) {
-            found.extend_from_slice(&own[..by(own)]);
         }
-        found.extend_from_slice(&self.open_unknown_custom[..by(&self.open_unknown_custom)]);
+        scratch.clear();
+        let (by_name, custom) = match host {
+            Some(h) => {
+                if let Some(own) = self.open_by_host.get(&**h) {
+                    scratch.extend_from_slice(&own[..by(own)]);
+                }
+                (&self.open_unknown_by_name, &self.open_unknown_custom)
+            }
+            None => (&self.open_by_name, &self.open_custom),
+        };
+        scratch.extend_from_slice(&custom[..by(custom)]);
         for name in names.function_names() {
-            if let Some(list) = self.open_unknown_by_name.get(name) {
-                found.extend_from_slice(&list[..by(list)]);
+            if let Some(list) = by_name.get(name) {
+                scratch.extend_from_slice(&list[..by(list)]);
             }
         }
-        found.sort_unstable();
-        found.dedup();
-        out.extend(found.iter().map(|(_, id)| *id));
+        scratch.sort_unstable();
+        scratch.dedup();
+        out.extend(scratch.iter().map(|(_, id)| *id));
     }
 
     /// Broken windows whose host is not known to differ from `host` (every one under
@@ -952,14 +997,17 @@ impl Tracker {
             // Indexed whatever the window's state: a hint may name the call later.
             self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
-                if w.is_open() && w.host.is_none() {
+                if w.is_open() {
                     let entry = (Time(w.open), id);
-                    by_name_insert(
-                        &mut self.open_unknown_by_name,
-                        &mut self.open_unknown_custom,
-                        &call,
-                        entry,
-                    );
+                    by_name_insert(&mut self.open_by_name, &mut self.open_custom, &call, entry);
+                    if w.host.is_none() {
+                        by_name_insert(
+                            &mut self.open_unknown_by_name,
+                            &mut self.open_unknown_custom,
+                            &call,
+                            entry,
+                        );
+                    }
                 }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
@@ -1029,13 +1077,15 @@ impl Tracker {
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
         let host = self.windows.get(id).and_then(|w| w.host.clone());
-        if host.is_none() {
-            if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
+        if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
+            let entry = (Time(t), id);
+            by_name_insert(&mut self.open_by_name, &mut self.open_custom, call, entry);
+            if host.is_none() {
                 by_name_insert(
                     &mut self.open_unknown_by_name,
                     &mut self.open_unknown_custom,
                     call,
-                    (Time(t), id),
+                    entry,
                 );
             }
         }
@@ -1158,6 +1208,10 @@ impl Tracker {
             all_hosts: all,
         };
         for (_, id) in lists.for_host(host.as_ref(), start) {
+            #[cfg(test)]
+            {
+                self.walked += 1;
+            }
             if let Some(w) = self.windows.get_mut(id) {
                 if !same_host(all, host.as_ref(), w.host.as_ref()) {
                     continue;
@@ -1218,6 +1272,10 @@ impl Tracker {
             all_hosts: all,
         };
         for (_, id) in lists.for_host(walk, start) {
+            #[cfg(test)]
+            {
+                self.walked += 1;
+            }
             let Some(w) = self.windows.get_mut(id) else {
                 continue;
             };
@@ -1358,23 +1416,20 @@ impl Tracker {
                 if let Ok(at) = self.open_unknown.binary_search(&entry) {
                     self.open_unknown.remove(at);
                 }
-                for c in &w.calls {
-                    let list = if c.kind == CallKind::Custom {
-                        Some(&mut self.open_unknown_custom)
-                    } else {
-                        self.open_unknown_by_name.get_mut(&*c.name)
-                    };
-                    if let Some(list) = list {
-                        if let Ok(at) = list.binary_search(&entry) {
-                            list.remove(at);
-                        }
-                        if list.is_empty() && c.kind != CallKind::Custom {
-                            self.open_unknown_by_name.remove(&*c.name);
-                        }
-                    }
-                }
+                by_name_remove(
+                    &mut self.open_unknown_by_name,
+                    &mut self.open_unknown_custom,
+                    &w.calls,
+                    entry,
+                );
             }
         }
+        by_name_remove(
+            &mut self.open_by_name,
+            &mut self.open_custom,
+            &w.calls,
+            entry,
+        );
         self.open_by_response.remove(&w.response);
         Some(w)
     }
@@ -1584,13 +1639,10 @@ impl Tracker {
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
     /// indexed anywhere and was only kept for the intervals that held it.
-    pub(crate) fn unref(&mut self, id: WinId, seq: u64) {
+    pub(crate) fn unref(&mut self, id: WinId) {
         let Some(w) = self.windows.get_mut(id) else {
             return;
         };
-        if let Some(at) = w.holders.iter().position(|h| *h == seq) {
-            w.holders.swap_remove(at);
-        }
         w.refs = w.refs.saturating_sub(1);
         if w.refs > 0 {
             return;
@@ -1654,6 +1706,110 @@ mod tests {
             attached: Vec::new(),
             thread_key: ThreadKey::Anon(stream),
         }
+    }
+
+    /// Opens a window on a stream of `host` whose response makes one call `name` (`custom`:
+    /// an opaque program call) at `t`.
+    fn open_window(tr: &mut Tracker, t: Millis, n: usize, host: Option<&str>, name: &str) {
+        let (stream, response) = (format!("s{n}"), format!("r{n}"));
+        tr.set_now(t);
+        tr.stream_open(t, &stream, Some(&format!("th{n}")), host.map(Arc::from));
+        tr.response_start(&stream, &response);
+        let kind = if name == "custom" {
+            CallKind::Custom
+        } else {
+            CallKind::ToolUse
+        };
+        let call = Call {
+            at: t,
+            call: format!("c{n}").into(),
+            item: None,
+            name: tr.intern(name),
+            namespace: None,
+            kind,
+        };
+        tr.tool_call(t, &response, call);
+    }
+
+    /// Issue 38: an MCP call of a known host walks the open windows of its host and of
+    /// unknown host, whose running calls it counts, not every open window (before, all 505
+    /// below at each report, comparing hosts as strings).
+    #[test]
+    fn an_mcp_call_walks_only_the_windows_it_can_count_for() {
+        let mut tr = Tracker::new(1000.0, 1_800_000.0, false);
+        let mut n = 0;
+        for h in 0..10 {
+            for _ in 0..50 {
+                n += 1;
+                open_window(&mut tr, n as f64, n, Some(&format!("host{h}")), "mcp__a__t");
+            }
+        }
+        for _ in 0..5 {
+            n += 1;
+            open_window(&mut tr, n as f64, n, None, "mcp__a__t");
+        }
+        tr.set_now(1000.0);
+        tr.mcp_start("i1", 999.0, Some("host3".into()));
+        assert_eq!(tr.walked, 55);
+        let running = |tr: &Tracker, w: usize| {
+            let id = tr.open[w - 1].1;
+            tr.window(id).map(|w| w.running)
+        };
+        // Host 3's windows are 151..=200; the unknown ones 501..=505.
+        assert_eq!(running(&tr, 151), Some(1));
+        assert_eq!(running(&tr, 503), Some(1));
+        assert_eq!(running(&tr, 150), Some(0));
+        let mut ch = Changes::default();
+        tr.mcp_interval("i1", 999.0, 1000.0, Some("host3".into()), &mut ch);
+        assert_eq!(tr.walked, 110);
+        assert_eq!(running(&tr, 151), Some(0));
+        // A call whose host is unknown counts for every window: it walks them all.
+        tr.mcp_start("i2", 1000.0, None);
+        assert_eq!(tr.walked, 615);
+    }
+
+    /// Issue 38: the candidates gathered for an interval of a known host are its host's open
+    /// windows and those of unknown host with a call of the interval's tool (or an opaque
+    /// program call), in open order; a window leaves the index when it closes.
+    #[test]
+    fn candidates_of_unknown_host_are_found_by_their_calls_names() {
+        let mut tr = Tracker::new(1000.0, 1_800_000.0, false);
+        open_window(&mut tr, 1.0, 1, None, "mcp__a__t");
+        open_window(&mut tr, 2.0, 2, None, "mcp__b__u");
+        open_window(&mut tr, 3.0, 3, Some("h1"), "Bash");
+        open_window(&mut tr, 4.0, 4, None, "custom");
+        open_window(&mut tr, 5.0, 5, Some("h2"), "mcp__a__t");
+        open_window(&mut tr, 6.0, 6, None, "mcp__a__t");
+        let names = Names::new("a", "t");
+        let found = |tr: &Tracker, host: Option<&str>, s: Millis| {
+            let mut out = Vec::new();
+            let host: Option<Arc<str>> = host.map(Arc::from);
+            tr.open_candidates(host.as_ref(), &names, s, &mut out, &mut Vec::new());
+            out.iter()
+                .map(|id| {
+                    tr.window(*id)
+                        .map_or(String::new(), |w| w.response.to_string())
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(found(&tr, Some("h1"), 10.0), ["r1", "r3", "r4", "r6"]);
+        assert_eq!(found(&tr, Some("h1"), 4.0), ["r1", "r3", "r4"]);
+        // Unknown host: every host's windows of its tool.
+        assert_eq!(found(&tr, None, 10.0), ["r1", "r4", "r5", "r6"]);
+        let mut ch = Changes::default();
+        tr.set_now(7.0);
+        tr.request(7.0, "s1", "q1", None, &["c1"], &mut ch);
+        tr.stream_close(7.0, "s4", &mut ch);
+        assert_eq!(found(&tr, Some("h1"), 10.0), ["r3", "r6"]);
+        tr.request(7.0, "s6", "q6", None, &["c6"], &mut ch);
+        assert!(tr.open_unknown_custom.is_empty());
+        assert_eq!(
+            tr.open_unknown_by_name.len(),
+            1,
+            "only mcp__b__u's window is left"
+        );
+        assert_eq!(found(&tr, None, 10.0), ["r5"]);
+        assert!(tr.open_custom.is_empty());
     }
 
     #[test]
