@@ -298,7 +298,10 @@ pub(crate) struct Window {
     /// answered once per window and tool. More than one, since a window of unknown host is
     /// asked by the intervals of every host and tool (issue 38: one slot kept comparing names
     /// as strings there). Forgotten when a call is added.
-    route_memo: Vec<(Arc<Names>, Millis)>,
+    route_memo: Option<(Arc<Names>, Millis)>,
+    /// The routes asked about before the last (the first slot is inline: most windows are
+    /// asked about one tool, and a vector each cost an allocation per window).
+    route_more: Vec<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub(crate) next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
@@ -546,10 +549,6 @@ pub(crate) struct Tracker {
     /// itself still decides ([`Tracker::fit`]).
     open_unknown_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
     open_unknown_custom: Vec<(Time, WinId)>,
-    /// The same over every open window, for an interval whose host is unknown (every host's
-    /// windows are its to consider, but only those of its tool can be eligible).
-    open_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
-    open_custom: Vec<(Time, WinId)>,
     /// Open windows by their response id (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     /// Every held window (open or final) by its calls' ids and by their item ids: a request's
@@ -755,10 +754,13 @@ impl Tracker {
 
     /// Adds to `out`, in open order, the open windows that opened at or before `s` and may be
     /// eligible for an interval of `host` and route `names`: of its host, and of unknown host
-    /// with a call of one of the route's names or an opaque program call; of any host with
-    /// such a call when `host` is unknown; every open window when every window is eligible
-    /// (`--candidates all`). (Which of them are eligible is [`Tracker::fit`]'s to say.)
-    /// `scratch` is a buffer to reuse.
+    /// with a call of one of the route's names or an opaque program call; every open window
+    /// when `host` is unknown or every window is eligible (`--candidates all`). (Which of them
+    /// are eligible is [`Tracker::fit`]'s to say.) `scratch` is a buffer to reuse.
+    ///
+    /// An interval of unknown host is rare where hosts are known, and where they are not (an
+    /// older trace, another system) few windows are open at once: an index of every window by
+    /// name for it cost the busy workload more than it saved on the multi-host one.
     pub(crate) fn open_candidates(
         &self,
         host: Option<&Arc<str>>,
@@ -768,23 +770,18 @@ impl Tracker {
         scratch: &mut Vec<(Time, WinId)>,
     ) {
         let by = |list: &[(Time, WinId)]| list.partition_point(|(o, _)| *o <= Time(s));
-        if self.all_hosts {
+        let Some(h) = host.filter(|_| !self.all_hosts) else {
             out.extend(self.open[..by(&self.open)].iter().map(|(_, id)| *id));
             return;
-        }
-        scratch.clear();
-        let (by_name, custom) = match host {
-            Some(h) => {
-                if let Some(own) = self.open_by_host.get(&**h) {
-                    scratch.extend_from_slice(&own[..by(own)]);
-                }
-                (&self.open_unknown_by_name, &self.open_unknown_custom)
-            }
-            None => (&self.open_by_name, &self.open_custom),
         };
+        scratch.clear();
+        if let Some(own) = self.open_by_host.get(&**h) {
+            scratch.extend_from_slice(&own[..by(own)]);
+        }
+        let custom = &self.open_unknown_custom;
         scratch.extend_from_slice(&custom[..by(custom)]);
         for name in names.function_names() {
-            if let Some(list) = by_name.get(name) {
+            if let Some(list) = self.open_unknown_by_name.get(name) {
                 scratch.extend_from_slice(&list[..by(list)]);
             }
         }
@@ -997,17 +994,14 @@ impl Tracker {
             // Indexed whatever the window's state: a hint may name the call later.
             self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
-                if w.is_open() {
+                if w.is_open() && w.host.is_none() {
                     let entry = (Time(w.open), id);
-                    by_name_insert(&mut self.open_by_name, &mut self.open_custom, &call, entry);
-                    if w.host.is_none() {
-                        by_name_insert(
-                            &mut self.open_unknown_by_name,
-                            &mut self.open_unknown_custom,
-                            &call,
-                            entry,
-                        );
-                    }
+                    by_name_insert(
+                        &mut self.open_unknown_by_name,
+                        &mut self.open_unknown_custom,
+                        &call,
+                        entry,
+                    );
                 }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
@@ -1015,7 +1009,8 @@ impl Tracker {
                     w.calls.reserve_exact(1);
                 }
                 w.calls.push(call);
-                w.route_memo.clear();
+                w.route_memo = None;
+                w.route_more.clear();
             }
             return;
         }
@@ -1060,7 +1055,8 @@ impl Tracker {
             max_inside_end,
             settle: f64::INFINITY,
             quiet: Vec::new(),
-            route_memo: Vec::new(),
+            route_memo: None,
+            route_more: Vec::new(),
             next_request: None,
             refs: 0,
             holders: Vec::new(),
@@ -1077,15 +1073,13 @@ impl Tracker {
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
         let host = self.windows.get(id).and_then(|w| w.host.clone());
-        if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
-            let entry = (Time(t), id);
-            by_name_insert(&mut self.open_by_name, &mut self.open_custom, call, entry);
-            if host.is_none() {
+        if host.is_none() {
+            if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
                 by_name_insert(
                     &mut self.open_unknown_by_name,
                     &mut self.open_unknown_custom,
                     call,
-                    entry,
+                    (Time(t), id),
                 );
             }
         }
@@ -1335,15 +1329,21 @@ impl Tracker {
         if matches!((host, &w.host), (Some(a), Some(b)) if a != b) {
             return Some(Fit::No);
         }
-        let memo = w.route_memo.iter().find(|(n, _)| Arc::ptr_eq(n, names));
+        let memo = w
+            .route_memo
+            .iter()
+            .chain(&w.route_more)
+            .find(|(n, _)| Arc::ptr_eq(n, names));
         let first = match memo {
             Some((_, at)) => *at,
             None => {
                 let at = w.first_call_for(names);
-                if w.route_memo.len() >= ROUTE_MEMO {
-                    w.route_memo.remove(0);
+                if let Some(last) = w.route_memo.replace((names.clone(), at)) {
+                    if w.route_more.len() + 1 >= ROUTE_MEMO {
+                        w.route_more.remove(0);
+                    }
+                    w.route_more.push(last);
                 }
-                w.route_memo.push((names.clone(), at));
                 at
             }
         };
@@ -1361,6 +1361,10 @@ impl Tracker {
     pub(crate) fn hold(&mut self, id: WinId, seq: u64) {
         if let Some(w) = self.windows.get_mut(id) {
             w.refs += 1;
+            if w.holders.capacity() == 0 {
+                // A spare list: one allocation less per window held.
+                w.holders = self.spare_lists.take();
+            }
             w.holders.push(seq);
         }
     }
@@ -1424,12 +1428,6 @@ impl Tracker {
                 );
             }
         }
-        by_name_remove(
-            &mut self.open_by_name,
-            &mut self.open_custom,
-            &w.calls,
-            entry,
-        );
         self.open_by_response.remove(&w.response);
         Some(w)
     }
@@ -1625,9 +1623,10 @@ impl Tracker {
     /// Drops window `id` and its calls' entries in the id indexes (those that still point
     /// to it: a duplicated id may have moved on to a later window).
     fn remove_window(&mut self, id: WinId) {
-        let Some(w) = self.windows.get(id) else {
+        let Some(w) = self.windows.get_mut(id) else {
             return;
         };
+        let holders = std::mem::take(&mut w.holders);
         for c in &w.calls {
             self.by_call.remove(&c.call, id);
             if let Some(item) = &c.item {
@@ -1635,6 +1634,7 @@ impl Tracker {
             }
         }
         self.windows.remove(id);
+        self.spare_lists.give(holders);
     }
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
@@ -1698,7 +1698,8 @@ mod tests {
             max_inside_end: f64::NEG_INFINITY,
             settle: f64::INFINITY,
             quiet: Vec::new(),
-            route_memo: Vec::new(),
+            route_memo: None,
+            route_more: Vec::new(),
             next_request: None,
             refs: 0,
             holders: Vec::new(),
@@ -1794,8 +1795,8 @@ mod tests {
         };
         assert_eq!(found(&tr, Some("h1"), 10.0), ["r1", "r3", "r4", "r6"]);
         assert_eq!(found(&tr, Some("h1"), 4.0), ["r1", "r3", "r4"]);
-        // Unknown host: every host's windows of its tool.
-        assert_eq!(found(&tr, None, 10.0), ["r1", "r4", "r5", "r6"]);
+        // Unknown host: every open window.
+        assert_eq!(found(&tr, None, 10.0).len(), 6);
         let mut ch = Changes::default();
         tr.set_now(7.0);
         tr.request(7.0, "s1", "q1", None, &["c1"], &mut ch);
@@ -1808,8 +1809,6 @@ mod tests {
             1,
             "only mcp__b__u's window is left"
         );
-        assert_eq!(found(&tr, None, 10.0), ["r5"]);
-        assert!(tr.open_custom.is_empty());
     }
 
     #[test]
