@@ -26,6 +26,9 @@
 //! - `REPLAY_BENCH_STREAM=N` runs only the streamed measurement of N busy events.
 //! - `REPLAY_BENCH_WRITE=N REPLAY_BENCH_WRITE_TO=busy.jsonl` writes N busy events as a trace,
 //!   for `/usr/bin/time -v windowtap replay busy.jsonl -o /dev/null`.
+//! - `REPLAY_BENCH_SHAPE=bursts` or `multihost` (workload/multihost.rs: many hosts, one stream
+//!   in ten of unknown host, losses, abandoned loops, native tools, long calls) sets the
+//!   workload of the three above (default `busy`).
 //!
 //! Numbers (2026-11-30, the 2-core machine under other engineers' builds, load average 6–9,
 //! so wall times mean little; before → after the cspeed branch):
@@ -149,7 +152,40 @@ fn reset_peak() -> usize {
 // The workload (shared with the streaming-replay memory test, tests/replay_memory.rs)
 
 mod workload;
-use workload::{Workload, BUSY, QUIET};
+use workload::{multihost::Multihost, Workload, BUSY, QUIET};
+
+/// Which workload a measurement runs (`REPLAY_BENCH_SHAPE`: `busy`, the default, `bursts` or
+/// `multihost`).
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// The busy workload, ~80 of 10k threads mid-loop (or another idle gap).
+    Busy(f64),
+    /// The same with bursts of parallel subagents in one loop of three.
+    Bursts,
+    /// Many hosts, one stream in ten unknown, losses, abandoned loops, native tools, long
+    /// calls (workload/multihost.rs).
+    Multihost,
+}
+
+impl Shape {
+    fn from_env() -> Shape {
+        match std::env::var("REPLAY_BENCH_SHAPE").as_deref() {
+            Err(_) | Ok("busy") => Shape::Busy(BUSY),
+            Ok("bursts") => Shape::Bursts,
+            Ok("multihost") => Shape::Multihost,
+            Ok(other) => panic!("REPLAY_BENCH_SHAPE is busy, bursts or multihost, not {other}"),
+        }
+    }
+
+    /// The shape's endless event stream for `seed`.
+    fn events(self, seed: u64) -> Box<dyn Iterator<Item = Event>> {
+        match self {
+            Shape::Busy(idle) => Box::new(Workload::new(seed, idle)),
+            Shape::Bursts => Box::new(Workload::with_bursts(seed, BUSY)),
+            Shape::Multihost => Box::new(Multihost::new(seed)),
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Runs
@@ -168,6 +204,9 @@ struct Seen {
     counts: [usize; 6],
     max_pending: usize,
     max_windows: usize,
+    /// The most broken windows and lost spans held at once.
+    max_broken: usize,
+    max_lost: usize,
 }
 
 /// Feeds `events` to a correlator, discarding records as they come.
@@ -175,7 +214,7 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
     let mut c = Correlator::new(Config::default());
     let mut out: Vec<Record> = Vec::with_capacity(64);
     let mut counts = [0usize; 6];
-    let (mut max_pending, mut max_windows) = (0, 0);
+    let (mut max_pending, mut max_windows, mut max_broken, mut max_lost) = (0, 0, 0, 0);
     let mut tally = |out: &mut Vec<Record>| {
         for r in out.drain(..) {
             let i = match r.reason {
@@ -191,6 +230,9 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
         if k % 4096 == 0 {
             max_pending = max_pending.max(c.pending());
             max_windows = max_windows.max(c.windows_held());
+            let held = c.held();
+            max_broken = max_broken.max(held.broken);
+            max_lost = max_lost.max(held.lost);
         }
     }
     c.finish(&mut out);
@@ -199,6 +241,8 @@ fn run(events: impl Iterator<Item = Event>) -> Seen {
         counts,
         max_pending,
         max_windows,
+        max_broken,
+        max_lost,
     }
 }
 
@@ -235,10 +279,10 @@ fn read_and_run(text: &[u8]) -> usize {
     n + out.len()
 }
 
-/// The busy workload's first `n` events as trace v2 text.
-fn trace_text(n: usize) -> String {
+/// A workload's first `n` events as trace v2 text.
+fn trace_text(shape: Shape, n: usize) -> String {
     let mut text = format!("{}\n", correlator::trace::HEADER);
-    for e in Workload::new(1, BUSY).take(n) {
+    for e in shape.events(1).take(n) {
         correlator::trace::write_event(&mut text, &e);
         text.push('\n');
     }
@@ -266,18 +310,12 @@ fn bench_replay(c: &mut Criterion) {
 /// the peak heap above the baseline. Rates are per second of this thread's CPU time (wall
 /// time in brackets: the machine may be shared).
 fn measure(n: usize, mean_idle_ms: f64) {
-    measure_with(n, mean_idle_ms, false)
+    measure_with(n, Shape::Busy(mean_idle_ms))
 }
 
-/// [`measure`], with bursts of parallel subagents in one loop of three when `bursts`.
-fn measure_with(n: usize, mean_idle_ms: f64, bursts: bool) {
-    let workload = || {
-        if bursts {
-            Workload::with_bursts(7, mean_idle_ms)
-        } else {
-            Workload::new(7, mean_idle_ms)
-        }
-    };
+/// [`measure`] for a workload of any shape.
+fn measure_with(n: usize, shape: Shape) {
+    let workload = || shape.events(7);
     let base = reset_peak();
     let (w0, c0) = (Instant::now(), cpu_secs());
     let generated = workload()
@@ -314,13 +352,15 @@ fn measure_with(n: usize, mean_idle_ms: f64, bursts: bool) {
     println!(
         "  peak heap above baseline {:.1} MiB (correlator and generator; generator alone {:.1} MiB); \
          at most {} intervals \
-         pending and {} windows held; records: {attributed} attributed, {incomplete} incomplete, \
+         pending, {} windows, {} broken windows and {} lost spans held; records: {attributed} attributed, {incomplete} incomplete, \
          {ambiguous} ambiguous, {unclosed} unclosed, {conflict} identity_conflict, \
          {no_window} no_window",
         peak as f64 / (1024.0 * 1024.0),
         gen_peak as f64 / (1024.0 * 1024.0),
         seen.max_pending,
         seen.max_windows,
+        seen.max_broken,
+        seen.max_lost,
     );
 }
 
@@ -342,8 +382,9 @@ fn main() {
         return;
     }
     if let Some(n) = count("REPLAY_BENCH_PROFILE") {
-        let events: Vec<Event> = Workload::new(1, BUSY).take(n).collect();
-        let text = trace_text(n);
+        let shape = Shape::from_env();
+        let events: Vec<Event> = shape.events(1).take(n).collect();
+        let text = trace_text(shape, n);
         println!("{n} events: {} records", black_box(run_slice(&events)));
         println!(
             "read and replayed: {} records",
@@ -352,18 +393,19 @@ fn main() {
         return;
     }
     if let Some(n) = count("REPLAY_BENCH_STREAM") {
-        measure(n, BUSY);
+        measure_with(n, Shape::from_env());
         return;
     }
     if let Some(n) = count("REPLAY_BENCH_BURSTS") {
-        measure_with(n, BUSY, true);
+        measure_with(n, Shape::Bursts);
         return;
     }
     if let Some(n) = count("REPLAY_BENCH_WRITE") {
+        let shape = Shape::from_env();
         let path = std::env::var("REPLAY_BENCH_WRITE_TO").unwrap_or_else(|_| "busy.jsonl".into());
-        let write = || workload::write_trace(Workload::new(1, BUSY), n, path.as_ref());
+        let write = || workload::write_trace(shape.events(1), n, path.as_ref());
         write().unwrap_or_else(|e| panic!("writing {path}: {e}"));
-        println!("wrote {n} busy events to {path}");
+        println!("wrote {n} events of the {shape:?} shape to {path}");
         return;
     }
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`, or `--test`) only
@@ -388,8 +430,17 @@ fn main() {
         if let Err(e) = correlator::trace::read_all(text.as_bytes(), "bursts") {
             panic!("the workload with bursts is not a valid trace: {e}");
         }
+        let multihost: Vec<Event> = Multihost::new(1).take(50_000).collect();
+        let mut text = format!("{}\n", correlator::trace::HEADER);
+        for e in &multihost {
+            text.push_str(&correlator::trace::event_line(e));
+        }
+        if let Err(e) = correlator::trace::read_all(text.as_bytes(), "multihost") {
+            panic!("the multi-host workload is not a valid trace: {e}");
+        }
         measure(20_000, BUSY);
-        measure_with(20_000, BUSY, true);
+        measure_with(20_000, Shape::Bursts);
+        measure_with(50_000, Shape::Multihost);
         return;
     }
     let mut c = Criterion::default().configure_from_args();
@@ -403,8 +454,10 @@ fn main() {
     println!("quiet: ~20 of 10k threads mid-loop");
     measure(1_000_000, QUIET);
     println!("busy with bursts of parallel subagents (one loop in three)");
-    measure_with(1_000_000, BUSY, true);
+    measure_with(1_000_000, Shape::Bursts);
     if std::env::var_os("REPLAY_BENCH_SKIP_10M").is_none() {
-        measure_with(10_000_000, BUSY, true);
+        measure_with(10_000_000, Shape::Bursts);
     }
+    println!("multi-host: many hosts, one stream in ten unknown, losses, abandoned loops");
+    measure_with(1_000_000, Shape::Multihost);
 }

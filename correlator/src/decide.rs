@@ -40,8 +40,13 @@
 //! decisions, so they leave every lower bound valid and need no per-interval work. Only a few
 //! can make one earlier: a candidate closing or breaking, its response ending, its running
 //! calls dropping to none (those wake the intervals attached to that window: the ones parked
-//! on it, or queued at a due time it set), and a loss or a break anywhere (`incomplete` may
-//! now hold: every pending interval is queued at the current time).
+//! on it, or queued at a due time it set), and a loss or a break (`incomplete` may now hold).
+//! Rule 1 is kept per interval: the losses and broken windows that count for it are found
+//! once, when its candidates are gathered; after that a loss wakes only the intervals it
+//! counts for (and marks them), a break only the intervals that hold the window as a
+//! candidate, whose evaluation looks at their own candidates. So no event costs as much as all
+//! the pending intervals, nor an evaluation as much as every loss and broken window held (on a
+//! trace of many hosts, losses and long calls, thousands of each; issue 38).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -204,6 +209,14 @@ struct Pending {
     /// Lost spans dropped while it ran (see `Tracker::forget_before`), counted as the held
     /// ones are.
     earlier_losses: EarlierLosses,
+    /// A loss counts for it (§4 rule 1): one held or dropped while it ran, found when its
+    /// candidates were gathered, or one since (the loss wakes it). Once true, true for good.
+    lost: bool,
+    /// An eligible window that opened by its start and within `max_window` of its end broke
+    /// with no request of its thread by its start (§4 rule 1): one broken when its candidates
+    /// were gathered, or a candidate that broke since and has been let go. A candidate still
+    /// held is looked at directly ([`incomplete`]).
+    broke: bool,
     /// Identifies its one live queue entry; older entries are stale.
     generation: u32,
     /// The window whose changes wake it, if any.
@@ -277,8 +290,9 @@ pub struct Correlator {
     /// Reported at the current time; their candidates are gathered once every event of this
     /// time has been applied.
     ungathered: Vec<u64>,
-    /// Reused buffer for gathering candidates.
+    /// Reused buffers for gathering candidates.
     scratch: Vec<WinId>,
+    gathered: Vec<(Time, WinId)>,
     /// Emptied candidate vectors of decided intervals, and wake lists of windows that became
     /// final, for the next intervals and windows.
     spare: Spare,
@@ -295,6 +309,9 @@ pub struct Correlator {
     /// `perf` at about 5% of replay on the busy workload). Strings rewritten in place, so
     /// alternating tools allocate nothing either.
     last_route: (String, String, Option<Arc<Names>>),
+    /// How many evaluations ran (tests hold wake-ups to the intervals a change concerns).
+    #[cfg(test)]
+    evaluated: usize,
 }
 
 impl Correlator {
@@ -312,6 +329,7 @@ impl Correlator {
             queue: BinaryHeap::new(),
             ungathered: Vec::new(),
             scratch: Vec::new(),
+            gathered: Vec::new(),
             spare: Spare::default(),
             changes: Changes::default(),
             next_seq: 0,
@@ -319,6 +337,8 @@ impl Correlator {
             routes: FxHashMap::default(),
             routes_len: 0,
             last_route: (String::new(), String::new(), None),
+            #[cfg(test)]
+            evaluated: 0,
         }
     }
 
@@ -536,6 +556,8 @@ impl Correlator {
                         pointed_at: false,
                         exact_from,
                         earlier_losses,
+                        lost: false,
+                        broke: false,
                         generation: 0,
                         attached: None,
                     },
@@ -550,20 +572,46 @@ impl Correlator {
     /// The reused change buffer, emptied; give it back to `self.changes` after [`Self::mark`].
     fn take_changes(&mut self) -> Changes {
         let mut ch = std::mem::take(&mut self.changes);
-        ch.windows.clear();
-        ch.global = false;
+        ch.clear();
         ch
     }
 
     /// Wakes the intervals that an applied change may let be decided earlier.
+    ///
+    /// Only the intervals a change concerns are woken: for a loss, those for which it counts
+    /// (§4 rule 1), which are marked `lost` on the way; for a break, the intervals that hold
+    /// the window (a window broken before an interval was gathered was looked at then); for a
+    /// window that closed, broke or stopped blocking, the intervals attached to it.
     fn mark(&mut self, ch: &Changes) {
         let now = self.now;
-        if ch.global {
-            let seqs: Vec<u64> = self.pending.keys().copied().collect();
-            for seq in seqs {
+        let all = self.config.candidates == Candidates::All;
+        if !ch.lost.is_empty() {
+            let mut woken = std::mem::take(&mut self.scratch);
+            for l in &ch.lost {
+                for (seq, p) in self.pending.iter_mut() {
+                    if !p.lost && loss_counts(all, p, l, now) {
+                        p.lost = true;
+                        woken.push(*seq);
+                    }
+                }
+            }
+            for &seq in &woken {
                 self.requeue(seq, now);
             }
-            return;
+            woken.clear();
+            self.scratch = woken;
+        }
+        for id in &ch.broken {
+            let Some(w) = self.tracker.window_mut(*id) else {
+                continue;
+            };
+            let holders = std::mem::take(&mut w.holders);
+            for &seq in &holders {
+                self.requeue(seq, now);
+            }
+            if let Some(w) = self.tracker.window_mut(*id) {
+                w.holders = holders;
+            }
         }
         for id in &ch.windows {
             let Some(w) = self.tracker.window_mut(*id) else {
@@ -609,6 +657,7 @@ impl Correlator {
         let all = self.config.candidates == Candidates::All;
         let response_mode = self.config.window_open == WindowOpen::Response;
         let max_window = self.config.max_window;
+        let now = self.now;
         // Taken and given back, so the buffer keeps its capacity from instant to instant.
         let mut ungathered = std::mem::take(&mut self.ungathered);
         for &seq in &ungathered {
@@ -625,7 +674,7 @@ impl Correlator {
                 named: p.named,
                 thread: p.hints.get().thread,
             };
-            found.extend(tr.open_candidates(s));
+            tr.open_candidates(p.host.as_ref(), &p.names, s, &mut found, &mut self.gathered);
             let open = found.len();
             found.extend(tr.closed_containing(s, e));
             // Only eligible windows stay, in order (the open ones first), each held until the
@@ -639,7 +688,7 @@ impl Correlator {
             for (i, &id) in found.iter().enumerate() {
                 match tr.fit(id, p.host.as_ref(), &p.names, s, &identity) {
                     Some(Fit::Eligible) => {
-                        tr.hold(id);
+                        tr.hold(id, seq);
                         windows.push(id);
                         p.open += usize::from(i < open);
                     }
@@ -673,6 +722,13 @@ impl Correlator {
                 }
                 _ => false,
             };
+            // Rule 1 as it stands now; later losses and breaks are told by `mark`.
+            p.lost = (all || !p.names_eligible)
+                && (tr.lost_spans().iter().any(|l| loss_counts(all, p, l, now))
+                    || p.earlier_losses.any(|h, t| counts(all, p, h, t)));
+            p.broke = tr
+                .broken_for(p.host.as_ref())
+                .any(|(id, w)| broke_uncontinued(w, p, now, max_window) && eligible(all, p, id, w));
             p.windows = windows;
             found.clear();
             self.scratch = found;
@@ -732,6 +788,10 @@ impl Correlator {
     /// A queued interval's time `at` came: decides it if it is due now, else queues it at its
     /// exact due time or parks it on a blocking candidate.
     fn evaluate(&mut self, seq: u64, at: Millis, out: &mut Vec<Record>) {
+        #[cfg(test)]
+        {
+            self.evaluated += 1;
+        }
         let cw = self.config.close_wait;
         let Some(p) = self.pending.get_mut(&seq) else {
             return;
@@ -739,11 +799,11 @@ impl Correlator {
         // The entry just popped was its live one.
         p.generation = p.generation.wrapping_add(1);
         p.attached = None;
-        let all = self.config.candidates == Candidates::All;
-        let next = if incomplete(&self.tracker, p, at, all, self.config.max_window) {
+        let max_window = self.config.max_window;
+        let next = if incomplete(&self.tracker, p, &p.windows, at, max_window) {
             Next::Decide
         } else {
-            next_step(p, &mut self.tracker, cw, at)
+            next_step(p, &mut self.tracker, cw, max_window, at)
         };
         match next {
             Next::Decide => self.decide(seq, at, out),
@@ -777,6 +837,13 @@ impl Correlator {
         out.push(self.judge(p, &windows, at));
         for &id in &windows {
             self.tracker.unref(id);
+            // Decided intervals linger on a window's holders until they outnumber the rest.
+            if let Some(w) = self.tracker.window_mut(id) {
+                if w.holders.len() > 2 * w.refs as usize + 16 {
+                    let pending = &self.pending;
+                    w.holders.retain(|h| pending.contains_key(h));
+                }
+            }
         }
         self.spare.give(windows);
     }
@@ -807,7 +874,7 @@ impl Correlator {
         // Exactly one candidate, and it contains the interval.
         let only = first.filter(|_| candidates == 1);
         let all = self.config.candidates == Candidates::All;
-        let reason = if incomplete(&self.tracker, &p, at, all, self.config.max_window) {
+        let reason = if incomplete(&self.tracker, &p, windows, at, self.config.max_window) {
             Some(Reason::Incomplete)
         } else if candidates >= 2 {
             Some(Reason::Ambiguous)
@@ -952,35 +1019,60 @@ fn eligible(all: bool, p: &Pending, id: WinId, w: &Window) -> bool {
 /// start and no longer than `max_window` before its end) that broke with no request of its
 /// thread in between. Under `--candidates all`, every loss and every window that opened by its
 /// start and within `max_window` of its end.
+///
+/// What was known when its candidates were gathered, and every loss since, is in `p.lost` and
+/// `p.broke` (see [`Correlator::mark`]); what is left is whether one of its candidates
+/// `windows` has broken since: a window that was open then and opened by its start, if
+/// eligible, is one of them. So this costs the interval's candidates, not every loss and
+/// broken window held.
 #[inline]
-fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window: Millis) -> bool {
+fn incomplete(
+    tracker: &Tracker,
+    p: &Pending,
+    windows: &[WinId],
+    at: Millis,
+    max_window: Millis,
+) -> bool {
     // What could decide it may have been dropped: it was reported late (see
     // `Config::late_allowance`).
     if p.start < p.exact_from || p.end < tracker.forgotten_end() {
         return true;
     }
-    let counts = |host: Option<&Arc<str>>, thread: Option<&Arc<str>>| {
-        all || (!p.names_eligible
-            && !hosts_differ(p.host.as_ref(), host)
-            && !threads_differ(p.hints.get().thread, thread))
-    };
-    let lost = tracker.lost_spans().iter().any(|l: &LostSpan| {
-        l.lost_at <= at
-            && l.open <= p.end
-            && l.close.is_none_or(|c| c >= p.start)
-            && counts(l.host.as_ref(), l.thread.as_ref())
-    });
-    if lost || p.earlier_losses.any(counts) {
-        return true;
-    }
-    tracker.broken_windows().any(|(id, w)| {
-        let broken_by = matches!(w.state, WindowState::Broken(b) if b <= at);
-        broken_by
-            && w.open <= p.start
-            && w.open >= p.end - max_window
-            && !w.next_request.is_some_and(|q| q <= p.start)
-            && eligible(all, p, id, w)
-    })
+    p.lost
+        || p.broke
+        || windows.iter().any(|id| {
+            tracker
+                .window(*id)
+                .is_some_and(|w| broke_uncontinued(w, p, at, max_window))
+        })
+}
+
+/// Does a loss or a lost stream's host and thread count for `p` (§4 rule 1)? Under
+/// `--candidates all`, every one; else not when a hint of `p` names a call of an eligible
+/// window, nor when its host or thread is known to differ.
+fn counts(all: bool, p: &Pending, host: Option<&Arc<str>>, thread: Option<&Arc<str>>) -> bool {
+    all || (!p.names_eligible
+        && !hosts_differ(p.host.as_ref(), host)
+        && !threads_differ(p.hints.get().thread, thread))
+}
+
+/// Does lost span `l` count for `p` at `at`: lost by then, its stream was open at some time
+/// during `p`, and its host and thread count.
+fn loss_counts(all: bool, p: &Pending, l: &LostSpan, at: Millis) -> bool {
+    l.lost_at <= at
+        && l.open <= p.end
+        && l.close.is_none_or(|c| c >= p.start)
+        && counts(all, p, l.host.as_ref(), l.thread.as_ref())
+}
+
+/// Rule 1's broken candidate, but for eligibility: window `w` broke by `at`, opened by `p`'s
+/// start and no longer than `max_window` before its end, and its thread sent no request after
+/// it opened and by the start.
+fn broke_uncontinued(w: &Window, p: &Pending, at: Millis, max_window: Millis) -> bool {
+    matches!(w.state, WindowState::Broken(b) if b <= at)
+        && w.open <= p.start
+        && w.open >= p.end - max_window
+        && !w.next_request.is_some_and(|q| q <= p.start)
 }
 
 /// For an interval not `incomplete` at `at`: decide now, or the exact due time and the
@@ -992,7 +1084,13 @@ fn incomplete(tracker: &Tracker, p: &Pending, at: Millis, all: bool, max_window:
 /// On the way, candidates that became final leave the open part of `p.windows`: those that
 /// closed at or after its end stay for the judgement, the others (broken, or closed before its
 /// end: they neither delay nor can contain it) are let go.
-fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Millis) -> Next {
+fn next_step(
+    p: &mut Pending,
+    tracker: &mut Tracker,
+    close_wait: Millis,
+    max_window: Millis,
+    at: Millis,
+) -> Next {
     let mut due = at;
     let mut setter = None;
     let mut blocker: Option<(Millis, WinId)> = None;
@@ -1014,6 +1112,8 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
                 continue;
             }
             _ => {
+                // Let go; if it broke as rule 1 says, that is remembered.
+                p.broke |= broke_uncontinued(w, p, at, max_window);
                 p.open -= 1;
                 p.windows.swap(i, p.open);
                 p.windows.swap_remove(p.open);
@@ -1042,6 +1142,9 @@ fn next_step(p: &mut Pending, tracker: &mut Tracker, close_wait: Millis, at: Mil
             }
         }
         i += 1;
+    }
+    if p.broke {
+        return Next::Decide;
     }
     match (blocker, setter) {
         (Some((_, id)), _) => Next::Park(id),
@@ -1124,6 +1227,120 @@ pub fn replay(events: impl IntoIterator<Item = Event>, config: &Config) -> Vec<R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{CallKind, Client, Outcome, ResponseStatus, Transport};
+
+    fn ev(t: Millis, kind: EventKind) -> Event {
+        Event { t, kind }
+    }
+
+    fn open(stream: &str, host: &str) -> EventKind {
+        EventKind::StreamOpen {
+            stream: stream.into(),
+            client: Client::Claude,
+            transport: Transport::Http,
+            thread: Some(format!("th-{stream}")),
+            host: Some(host.into()),
+        }
+    }
+
+    /// Issue 38: a loss wakes only the pending intervals it can make `incomplete` (before,
+    /// every pending interval was evaluated again at each loss and each break). A loss on a
+    /// stream of another host leaves an interval alone; one of its own host decides it at once.
+    #[test]
+    fn a_loss_wakes_only_the_intervals_it_counts_for() {
+        let mut c = Correlator::new(Config::default());
+        let mut out = Vec::new();
+        let events = vec![
+            ev(0.0, open("sa", "host-a")),
+            ev(0.0, open("sb", "host-b")),
+            ev(0.0, open("sc", "host-a")),
+            ev(
+                1.0,
+                EventKind::ResponseStart {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    request: None,
+                    model: None,
+                },
+            ),
+            ev(
+                2.0,
+                EventKind::ToolCall {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    call: "toolu_1".into(),
+                    item: None,
+                    name: "mcp__a__t".into(),
+                    namespace: None,
+                    kind: CallKind::ToolUse,
+                },
+            ),
+            ev(
+                10.0,
+                EventKind::McpInterval {
+                    rounds: None,
+                    interval: "i1".into(),
+                    alias: "a".into(),
+                    tool: "t".into(),
+                    start: 3.0,
+                    end: 9.0,
+                    outcome: Outcome::Result,
+                    hints: Hints::default(),
+                    host: Some("host-a".into()),
+                },
+            ),
+            ev(
+                20.0,
+                EventKind::ResponseEnd {
+                    stream: "sa".into(),
+                    response: "r1".into(),
+                    status: ResponseStatus::Completed,
+                    usage: None,
+                    stop_reason: None,
+                },
+            ),
+            ev(
+                30.0,
+                EventKind::StreamClose {
+                    stream: "sa".into(),
+                },
+            ),
+        ];
+        for e in &events {
+            c.push(e, &mut out);
+        }
+        // Pending until `close_wait` after the response's end (1,020).
+        let before = c.evaluated;
+        let lost = |stream: &str| EventKind::ObservationLost {
+            stream: stream.into(),
+            reason: "overflow".into(),
+        };
+        c.push(&ev(100.0, lost("sb")), &mut out);
+        c.push(
+            &ev(
+                200.0,
+                EventKind::StreamClose {
+                    stream: "sb".into(),
+                },
+            ),
+            &mut out,
+        );
+        assert_eq!(c.evaluated, before, "another host's loss woke it");
+        assert!(out.is_empty());
+        c.push(&ev(300.0, lost("sc")), &mut out);
+        c.push(
+            &ev(
+                400.0,
+                EventKind::StreamClose {
+                    stream: "sc".into(),
+                },
+            ),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].reason, Some(Reason::Incomplete));
+        assert_eq!(out[0].decided_at, 300.0);
+    }
 
     #[test]
     fn hint_text_gives_back_each_hint_it_was_given() {

@@ -91,6 +91,17 @@ impl Names {
         }
     }
 
+    /// Every function name (namespaces aside) under which a call that names this pair can be
+    /// shown to the model, the tool's own name included: a superset of what [`Names::matches`]
+    /// accepts for any client, for indexes that must find every window a call of the pair may
+    /// be in (the match itself is still [`Names::matches`]).
+    pub(crate) fn function_names(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.claude.as_str())
+            .chain(std::iter::once(&*self.bare))
+            .chain(self.codex_flat.iter().map(String::as_str))
+            .chain(self.codex.iter().map(|(_, f)| f.as_str()))
+    }
+
     /// Does the model-visible call `name` (in `namespace`, if any), made on a stream of
     /// `client`, name this pair?
     pub(crate) fn matches(&self, client: Client, name: &str, namespace: Option<&str>) -> bool {

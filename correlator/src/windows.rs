@@ -11,9 +11,11 @@
 //!
 //! Every event passes through here, so the layout is chosen for replay speed (measured in
 //! docs/performance.md, "Correlator replay"): windows in a slab addressed by handle, open
-//! windows in one sorted vector that is also the `max_window` deadline queue, short handle
-//! lists reused through [`Spare`] rather than allocated per window or interval. Each such
-//! choice says why where it is made.
+//! windows in one sorted vector that is also the `max_window` deadline queue, and again by
+//! host and by their calls' names, so that an MCP event or an interval's gathering visits the
+//! windows it can count for or find eligible, not every open one (on a relay serving many
+//! hosts that walk was most of a replay), short handle lists reused through [`Spare`] rather
+//! than allocated per window or interval. Each such choice says why where it is made.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -99,6 +101,9 @@ impl Slab {
         self.len
     }
 }
+
+/// How many routes a window remembers the answer for (see `Window::route_memo`).
+const ROUTE_MEMO: usize = 8;
 
 /// How many emptied vectors a [`Spare`] keeps, and the largest capacity it keeps.
 const MAX_SPARE: usize = 256;
@@ -346,15 +351,33 @@ pub(crate) struct Window {
     /// starting inside it or a late report. A candidate is given up at the *first* moment the
     /// conditions hold, so these stay valid whatever happens later.
     pub(crate) quiet: Vec<(Millis, Millis)>,
-    /// The last route asked about, and when the first call that could issue it was complete
-    /// (infinity if none): intervals of one tool ask the same question of every window they
-    /// gather, so it is answered once per window. Forgotten when a call is added.
+    /// The last routes asked about (at most [`ROUTE_MEMO`], the oldest replaced first), and
+    /// for each when the first call that could issue it was complete (infinity if none):
+    /// intervals of one tool ask the same question of every window they gather, so it is
+    /// answered once per window and tool. More than one, since a window of unknown host is
+    /// asked by the intervals of every host and tool (issue 38: one slot kept comparing names
+    /// as strings there). Forgotten when a call is added.
     route_memo: Option<(Arc<Names>, Millis)>,
+    /// The routes asked about before the last (the first slot is inline: most windows are
+    /// asked about one tool, and a vector each cost an allocation per window).
+    route_more: Vec<(Arc<Names>, Millis)>,
     /// The first request of the window's thread after the window opened.
     pub(crate) next_request: Option<Millis>,
     /// How many pending intervals hold this window as a candidate (it must stay until they
     /// are decided).
     pub(crate) refs: u32,
+    /// Which pending intervals hold or held it (by sequence number): the ones its break can
+    /// make `incomplete`, so a break wakes these and no other (waking every pending interval
+    /// at each break and loss made each event cost as much as all the pending intervals;
+    /// docs/performance.md, "Correlator replay"). Decided intervals are left in (a window of
+    /// unknown host may be held by hundreds at once, and searching the list at each decision
+    /// cost more than waking one decided interval, which is nothing); the correlator prunes
+    /// them when they outnumber those that hold it (`refs`).
+    pub(crate) holders: Vec<u64>,
+    /// Whether it is in the tracker's `broken` list or `kept_for_running` (so a final window
+    /// is still indexed; asked at each `unref`, where searching those lists cost as much as
+    /// they are long).
+    listed: bool,
     /// Pending intervals to wake (re-evaluate) when this window changes in a way that can make
     /// their decision earlier: it closes or breaks, or stops blocking (its response has ended
     /// and no MCP call that started inside it still runs). May hold stale entries; the
@@ -542,8 +565,20 @@ pub(crate) struct Changes {
     /// Windows that closed or broke, or stopped blocking decisions: their response has ended
     /// and no MCP call that started inside them still runs (whichever happened last).
     pub(crate) windows: Vec<WinId>,
-    /// Something that can make any pending interval `incomplete` happened (a loss, a break).
-    pub(crate) global: bool,
+    /// Windows that broke: each may make the intervals that hold it as a candidate
+    /// `incomplete` (docs/design.md §4 rule 1), and no other pending interval.
+    pub(crate) broken: Vec<WinId>,
+    /// Streams whose observation was lost (as their spans were when lost): each may make
+    /// `incomplete` the pending intervals for which it counts, and no other.
+    pub(crate) lost: Vec<LostSpan>,
+}
+
+impl Changes {
+    pub(crate) fn clear(&mut self) {
+        self.windows.clear();
+        self.broken.clear();
+        self.lost.clear();
+    }
 }
 
 #[derive(Default)]
@@ -560,6 +595,21 @@ pub(crate) struct Tracker {
     /// `max_window`, and adding a constant keeps the order (float addition is monotone), so
     /// the first open window is the first to expire. No second ordered set to keep in step.
     open: Vec<(Time, WinId)>,
+    /// `open` split by the windows' hosts, and those of unknown host, each in `open`'s order.
+    /// An MCP call of a known host counts only for windows of its host or of none, and a
+    /// candidate must be one of those: on a relay that serves many hosts, walking every open
+    /// window at each MCP event (comparing hosts as strings) was most of a replay's time
+    /// (issue 38; docs/performance.md, "Correlator replay").
+    open_by_host: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    open_unknown: Vec<(Time, WinId)>,
+    /// The open windows of unknown host again, by the name of each of their calls (and those
+    /// with an opaque program call, which may call any tool), each list in `open`'s order: a
+    /// window of unknown host is gathered by the intervals of every host, and only those of
+    /// its calls' tools can find it eligible. Names are found through
+    /// [`Names::function_names`], a superset of what the route check accepts; the check
+    /// itself still decides ([`Tracker::fit`]).
+    open_unknown_by_name: FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    open_unknown_custom: Vec<(Time, WinId)>,
     /// Open windows by their response id (for continuations).
     open_by_response: FxHashMap<Arc<str>, WinId>,
     /// Every held window (open or final) by its calls' ids and by their item ids: a request's
@@ -572,6 +622,11 @@ pub(crate) struct Tracker {
     closed: VecDeque<(Millis, WinId)>,
     /// Broken windows, in break order.
     broken: VecDeque<WinId>,
+    /// The same by host, and those of unknown host: an interval of a known host need look
+    /// only at its own host's and the unknown ones. Kept in step with `broken` (rebuilt when
+    /// [`Tracker::forget_before`] drops some).
+    broken_by_host: FxHashMap<Arc<str>, Vec<WinId>>,
+    broken_unknown: Vec<WinId>,
     /// Windows (open or broken) whose thread has sent no request since they opened.
     awaiting_request: FxHashMap<ThreadKey, Vec<WinId>>,
     /// Emptied lists of `awaiting_request`: a thread's list empties at each of its requests
@@ -613,6 +668,9 @@ pub(crate) struct Tracker {
     /// The call ids of dropped windows, so that a `call_id` hint naming one still names a call.
     /// Not under `--candidates all`, where hints only contradict.
     forgotten_calls: ForgottenCalls,
+    /// How many windows the MCP walks visited (tests hold the walks to their matches).
+    #[cfg(test)]
+    walked: usize,
 }
 
 /// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
@@ -623,6 +681,99 @@ fn same_host(all_hosts: bool, call: Option<&Arc<str>>, window: Option<&Arc<str>>
             (Some(a), Some(b)) => a == b,
             _ => true,
         }
+}
+
+/// Puts an open window of unknown host (`entry`) on the list of `call`'s name (or of opaque
+/// program calls), once.
+fn by_name_insert(
+    by_name: &mut FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    custom: &mut Vec<(Time, WinId)>,
+    call: &Call,
+    entry: (Time, WinId),
+) {
+    let list = if call.kind == CallKind::Custom {
+        custom
+    } else {
+        by_name.entry(call.name.clone()).or_default()
+    };
+    if let Err(at) = list.binary_search(&entry) {
+        list.insert(at, entry);
+    }
+}
+
+/// Takes an open window (`entry`) off the lists of its calls' names (or of opaque program
+/// calls); a name's list goes with its last window.
+fn by_name_remove(
+    by_name: &mut FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    custom: &mut Vec<(Time, WinId)>,
+    calls: &[Call],
+    entry: (Time, WinId),
+) {
+    for c in calls {
+        let list = if c.kind == CallKind::Custom {
+            Some(&mut *custom)
+        } else {
+            by_name.get_mut(&*c.name)
+        };
+        if let Some(list) = list {
+            if let Ok(at) = list.binary_search(&entry) {
+                list.remove(at);
+            }
+            if list.is_empty() && c.kind != CallKind::Custom {
+                by_name.remove(&*c.name);
+            }
+        }
+    }
+}
+
+/// The open-window lists, borrowed apart from the window table (so a walk can change the
+/// windows it visits).
+struct OpenLists<'a> {
+    open: &'a [(Time, WinId)],
+    by_host: &'a FxHashMap<Arc<str>, Vec<(Time, WinId)>>,
+    unknown: &'a [(Time, WinId)],
+    all_hosts: bool,
+}
+
+impl<'a> OpenLists<'a> {
+    /// Open windows that opened at or before `s` of host `host` or of none, in `open`'s order
+    /// (the two lists merged); every one when `host` is unknown or every host counts.
+    fn for_host(&self, host: Option<&Arc<str>>, s: Millis) -> Merged<'a> {
+        let by = |list: &'a [(Time, WinId)]| &list[..list.partition_point(|(o, _)| *o <= Time(s))];
+        match host.filter(|_| !self.all_hosts) {
+            None => Merged {
+                a: by(self.open),
+                b: &[],
+            },
+            Some(h) => Merged {
+                a: self.by_host.get(&**h).map_or(&[][..], |v| by(v)),
+                b: by(self.unknown),
+            },
+        }
+    }
+}
+
+/// Two sorted lists of open windows, merged.
+struct Merged<'a> {
+    a: &'a [(Time, WinId)],
+    b: &'a [(Time, WinId)],
+}
+
+impl Iterator for Merged<'_> {
+    type Item = (Time, WinId);
+
+    fn next(&mut self) -> Option<(Time, WinId)> {
+        let take_a = match (self.a.first(), self.b.first()) {
+            (Some(x), Some(y)) => x < y,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        let list = if take_a { &mut self.a } else { &mut self.b };
+        let (first, rest) = list.split_first()?;
+        *list = rest;
+        Some(*first)
+    }
 }
 
 impl Tracker {
@@ -666,15 +817,65 @@ impl Tracker {
         self.now = t;
     }
 
-    /// The open windows that opened at or before `s`.
-    fn open_by(&self, s: Millis) -> &[(Time, WinId)] {
-        let k = self.open.partition_point(|(o, _)| *o <= Time(s));
-        &self.open[..k]
+    /// Adds to `out`, in open order, the open windows that opened at or before `s` and may be
+    /// eligible for an interval of `host` and route `names`: of its host, and of unknown host
+    /// with a call of one of the route's names or an opaque program call; every open window
+    /// when `host` is unknown or every window is eligible (`--candidates all`). (Which of them
+    /// are eligible is [`Tracker::fit`]'s to say.) `scratch` is a buffer to reuse.
+    ///
+    /// An interval of unknown host is rare where hosts are known, and where they are not (an
+    /// older trace, another system) few windows are open at once: an index of every window by
+    /// name for it cost the busy workload more than it saved on the multi-host one.
+    pub(crate) fn open_candidates(
+        &self,
+        host: Option<&Arc<str>>,
+        names: &Names,
+        s: Millis,
+        out: &mut Vec<WinId>,
+        scratch: &mut Vec<(Time, WinId)>,
+    ) {
+        let by = |list: &[(Time, WinId)]| list.partition_point(|(o, _)| *o <= Time(s));
+        let Some(h) = host.filter(|_| !self.all_hosts) else {
+            out.extend(self.open[..by(&self.open)].iter().map(|(_, id)| *id));
+            return;
+        };
+        scratch.clear();
+        if let Some(own) = self.open_by_host.get(&**h) {
+            scratch.extend_from_slice(&own[..by(own)]);
+        }
+        let custom = &self.open_unknown_custom;
+        scratch.extend_from_slice(&custom[..by(custom)]);
+        for name in names.function_names() {
+            if let Some(list) = self.open_unknown_by_name.get(name) {
+                scratch.extend_from_slice(&list[..by(list)]);
+            }
+        }
+        scratch.sort_unstable();
+        scratch.dedup();
+        out.extend(scratch.iter().map(|(_, id)| *id));
     }
 
-    /// Open windows that opened at or before `s`.
-    pub(crate) fn open_candidates(&self, s: Millis) -> impl Iterator<Item = WinId> + '_ {
-        self.open_by(s).iter().map(|(_, id)| *id)
+    /// Broken windows whose host is not known to differ from `host` (every one under
+    /// `--candidates all`), in no particular order.
+    pub(crate) fn broken_for(
+        &self,
+        host: Option<&Arc<str>>,
+    ) -> impl Iterator<Item = (WinId, &Window)> + '_ {
+        let empty: &[WinId] = &[];
+        let (every, unknown, own) = match host.filter(|_| !self.all_hosts) {
+            None => (Some(self.broken.iter()), empty, empty),
+            Some(h) => (
+                None,
+                &self.broken_unknown[..],
+                self.broken_by_host.get(&**h).map_or(empty, |v| &v[..]),
+            ),
+        };
+        every
+            .into_iter()
+            .flatten()
+            .chain(unknown)
+            .chain(own)
+            .filter_map(|id| Some((*id, self.windows.get(*id)?)))
     }
 
     /// Closed windows with open ≤ s and close ≥ e.
@@ -866,6 +1067,15 @@ impl Tracker {
             // Indexed whatever the window's state: a hint may name the call later.
             self.index_call(&call, id);
             if let Some(w) = self.windows.get_mut(id) {
+                if w.is_open() && w.host.is_none() {
+                    let entry = (Time(w.open), id);
+                    by_name_insert(
+                        &mut self.open_unknown_by_name,
+                        &mut self.open_unknown_custom,
+                        &call,
+                        entry,
+                    );
+                }
                 // Exact growth for the first few: most responses make one call or a few, and
                 // doubling then shrinking back at the response's end cost two reallocations.
                 if w.calls.len() < 4 {
@@ -873,6 +1083,7 @@ impl Tracker {
                 }
                 w.calls.push(call);
                 w.route_memo = None;
+                w.route_more.clear();
             }
             return;
         }
@@ -919,8 +1130,11 @@ impl Tracker {
             settle: f64::INFINITY,
             quiet: Vec::new(),
             route_memo: None,
+            route_more: Vec::new(),
             next_request: None,
             refs: 0,
+            holders: Vec::new(),
+            listed: false,
             attached: Vec::new(),
             thread_key: thread_key.clone(),
         });
@@ -932,6 +1146,23 @@ impl Tracker {
         }
         let at = self.open.partition_point(|e| *e < (Time(t), id));
         self.open.insert(at, (Time(t), id));
+        let host = self.windows.get(id).and_then(|w| w.host.clone());
+        if host.is_none() {
+            if let Some(call) = self.windows.get(id).and_then(|w| w.calls.first()) {
+                by_name_insert(
+                    &mut self.open_unknown_by_name,
+                    &mut self.open_unknown_custom,
+                    call,
+                    (Time(t), id),
+                );
+            }
+        }
+        let by_host = match host {
+            Some(h) => self.open_by_host.entry(h).or_default(),
+            None => &mut self.open_unknown,
+        };
+        let at = by_host.partition_point(|e| *e < (Time(t), id));
+        by_host.insert(at, (Time(t), id));
         let spare = &mut self.spare_lists;
         self.awaiting_request
             .entry(thread_key)
@@ -1020,15 +1251,16 @@ impl Tracker {
             return;
         }
         st.lost = true;
-        self.lost.push(LostSpan {
+        let span = LostSpan {
             stream: stream.to_string(),
             host: st.host.clone(),
             thread: st.thread.clone(),
             open: st.open,
             close: None,
             lost_at: t,
-        });
-        ch.global = true;
+        };
+        ch.lost.push(span.clone());
+        self.lost.push(span);
     }
 
     /// A call starting can only delay decisions, so it reports no change. A window that could
@@ -1036,9 +1268,19 @@ impl Tracker {
     /// wait had passed).
     pub(crate) fn mcp_start(&mut self, interval: &str, start: Millis, host: Option<Arc<str>>) {
         let (now, all) = (self.now, self.all_hosts);
-        let k = self.open_by(start).len();
-        for (_, id) in &self.open[..k] {
-            if let Some(w) = self.windows.get_mut(*id) {
+        // The lists, borrowed apart from the window table.
+        let lists = OpenLists {
+            open: &self.open,
+            by_host: &self.open_by_host,
+            unknown: &self.open_unknown,
+            all_hosts: all,
+        };
+        for (_, id) in lists.for_host(host.as_ref(), start) {
+            #[cfg(test)]
+            {
+                self.walked += 1;
+            }
+            if let Some(w) = self.windows.get_mut(id) {
                 if !same_host(all, host.as_ref(), w.host.as_ref()) {
                     continue;
                 }
@@ -1080,9 +1322,29 @@ impl Tracker {
             self.running_started_by = f64::NEG_INFINITY;
         }
         let (now, cw, all) = (self.now, self.close_wait, self.all_hosts);
-        let k = self.open_by(start).len();
-        for (_, id) in &self.open[..k] {
-            let Some(w) = self.windows.get_mut(*id) else {
+        // The windows it counts for: those of the host it started with (if it did) and of the
+        // host it ends with, or of none; every open window when one of those is unknown or
+        // they differ.
+        let walk = match &started {
+            None => host.as_ref(),
+            Some(r) => match (&r.host, &host) {
+                (Some(a), Some(b)) if a == b => Some(a),
+                _ => None,
+            },
+        };
+        // The lists, borrowed apart from the window table.
+        let lists = OpenLists {
+            open: &self.open,
+            by_host: &self.open_by_host,
+            unknown: &self.open_unknown,
+            all_hosts: all,
+        };
+        for (_, id) in lists.for_host(walk, start) {
+            #[cfg(test)]
+            {
+                self.walked += 1;
+            }
+            let Some(w) = self.windows.get_mut(id) else {
                 continue;
             };
             // It ran inside this window (counted at its start, with the host it had then).
@@ -1095,7 +1357,7 @@ impl Tracker {
                 if w.running == 0 {
                     if let Some(re) = w.response_end {
                         w.settle = now.max(cw + re.max(w.max_inside_end));
-                        ch.windows.push(*id);
+                        ch.windows.push(id);
                     }
                 }
             } else if same_host(all, host.as_ref(), w.host.as_ref()) {
@@ -1141,11 +1403,21 @@ impl Tracker {
         if matches!((host, &w.host), (Some(a), Some(b)) if a != b) {
             return Some(Fit::No);
         }
-        let first = match &w.route_memo {
-            Some((n, at)) if Arc::ptr_eq(n, names) => *at,
-            _ => {
+        let memo = w
+            .route_memo
+            .iter()
+            .chain(&w.route_more)
+            .find(|(n, _)| Arc::ptr_eq(n, names));
+        let first = match memo {
+            Some((_, at)) => *at,
+            None => {
                 let at = w.first_call_for(names);
-                w.route_memo = Some((names.clone(), at));
+                if let Some(last) = w.route_memo.replace((names.clone(), at)) {
+                    if w.route_more.len() + 1 >= ROUTE_MEMO {
+                        w.route_more.remove(0);
+                    }
+                    w.route_more.push(last);
+                }
                 at
             }
         };
@@ -1158,11 +1430,16 @@ impl Tracker {
         })
     }
 
-    /// A pending interval takes window `id` as a candidate: it stays until the interval is
-    /// decided (see [`Tracker::unref`]).
-    pub(crate) fn hold(&mut self, id: WinId) {
+    /// Pending interval `seq` takes window `id` as a candidate: it stays until the interval
+    /// is decided (see [`Tracker::unref`]).
+    pub(crate) fn hold(&mut self, id: WinId, seq: u64) {
         if let Some(w) = self.windows.get_mut(id) {
             w.refs += 1;
+            if w.holders.capacity() == 0 {
+                // A spare list: one allocation less per window held.
+                w.holders = self.spare_lists.take();
+            }
+            w.holders.push(seq);
         }
     }
 
@@ -1197,8 +1474,33 @@ impl Tracker {
 
     fn leave_open_sets(&mut self, id: WinId) -> Option<&mut Window> {
         let w = self.windows.get_mut(id)?;
-        if let Ok(at) = self.open.binary_search(&(Time(w.open), id)) {
+        let entry = (Time(w.open), id);
+        if let Ok(at) = self.open.binary_search(&entry) {
             self.open.remove(at);
+        }
+        match &w.host {
+            Some(h) => {
+                if let Some(list) = self.open_by_host.get_mut(&**h) {
+                    if let Ok(at) = list.binary_search(&entry) {
+                        list.remove(at);
+                    }
+                    // A host's list goes with its last open window: hosts come and go.
+                    if list.is_empty() {
+                        self.open_by_host.remove(&**h);
+                    }
+                }
+            }
+            None => {
+                if let Ok(at) = self.open_unknown.binary_search(&entry) {
+                    self.open_unknown.remove(at);
+                }
+                by_name_remove(
+                    &mut self.open_unknown_by_name,
+                    &mut self.open_unknown_custom,
+                    &w.calls,
+                    entry,
+                );
+            }
         }
         self.open_by_response.remove(&w.response);
         Some(w)
@@ -1226,9 +1528,14 @@ impl Tracker {
             return;
         };
         w.state = WindowState::Broken(t);
+        w.listed = true;
+        match w.host.clone() {
+            Some(h) => self.broken_by_host.entry(h).or_default().push(id),
+            None => self.broken_unknown.push(id),
+        }
         self.broken.push_back(id);
         ch.windows.push(id);
-        ch.global = true;
+        ch.broken.push(id);
     }
 
     /// Drops what no decision can need about an interval [s, e] with e at or after
@@ -1345,12 +1652,29 @@ impl Tracker {
             }
         }
         self.broken = keep;
+        self.broken_by_host.clear();
+        self.broken_unknown.clear();
+        for &id in &self.broken {
+            match windows.get(id).map(|w| &w.host) {
+                Some(Some(h)) => self.broken_by_host.entry(h.clone()).or_default().push(id),
+                Some(None) => self.broken_unknown.push(id),
+                None => {}
+            }
+        }
+        for &id in &kept {
+            if let Some(w) = self.windows.get_mut(id) {
+                w.listed = true;
+            }
+        }
         self.kept_for_running = kept;
         // Set before the drops: the call ids they leave are kept from this horizon on.
         self.forgotten_start = h_start;
         self.forgotten_end = h_end;
         self.forgotten_calls.expire(h_end - self.max_window);
         for id in dropped {
+            if let Some(w) = self.windows.get_mut(id) {
+                w.listed = false;
+            }
             self.drop_window_if_unwaited(id);
         }
         // A lost span whose stream closed since a running call started goes on counting for
@@ -1391,10 +1715,11 @@ impl Tracker {
     /// Drops window `id` and its calls' entries in the id indexes (those that still point
     /// to it: a duplicated id may have moved on to a later window).
     fn remove_window(&mut self, id: WinId) {
-        let Some(w) = self.windows.get(id) else {
+        let Some(w) = self.windows.get_mut(id) else {
             return;
         };
         let horizon = self.forgotten_end;
+        let holders = std::mem::take(&mut w.holders);
         for c in &w.calls {
             self.by_call.remove(&c.call, id);
             if let Some(item) = &c.item {
@@ -1405,6 +1730,7 @@ impl Tracker {
             }
         }
         self.windows.remove(id);
+        self.spare_lists.give(holders);
     }
 
     /// A pending interval no longer holds window `id`: drop it if it is final, no longer
@@ -1419,12 +1745,8 @@ impl Tracker {
         }
         let Some(f) = w.final_at() else { return };
         let indexed = match w.state {
-            WindowState::Closed(_) => {
-                f >= self.forgotten_end || self.kept_for_running.contains(&id)
-            }
-            WindowState::Broken(_) => {
-                self.broken.contains(&id) || self.kept_for_running.contains(&id)
-            }
+            WindowState::Closed(_) => f >= self.forgotten_end || w.listed,
+            WindowState::Broken(_) => w.listed,
             WindowState::Open => true,
         };
         if !indexed {
@@ -1475,11 +1797,122 @@ mod tests {
             settle: f64::INFINITY,
             quiet: Vec::new(),
             route_memo: None,
+            route_more: Vec::new(),
             next_request: None,
             refs: 0,
+            holders: Vec::new(),
+            listed: false,
             attached: Vec::new(),
             thread_key: ThreadKey::Anon(stream),
         }
+    }
+
+    /// Opens a window on a stream of `host` whose response makes one call `name` (`custom`:
+    /// an opaque program call) at `t`.
+    fn open_window(tr: &mut Tracker, t: Millis, n: usize, host: Option<&str>, name: &str) {
+        let (stream, response) = (format!("s{n}"), format!("r{n}"));
+        tr.set_now(t);
+        tr.stream_open(
+            t,
+            &stream,
+            Client::Codex,
+            Some(&format!("th{n}")),
+            host.map(Arc::from),
+        );
+        tr.response_start(&stream, &response);
+        let kind = if name == "custom" {
+            CallKind::Custom
+        } else {
+            CallKind::ToolUse
+        };
+        let call = Call {
+            at: t,
+            call: format!("c{n}").into(),
+            item: None,
+            name: tr.intern(name),
+            namespace: None,
+            kind,
+        };
+        tr.tool_call(t, &response, call);
+    }
+
+    /// Issue 38: an MCP call of a known host walks the open windows of its host and of
+    /// unknown host, whose running calls it counts, not every open window (before, all 505
+    /// below at each report, comparing hosts as strings).
+    #[test]
+    fn an_mcp_call_walks_only_the_windows_it_can_count_for() {
+        let mut tr = Tracker::new(1000.0, 1_800_000.0, false);
+        let mut n = 0;
+        for h in 0..10 {
+            for _ in 0..50 {
+                n += 1;
+                open_window(&mut tr, n as f64, n, Some(&format!("host{h}")), "mcp__a__t");
+            }
+        }
+        for _ in 0..5 {
+            n += 1;
+            open_window(&mut tr, n as f64, n, None, "mcp__a__t");
+        }
+        tr.set_now(1000.0);
+        tr.mcp_start("i1", 999.0, Some("host3".into()));
+        assert_eq!(tr.walked, 55);
+        let running = |tr: &Tracker, w: usize| {
+            let id = tr.open[w - 1].1;
+            tr.window(id).map(|w| w.running)
+        };
+        // Host 3's windows are 151..=200; the unknown ones 501..=505.
+        assert_eq!(running(&tr, 151), Some(1));
+        assert_eq!(running(&tr, 503), Some(1));
+        assert_eq!(running(&tr, 150), Some(0));
+        let mut ch = Changes::default();
+        tr.mcp_interval("i1", 999.0, 1000.0, Some("host3".into()), &mut ch);
+        assert_eq!(tr.walked, 110);
+        assert_eq!(running(&tr, 151), Some(0));
+        // A call whose host is unknown counts for every window: it walks them all.
+        tr.mcp_start("i2", 1000.0, None);
+        assert_eq!(tr.walked, 615);
+    }
+
+    /// Issue 38: the candidates gathered for an interval of a known host are its host's open
+    /// windows and those of unknown host with a call of the interval's tool (or an opaque
+    /// program call), in open order; a window leaves the index when it closes.
+    #[test]
+    fn candidates_of_unknown_host_are_found_by_their_calls_names() {
+        let mut tr = Tracker::new(1000.0, 1_800_000.0, false);
+        open_window(&mut tr, 1.0, 1, None, "mcp__a__t");
+        open_window(&mut tr, 2.0, 2, None, "mcp__b__u");
+        open_window(&mut tr, 3.0, 3, Some("h1"), "Bash");
+        open_window(&mut tr, 4.0, 4, None, "custom");
+        open_window(&mut tr, 5.0, 5, Some("h2"), "mcp__a__t");
+        open_window(&mut tr, 6.0, 6, None, "mcp__a__t");
+        let names = Names::new("a", "t");
+        let found = |tr: &Tracker, host: Option<&str>, s: Millis| {
+            let mut out = Vec::new();
+            let host: Option<Arc<str>> = host.map(Arc::from);
+            tr.open_candidates(host.as_ref(), &names, s, &mut out, &mut Vec::new());
+            out.iter()
+                .map(|id| {
+                    tr.window(*id)
+                        .map_or(String::new(), |w| w.response.to_string())
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(found(&tr, Some("h1"), 10.0), ["r1", "r3", "r4", "r6"]);
+        assert_eq!(found(&tr, Some("h1"), 4.0), ["r1", "r3", "r4"]);
+        // Unknown host: every open window.
+        assert_eq!(found(&tr, None, 10.0).len(), 6);
+        let mut ch = Changes::default();
+        tr.set_now(7.0);
+        tr.request(7.0, "s1", "q1", None, &["c1"], &mut ch);
+        tr.stream_close(7.0, "s4", &mut ch);
+        assert_eq!(found(&tr, Some("h1"), 10.0), ["r3", "r6"]);
+        tr.request(7.0, "s6", "q6", None, &["c6"], &mut ch);
+        assert!(tr.open_unknown_custom.is_empty());
+        assert_eq!(
+            tr.open_unknown_by_name.len(),
+            1,
+            "only mcp__b__u's window is left"
+        );
     }
 
     #[test]

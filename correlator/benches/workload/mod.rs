@@ -8,6 +8,8 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use correlator::{CallKind, Client, Event, EventKind, Hints, Outcome, ResponseStatus, Transport};
 
+pub mod multihost;
+
 /// SplitMix64.
 struct Rng(u64);
 
@@ -530,8 +532,13 @@ impl Iterator for Workload {
     }
 }
 
-/// Writes the first `n` events of `w` as a trace v2 file (header line first).
-pub fn write_trace(w: Workload, n: usize, path: &std::path::Path) -> std::io::Result<()> {
+/// Writes the first `n` events of `w` (a workload of any shape) as a trace v2 file (header
+/// line first).
+pub fn write_trace(
+    w: impl Iterator<Item = Event>,
+    n: usize,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(f, "{}", correlator::trace::HEADER)?;
