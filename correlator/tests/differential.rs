@@ -566,6 +566,7 @@ impl Script {
                 outcome: Outcome::Result,
                 hints,
                 host: None,
+                transport: correlator::McpTransport::Stdio,
             },
         )
     }
@@ -632,6 +633,7 @@ fn the_codex_probe_is_attributed_as_in_the_design_example() {
                 tool: "echo".into(),
                 start: 7187.0,
                 host: None,
+                transport: correlator::McpTransport::Stdio,
             },
         )
         .request(7278.0, "s1", "q2", Some("r1"), &[])
@@ -1104,6 +1106,7 @@ fn a_running_call_keeps_the_window_it_may_name_and_the_losses_it_overlaps() {
                     tool: "echo".into(),
                     start: 4.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             )
             .request(10.0, "a", "qa2", Some("ra"), &[])

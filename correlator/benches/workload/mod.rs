@@ -228,6 +228,7 @@ impl Workload {
                     tool: "echo".into(),
                     start: s,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             ));
             let hints = if codex {
@@ -254,6 +255,7 @@ impl Workload {
                     outcome: Outcome::Result,
                     hints,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             ));
             u += self.rng.ms(20.0, 200.0);
@@ -425,6 +427,7 @@ impl Workload {
                         tool: "echo".into(),
                         start: s,
                         host: None,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 ));
                 let hints = if codex {
@@ -452,6 +455,7 @@ impl Workload {
                         outcome: Outcome::Result,
                         hints,
                         host: None,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 ));
                 all_done = all_done.max(e);

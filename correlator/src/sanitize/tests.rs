@@ -31,6 +31,7 @@ fn mcp(interval: &str, alias: &str, tool: &str, hint: Option<&str>) -> EventKind
             ..Hints::default()
         },
         host: None,
+        transport: crate::McpTransport::Stdio,
     }
 }
 
@@ -204,6 +205,7 @@ fn hosts_are_ids_and_model_names_are_names() {
         outcome: Outcome::Result,
         hints: Hints::default(),
         host: Some("pid 4242 start 99".into()),
+        transport: crate::McpTransport::Stdio,
     }) else {
         panic!()
     };

@@ -281,6 +281,7 @@ mod tests {
                 thread: None,
             },
             host: None,
+            transport: correlator::McpTransport::Stdio,
         }
     }
 

@@ -370,6 +370,7 @@ async fn connection(stream: UnixStream, shared: Arc<Intake>, mut closed: watch::
             outcome: Outcome::Lost,
             hints: r.hints,
             host: r.host,
+            transport: correlator::McpTransport::Stdio,
         };
         shared.emit(end, kind).await;
     }
@@ -440,6 +441,7 @@ async fn accept(
                         tool,
                         start,
                         host,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 )
                 .await;
@@ -478,6 +480,7 @@ async fn accept(
                 hints,
                 host,
                 rounds,
+                transport: correlator::McpTransport::Stdio,
             };
             shared.emit(end, kind).await;
         }
