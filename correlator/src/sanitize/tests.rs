@@ -48,6 +48,39 @@ fn a_scrubbed_event_passes_the_live_door_and_a_raw_one_does_not() {
 }
 
 #[test]
+fn an_mcp_mount_call_keeps_its_transport_through_the_scrub_and_the_door() {
+    // The MCP mount observer's events (design.md §8) leave as the wrapper's do, with the one
+    // fixed word `transport: "http"` and nothing else added.
+    let mut end = mcp("7", "remote", "echo", Some("toolu_01ABC"));
+    let EventKind::McpInterval {
+        interval,
+        alias,
+        tool,
+        start,
+        transport,
+        ..
+    } = &mut end
+    else {
+        unreachable!()
+    };
+    *transport = crate::McpTransport::Http;
+    let start = EventKind::McpStart {
+        interval: interval.clone(),
+        alias: alias.clone(),
+        tool: tool.clone(),
+        start: *start,
+        host: None,
+        transport: crate::McpTransport::Http,
+    };
+    for kind in [start, end] {
+        let line = Door::live().event(&ev(scrub().event(kind))).unwrap();
+        let line = line.as_str();
+        assert!(line.ends_with(",\"transport\":\"http\"}\n"), "{line}");
+        assert!(!line.contains("toolu_01ABC"), "{line}");
+    }
+}
+
+#[test]
 fn the_replay_door_takes_trace_ids_but_not_text() {
     let door = Door::replay();
     assert!(door

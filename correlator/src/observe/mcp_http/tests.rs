@@ -262,6 +262,31 @@ fn sse_events_each_carry_one_message_and_empty_or_non_json_data_is_skipped() {
 }
 
 #[test]
+fn data_lines_are_joined_with_a_newline_not_run_together() {
+    // `1` and `2` on two data lines are `1\n2`, not JSON, never the id `12`.
+    let mut m = mount();
+    let x = post(&mut m, None, V2025, &call("12", "a"), 1.0);
+    sse_head(&mut m, x);
+    m.handle_response_body(
+        x,
+        b"data: {\"jsonrpc\":\"2.0\",\"id\":1\ndata: 2,\"result\":{}}\n\n",
+        2.0,
+    );
+    m.handle_end(x, 3.0, ExchangeEnd::Complete);
+    assert_eq!(
+        ends(&events(&mut m)),
+        vec![end("i1", 1.0, 3.0, Outcome::Lost)]
+    );
+    assert_eq!(m.counts().problems.get(&Problem::EventSkipped), Some(&1));
+}
+
+#[test]
+fn the_observer_can_move_to_the_task_that_drives_it() {
+    fn send<T: Send>() {}
+    send::<McpMount>();
+}
+
+#[test]
 fn an_event_cut_off_by_the_end_of_the_stream_carries_nothing() {
     let mut m = mount();
     let x = post(&mut m, Some(S1), V2025, &call("1", "a"), 1.0);
