@@ -1359,8 +1359,9 @@ async fn run(o: Opts) -> bool {
     let deadline = Instant::now() + WAIT;
     let mut live_records = 0;
     while Instant::now() < deadline {
+        // Less the run header, the records' first line.
         live_records = std::fs::read_to_string(&records_path)
-            .map(|t| t.lines().count() as u64)
+            .map(|t| t.lines().count().saturating_sub(1) as u64)
             .unwrap_or(0);
         if live_records >= calls {
             break;
@@ -1376,6 +1377,11 @@ async fn run(o: Opts) -> bool {
 
     // Records: one per call, each attributed with its identity evidence.
     let text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    // The run header (docs/records-v1.md) is the first line; replay writes none.
+    let text = match text.split_once('\n') {
+        Some((first, rest)) if first.starts_with(r#"{"type":"run""#) => rest.to_string(),
+        _ => text,
+    };
     let records: Vec<Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())

@@ -12,11 +12,14 @@
 //!   "model" calls `mcp__<alias>__<tool>` once (through Claude Code's `ToolSearch` first when
 //!   the MCP tool is deferred), then answers with text once the tool result comes back. Also
 //!   `HEAD /api/hello`, `POST …/v1/messages/count_tokens`, `GET …/v1/models`.
-//! - OpenAI Responses: `POST …/responses` (SSE) and `GET …/responses` upgraded to a WebSocket
-//!   (one connection, many `response.create` frames, `permessage-deflate` when offered, as the
-//!   real API does). Function mode calls the `mcp__<alias>` namespace's `<tool>`; code mode
-//!   (Codex's default catalog model) calls the custom `exec` tool with JavaScript that calls the
-//!   MCP tool through the `tools` object. Also `GET …/models`.
+//! - OpenAI Responses: `POST …/responses` (SSE, or one JSON body when `stream` is not true) and
+//!   `GET …/responses` upgraded to a WebSocket (one connection, many `response.create` frames,
+//!   `permessage-deflate` when offered, as the real API does). Function mode calls the
+//!   `mcp__<alias>` namespace's `<tool>` (or the function `mcp__<alias>__<tool>`, or, as an
+//!   agent SDK offers an MCP tool, the function named `<tool>` itself, or OpenCode's
+//!   `<alias>_<tool>`); code mode (Codex's
+//!   default catalog model) calls the custom `exec` tool with JavaScript that calls the MCP tool
+//!   through the `tools` object. Also `GET …/models`.
 //!
 //! `--subagent blocking|background` (Claude Code): the main thread calls the MCP tool as above,
 //! and on its result, instead of the final text, calls `Agent` to spawn a `general-purpose`
@@ -542,10 +545,23 @@ fn codex_spawn_arguments(s: &Script) -> Value {
     json!({"message": format!("Call the {} tool once with the input {}.", s.flat_name(), s.input)})
 }
 
-/// `(namespace, name)` of the MCP tool when the request offers it as a function.
+/// `(namespace, name)` of the MCP tool when the request offers it as a function: in Codex's
+/// namespace, under the flat name, under the tool's own name (an agent SDK: the OpenAI Agents
+/// SDK offers an MCP tool so), or as `<alias>_<tool>` (OpenCode's name for it).
 fn function_route(s: &Script, req: &Value) -> Option<(Option<String>, String)> {
     let ns = s.namespace();
     let flat = s.flat_name();
+    let opencode = format!("{}_{}", s.alias, s.tool);
+    for name in [s.tool.as_str(), opencode.as_str()] {
+        let offered = req["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["type"] == "function" && t["name"] == name);
+        if offered {
+            return Some((None, name.to_string()));
+        }
+    }
     for t in req["tools"].as_array().into_iter().flatten() {
         if t["type"] == "namespace" && t["name"] == ns.as_str() {
             let has = t["tools"]
@@ -785,6 +801,30 @@ async fn responses_http(s: Arc<Script>, path: &str, body: &[u8]) -> Response<Bod
     };
     let plan = responses_plan(&s, &req);
     let mut steps = responses_steps(&s, plan, &req);
+    if req["stream"] != true {
+        // A non-streaming create (the OpenAI Agents SDK's `Runner.run`): the whole response as
+        // one JSON body, the `response.completed` event's response, after the same hold.
+        let hold: Duration = steps
+            .iter()
+            .map(|st| match st {
+                Step::Hold(d) => *d,
+                Step::Event(_) => Duration::ZERO,
+            })
+            .sum();
+        let whole = steps
+            .iter()
+            .rev()
+            .find_map(|st| match st {
+                Step::Event(ev) if ev["type"] == "response.completed" => {
+                    Some(ev["response"].clone())
+                }
+                _ => None,
+            })
+            .unwrap_or(Value::Null);
+        s.log(json!({"method": "POST", "path": path, "answer": plan.word(), "stream": false}));
+        tokio::time::sleep(hold).await;
+        return json_response(StatusCode::OK, &whole);
+    }
     number(&mut steps);
     stream_sse(s, "POST", path, plan, steps, None)
 }
@@ -1636,6 +1676,25 @@ mod tests {
             .map(|e| e["sequence_number"].as_u64().unwrap())
             .collect();
         assert_eq!(seq, (0..ev.len() as u64).collect::<Vec<_>>());
+    }
+
+    /// An agent SDK offers the MCP tool under its own name: the call names it so, with no
+    /// namespace (the OpenAI Agents SDK runs the function it offered by that name).
+    #[test]
+    fn responses_calls_a_function_offered_under_the_tools_own_name_by_that_name() {
+        let s = script(0);
+        let req = json!({"model": "gpt-5", "stream": true,
+            "tools": [{"type": "function", "name": "echo", "parameters": {"type": "object"}}],
+            "input": [{"role": "user", "content": "hi"}]});
+        assert_eq!(responses_plan(&s, &req).word(), "mcp_call");
+        let steps = responses_steps(&s, Plan::McpCall, &req);
+        let ev = events(&steps);
+        let done = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap();
+        assert_eq!(done["item"]["name"], "echo");
+        assert!(done["item"].get("namespace").is_none(), "{done}");
     }
 
     #[test]

@@ -19,6 +19,17 @@
 # --subagent). claude-subagent-parallel: one response launches two subagents at once, whose
 # 3 s calls of the one tool overlap inside each other's windows (issue 25);
 # codex-subagent-parallel the same with Codex's spawn_agent (two subagents, then wait_agent).
+# sdk-*: programs built on agent SDKs (issue 37), run directly and through `windowtap run --
+# PROGRAM`, their MCP server declared in the program as `windowtap wrap --alias probe -- …`
+# with no --ingest, started by the SDK with its own small environment: the OpenAI Agents SDK
+# in Python (sdk-openai-py: Runner.run_streamed; -json: Runner.run, a JSON answer; -parallel:
+# two agents of one process calling the one tool at once, each call 3 s, which must be
+# `ambiguous`; -parallel-meta: the same with a tool_meta_resolver putting the model's call id
+# in `_meta.callId`, each attributed to its own window) and in JavaScript (sdk-openai-js,
+# -json: @openai/agents), and the Claude Agent SDK in Python (sdk-claude-py, which drives the
+# Claude Code CLI installed above); and OpenCode (sdk-opencode), a client pointed at a base URL
+# that shows the model an MCP tool as `<alias>_<tool>`, which no route names: its calls must be
+# `no_window`, never attributed. See scripts/e2e-sdk/ and docs/e2e.md.
 # shared-relay: one `windowtap relay` started by hand serves five concurrent
 # sessions of both hosts, one SIGKILLed mid-call, and is then stopped with SIGINT; it is checked
 # per session (see shared_relay below and docs/e2e.md). shared-relay-hosts-off runs it once
@@ -36,6 +47,8 @@
 #   E2E_REPORT_GAP_S    report-run: seconds between the four sessions and the last (default 20)
 #   E2E_REPORT_PNG_DIR  report-run: where its two screenshots go (default: its run directory)
 #   CLAUDE_CODE_VERSION, CODEX_VERSION  npm versions to install (default: the ones below)
+#   OPENAI_AGENTS_VERSION, CLAUDE_AGENT_SDK_VERSION, OPENAI_AGENTS_JS_VERSION  the SDKs' (PyPI,
+#                   PyPI, npm) for the sdk-* rows, installed into target/e2e/sdk
 #   E2E_PHOENIX     a venv with arize-phoenix (scripts/phoenix-real-claude.sh sets it): Phoenix
 #                   runs inside the namespace; each windowtap leg (`windowtap run` only) adds
 #                   `--join-host-trace --otlp-endpoint` toward it, and scripts/phoenix-joined.py
@@ -51,6 +64,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 E2E=$ROOT/target/e2e
 CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION:-2.1.332}
 CODEX_VERSION=${CODEX_VERSION:-0.171.0}
+OPENAI_AGENTS_VERSION=${OPENAI_AGENTS_VERSION:-0.25.0}
+CLAUDE_AGENT_SDK_VERSION=${CLAUDE_AGENT_SDK_VERSION:-0.2.190}
+OPENAI_AGENTS_JS_VERSION=${OPENAI_AGENTS_JS_VERSION:-0.20.0}
+OPENCODE_VERSION=${OPENCODE_VERSION:-1.18.33}
 ALIAS=probe
 TOOL=echo
 
@@ -73,6 +90,29 @@ if [ -z "${WINDOWTAP_E2E_INSIDE:-}" ]; then
                 "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >&2)
         rm -f "$E2E"/npm/.installed-*
         touch "$stamp"
+    fi
+    # The agent SDKs of the sdk-* rows: a venv and a node_modules of their own.
+    sdk_stamp="$E2E/sdk/.installed-$OPENAI_AGENTS_VERSION-$CLAUDE_AGENT_SDK_VERSION-$OPENAI_AGENTS_JS_VERSION"
+    if [ ! -f "$sdk_stamp" ]; then
+        say "installing openai-agents==$OPENAI_AGENTS_VERSION claude-agent-sdk==$CLAUDE_AGENT_SDK_VERSION @openai/agents@$OPENAI_AGENTS_JS_VERSION"
+        mkdir -p "$E2E/sdk/js"
+        [ -x "$E2E/sdk/venv/bin/python" ] || python3 -m venv "$E2E/sdk/venv"
+        "$E2E/sdk/venv/bin/pip" install -q "openai-agents==$OPENAI_AGENTS_VERSION" \
+            "claude-agent-sdk==$CLAUDE_AGENT_SDK_VERSION" >&2
+        (cd "$E2E/sdk/js" &&
+            { [ -f package.json ] || echo '{"name":"windowtap-e2e-sdk","private":true,"type":"module"}' >package.json; } &&
+            npm install --no-audit --no-fund --loglevel=error "@openai/agents@$OPENAI_AGENTS_JS_VERSION" zod >&2)
+        rm -f "$E2E"/sdk/.installed-*
+        touch "$sdk_stamp"
+    fi
+    if [ ! -f "$E2E/opencode/.installed-$OPENCODE_VERSION" ]; then
+        say "installing opencode-ai@$OPENCODE_VERSION"
+        mkdir -p "$E2E/opencode"
+        (cd "$E2E/opencode" &&
+            { [ -f package.json ] || echo '{"name":"windowtap-e2e-opencode","private":true}' >package.json; } &&
+            npm install --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >&2)
+        rm -f "$E2E"/opencode/.installed-*
+        touch "$E2E/opencode/.installed-$OPENCODE_VERSION"
     fi
     say "building windowtap and the scripted upstream (release)"
     (cd "$ROOT" && cargo build --release --bin windowtap --example scripted_upstream >&2)
@@ -1184,8 +1224,100 @@ PY
     case $REPORT_ROW in *": PASS"*) ;; *) fail=1 ;; esac
 }
 
+# ------------------------------------------------------------------ sdk-*
+SDK=$E2E/sdk
+SDK_ROWS=()
+
+# sdk_leg SCENARIO HOLD LEG: runs the scenario's program once, directly or through
+# `windowtap run` (LEG direct or windowtap), against a fresh scripted upstream. Both legs have
+# the same environment: the SDKs' base URLs point at the upstream (through windowtap, run makes
+# each the upstream of the mount it points the program at). Returns the program's exit code.
+sdk_leg() {
+    local scenario=$1 hold=$2 leg=$3
+    local dir="$RUNS/$scenario-h$hold-$leg" argv sleep_ms=0 program=() launcher=() rc=0
+    mkdir -p "$dir/home" "$dir/work"
+    start_upstream "$dir" "$hold"
+    if [ "$leg" = windowtap ]; then
+        # As a user declares it for any relay: no --ingest (the SDK passes the wrapper none of
+        # run's environment; it finds run's socket in the program's).
+        argv=$(printf '["%s","wrap","--alias","%s","--","python3","%s"]' "$WT" "$ALIAS" "$E2E/echo_mcp.py")
+        launcher=("$WT" run --records "$dir/records.jsonl" --capture "$dir/trace.jsonl" --)
+    else
+        argv=$(printf '["python3","%s"]' "$E2E/echo_mcp.py")
+    fi
+    local py=$SDK/venv/bin/python
+    case $scenario in
+    sdk-openai-py) program=("$py" "$ROOT/scripts/e2e-sdk/openai_agent.py" streamed) ;;
+    sdk-openai-py-json) program=("$py" "$ROOT/scripts/e2e-sdk/openai_agent.py" json) ;;
+    sdk-openai-py-parallel) program=("$py" "$ROOT/scripts/e2e-sdk/openai_agent.py" parallel) sleep_ms=3000 ;;
+    sdk-openai-py-parallel-meta)
+        program=("$py" "$ROOT/scripts/e2e-sdk/openai_agent.py" parallel-meta) sleep_ms=3000 ;;
+    sdk-openai-js) program=(node "$SDK/js/openai_agent.mjs" streamed) ;;
+    sdk-openai-js-json) program=(node "$SDK/js/openai_agent.mjs" json) ;;
+    sdk-claude-py) program=("$py" "$ROOT/scripts/e2e-sdk/claude_agent.py") ;;
+    sdk-opencode)
+        # OpenCode reads its provider and MCP servers from opencode.json in its working
+        # directory; the base URL and key from the environment, as the SDKs' are.
+        printf '{"provider":{"openai":{"options":{"baseURL":"{env:OPENAI_BASE_URL}","apiKey":"{env:OPENAI_API_KEY}"}}},"model":"openai/gpt-4.1","autoupdate":false,"share":"disabled","mcp":{"%s":{"type":"local","command":%s,"enabled":true,"environment":{"E2E_MARKER":"%s","E2E_SLEEP_MS":"0"}}}}\n' \
+            "$ALIAS" "$argv" "$dir/marker.jsonl" >"$dir/work/opencode.json"
+        program=("$E2E/opencode/node_modules/.bin/opencode" run)
+        ;;
+    *) die "unknown scenario $scenario" ;;
+    esac
+    (cd "$dir/work" && env HOME="$dir/home" \
+        OPENAI_BASE_URL="http://$UP_ADDR/v1" OPENAI_API_KEY="$API_KEY" \
+        ANTHROPIC_BASE_URL="http://$UP_ADDR" ANTHROPIC_API_KEY="$API_KEY" \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 \
+        DISABLE_ERROR_REPORTING=1 E2E_CLAUDE_CLI="$BIN/claude" E2E_MCP_ARGV="$argv" \
+        E2E_SLEEP_MS="$sleep_ms" E2E_MARKER="$dir/marker.jsonl" timeout 180 \
+        "${launcher[@]}" "${program[@]}" "$PROMPT" </dev/null >"$dir/host.jsonl" 2>"$dir/host.err") || rc=$?
+    stop "$UP_PID"
+    return $rc
+}
+
+# run_sdk SCENARIO HOLD: both legs, then the row: every call decided as the rule allows
+# (attributed; both `ambiguous` for -parallel; attributed with call_id for -parallel-meta),
+# with what the capture says the client sent (client label, call names, hints, thread).
+run_sdk() {
+    local scenario=$1 hold=$2 expect=attributed drc=0 vrc=0 checked=yes result
+    case $scenario in
+    *-parallel) expect=ambiguous ;;
+    *-parallel-meta) expect=attributed+call_id ;;
+    sdk-opencode) expect=no_window ;;
+    esac
+    # An ES module resolves its imports from its own directory: it runs beside the SDK.
+    rm -f "$SDK/js/openai_agent.mjs"
+    cp "$ROOT/scripts/e2e-sdk/openai_agent.mjs" "$SDK/js/openai_agent.mjs"
+    say "$scenario hold=${hold}ms"
+    sdk_leg "$scenario" "$hold" direct || drc=$?
+    [ -n "${E2E_DIRECT_ONLY:-}" ] || sdk_leg "$scenario" "$hold" windowtap || vrc=$?
+    local d="$RUNS/$scenario-h$hold-direct" v="$RUNS/$scenario-h$hold-windowtap"
+    "$WT" check "$v/trace.jsonl" "$v/records.jsonl" >"$v/check.out" 2>&1 || checked=NO
+    "$WT" replay "$v/trace.jsonl" -o "$v/replayed.jsonl" >/dev/null 2>"$v/replay.err" || true
+    result=$(python3 "$ROOT/scripts/e2e-sdk/check_sdk.py" "$expect" "$d" "$v" "$CANARY")
+    echo "$result" >"$v/result.json"
+    local ok
+    ok=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ok"])' "$result")
+    local status=PASS
+    if [ "$ok" != True ] || [ "$checked" != yes ] || [ "$drc" != 0 ] || [ "$vrc" != 0 ]; then
+        status=FAIL
+        fail=1
+    fi
+    SDK_ROWS+=("$(python3 -c 'import json,sys
+r = json.loads(sys.argv[1])
+scenario, hold, rc, checked, status = sys.argv[2:7]
+print("%-28s %5s %-5s %3s %3s  %-22s %-6s %-16s %-8s %-6s %-28s %-4s %-5s %-6s %s %s" % (
+    scenario, hold, rc, r["calls"], r["records"], ",".join(r["decisions"]) or "-",
+    ",".join(r["clients"]) or "-", ",".join(r["names"]) or "-", ",".join(r["hints"]) or "none",
+    "yes" if r["threads"] else "none", " ".join(r["evidence"]) or "-",
+    "yes" if r["same_output"] else "NO", checked, "yes" if r["replay_same"] else "NO",
+    status, r["why"] or ""))' "$result" "$scenario" "$hold" "$drc/$vrc" "$checked" "$status")")
+}
+
 scenarios=(claude-toolsearch claude-direct codex-ws-function codex-ws-code codex-http-function codex-http-code
     claude-subagent-blocking claude-subagent-background claude-subagent-parallel codex-subagent-parallel
+    sdk-openai-py sdk-openai-py-json sdk-openai-py-parallel sdk-openai-py-parallel-meta sdk-openai-js
+    sdk-openai-js-json sdk-claude-py sdk-opencode
     shared-relay shared-relay-hosts-off report-run)
 if [ -n "${E2E_SCENARIOS:-}" ]; then read -r -a scenarios <<<"$E2E_SCENARIOS"; fi
 read -r -a holds <<<"${E2E_HOLDS:-0 1500}"
@@ -1255,6 +1387,10 @@ for scenario in "${scenarios[@]}"; do
         [ -z "${E2E_DIRECT_ONLY:-}" ] && run_report
         continue
     fi
+    if [ "${scenario#sdk-}" != "$scenario" ]; then
+        for hold in "${holds[@]}"; do run_sdk "$scenario" "$hold"; done
+        continue
+    fi
     for hold in "${holds[@]}"; do
         say "$scenario hold=${hold}ms"
         drc=0
@@ -1311,6 +1447,13 @@ done
             printf '%-26s %5s  %-5s %3s  %-7s %5s  %-4s %-5s %-6s %-48s %s\n' scenario hold rc mcp rec/att early same check replay evidence status
         fi
         printf '%s\n' "${ROWS[@]}"
+    fi
+    if [ ${#SDK_ROWS[@]} -gt 0 ]; then
+        echo
+        echo "sdk: programs on agent SDKs, directly and through \`windowtap run -- PROGRAM\` (what the capture shows each client sent)"
+        printf '%-28s %5s %-5s %3s %3s  %-22s %-6s %-16s %-8s %-6s %-28s %-4s %-5s %-6s %s\n' \
+            scenario hold rc mcp rec decisions client "call names" hints thread evidence same check replay status
+        printf '%s\n' "${SDK_ROWS[@]}"
     fi
     if [ ${#SHARED_ROWS[@]} -gt 0 ]; then
         echo

@@ -5,6 +5,7 @@
 
 mod check;
 mod ingest_cmd;
+mod lookup_cmd;
 mod relay_cmd;
 mod replay_cmd;
 mod trace_file;
@@ -34,6 +35,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Print the override that points Claude Code or Codex at a running relay.
     Env(hosts::env::EnvArgs),
+    /// Find the records of an id you have (a `toolu_…`, a response or thread id) in a run's
+    /// records, by its pseudonym under the run's key.
+    Lookup(lookup_cmd::LookupArgs),
     /// Listen on an ingest socket and print the MCP intervals that wrappers report, as trace v2
     /// (for trying a wrapper without the relay).
     #[command(hide = true)]
@@ -101,6 +105,7 @@ fn main() -> std::process::ExitCode {
         Command::Report(args) => report::main(args),
         Command::Check(args) => check::main(args),
         Command::Env(args) => hosts::env::main(args),
+        Command::Lookup(args) => lookup_cmd::main(args),
         Command::Ingest(args) => ingest_cmd::main(args),
     };
     match result {

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use live::ingest;
-use live::service::{failures_summary, prepare_process, relay_config, start, RelayArgs, Signals};
+use live::service::{
+    failures_summary, prepare_process, relay_config, servers_summary, start, RelayArgs, Signals,
+};
 use relay::{banner, Drain};
 use sys::clock::Clock;
 
@@ -63,10 +65,14 @@ pub fn main(args: RelayArgs) -> anyhow::Result<ExitCode> {
         if let Some(text) = failures_summary(&mounts, &stopped.failed) {
             eprintln!("windowtap relay: warning: {text}");
         }
+        for text in servers_summary(&stopped.servers, &[]) {
+            eprintln!("windowtap relay: warning: {text}");
+        }
         if let Some(text) = stopped
             .unreported
             .describe(live::mcp_tally::Setting::Relay {
                 ingest: ingest.as_deref(),
+                wrapped: !stopped.servers.started.is_empty(),
             })
         {
             eprintln!("windowtap relay: warning: {text}");

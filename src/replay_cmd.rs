@@ -335,6 +335,14 @@ pub fn main(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         bail!("--close-wait and --max-window take a number of milliseconds >= 0, got {v}");
     }
     let inputs = trace_files(&args.inputs);
+    if inputs.iter().all(Result::is_err) {
+        // Nothing to replay at all: the reasons, and no summary of zero intervals, which read
+        // as if a trace had been replayed and held no MCP call.
+        for e in inputs.iter().filter_map(|i| i.as_ref().err()) {
+            eprintln!("windowtap: error: {e}");
+        }
+        bail!("no trace to replay: nothing was read and no record written");
+    }
     let resolved = args.otlp.resolve()?;
     for w in &resolved.warnings {
         eprintln!("windowtap: warning: otlp: {w}");

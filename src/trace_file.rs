@@ -218,6 +218,13 @@ impl TraceFile {
 pub fn files(inputs: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
     let mut out = Vec::new();
     for input in inputs {
+        if !input.exists() {
+            out.push(Err(format!(
+                "{}: no such file or directory",
+                input.display()
+            )));
+            continue;
+        }
         if !input.is_dir() {
             out.push(Ok(input.clone()));
             continue;

@@ -975,7 +975,8 @@ async fn no_canary_and_no_raw_id_reaches_any_output_of_a_claude_and_a_codex_loop
     // The run did what it is for, so the search is over real outputs.
     let recs: Vec<Value> = String::from_utf8_lossy(&records_text)
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "attribution")
         .collect();
     assert_eq!(
         recs.len(),

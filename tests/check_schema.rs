@@ -85,6 +85,9 @@ fn records_follow_the_decision_words() {
     let v = schema("records-v1.schema.json");
     assert!(v.is_valid(&record()), "the design's example record");
     assert!(v.is_valid(&json!({"type":"run","epoch":"2026-11-29T21:00:00Z"})));
+    // The run header a live run writes (docs/records-v1.md, "Layout").
+    assert!(v.is_valid(&json!({"type":"run","version":1,"epoch_unix_ms":1796689405022u64})));
+    assert!(!v.is_valid(&json!({"type":"run","version":1,"epoch_unix_ms":"yesterday"})));
     let mut abstained = record();
     abstained["decision"] = json!("abstained");
     abstained["reason"] = json!("ambiguous");

@@ -144,3 +144,64 @@ fn the_wrap_section_shows_an_installed_server_beside_npx() {
         "the installed-binary alternative"
     );
 }
+
+/// `-h` is a short summary (at most 40 lines) and `--help` the whole, with the relay's tuning,
+/// the rule's options and rotation each under its own heading (issue 40: `-h` was the same
+/// 118 lines as `--help`, the relay's tuning flags dominating `run`'s help).
+#[test]
+fn short_help_is_a_summary_and_long_help_puts_tuning_under_its_heading() {
+    let help = |cmd: &str, flag: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .args([cmd, flag])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for cmd in ["run", "relay"] {
+        let short = help(cmd, "-h");
+        assert!(short.lines().count() <= 40, "{cmd} -h:\n{short}");
+        assert!(
+            short.contains("--listen") && short.contains("--records"),
+            "{short}"
+        );
+        assert!(!short.contains("--connect-timeout"), "{cmd} -h:\n{short}");
+        let long = help(cmd, "--help");
+        let tuning = long
+            .split("\nRelay tuning:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cmd} --help has no Relay tuning heading:\n{long}"));
+        for flag in ["--connect-timeout", "--drain", "--max-connections"] {
+            assert!(
+                tuning.contains(flag),
+                "{cmd} --help: {flag} under Relay tuning"
+            );
+        }
+        assert!(long.contains("\nDecision rule:\n") && long.contains("\nRotation:\n"));
+    }
+}
+
+/// The README's sample of replay's summary is what `windowtap replay traces/` prints (it
+/// said 60 intervals after the bundled traces had grown to 71; issue 40).
+#[test]
+fn the_readmes_replay_summary_is_what_replay_of_the_traces_prints() {
+    let readme = page("README.md").replace('\n', " ");
+    let sample = readme
+        .split("one-line summary on stderr (`")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .expect("the README quotes replay's summary");
+    let shown = sample.trim_end_matches(')').trim_end_matches('…');
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["replay", "traces/"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stderr.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with(shown),
+        "README: {sample}\nreplay: {summary}"
+    );
+}

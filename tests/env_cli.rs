@@ -47,6 +47,8 @@ fn fake_codex(dir: &Path) {
 fn eval_of_env_codex_defines_a_codex_that_goes_through_the_relay() {
     let dir = tempfile::tempdir().unwrap();
     fake_codex(dir.path());
+    // Something answers at the URL, so `env` has nothing to warn of.
+    let _relay = std::net::TcpListener::bind("127.0.0.1:9000");
     let out = bash(
         dir.path(),
         r#"set -e; eval "$(windowtap env codex --relay http://127.0.0.1:9000)"; type codex >/dev/null; codex exec "list the files""#,
@@ -189,4 +191,92 @@ fn with_two_relays_env_prints_the_url_and_socket_of_one_relay_or_refuses() {
         "{stderr}"
     );
     first.stop();
+}
+
+/// `windowtap env` with no relay at the URL it prints says so on stderr (a host pointed there
+/// retried for minutes with nothing on screen); `env claude` says when a settings file's `env`
+/// sets ANTHROPIC_BASE_URL, which Claude Code applies over the export, so that the host would
+/// go past the relay (issue 40, items 3 and 5). Both warnings leave stdout to the lines.
+#[test]
+fn env_says_when_no_relay_answers_and_when_claudes_settings_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("env")
+            .args(args)
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .env_remove("WINDOWTAP_INGEST")
+            .env("XDG_RUNTIME_DIR", "/nonexistent-windowtap-test")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (out, err) = env(&["claude", "--relay", &url]);
+    assert!(out.starts_with("export ANTHROPIC_BASE_URL="), "{out}");
+    assert!(
+        err.contains(&format!(
+            "no relay answers at {url} (nothing listens there)"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("settings"), "{err}");
+
+    let mut relay = Relay::start(&[]);
+    let url = format!("http://{}", relay.addr);
+    let (_, err) = env(&["claude", "--relay", &url]);
+    assert!(err.is_empty(), "{err}");
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"env":{"ANTHROPIC_BASE_URL":"https://gw.example/SECRET-PATH"}}"#,
+    )
+    .unwrap();
+    let (_, err) = env(&["claude", "--relay", &url]);
+    assert!(
+        err.contains("warning: .claude/settings.json sets ANTHROPIC_BASE_URL"),
+        "{err}"
+    );
+    assert!(!err.contains("SECRET-PATH"), "the URL is not echoed: {err}");
+    relay.stop();
+}
+
+/// `env codex --shim DIR` puts a `codex` on PATH that passes the relay's URL, which `timeout`
+/// and scripts run (a shell function they never see: `timeout 120 codex exec …` went to the
+/// real API; issue 40, item 4); removing DIR/codex goes back.
+#[test]
+fn env_codex_shim_puts_a_codex_on_path_that_timeout_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_codex(dir.path());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shim = dir.path().join("shim");
+    let out = bash(
+        dir.path(),
+        &format!(
+            r#"set -e; eval "$(windowtap env codex --codex-auth api --relay {url} --shim {})"; timeout 20 codex exec hi"#,
+            shim.display()
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("-c\nopenai_base_url=\"{url}/openai/v1\"\nexec\nhi\n")
+    );
+    // The way back: without the shim, codex is the real one again.
+    std::fs::remove_file(shim.join("codex")).unwrap();
+    let out = bash(
+        dir.path(),
+        &format!("export PATH={}:\"$PATH\"; codex exec hi", shim.display()),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "exec\nhi\n");
 }

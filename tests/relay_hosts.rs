@@ -313,10 +313,7 @@ async fn another_user_s_stream_is_its_uid_and_its_loss_leaves_our_call_decided()
         "{}",
         recs[0]
     );
-    assert_eq!(
-        checked_replay(&capture),
-        std::fs::read_to_string(&records_path).unwrap()
-    );
+    assert_eq!(checked_replay(&capture), live_records(&records_path));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,7 +176,7 @@ async fn a_claude_tool_loop_is_captured_sanitized_and_replays_to_the_live_record
         "the capture is in time order"
     );
 
-    let live = std::fs::read_to_string(&records).unwrap();
+    let live = live_records(&records);
     assert_eq!(
         checked_replay(&capture),
         live,
@@ -298,10 +298,7 @@ async fn a_codex_websocket_loop_is_observed_as_one_stream() {
         (Some("mcp__probe"), Some("echo"))
     );
     assert_eq!(t.last(), Some(&"stream_close"));
-    assert_eq!(
-        checked_replay(&capture),
-        std::fs::read_to_string(&records).unwrap()
-    );
+    assert_eq!(checked_replay(&capture), live_records(&records));
 }
 
 /// Codex over a WebSocket: no per-request headers, so its trace context rides in each
@@ -500,10 +497,7 @@ async fn a_codex_http_loop_with_zstd_bodies_is_observed_and_forwarded_untouched(
         .nth(1)
         .expect("two requests");
     assert_eq!(cont["outputs"], json!([call["call"]]));
-    assert_eq!(
-        checked_replay(&capture),
-        std::fs::read_to_string(&records).unwrap()
-    );
+    assert_eq!(checked_replay(&capture), live_records(&records));
 }
 
 /// A Claude tool turn through the relay, the MCP call reported on the ingest socket the way
@@ -580,7 +574,7 @@ async fn an_mcp_call_reported_on_the_ingest_socket_is_attributed_live_as_in_repl
     drop(sock);
     assert!(relay.stop().success(), "{}", relay.log());
 
-    let live = std::fs::read_to_string(&records).unwrap();
+    let live = live_records(&records);
     assert_no_canary("records", &live);
     let recs: Vec<Value> = live
         .lines()
@@ -680,7 +674,7 @@ async fn tool_loop_with_host_trace(
     let sock = claude_tool_loop_with_headers(&relay, first, continuation).await;
     drop(sock);
     assert!(relay.stop().success(), "{}", relay.log());
-    let live = std::fs::read_to_string(&records).unwrap();
+    let live = live_records(&records);
     // The context changes the export only: the capture still replays to the live records.
     assert_eq!(checked_replay(&capture), live);
     let written = format!(
@@ -923,7 +917,10 @@ fn pieces_of(dir: &std::path::Path, base: &str) -> Vec<std::path::PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with(&format!("{base}.")) && n != format!("{base}.jsonl")
+            // Not the run's key, kept beside the records (`records.jsonl.key`).
+            n.starts_with(&format!("{base}."))
+                && n != format!("{base}.jsonl")
+                && !n.ends_with(".key")
         })
         .collect();
     v.sort();
@@ -1013,10 +1010,11 @@ async fn a_rotating_capture_replays_piece_by_piece_to_the_live_records() {
     }
     assert!(carried > 0, "no cut fell while something was open");
     let mut live = String::new();
-    for p in &recs {
+    for (k, p) in recs.iter().enumerate() {
         let text = std::fs::read_to_string(p).unwrap();
         assert!(text.len() <= SIZE || text.lines().count() == 1, "{p:?}");
-        live.push_str(&text);
+        // The run header opens the first piece only.
+        live.push_str(&if k == 0 { live_records(p) } else { text });
     }
     assert_eq!(live.lines().count(), 3, "{live}");
 

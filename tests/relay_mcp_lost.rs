@@ -214,3 +214,44 @@ async fn a_wrapper_that_goes_away_mid_call_ends_it_lost_there_and_then() {
     );
     assert_replays_to(&capture, &records_path);
 }
+
+/// A wrapped server that cannot start (a command not on `PATH`) or that exits before
+/// answering anything is named, with why, in the relay's log when it happens and in the stop's
+/// summary: before, the relay said `0 intervals` and nothing else (issue 40, "a silent zero").
+#[test]
+fn a_server_that_never_ran_is_named_in_the_log_and_at_the_stop() {
+    let mut relay = Relay::start(&[]);
+    let run = |alias: &str, server: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .args(["wrap", "--alias", alias, "--ingest"])
+            .arg(&relay.ingest)
+            .arg("--")
+            .args(server)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("running windowtap wrap");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run("missing", &["windowtap-test-no-such-mcp-server"]);
+    assert!(err.contains("starting the MCP server"), "{err}");
+    let err = run("crashing", &["sh", "-c", "exit 3"]);
+    assert!(
+        err.contains("the MCP server `crashing` never ran: it exited with code 3"),
+        "{err}"
+    );
+    // Logged when it happens, for a relay whose stop may be days away.
+    relay.wait_log("server=missing");
+    relay.wait_log("server=crashing");
+    relay.stop();
+    let log = relay.log();
+    for line in [
+        "windowtap relay: warning: MCP server `missing` never ran: its command was not found",
+        "windowtap relay: warning: MCP server `crashing` never ran: it exited with code 3",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
+    assert!(
+        !log.contains("windowtap-test-no-such-mcp-server"),
+        "the server's command is not written: {log}"
+    );
+}

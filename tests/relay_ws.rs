@@ -585,25 +585,51 @@ async fn silent_tunnels_leave_room_under_the_connection_cap_for_other_clients() 
     for _ in 0..7 {
         tunnels.push(open_raw_tunnel(&relay).await);
     }
-    // The eighth handshake is refused, naming the cause.
+    // A new client that is not a tunnel is served (once the relay has counted each upgraded
+    // connection as its tunnel alone).
+    let plain = || async {
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        tcp.write_all(b"GET /t/plain HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer))
+            .await
+            .expect("an answer within the wait bound")
+            .unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let answer = plain().await;
+        if answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok") {
+            break;
+        }
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never served: {answer}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The eighth handshake is refused, naming the cause, and its connection closes: it must
+    // not hold the place kept for other clients.
     let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    let (status, _) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
+    let (status, head) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
     assert_eq!(status, 503, "a tunnel past the tunnel cap");
-    drop(tcp);
+    assert!(
+        head.iter()
+            .any(|l| l.eq_ignore_ascii_case("connection: close")),
+        "{head:?}"
+    );
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the refused connection closes")
+        .unwrap();
     relay.wait_log("at the tunnel cap");
-    // A new client that is not a tunnel is still served.
-    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
-    tcp.write_all(b"GET /t/plain HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer))
-        .await
-        .expect("an answer within the wait bound")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = plain().await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.ends_with("ok"), "{answer}");
     // One tunnel closes: its place is free again.
     drop(tunnels.pop());
     let deadline = std::time::Instant::now() + WAIT;
@@ -677,4 +703,52 @@ async fn a_switch_to_any_protocol_but_websocket_is_refused_and_never_reaches_the
         0,
         "a refused switch reached the upstream"
     );
+}
+
+/// An upstream that answers every request with a `101` whose head is `switch` (after the
+/// status line).
+async fn switching_to(switch: &'static str) -> Upstream {
+    Upstream::start(
+        None,
+        handler(move |_req| async move {
+            let mut b = hyper::Response::builder().status(101);
+            for line in switch.split("\r\n").filter(|l| !l.is_empty()) {
+                let (name, value) = line.split_once(": ").unwrap();
+                b = b.header(name, value);
+            }
+            b.body(full("")).unwrap()
+        }),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_101_that_is_no_websocket_switch_is_answered_502_and_no_tunnel_opens() {
+    for switch in [
+        "upgrade: h2c\r\nconnection: Upgrade",
+        "connection: Upgrade",
+        "upgrade: websocket",
+        "upgrade: websocket, h2c\r\nconnection: Upgrade",
+    ] {
+        let up = switching_to(switch).await;
+        let relay = Relay::start(&["--upstream".into(), up.mount("t", "")]);
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        let (status, _) = client_handshake(&mut tcp, "relay", "/t/tunnel", &[]).await;
+        assert_eq!(status, 502, "a 101 with {switch:?}");
+    }
+    // A switch the request never asked for (a chunked POST, which hyper's door serves).
+    let up = switching_to("upgrade: websocket\r\nconnection: Upgrade").await;
+    let relay = Relay::start(&["--upstream".into(), up.mount("t", "")]);
+    let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+    tcp.write_all(
+        b"POST /t/x HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = vec![0u8; 12];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut head))
+        .await
+        .expect("an answer within the wait bound")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 502", "{}", String::from_utf8_lossy(&head));
 }

@@ -397,3 +397,22 @@ fn replay_and_check_agree_on_a_directory_and_replay_goes_on_past_a_bad_trace() {
     let to_stdout = windowtap(&["replay", a, e]);
     assert_eq!(std::fs::read(&records).unwrap(), to_stdout.stdout);
 }
+
+/// A trace that is not there is said to be missing, and with nothing to replay no summary of
+/// zero intervals is printed (it read as if a trace had been replayed and held no call;
+/// issue 40).
+#[test]
+fn a_missing_trace_is_named_and_no_summary_is_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let out = windowtap(&["replay", missing.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains(&format!("{}: no such file or directory", missing.display())),
+        "{err}"
+    );
+    assert!(!err.contains("intervals"), "no summary: {err}");
+    assert!(!err.contains("is bad"), "{err}");
+}

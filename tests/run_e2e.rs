@@ -135,7 +135,12 @@ fn windowtap_run_with(
     };
     let stderr = err_reader.join().unwrap();
     let stdout = out_reader.join().unwrap();
-    let records_text = std::fs::read_to_string(&records_path).unwrap_or_default();
+    // The run header (the first line) left out: the text is what replay of the capture prints.
+    let records_text = if records_path.exists() {
+        live_records(&records_path)
+    } else {
+        String::new()
+    };
     let log = std::fs::read_to_string(records_path.with_extension("log")).unwrap_or_default();
     let records = records_text
         .lines()
@@ -737,6 +742,20 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         "{}",
         run.stderr
     );
+    // The capture is named too, and where the host's mount went (issue 40).
+    assert!(
+        run.stderr
+            .contains(&format!("capture in {}", run.capture.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("/anthropic (relay on http://127.0.0.1:")
+            && run.stderr.contains(", upstream http://127.0.0.1:"),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr.contains("1 interval: 1 attributed, 0 abstained"),
         "{}",
@@ -768,6 +787,55 @@ async fn the_hosts_exit_code_is_runs_and_the_summary_names_the_records() {
         run.records_text,
         "replay equals live"
     );
+    // The records start with the run header: the wall-clock time of the run's clock 0, the
+    // capture header's (issue 40, item 2).
+    let text = std::fs::read_to_string(&run.records_path).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let capture = capture_lines(&run.capture);
+    assert_eq!(header["type"], "run", "{text}");
+    assert_eq!(header["version"], 1, "{text}");
+    assert!(header["epoch_unix_ms"].as_u64().is_some(), "{text}");
+    assert_eq!(
+        header["epoch_unix_ms"], capture[0]["epoch_unix_ms"],
+        "{text}"
+    );
+}
+
+/// Servers whose command is not on `PATH`, or that exit before answering anything, are named
+/// with why in run's summary; the host goes on without them (as Claude Code does) and the
+/// working server's call is attributed. Before, the summary said nothing of them: a silent
+/// zero (issue 40, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_never_ran_are_named_in_runs_summary() {
+    if !python() {
+        return;
+    }
+    let up = anthropic_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = claude_args(dir.path(), "single", "0", Declared::Flag);
+    let file = dir.path().join("mcp.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["mcpServers"]["missing"] = json!({"command": "windowtap-test-no-such-mcp-server"});
+    config["mcpServers"]["crashing"] = json!({"command": "sh", "args": ["-c", "exit 3"]});
+    std::fs::write(&file, config.to_string()).unwrap();
+    let base = format!("http://{}", up.addr);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(&path, &[], &args, &[("ANTHROPIC_BASE_URL", base)])
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    for line in [
+        "windowtap run: warning: MCP server `missing` never ran: its command was not found",
+        "windowtap run: warning: MCP server `crashing` never ran: it exited with code 3 before \
+         answering anything",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{}", run.stderr);
+    }
+    assert!(!run.stderr.contains("`gate` never"), "{}", run.stderr);
+    assert_eq!(run.records.len(), 1, "{}", run.records_text);
+    assert_eq!(run.records[0]["decision"], "attributed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -930,17 +998,181 @@ async fn a_host_killed_by_a_signal_makes_run_exit_128_plus_the_signal() {
     );
 }
 
-#[test]
-fn a_program_that_is_neither_host_is_refused_by_name() {
+// ---------------------------------------------------------------------------------------
+// Any other program: an agent on an SDK (tests/fixtures/hosts/sdk_agent), its model traffic
+// through OPENAI_BASE_URL, its MCP server under `windowtap wrap` started with the MCP SDK's
+// small default environment, tools offered to the model under their own names.
+// ---------------------------------------------------------------------------------------
+
+/// A Responses upstream as an SDK program meets it over HTTP: a first request gets a response
+/// calling `wait` (the tool's own name, no namespace) with a call id of the agent's own; a
+/// request carrying a `function_call_output` gets text. Streamed (SSE) or a JSON body, as the
+/// request asks.
+async fn responses_http_bare_upstream() -> Upstream {
+    Upstream::start(
+        None,
+        handler(|req| async move {
+            let body = read_body(req.into_body()).await;
+            let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let text = req["input"][0]["content"].as_str().unwrap_or("");
+            let who = text.rsplit(' ').next().unwrap_or("agent").to_string();
+            let continues = body.windows(20).any(|w| w == b"function_call_output");
+            let id = format!("resp_{who}_{}", if continues { 2 } else { 1 });
+            let item = if continues {
+                json!({"type":"message","id":format!("msg_{who}"),"role":"assistant","status":"completed","content":[{"type":"output_text","text":"done"}]})
+            } else {
+                json!({"type":"function_call","id":format!("fc_{who}"),"call_id":format!("call_{who}"),"name":"wait","arguments":"{}","status":"completed"})
+            };
+            if req["stream"] == json!(true) {
+                let evs = vec![
+                    sse::response_created(&id),
+                    sse::item_added(0, &item),
+                    sse::item_done(0, &item),
+                    sse::response_completed(&id, json!([item])),
+                ];
+                event_per_frame(sse::body(&evs))
+            } else {
+                let whole = json!({"id":id,"object":"response","status":"completed","output":[item]});
+                hyper::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(full(whole.to_string()))
+                    .unwrap()
+            }
+        }),
+    )
+    .await
+}
+
+/// `windowtap run -- sdk_agent …` with the OpenAI upstream mounted from `up`.
+async fn run_sdk_agent(up: &Upstream, agent_args: &[&str]) -> (tempfile::TempDir, Run) {
     let dir = tempfile::tempdir().unwrap();
-    let run = windowtap_run(dir.path(), &[], &s(&["/bin/true"]), &[]);
-    assert!(!run.status.success());
-    assert!(
-        run.stderr
-            .contains("`/bin/true` is neither claude nor codex"),
-        "{}",
-        run.stderr
-    );
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let mut host_args = vec![
+        host("sdk_agent"),
+        "--windowtap".to_string(),
+        env!("CARGO_BIN_EXE_windowtap").to_string(),
+        "--gate-dir".to_string(),
+        gates.display().to_string(),
+    ];
+    host_args.extend(s(agent_args));
+    // A loaded machine may take the scripted program longer than the default second between
+    // its call's end and its continuation; the window must not be given up meanwhile.
+    let run_args = s(&[
+        "--upstream",
+        &up.mount("openai", ""),
+        "--close-wait",
+        "20000",
+    ]);
+    let path = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        windowtap_run(
+            &path,
+            &run_args,
+            &host_args,
+            &[("OPENAI_BASE_URL", String::new())],
+        )
+    })
+    .await
+    .unwrap();
+    (dir, run)
+}
+
+/// An agent built on an SDK, run as `windowtap run -- PROGRAM`: its SDK goes through the relay
+/// by `OPENAI_BASE_URL`, its server under `windowtap wrap` reports to run's socket although the
+/// SDK gave it none of run's environment, and its call, offered to the model as `wait`, is
+/// attributed by containment, host and route, streamed and as a JSON answer alike. Before
+/// issue 37, run refused any program but claude and codex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_programs_call_is_attributed_by_its_bare_tool_name() {
+    if !python() {
+        return;
+    }
+    let up = responses_http_bare_upstream().await;
+    for mode in [&[][..], &["--json"][..]] {
+        let (_dir, run) = run_sdk_agent(&up, mode).await;
+        assert_eq!(run.status.code(), Some(0), "{mode:?}: {}", run.stderr);
+        assert!(run.stderr.contains("/openai/v1"), "{}", run.stderr);
+        assert_eq!(run.records.len(), 1, "{mode:?}: {}", run.records_text);
+        let r = &run.records[0];
+        assert_eq!(r["decision"], "attributed", "{mode:?}: {r}");
+        assert_eq!(
+            (r["alias"].as_str(), r["tool"].as_str()),
+            (Some("gate"), Some("wait"))
+        );
+        assert_eq!(evidence(r), ["containment", "host", "route"], "{r}");
+        let events = capture_events(&run.capture);
+        let opens: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "stream_open")
+            .collect();
+        assert!(
+            opens
+                .iter()
+                .all(|o| o["client"] == "other" && o["thread"].is_null()),
+            "{opens:?}"
+        );
+        assert_eq!(
+            checked_replay(&run.capture),
+            run.records_text,
+            "replay equals live"
+        );
+        assert!(!run.records_text.contains(CANARY) && !run.log.contains(CANARY));
+    }
+}
+
+/// Two agents of one program call one tool at once, with nothing in the calls to tell them
+/// apart: both abstain (`ambiguous`), never a wrong window. With the model's call id in each
+/// request's `_meta` (`callId`, read as Codex's is) each goes to its own agent's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_of_one_program_calling_one_tool_at_once_abstain_unless_they_say_which_call() {
+    if !python() {
+        return;
+    }
+    let up = responses_http_bare_upstream().await;
+    let (_dir, run) = run_sdk_agent(&up, &["--agents", "2"]).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    for r in &run.records {
+        assert_eq!(
+            (r["decision"].as_str(), r["reason"].as_str()),
+            (Some("abstained"), Some("ambiguous")),
+            "{r}"
+        );
+        assert_eq!(r["candidates"], 2, "{r}");
+    }
+
+    let (_dir, run) = run_sdk_agent(&up, &["--agents", "2", "--meta-call-id"]).await;
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+    assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    let events = capture_events(&run.capture);
+    // Each interval's own window: the response of the stream its call id was issued on.
+    let issued: std::collections::HashMap<&str, &str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call")
+        .map(|e| (e["call"].as_str().unwrap(), e["response"].as_str().unwrap()))
+        .collect();
+    let hinted: std::collections::HashMap<&str, &str> = events
+        .iter()
+        .filter(|e| e["type"] == "mcp_interval")
+        .map(|e| {
+            (
+                e["interval"].as_str().unwrap(),
+                e["call_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for r in &run.records {
+        assert_eq!(r["decision"], "attributed", "{r}");
+        assert_eq!(
+            evidence(r),
+            ["containment", "call_id", "host", "route"],
+            "{r}"
+        );
+        let call = hinted[r["interval"].as_str().unwrap()];
+        assert_eq!(r["window"]["response"].as_str(), Some(issued[call]), "{r}");
+    }
 }
 
 /// Waits (bounded) for the lingering fake claude to say it is up.
@@ -1379,10 +1611,13 @@ fn attributions(records: &Path) -> Vec<Value> {
 
 /// Two relays of one user side by side: the other one on the default ingest socket (in its
 /// own `TMPDIR`), this one on a socket of its own, exported in the environment as `windowtap
-/// env` does; the scripted codex alone runs the README's Codex config (its `env_vars`
-/// forwarding WINDOWTAP_INGEST, or not when `forward` is false) against this relay; both
-/// relays are stopped. `None` where python3 lacks tomllib.
-async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRelays> {
+/// env` does (unless `exported` is false); the scripted codex alone runs the README's Codex
+/// config (its `env_vars` forwarding WINDOWTAP_INGEST, or not when `forward` is false) against
+/// this relay; both relays are stopped. `None` where python3 lacks tomllib.
+async fn two_relays_and_the_example_codex_config(
+    forward: bool,
+    exported: bool,
+) -> Option<TwoRelays> {
     if !python_with_tomllib() {
         return None;
     }
@@ -1408,13 +1643,12 @@ async fn two_relays_and_the_example_codex_config(forward: bool) -> Option<TwoRel
     }
     std::fs::create_dir_all(dir.path().join("gates")).unwrap();
     let ingest = relay.ingest.display().to_string();
-    let stderr = codex_alone(
-        dir.path(),
-        &relay,
-        &config,
-        tmp.path(),
-        &[("WINDOWTAP_INGEST", ingest)],
-    );
+    let env = if exported {
+        vec![("WINDOWTAP_INGEST", ingest)]
+    } else {
+        Vec::new()
+    };
+    let stderr = codex_alone(dir.path(), &relay, &config, tmp.path(), &env);
     let (relay_pid, other_pid) = (relay.pid(), other.pid());
     assert!(relay.stop().success(), "{}", relay.log());
     assert!(other.stop().success(), "{}", other.log());
@@ -1443,12 +1677,20 @@ struct TwoRelays {
 
 /// Two relays of one user side by side (issue 27, item 2): the other one on the default
 /// ingest socket, this one on a socket of its own, exported as `windowtap env` does. Codex
-/// passes no environment to MCP servers, so the ready config must forward WINDOWTAP_INGEST
-/// (its `env_vars`): then the wrapper reports to this relay and says so, and the call has its
-/// record here.
+/// passes MCP servers only a short list of variables; with the ready config's `env_vars` the
+/// wrapper sees WINDOWTAP_INGEST itself, and without them (issue 37) it finds it in Codex's
+/// own environment (its nearest ancestor that has it): either way it reports to this relay and
+/// says so, and the call has its record here. Without `env_vars` this failed before issue 37:
+/// the wrapper reported to the other relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_uses() {
-    let Some(run) = two_relays_and_the_example_codex_config(true).await else {
+    for forward in [true, false] {
+        with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward).await;
+    }
+}
+
+async fn with_two_relays_the_wrapper_reports_to_the_relay_codex_uses(forward: bool) {
+    let Some(run) = two_relays_and_the_example_codex_config(forward, true).await else {
         return;
     };
     let TwoRelays {
@@ -1473,12 +1715,13 @@ async fn with_two_relays_the_example_codex_config_reports_to_the_relay_codex_use
     assert!(!relay.log().contains("got no report"), "{}", relay.log());
 }
 
-/// The same two relays, with a Codex config that does not forward WINDOWTAP_INGEST (as the
-/// README's was): the wrapper reports to the other relay and says so, and this relay's stop
-/// says that a model call to an MCP tool got no report, naming the tool and the likely causes.
+/// The same two relays, this one's socket never exported (Codex pointed at it by hand, its
+/// socket nowhere in the environment): the wrapper reports to the other relay, at the default
+/// place, and says so, and this relay's stop says that a model call to an MCP tool got no
+/// report, naming the tool and the likely causes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_relays_a_call_reported_elsewhere_is_named_at_the_stop() {
-    let Some(run) = two_relays_and_the_example_codex_config(false).await else {
+    let Some(run) = two_relays_and_the_example_codex_config(true, false).await else {
         return;
     };
     let TwoRelays {
@@ -1684,6 +1927,167 @@ async fn default_records_are_named_by_a_readable_utc_time() {
         )),
         "{stderr}"
     );
+}
+
+/// `windowtap lookup` finds the record of the `toolu_…` the host showed, by its pseudonym
+/// under the key the run kept beside its records (0600); a response id the API sent is found
+/// in the records alone; an id of no call is said to be in none (issue 40, item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_finds_the_record_of_the_hosts_own_call_id() {
+    if !python() {
+        return;
+    }
+    let (_dir, run) = run_claude("single", "0", Declared::Flag).await;
+    assert!(run.status.success(), "{}", run.stderr);
+    let key = live_key_path(&run.records_path);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key is its owner's alone");
+    let lookup = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+            .arg("lookup")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let records = run.records_path.display().to_string();
+    let capture = run.capture.display().to_string();
+    let (ok, out, err) = lookup(&["toolu_main", "--records", &records, "--capture", &capture]);
+    assert!(ok, "{err}");
+    let found: Vec<Value> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(found, run.records, "{out}");
+    assert!(out.contains(", started 20"), "the wall-clock time: {out}");
+    // The response id the API sent (msg_main_1) is in the records' window.
+    let (ok, out, err) = lookup(&["msg_main_1", "--records", &records]);
+    assert!(
+        ok && out.contains("a call in the window of this response"),
+        "{out}{err}"
+    );
+    // A call id without the capture: said where to look.
+    let (ok, _, err) = lookup(&["toolu_main", "--records", &records]);
+    assert!(!ok && err.contains("give --capture"), "{err}");
+    let (ok, _, err) = lookup(&["toolu_other", "--records", &records, "--capture", &capture]);
+    assert!(!ok && err.contains("in none of these records"), "{err}");
+    assert!(
+        !err.contains("toolu_other"),
+        "the raw id is not echoed: {err}"
+    );
+}
+
+fn live_key_path(records: &Path) -> PathBuf {
+    let mut name = records.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+/// A host whose upstream keeps failing is reported while it still runs (here: retrying an
+/// upstream where nothing listens), on stderr when that is not a terminal: the host gets
+/// only when the line has been seen the word to stop (issue 40, item 5).
+#[test]
+fn an_upstream_that_keeps_failing_is_reported_while_the_host_runs() {
+    if !python() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gates = dir.path().join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args(["run", "--records"])
+        .arg(dir.path().join("records.jsonl"))
+        .arg("--")
+        .args([
+            host("claude"),
+            "-p".into(),
+            "hi".into(),
+            "--gate-dir".into(),
+        ])
+        .arg(&gates)
+        .args(["--scenario", "retry"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("ANTHROPIC_BASE_URL", &upstream)
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("warning: while the host runs:") {
+                let _ = tx.send(line.clone());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let seen = rx.recv_timeout(WAIT);
+    std::fs::write(gates.join("linger.go"), "").unwrap();
+    let status = wait_bounded(&mut child).expect("run finishes");
+    let all = reader.join().unwrap();
+    let line = seen.unwrap_or_else(|_| panic!("no warning while the host ran:\n{all}"));
+    assert!(
+        line.contains("failed upstream") && line.contains("refused") && line.contains("/anthropic"),
+        "{line}"
+    );
+    assert!(status.success(), "{all}");
+}
+
+/// A run refused before its host ran (here: an `--mcp-config` file that is not there, named as
+/// missing) leaves no empty records or log file in the state directory (issue 40).
+#[test]
+fn a_refused_run_says_the_file_is_missing_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_windowtap"))
+        .args([
+            "run",
+            "--",
+            &host("claude"),
+            "--mcp-config",
+            "nope.json",
+            "-p",
+            "hi",
+        ])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path())
+        .env_remove("WINDOWTAP_INGEST")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--mcp-config nope.json: no such file"),
+        "{stderr}"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("windowtap"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// `run --join-host-trace` turns Claude Code's own traces and their propagation on (the

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 /// Every file of the shipped code that writes (paths from the workspace's root), how many
 /// write sites it has, and why each may.
 const REVIEWED: &[(&str, usize, &str)] = &[
+    ("src/lookup_cmd.rs", 3, "records lines as the records file holds them (written by the door), a line saying why each was found (fixed words, pseudonyms, a UTC time) and what the id led to in the capture (fixed words, pseudonyms, model-visible tool names); the raw id is never printed"),
     ("src/check.rs", 2, "verdicts on the user's files; faults quote input only via sanitize::quote"),
-    ("crates/hosts/src/env.rs", 1, "the override lines: a relay URL and fixed text"),
+    ("crates/hosts/src/env.rs", 4, "the override lines: a relay URL and fixed text; the warnings that no relay answers there (the URL, an error kind) and that a settings file sets the base URL (the scope's name, never the value); the --shim script (the relay URL and the path of the codex found on PATH)"),
     ("src/ingest_cmd.rs", 4, "the debug command: trace lines as door `Line`s, its socket path, counts"),
     ("crates/live/src/ingest/server.rs", 1, "the note beside the socket: the relay's pid and listen address"),
     ("crates/live/src/task.rs", 5, "capture lines from the door, the header via `Door::meta` (a rotated capture's, each piece's, via `Door::piece_header`), the padded end (at the stop, and of each piece at its cut)"),
@@ -23,14 +24,14 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("src/main.rs", 3, "the error at the edge: our messages; readers quote input via sanitize::quote; `run claude` without `--`: the host's fixed name, never its arguments; `wrap SERVER` without `--`: fixed words"),
     ("crates/otlp/src/config.rs", 3, "an endpoint as scheme://host:port, never userinfo, path or query"),
     ("crates/otlp/src/export.rs", 3, "an export failure: fixed words, the relay's failure word, an HTTP status code"),
-    ("crates/live/src/service/args.rs", 4, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo)"),
-    ("src/relay_cmd.rs", 6, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port)"),
+    ("crates/live/src/service/args.rs", 5, "start-up warnings: the OTLP set-up's (fixed text, an endpoint as scheme://host:port), --allow-remote's (the listen address), a clear-text upstream's (a mount as name and base URL, no userinfo); the run's random pseudonymization key, mode 0600 beside its records, for `windowtap lookup`"),
+    ("src/relay_cmd.rs", 7, "the banner, the ingest socket's path, the run summary, unreported MCP calls (counts, model-visible tool names), failed exchanges (counts, mount names, fixed words, upstream scheme://host:port), servers that never ran (alias as the name rule admits it, fixed reason)"),
     ("crates/relay/src/mounts.rs", 1, "a mount as its name and upstream base URL (no userinfo)"),
     ("crates/live/src/service/stop.rs", 3, "lost-record counts, the export report"),
     ("crates/relay/src/verbatim.rs", 4, "the verbatim path: the traffic itself (request to its upstream, response, the relay's own error answers to the client)"),
     ("crates/relay/src/prefixed.rs", 1, "a connection handed to hyper: the traffic itself, to the client it came from"),
     ("crates/relay/src/ws.rs", 1, "the WebSocket splice: the traffic itself, to its own destination (what hyper read ahead, then the rest)"),
-    ("src/replay_cmd.rs", 12, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out)"),
+    ("src/replay_cmd.rs", 13, "records as `Cleared` lines, the summary, the export report and its warnings, each bad trace's reader error (file, line, field; input quoted by the reader as sanitize::quote does), the incomplete-output notice (counts and the user's own paths), a rotated capture's piece refused (out of order, missing one, after a bad one) and the warning that a replay starts mid-capture (the user's own paths, piece numbers, the capture's word as sanitize::quote lets it out); when no input can be read at all, each input's error (the user's own paths) before the one error line, with no summary"),
     ("crates/report/src/lib.rs", 4, "the HTML of cleared records, and counts; a warning that a --trace lacks some of the records' intervals (counts and the user's own path)"),
     ("crates/report/src/render/page.rs", 9, "the page: its head, the static style and script (no data in them), per section the warning, counts of MCP calls no wrapper reported (counts, model-visible tool names of checked events, fixed words), the summary table (counts), the legend (fixed words)"),
     ("crates/report/src/render/detailed.rs", 15, "the detailed view: SVG of cleared records and checked trace events, escaped (ids, aliases, tool names, lane labels, times), and the list of calls"),
@@ -38,8 +39,8 @@ const REVIEWED: &[(&str, usize, &str)] = &[
     ("crates/report/src/render/lanes.rs", 3, "lane labels and marks, escaped; the time axis (times)"),
     ("crates/report/src/render/text.rs", 14, "hover titles of windows and intervals: escaped ids, names and times, fixed words"),
     ("crates/hosts/src/claude.rs", 1, "the host's own MCP config, wrapped, into a private 0600 file for it"),
-    ("crates/hosts/src/run.rs", 10, "the run summary (counts, the records path, aliases of servers wrapped once, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port), signal notices naming the host program"),
-    ("crates/hosts/src/wrap.rs", 9, "the MCP pass-through (the traffic itself), ingest reports on the verified socket, fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, and one that an alias is outside the name rule (without it)"),
+    ("crates/hosts/src/run.rs", 13, "the run summary (counts, the records and capture paths, the upstream as scheme://host:port, aliases of servers wrapped once, servers that never ran by alias and fixed reason, unreported MCP calls by model-visible tool name, failed exchanges by mount, fixed word and upstream scheme://host:port, also while the host runs), signal notices naming the host program"),
+    ("crates/hosts/src/wrap.rs", 10, "the MCP pass-through (the traffic itself), ingest reports on the verified socket (calls, and the server's start as a fixed word, exit code or signal), fixed warnings naming a path and a uid, which relay (socket path, pid) reports go to, one that an alias is outside the name rule (without it), and that the server never ran (its alias, exit code or signal)"),
 ];
 
 const WRITES: &[&str] = &[

@@ -342,7 +342,11 @@ pub(super) async fn run(o: Opts) -> bool {
     // Every piece, in order, replayed = every live record, byte for byte.
     let all_caps = pieces(&all, "capture");
     let all_recs = pieces(&all, "records");
-    let live: Vec<String> = lines_of(&all_recs);
+    // The run header (docs/records-v1.md) opens the first piece; replay writes none.
+    let live: Vec<String> = lines_of(&all_recs)
+        .into_iter()
+        .filter(|l| !l.starts_with(r#"{"type":"run""#))
+        .collect();
     let mut live_text = live.join("\n");
     if !live_text.is_empty() {
         live_text.push('\n');

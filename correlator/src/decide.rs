@@ -162,7 +162,8 @@ pub struct Held {
     pub broken: usize,
     /// Spans of streams whose observation was lost.
     pub lost: usize,
-    /// Call and item ids indexed for continuations and hints.
+    /// Call and item ids indexed for continuations and hints, and the call ids of dropped
+    /// windows kept for hints.
     pub ids: usize,
     /// Threads with a window waiting for their next request.
     pub threads_awaiting: usize,
@@ -437,12 +438,14 @@ impl Correlator {
         match kind {
             EventKind::StreamOpen {
                 stream,
+                client,
                 thread,
                 host,
                 ..
             } => {
                 let host = host.as_ref().map(|h| tr.intern(h.as_ref()));
-                tr.stream_open(t, stream.as_ref(), thread.as_ref().map(AsRef::as_ref), host)
+                let thread = thread.as_ref().map(AsRef::as_ref);
+                tr.stream_open(t, stream.as_ref(), *client, thread, host)
             }
             EventKind::Request {
                 stream,
@@ -895,6 +898,10 @@ fn named(tracker: &Tracker, h: &Hints<&str>, s: Millis) -> Named {
         if !known {
             if let Some(w) = tracker.named(id, false, s) {
                 n = n.and(Some(w));
+            } else if tracker.forgot_call(id, s) {
+                // A call of a window dropped since: one the relay did not see, as a
+                // `tool_use_id` or `item_id` that finds nothing (`Tracker::forget_before`).
+                n = n.and(None);
             }
         }
     }
@@ -1095,9 +1102,9 @@ fn evidence(p: &Pending, w: &Window) -> Vec<Evidence> {
     if matches!((&p.host, &w.host), (Some(a), Some(b)) if a == b) {
         ev.push(Evidence::Host);
     }
-    if calls()
-        .any(|c| c.kind != CallKind::Custom && p.names.matches(&c.name, c.namespace.as_deref()))
-    {
+    if calls().any(|c| {
+        c.kind != CallKind::Custom && p.names.matches(w.client, &c.name, c.namespace.as_deref())
+    }) {
         ev.push(Evidence::Route);
     }
     ev

@@ -39,6 +39,90 @@ pub enum Report {
         /// `outcome_detail`); `None` for a call of one request.
         rounds: Option<RoundsNs>,
     },
+    /// What became of the wrapped server itself (`type` `server`): a wrapper says `started`
+    /// once its server runs, or why it never did, so that a server that cannot start is named
+    /// at the relay's stop instead of leaving a silent zero (issue 40).
+    Server { alias: String, state: ServerState },
+}
+
+/// What a wrapper says of its server's start (`state`, with its fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    /// The server process runs (`started`).
+    Started,
+    /// The server's command could not be started (`spawn_failed`, `error` a fixed word).
+    SpawnFailed(SpawnError),
+    /// The server exited before it wrote anything to the host (`exited`): an exit `code`, or
+    /// the `signal` that ended it.
+    ExitedAtStart {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// Why a server's command could not be started, as a fixed word (never the command or the
+/// operating system's text, which may quote a path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnError {
+    /// `not_found`: no such program (not on `PATH`, or a mistyped path).
+    NotFound,
+    /// `permission_denied`: the file is there but cannot be executed.
+    PermissionDenied,
+    /// `other`: any other failure.
+    Other,
+}
+
+impl SpawnError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpawnError::NotFound => "not_found",
+            SpawnError::PermissionDenied => "permission_denied",
+            SpawnError::Other => "other",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<SpawnError> {
+        Some(match word {
+            "not_found" => SpawnError::NotFound,
+            "permission_denied" => SpawnError::PermissionDenied,
+            "other" => SpawnError::Other,
+            _ => return None,
+        })
+    }
+
+    /// The word for an error of `std::process::Command::spawn`.
+    pub fn of(kind: std::io::ErrorKind) -> SpawnError {
+        match kind {
+            std::io::ErrorKind::NotFound => SpawnError::NotFound,
+            std::io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied,
+            _ => SpawnError::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for ServerState {
+    /// For a person: what became of the server.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerState::Started => f.write_str("started"),
+            ServerState::SpawnFailed(SpawnError::NotFound) => {
+                f.write_str("its command was not found (not on PATH, or a mistyped path)")
+            }
+            ServerState::SpawnFailed(SpawnError::PermissionDenied) => {
+                f.write_str("its command could not be executed (permission denied)")
+            }
+            ServerState::SpawnFailed(SpawnError::Other) => {
+                f.write_str("its command could not be started")
+            }
+            ServerState::ExitedAtStart { code: Some(c), .. } => {
+                write!(f, "it exited with code {c} before answering anything")
+            }
+            ServerState::ExitedAtStart {
+                signal: Some(s), ..
+            } => write!(f, "it was killed by signal {s} before answering anything"),
+            ServerState::ExitedAtStart { .. } => f.write_str("it exited before answering anything"),
+        }
+    }
 }
 
 /// [`crate::Rounds`] as the wrapper measures it, in its nanoseconds.
@@ -81,6 +165,29 @@ impl Report {
     pub fn to_line(&self) -> String {
         let mut m = Map::new();
         m.insert("v".into(), VERSION.into());
+        if let Report::Server { alias, state } = self {
+            m.insert("type".into(), "server".into());
+            m.insert("alias".into(), alias.as_str().into());
+            let word = match state {
+                ServerState::Started => "started",
+                ServerState::SpawnFailed(_) => "spawn_failed",
+                ServerState::ExitedAtStart { .. } => "exited",
+            };
+            m.insert("state".into(), word.into());
+            match state {
+                ServerState::Started => {}
+                ServerState::SpawnFailed(e) => {
+                    m.insert("error".into(), e.as_str().into());
+                }
+                ServerState::ExitedAtStart { code, signal } => {
+                    m.insert("code".into(), code.map_or(Value::Null, Value::from));
+                    m.insert("signal".into(), signal.map_or(Value::Null, Value::from));
+                }
+            }
+            let mut line = Value::Object(m).to_string();
+            line.push('\n');
+            return line;
+        }
         let (id, alias, tool, start_ns, hints) = match self {
             Report::Start {
                 id,
@@ -103,6 +210,7 @@ impl Report {
                 m.insert("type".into(), "end".into());
                 (id, alias, tool, start_ns, hints)
             }
+            Report::Server { .. } => unreachable!("written above"),
         };
         m.insert("id".into(), id.as_str().into());
         m.insert("alias".into(), alias.as_str().into());
@@ -158,6 +266,12 @@ impl Report {
             }
         };
         let ns = |k: &'static str| m.get(k).and_then(Value::as_u64).ok_or(Fault::Field(k));
+        if kind == "server" {
+            return Ok(Report::Server {
+                alias: text("alias", MAX_NAME)?,
+                state: server_state(&m)?,
+            });
+        }
         let hint = |k: &'static str| -> Result<Option<String>, Fault> {
             match m.get(k) {
                 None | Some(Value::Null) => Ok(None),
@@ -209,6 +323,34 @@ impl Report {
             }
             _ => Err(Fault::UnknownType),
         }
+    }
+}
+
+/// The `state` of a `server` report and its fields.
+fn server_state(m: &Map<String, Value>) -> Result<ServerState, Fault> {
+    let int = |k: &'static str| -> Result<Option<i32>, Fault> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .map(Some)
+                .ok_or(Fault::Field(k)),
+        }
+    };
+    match m.get("state").and_then(Value::as_str) {
+        Some("started") => Ok(ServerState::Started),
+        Some("spawn_failed") => m
+            .get("error")
+            .and_then(Value::as_str)
+            .and_then(SpawnError::parse)
+            .map(ServerState::SpawnFailed)
+            .ok_or(Fault::Field("error")),
+        Some("exited") => Ok(ServerState::ExitedAtStart {
+            code: int("code")?,
+            signal: int("signal")?,
+        }),
+        _ => Err(Fault::Field("state")),
     }
 }
 
@@ -323,6 +465,39 @@ mod tests {
             assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
             assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r));
         }
+    }
+
+    #[test]
+    fn a_servers_start_or_failure_round_trips_through_its_line() {
+        for state in [
+            ServerState::Started,
+            ServerState::SpawnFailed(SpawnError::NotFound),
+            ServerState::SpawnFailed(SpawnError::PermissionDenied),
+            ServerState::ExitedAtStart {
+                code: Some(3),
+                signal: None,
+            },
+            ServerState::ExitedAtStart {
+                code: None,
+                signal: Some(9),
+            },
+        ] {
+            let r = Report::Server {
+                alias: "probe".into(),
+                state,
+            };
+            let line = r.to_line();
+            assert_eq!(Report::parse(line.trim_end().as_bytes()), Ok(r), "{line}");
+        }
+        assert_eq!(
+            Report::parse(br#"{"v":1,"type":"server","alias":"a","state":"spawn_failed","error":"ENOENT /x"}"#),
+            Err(Fault::Field("error")),
+            "the error is a fixed word"
+        );
+        assert_eq!(
+            Report::parse(br#"{"v":1,"type":"server","alias":"a","state":"gone"}"#),
+            Err(Fault::Field("state"))
+        );
     }
 
     #[test]

@@ -38,11 +38,22 @@
 //! `identity\0attempt`) happens only when two different hashed names collide in 48 bits; it is
 //! not accepted.
 //!
+//! Any other client (a stream whose `client` is `other`): also the tool's own name, exactly,
+//! with no namespace. The OpenAI Agents SDK (`MCPServerStdio`, Python and JavaScript) offers an
+//! MCP tool to the model under `tool.name` as the server listed it, so `echo` of server `probe`
+//! is shown as `echo`; nothing in that name says which server it came from, which is why it is a
+//! route only for such clients: a Claude Code or Codex stream whose model calls a bare `echo`
+//! called a tool of the host's own, not the MCP server's. Two servers of one program that both
+//! list `echo` give two routes from one name; containment and identity still decide between
+//! their windows (two eligible windows that both contain a call abstain, `ambiguous`).
+//!
 //! Since the rule asks this for every candidate window of every interval (a window is
 //! *eligible* only if one of its calls resolves), [`Names`] computes the names a pair can have
 //! once, and matching a call is then a few string comparisons.
 
 use sha1::{Digest, Sha1};
+
+use crate::event::Client;
 
 const PREFIX: &str = "mcp__";
 const DELIMITER: &str = "__";
@@ -51,9 +62,12 @@ const HASH_LEN: usize = 12;
 /// Codex's `MAX_TOOL_NAME_LENGTH` (see the module comment).
 const CODEX_CAP: usize = 128;
 
-/// Every model-visible name either host could give one MCP `alias`/`tool` pair.
+/// Every model-visible name either host, or any other client, could give one MCP `alias`/`tool`
+/// pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Names {
+    /// The tool's own name: a route only on a stream of another client (see the module doc).
+    bare: Box<str>,
     /// Claude Code's flat name.
     claude: String,
     /// Codex's `(namespace, function)` pairs.
@@ -70,25 +84,38 @@ impl Names {
             .map(|(ns, f)| format!("{ns}{DELIMITER}{f}"))
             .collect();
         Names {
+            bare: tool.into(),
             claude: claude_flat_name(alias, tool),
             codex,
             codex_flat,
         }
     }
 
-    /// Does the model-visible call `name` (in `namespace`, if any) name this pair?
-    pub(crate) fn matches(&self, name: &str, namespace: Option<&str>) -> bool {
+    /// Does the model-visible call `name` (in `namespace`, if any), made on a stream of
+    /// `client`, name this pair?
+    pub(crate) fn matches(&self, client: Client, name: &str, namespace: Option<&str>) -> bool {
         match namespace {
-            None => name == self.claude || self.codex_flat.iter().any(|f| f == name),
+            None => {
+                name == self.claude
+                    || self.codex_flat.iter().any(|f| f == name)
+                    || (client == Client::Other && name == &*self.bare)
+            }
             Some(ns) => self.codex.iter().any(|(n, f)| n == ns && f == name),
         }
     }
 }
 
-/// Does the model-visible call `name` (in `namespace`, if any) name the MCP `alias`'s `tool`,
-/// under either host's translation?
-pub fn resolves(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
-    Names::new(alias, tool).matches(name, namespace)
+/// Does the model-visible call `name` (in `namespace`, if any), made on a stream of `client`,
+/// name the MCP `alias`'s `tool`, under that client's translation (Claude Code's or Codex's
+/// for either host; for any other client, also the tool's own name)?
+pub fn resolves(
+    client: Client,
+    name: &str,
+    namespace: Option<&str>,
+    alias: &str,
+    tool: &str,
+) -> bool {
+    Names::new(alias, tool).matches(client, name, namespace)
 }
 
 /// Claude Code's flat name for an MCP tool: `mcp__<alias>__<tool>`, both normalized.
@@ -209,6 +236,39 @@ mod tests {
 
     fn sha12(s: &str) -> String {
         hex::encode(Sha1::digest(s.as_bytes()))[..12].to_string()
+    }
+
+    /// The hosts' translations alone: Claude Code and Codex streams resolve the same names.
+    fn resolves(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
+        let claude = super::resolves(Client::Claude, name, namespace, alias, tool);
+        let codex = super::resolves(Client::Codex, name, namespace, alias, tool);
+        assert_eq!(claude, codex, "{name:?} in {namespace:?}");
+        claude
+    }
+
+    /// Another client (the OpenAI Agents SDK) shows the tool's own name: a route there, exactly
+    /// and without a namespace, and nowhere else; the hosts' names stay routes for it too.
+    #[test]
+    fn another_client_routes_by_the_tools_own_name() {
+        let other = |name: &str, ns: Option<&str>, alias: &str, tool: &str| {
+            super::resolves(Client::Other, name, ns, alias, tool)
+        };
+        assert!(other("echo", None, "probe", "echo"));
+        assert!(other("read.file", None, "fs", "read.file"));
+        assert!(other("get-guide", None, "music-studio", "get-guide"));
+        // Exactly the tool's name: not sanitized, not another tool's, not in a namespace.
+        assert!(!other("read_file", None, "fs", "read.file"));
+        assert!(!other("echo2", None, "probe", "echo"));
+        assert!(!other("Echo", None, "probe", "echo"));
+        assert!(!other("probe", None, "probe", "echo"));
+        assert!(!other("echo", Some("probe"), "probe", "echo"));
+        // The hosts' translations still hold for another client.
+        assert!(other("mcp__probe__echo", None, "probe", "echo"));
+        assert!(other("echo", Some("mcp__probe"), "probe", "echo"));
+        // A host's stream never routes a bare name: its model called one of the host's tools.
+        for client in [Client::Claude, Client::Codex] {
+            assert!(!super::resolves(client, "echo", None, "probe", "echo"));
+        }
     }
 
     #[test]

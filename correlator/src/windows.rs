@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::event::{CallKind, Millis, ResponseStatus};
+use crate::event::{CallKind, Client, Millis, ResponseStatus};
 use crate::intern::Interner;
 use crate::route::Names;
 
@@ -201,6 +201,63 @@ impl IdIndex {
     }
 }
 
+/// The call ids of dropped windows' calls (see [`Tracker::forget_before`]), each with when its
+/// call was complete, for as long as the end horizon has not passed `max_window` beyond the
+/// horizon that dropped it.
+///
+/// Why: a `call_id` hint that matches no call names nothing (docs/design.md §4 "names": Codex
+/// code mode's fresh `exec-…` ids), so one naming a call of a dropped window, if found
+/// nowhere, would leave every window eligible that the other hints leave, and where they name
+/// a call it would make that call's window the eligible one and excuse every loss. The rule
+/// instead leaves no window but the dropped one, which is final long before any interval that
+/// is still judged exactly ends. Read as naming a call the relay did not see (as a
+/// `tool_use_id` or `item_id` of a dropped window is), it changes only whether losses count,
+/// so at worst the answer becomes `incomplete`.
+///
+/// Kept by id rather than by hash (as [`IdIndex`] does): a hash that another id shares would
+/// make that id name a call, and only a `call_id` that finds no held call is looked up here.
+#[derive(Default)]
+struct ForgottenCalls {
+    /// When the call was complete (the earliest, should an id repeat), and the horizon that
+    /// dropped it (the latest).
+    by_id: FxHashMap<Arc<str>, (Millis, Millis)>,
+    /// In drop order, so by horizon: the front goes first.
+    order: VecDeque<(Millis, Arc<str>)>,
+}
+
+impl ForgottenCalls {
+    fn add(&mut self, call: &Arc<str>, at: Millis, horizon: Millis) {
+        let e = self.by_id.entry(call.clone()).or_insert((at, horizon));
+        *e = (e.0.min(at), e.1.max(horizon));
+        self.order.push_back((horizon, call.clone()));
+    }
+
+    /// Was `id` the call id of a dropped window's call complete by `s`?
+    fn complete_by(&self, id: &str, s: Millis) -> bool {
+        self.by_id.get(id).is_some_and(|(at, _)| *at <= s)
+    }
+
+    /// Forgets the ids dropped at a horizon before `before`.
+    fn expire(&mut self, before: Millis) {
+        while let Some((h, _)) = self.order.front() {
+            if *h >= before {
+                break;
+            }
+            let Some((h, id)) = self.order.pop_front() else {
+                break;
+            };
+            // A repeated id dropped again later stays for its later drop.
+            if self.by_id.get(&id).is_some_and(|(_, last)| *last <= h) {
+                self.by_id.remove(&id);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+}
+
 /// Total order for times, so they can key ordered sets.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Time(pub Millis);
@@ -268,6 +325,8 @@ pub(crate) struct Window {
     pub(crate) response: Arc<str>,
     /// When the first client tool call of the response was complete.
     pub(crate) open: Millis,
+    /// Its stream's client: which visible names route to an MCP tool (docs/design.md §4).
+    pub(crate) client: Client,
     pub(crate) calls: Vec<Call>,
     pub(crate) state: WindowState,
     /// The request that closed the window.
@@ -310,13 +369,14 @@ impl Window {
     }
 
     /// When the first call of the response that could have issued a call of `names`'s tool
-    /// was complete: one whose visible name routes to it, or an opaque program call (kind
-    /// `custom`), which may call any tool. Infinity if none.
+    /// was complete: one whose visible name routes to it (for the window's client), or an
+    /// opaque program call (kind `custom`), which may call any tool. Infinity if none.
     pub(crate) fn first_call_for(&self, names: &Names) -> Millis {
         self.calls
             .iter()
             .filter(|c| {
-                c.kind == CallKind::Custom || names.matches(&c.name, c.namespace.as_deref())
+                c.kind == CallKind::Custom
+                    || names.matches(self.client, &c.name, c.namespace.as_deref())
             })
             .map(|c| c.at)
             .fold(f64::INFINITY, f64::min)
@@ -387,6 +447,7 @@ pub(crate) enum Fit {
 
 struct StreamState {
     name: Arc<str>,
+    client: Client,
     thread: Option<Arc<str>>,
     host: Option<Arc<str>>,
     key: ThreadKey,
@@ -545,9 +606,13 @@ pub(crate) struct Tracker {
     forgotten_start: Millis,
     forgotten_end: Millis,
     /// Final windows past the horizon kept only because an MCP call still running started
-    /// while they were open, so its report may name one of their calls (docs/design.md §4
-    /// "names"). Bounded by what was open when the running calls started.
+    /// while they were open, or one of their calls is recent or may still come, so a report
+    /// may name one of their calls (docs/design.md §4 "names"). Bounded by what was open when
+    /// the running calls started, and by the responses still streaming.
     kept_for_running: Vec<WinId>,
+    /// The call ids of dropped windows, so that a `call_id` hint naming one still names a call.
+    /// Not under `--candidates all`, where hints only contradict.
+    forgotten_calls: ForgottenCalls,
 }
 
 /// Can an MCP call of host `call` count for a window of host `window`? Not when both are known
@@ -647,6 +712,12 @@ impl Tracker {
         self.issued(wid, id, by_item, s).then_some(wid)
     }
 
+    /// Was `id` the call id of a call complete by `s` whose window was dropped since (see
+    /// [`ForgottenCalls`])?
+    pub(crate) fn forgot_call(&self, id: &str, s: Millis) -> bool {
+        self.forgotten_calls.complete_by(id, s)
+    }
+
     /// Did window `wid`'s response issue a call complete by `s` whose call id (`by_item`: item
     /// id) is `id`? Ids are unique, so a hint naming a call of a window already found needs no
     /// lookup in the index.
@@ -676,6 +747,7 @@ impl Tracker {
         &mut self,
         t: Millis,
         stream: &str,
+        client: Client,
         thread: Option<&str>,
         host: Option<Arc<str>>,
     ) {
@@ -686,6 +758,7 @@ impl Tracker {
             name.clone(),
             StreamState {
                 name,
+                client,
                 thread,
                 host,
                 key,
@@ -804,9 +877,9 @@ impl Tracker {
             return;
         }
         let stream = rs.stream.clone();
-        let (thread, host, thread_key) = match self.streams.get(&stream) {
-            Some(s) => (s.thread.clone(), s.host.clone(), s.key.clone()),
-            None => (None, None, ThreadKey::Anon(stream.clone())),
+        let (client, thread, host, thread_key) = match self.streams.get(&stream) {
+            Some(s) => (s.client, s.thread.clone(), s.host.clone(), s.key.clone()),
+            None => (Client::Other, None, None, ThreadKey::Anon(stream.clone())),
         };
 
         // MCP calls already running (or reported at this same instant) that started at or
@@ -834,6 +907,7 @@ impl Tracker {
             stream,
             response: response.clone(),
             open: t,
+            client,
             // Room for the one call it opens with (most responses make one or a few).
             calls: Vec::with_capacity(1),
             state: WindowState::Open,
@@ -1177,19 +1251,27 @@ impl Tracker {
     ///   is judged `incomplete`.
     ///
     /// A dropped window can still matter in one way: a hint may name one of its calls (§4
-    /// "names"). A hint that finds nothing reads as naming a call the relay never saw, which
-    /// changes only whether losses count for the interval, so at worst its answer becomes
-    /// `incomplete`. The windows that an MCP call still running may name (it started while
-    /// they were open) are kept for it (`kept_for_running`; not under `--candidates all`,
-    /// where hints only contradict), up to `max_window` past the allowance after its start.
-    /// Left over: a call that started after the window of the call it names had become final,
-    /// or that runs longer than that, reported more than the allowance after that window
-    /// became final, with a loss that then counts. A host runs a call before it continues, so
-    /// the first does not happen; and no window holds the second.
+    /// "names"). A `tool_use_id` or `item_id` that finds nothing reads as naming a call the
+    /// relay never saw, which changes only whether losses count for the interval, so at worst
+    /// its answer becomes `incomplete`. A `call_id` that finds nothing names nothing, which
+    /// would change far more (other windows become eligible; see [`ForgottenCalls`]): so the
+    /// call ids of a dropped window are kept, `max_window` past the horizon that dropped it,
+    /// and one of them reads as a call the relay never saw too. Kept for such names
+    /// (`kept_for_running`; not under `--candidates all`, where hints only contradict): the
+    /// windows that an MCP call still running may name (it started while they were open), up
+    /// to `max_window` past the allowance after its start; and a window while its response
+    /// still streams or one of its calls was complete at or after `end_horizon`, so that a
+    /// dropped window's calls were all complete and its window final before the horizon.
+    /// Left over: a call that started after the window of the call it names had become final
+    /// and that call complete, or that runs longer than `max_window`, reported more than the
+    /// allowance after both, with a loss that then counts; and, when the name is a `call_id`
+    /// and the report comes `max_window` later still, any answer (the `call_id` names nothing
+    /// then). A host runs a call before it continues, so the first and last do not happen;
+    /// and no window holds the second.
     ///
-    /// So what is held is what the last allowance of traffic left (broken windows: `max_window`
-    /// more), plus what is open, pending or running, not the length of the run. A window a
-    /// pending interval holds stays until it is decided.
+    /// So what is held is what the last allowance of traffic left (broken windows and dropped
+    /// windows' call ids: `max_window` more), plus what is open, pending or running, not the
+    /// length of the run. A window a pending interval holds stays until it is decided.
     pub(crate) fn forget_before(&mut self, end_horizon: Millis) {
         let h_end = end_horizon.max(self.forgotten_end);
         let mut starts: Vec<Millis> = self.running.values().map(|r| r.start).collect();
@@ -1213,11 +1295,19 @@ impl Tracker {
         } else {
             &starts[naming_from..]
         };
+        // Nor is a window dropped while one of its calls is recent or may still come (its
+        // response streams on after the window closed or broke): an on-time report may name a
+        // call complete at or after `h_end` (so the window keeps its calls' ids exact).
+        let (responses, all) = (&self.responses, self.all_hosts);
         let named_by_running = |w: &Window| {
             let i = naming.partition_point(|s| *s < w.open);
-            naming
+            let running = naming
                 .get(i)
-                .is_some_and(|s| w.final_at().is_none_or(|f| *s <= f))
+                .is_some_and(|s| w.final_at().is_none_or(|f| *s <= f));
+            running
+                || (!all
+                    && (w.calls.iter().any(|c| c.at >= h_end)
+                        || responses.contains_key(&*w.response)))
         };
         let mut kept = std::mem::take(&mut self.kept_for_running);
         let mut dropped = Vec::new();
@@ -1256,6 +1346,10 @@ impl Tracker {
         }
         self.broken = keep;
         self.kept_for_running = kept;
+        // Set before the drops: the call ids they leave are kept from this horizon on.
+        self.forgotten_start = h_start;
+        self.forgotten_end = h_end;
+        self.forgotten_calls.expire(h_end - self.max_window);
         for id in dropped {
             self.drop_window_if_unwaited(id);
         }
@@ -1272,8 +1366,6 @@ impl Tracker {
             }
             false
         });
-        self.forgotten_start = h_start;
-        self.forgotten_end = h_end;
     }
 
     fn drop_window_if_unwaited(&mut self, id: WinId) {
@@ -1302,10 +1394,14 @@ impl Tracker {
         let Some(w) = self.windows.get(id) else {
             return;
         };
+        let horizon = self.forgotten_end;
         for c in &w.calls {
             self.by_call.remove(&c.call, id);
             if let Some(item) = &c.item {
                 self.by_item.remove(item, id);
+            }
+            if !self.all_hosts {
+                self.forgotten_calls.add(&c.call, c.at, horizon);
             }
         }
         self.windows.remove(id);
@@ -1342,13 +1438,14 @@ impl Tracker {
     }
 
     /// How much of each kind of state the tracker holds: windows (open and final), broken
-    /// windows, lost spans, indexed call and item ids, threads awaiting a request.
+    /// windows, lost spans, indexed call and item ids (and dropped windows' call ids), threads
+    /// awaiting a request.
     pub(crate) fn sizes(&self) -> [usize; 5] {
         [
             self.windows.len(),
             self.broken.len(),
             self.lost.len(),
-            self.by_call.len() + self.by_item.len(),
+            self.by_call.len() + self.by_item.len() + self.forgotten_calls.len(),
             self.awaiting_request.len(),
         ]
     }
@@ -1366,6 +1463,7 @@ mod tests {
             stream: stream.clone(),
             response: response.into(),
             open: 0.0,
+            client: Client::Claude,
             // Room for the one call it opens with (most responses make one or a few).
             calls: Vec::with_capacity(1),
             state: WindowState::Open,

@@ -4,7 +4,7 @@
 //! decided once, from what was parsed, and said the same way to the next hop. This crate
 //! holds those decisions, apart from the relay's sockets and tasks, so that they can be read
 //! whole, tested on their own and fuzzed (`fuzz/`, targets `h1_request`, `h1_response`,
-//! `h1_framing`, `h1_exchange`, `h1_tunnel`). The two machines, [`Exchange`] and [`Tunnel`],
+//! `h1_framing`, `h1_exchange`, `h1_tunnel`, `h1_target`). The two machines, [`Exchange`] and [`Tunnel`],
 //! are built as the correlator is: `handle_*` takes what happened, `poll_*` gives what to do,
 //! `poll_timeout` the next deadline; each has its own event and end
 //! ([`ExchangeEvent`]/[`ExchangeEnd`], [`TunnelEvent`]/[`TunnelEnd`]).
@@ -22,6 +22,8 @@
 //!   it ends, which bytes are payload, the trailers.
 //! - `headers`: tokens of a value, hop-by-hop headers, and the framing headers that no
 //!   `Connection` line can make hop-by-hop.
+//! - `target`: request paths as an upstream may read them: a dot segment in any spelling
+//!   ([`has_dot_segment`]), the route a normalizing upstream serves ([`route_path`]).
 //! - `tunnel`: a tunnel after an upgrade ([`Tunnel`]): one read in flight per direction,
 //!   copies stamped before the write, send timeout, half-close with its grace.
 #![forbid(unsafe_code)]
@@ -31,6 +33,7 @@ mod exchange;
 mod framing;
 mod head;
 mod headers;
+mod target;
 mod tunnel;
 
 pub use exchange::{
@@ -42,4 +45,5 @@ pub use head::{
     ResponseParsed, MAX_HEAD, MAX_RESPONSE_HEAD,
 };
 pub use headers::{connection_names, end_to_end, tokens};
+pub use target::{has_dot_segment, route_path};
 pub use tunnel::{Direction, End as TunnelEnd, Event as TunnelEvent, ReadEnd, Transmit, Tunnel};

@@ -3,7 +3,8 @@
 //! run: heads assembled from the pieces request smuggling is made of (framing headers named in
 //! `Connection`, lengths and codings together, odd spellings of both, folded lines, bare line
 //! feeds, pipelined bytes after the head), tunnel runs (reads, writes, waits, ends and time in
-//! both directions) and plain random bytes, through the same invariants the libFuzzer targets
+//! both directions), request paths made of the pieces of a way out of a base path, and plain
+//! random bytes, through the same invariants the libFuzzer targets
 //! check.
 
 use std::path::{Path, PathBuf};
@@ -25,7 +26,17 @@ const TARGETS: &[Target] = &[
     ("h1_framing", harness::h1_framing),
     ("h1_exchange", harness::h1_exchange),
     ("h1_tunnel", harness::h1_tunnel),
+    ("h1_target", harness::h1_target),
 ];
+
+/// A request path for `h1_target`, made of the pieces a way out of a base path is made of.
+fn target_path() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop::sample::select(vec![
+        "/", "\\", ".", "..", "%2e", "%2E", "%2f", "%2F", "%5c", "%5C", ";", ";x", "a", "%", "%25",
+        "%6d", "//", "?", "../", "é", "%00", "%09",
+    ]);
+    prop::collection::vec(piece, 0..16).prop_map(|p| p.concat().into_bytes())
+}
 
 /// A tunnel run for `h1_tunnel`: the observed flag, then (operation, argument) pairs, weighted
 /// towards reads and writes that go through, with waits, ends and time between.
@@ -108,10 +119,16 @@ proptest! {
         harness::h1_framing(&data);
         harness::h1_exchange(&data);
         harness::h1_tunnel(&data);
+        harness::h1_target(&data);
     }
 
     #[test]
     fn generated_tunnel_interleavings_keep_their_invariants(steps in tunnel_steps()) {
         harness::h1_tunnel(&steps);
+    }
+
+    #[test]
+    fn generated_paths_never_leave_the_base_path(path in target_path()) {
+        harness::h1_target(&path);
     }
 }

@@ -317,3 +317,21 @@ pub fn assert_checks_clean(path: &Path) {
         path.display()
     );
 }
+
+/// A live run's records file without its run header (docs/records-v1.md), which must be its
+/// first line: what `windowtap replay` of the run's capture prints, byte for byte.
+#[allow(dead_code)] // not every test binary compares live records with a replay
+pub fn live_records(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.is_empty() {
+        return text;
+    }
+    match text.split_once('\n') {
+        Some((first, rest))
+            if first.starts_with(r#"{"type":"run","version":1,"epoch_unix_ms":"#) =>
+        {
+            rest.to_string()
+        }
+        _ => panic!("the live records start with no run header:\n{text}"),
+    }
+}

@@ -11,6 +11,9 @@ pub(crate) const LOG_TEXT_FIELDS: &[&str] = &[
     "error",
     "error_kind",
     "failure",
+    // An MCP server's alias, only as `live::ingest::shown_alias` lets it out (the name rule
+    // of docs/design.md §7, else a fixed phrase).
+    "server",
 ];
 
 /// The log targets (crates) whose messages are written: their log calls take literal

@@ -4,6 +4,10 @@
 //! spawn a subagent thread of the same host (`Task` / `Agent` / `spawn_agent`, client tools that
 //! are not MCP) that runs nested inside the parent's window; calls name several MCP servers and
 //! tools in each host's own naming, tools that are not MCP, and Codex code mode's `exec`.
+//! Beside the two hosts, programs built on an agent SDK (the OpenAI Agents SDK and the like:
+//! client `other`, HTTP, no thread key, MCP tools offered under their own bare names, mostly
+//! no hints, agents-as-tools nested in their caller's window, several such agents of one
+//! process calling one tool at once).
 //!
 //! What the identity rule (docs/design.md §4 "same identity") is about is made on purpose: a
 //! response launching two or three subagents at once whose calls use one tool and overlap;
@@ -150,6 +154,8 @@ enum Host {
     ClaudeHttp,
     CodexWs,
     CodexHttp,
+    /// A program on an agent SDK: client `other`, no thread, bare tool names.
+    Sdk,
 }
 
 struct Gen {
@@ -297,6 +303,16 @@ impl Gen {
             }
         }
         let hints = match host {
+            // The SDKs send no `_meta`; a program may add the model's call id itself
+            // (docs/hosts.md), rarely a wrong one.
+            Host::Sdk => Hints {
+                call_id: match self.rng.below(10) {
+                    0..=2 => Some(call.call.clone()),
+                    3 => Some(self.id("bogus")),
+                    _ => None,
+                },
+                ..Hints::default()
+            },
             Host::ClaudeHttp => Hints {
                 tool_use_id: self.hint(Some(call.call.clone()), |o| Some(o.call.clone())),
                 ..Hints::default()
@@ -368,6 +384,7 @@ impl Gen {
             Host::ClaudeHttp => (Client::Claude, Transport::Http),
             Host::CodexWs => (Client::Codex, Transport::Websocket),
             Host::CodexHttp => (Client::Codex, Transport::Http),
+            Host::Sdk => (Client::Other, Transport::Http),
         };
         a.emit(
             dt,
@@ -431,12 +448,31 @@ impl Gen {
         self.agents.push(a);
     }
 
+    /// A call an SDK program's model makes: a Responses `function_call` or an Anthropic
+    /// `tool_use`, named `name`, never in a namespace.
+    fn sdk_call(
+        &mut self,
+        name: String,
+    ) -> (String, Option<String>, String, Option<String>, CallKind) {
+        if self.rng.chance(70) {
+            (
+                self.id("call_"),
+                Some(self.id("fc_")),
+                name,
+                None,
+                CallKind::Function,
+            )
+        } else {
+            (self.id("toolu_"), None, name, None, CallKind::ToolUse)
+        }
+    }
+
     /// One host thread doing a few turns of a tool loop.
     fn host(&mut self, max_turns: usize) {
         let host = self
             .rng
-            .pick(&[Host::ClaudeHttp, Host::CodexWs, Host::CodexHttp]);
-        let thread = if self.rng.chance(20) {
+            .pick(&[Host::ClaudeHttp, Host::CodexWs, Host::CodexHttp, Host::Sdk]);
+        let thread = if host == Host::Sdk || self.rng.chance(20) {
             None
         } else {
             let th = self.id("th");
@@ -498,7 +534,7 @@ impl Gen {
             }
             let previous = match host {
                 Host::CodexWs => prev_response.clone(),
-                Host::CodexHttp if self.rng.chance(20) => prev_response.clone(),
+                Host::CodexHttp | Host::Sdk if self.rng.chance(20) => prev_response.clone(),
                 _ => None,
             };
             let request = self.id("q");
@@ -559,7 +595,7 @@ impl Gen {
                     Asks::Subagent
                 } else if let Some(tool) = focus.filter(|_| turn == 0 || roll < 60) {
                     // Code mode runs the tool from a program as often as not.
-                    if host != Host::ClaudeHttp && self.rng.chance(40) {
+                    if matches!(host, Host::CodexWs | Host::CodexHttp) && self.rng.chance(40) {
                         Asks::AnyMcp
                     } else {
                         Asks::Mcp(tool)
@@ -568,7 +604,7 @@ impl Gen {
                     Asks::Subagent
                 } else if roll < 18 {
                     Asks::NotMcp
-                } else if host != Host::ClaudeHttp && roll < 55 {
+                } else if matches!(host, Host::CodexWs | Host::CodexHttp) && roll < 55 {
                     Asks::AnyMcp
                 } else {
                     // Mostly the first tool, so that windows compete for the same one.
@@ -579,6 +615,27 @@ impl Gen {
                     })
                 };
                 let (call, item, name, namespace, kind) = match (host, what) {
+                    // An SDK offers an MCP tool under its own name (some wrappers use the
+                    // flat `mcp__…` form), over the Responses API or Anthropic's.
+                    (Host::Sdk, Asks::Mcp(i)) => {
+                        let name = if self.rng.chance(85) {
+                            TOOLS[i].1.to_string()
+                        } else {
+                            TOOLS[i].2.to_string()
+                        };
+                        self.sdk_call(name)
+                    }
+                    // An agent offered as a tool (`Agent.as_tool`), run in the same process.
+                    (Host::Sdk, Asks::Subagent) => {
+                        let name = self
+                            .rng
+                            .pick(&["research_agent".to_string(), "Agent".into()]);
+                        self.sdk_call(name)
+                    }
+                    (Host::Sdk, _) => {
+                        let name = self.rng.pick(&["get_weather".to_string(), "shell".into()]);
+                        self.sdk_call(name)
+                    }
                     (Host::ClaudeHttp, Asks::Mcp(i)) => (
                         self.id("toolu_"),
                         None,
@@ -669,6 +726,8 @@ impl Gen {
                     Asks::NotMcp => {}
                     Asks::Subagent => {
                         let child = match (&thread, host) {
+                            // An SDK's agents send no thread key.
+                            (_, Host::Sdk) => None,
                             (Some(th), Host::ClaudeHttp) => {
                                 Some(format!("{th}+{}", self.id("agent")))
                             }
@@ -873,7 +932,7 @@ impl Gen {
             item: None,
             what: Asks::AnyMcp,
         };
-        let host = self.rng.pick(&[Host::ClaudeHttp, Host::CodexWs]);
+        let host = self.rng.pick(&[Host::ClaudeHttp, Host::CodexWs, Host::Sdk]);
         let host_id = self.some_host();
         self.mcp_call(host, &fake, &None, start, &host_id, None);
     }

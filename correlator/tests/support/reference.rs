@@ -34,11 +34,12 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use correlator::records::{Evidence, Reason, Record, WindowRef};
-use correlator::{CallKind, Event, EventKind, Hints, Millis, ResponseStatus};
+use correlator::{CallKind, Client, Event, EventKind, Hints, Millis, ResponseStatus};
 use correlator::{Candidates, Config, WindowOpen};
 use sha1::{Digest, Sha1};
 
 struct StreamInfo {
+    client: Client,
     open_t: Millis,
     close_t: Option<Millis>,
     thread: Option<String>,
@@ -178,9 +179,13 @@ fn sha12(s: &str) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect::<String>()[..12].to_string()
 }
 
-/// Does the visible call name (in its namespace) route to `alias`/`tool`? (docs/design.md §4
-/// `route`, for names short enough that no cut applies.)
-fn routes(name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
+/// Does the visible call name (in its namespace), seen on a stream of `client`, route to
+/// `alias`/`tool`? (docs/design.md §4 `route`, for names short enough that no cut applies.)
+fn routes(client: Client, name: &str, namespace: Option<&str>, alias: &str, tool: &str) -> bool {
+    // "any other client [...] also the tool's own name, exactly".
+    if client == Client::Other && namespace.is_none() && name == tool {
+        return true;
+    }
     let san = codex_part(alias);
     let ns = if san.starts_with("mcp__") {
         san
@@ -255,6 +260,7 @@ impl World<'_> {
             match &ev.kind {
                 EventKind::StreamOpen {
                     stream,
+                    client,
                     thread,
                     host,
                     ..
@@ -262,6 +268,7 @@ impl World<'_> {
                     self.streams.insert(
                         stream.clone(),
                         StreamInfo {
+                            client: *client,
                             open_t: t,
                             close_t: None,
                             thread: thread.clone(),
@@ -374,6 +381,11 @@ impl World<'_> {
         }
     }
 
+    /// The client of the stream that carried window `w`'s response.
+    fn client_of(&self, w: &Window) -> Client {
+        self.streams[&w.stream].client
+    }
+
     fn stream_thread(&self, stream: &str) -> Option<&String> {
         self.streams.get(stream).and_then(|s| s.thread.as_ref())
     }
@@ -397,7 +409,13 @@ impl World<'_> {
         self.responses[&w.response].calls.iter().any(|c| {
             c.t <= iv.s
                 && (c.kind == CallKind::Custom
-                    || routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool))
+                    || routes(
+                        self.client_of(w),
+                        &c.name,
+                        c.namespace.as_deref(),
+                        &iv.alias,
+                        &iv.tool,
+                    ))
         })
     }
 
@@ -877,7 +895,13 @@ impl World<'_> {
         }
         if self.calls_by(w, s).any(|c| {
             c.kind != CallKind::Custom
-                && routes(&c.name, c.namespace.as_deref(), &iv.alias, &iv.tool)
+                && routes(
+                    self.client_of(w),
+                    &c.name,
+                    c.namespace.as_deref(),
+                    &iv.alias,
+                    &iv.tool,
+                )
         }) {
             ev.push(Evidence::Route);
         }

@@ -79,12 +79,14 @@ impl Principal {
     }
 }
 
-impl std::fmt::Display for Principal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Principal {
+    /// A key naming the principal, for maps keyed by text (never written anywhere: a remote
+    /// principal's key holds its address).
+    pub fn key(&self) -> String {
         match self {
-            Principal::User(uid) => write!(f, "uid:{uid}"),
-            Principal::Remote(ip) => write!(f, "remote:{ip}"),
-            Principal::Connection(n) => write!(f, "conn:{n}"),
+            Principal::User(uid) => format!("uid:{uid}"),
+            Principal::Remote(ip) => format!("remote:{ip}"),
+            Principal::Connection(n) => format!("conn:{n}"),
         }
     }
 }

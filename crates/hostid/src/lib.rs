@@ -39,6 +39,21 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+/// The value of environment variable `name` in the nearest ancestor of this process (run by
+/// this user) that had it when it started, with that ancestor's pid; `None` where there is
+/// none, or no process table to read.
+pub fn ancestor_env(name: &str) -> Option<(u32, std::ffi::OsString)> {
+    #[cfg(target_os = "linux")]
+    {
+        procfs::ancestor_env(name)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
 use tokio::sync::watch;
 
 /// The answer for one accepted connection, once known.

@@ -167,6 +167,27 @@ pub(crate) fn ancestors(pid: i32) -> Vec<ProcId> {
     out
 }
 
+/// The nearest ancestor of this process, run by this user, whose environment (as it was when
+/// that process started) has `name`: its pid and that variable's value. Read so that a
+/// wrapper finds the socket `windowtap run` gave its program when the program started the
+/// wrapper with an environment of its own choosing (the MCP SDKs give a server only a few
+/// variables unless told otherwise). Only that one variable is kept; every other value read
+/// (the environment holds credentials) is dropped here, unlooked at.
+pub(crate) fn ancestor_env(name: &str) -> Option<(u32, std::ffi::OsString)> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::getuid().as_raw();
+    let wanted: &std::ffi::OsStr = name.as_ref();
+    ancestors(std::process::id() as i32)
+        .into_iter()
+        .filter(|p| std::fs::metadata(format!("/proc/{}", p.pid)).is_ok_and(|m| m.uid() == me))
+        .find_map(|p| {
+            let env = Process::new(p.pid as i32).ok()?.environ().ok()?;
+            env.into_iter()
+                .find(|(k, _)| k == wanted)
+                .map(|(_, v)| (p.pid, v))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,18 @@ pub fn plan(
                     values.push(args[i].clone());
                 }
                 if values.is_empty() {
+                    // A value that names a JSON file that is not there: say that, not that
+                    // one is needed. Only a `.json` name is echoed: any other word after the
+                    // flag may be the prompt.
+                    if let Some(v) = args
+                        .get(i + 1)
+                        .filter(|v| !is_flag(v) && v.ends_with(".json"))
+                    {
+                        bail!(
+                            "claude: --mcp-config {v}: no such file (the flag takes JSON files \
+                             or JSON strings)"
+                        );
+                    }
                     bail!("claude: --mcp-config needs a file or a JSON string");
                 }
             }
@@ -722,5 +734,18 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("needs a file or a JSON string"));
+        // A file that is not there is named as missing (issue 40).
+        let err = super::plan(
+            &s(&["--mcp-config", "nope.json", "-p", "hi"]),
+            &no_sources(dir.path()),
+            &wrap(),
+            out.path(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "claude: --mcp-config nope.json: no such file (the flag takes JSON files or JSON \
+             strings)"
+        );
     }
 }

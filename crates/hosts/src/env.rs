@@ -42,6 +42,12 @@ pub struct EnvArgs {
     /// How Codex logs in, which picks its mount: `auto` reads $CODEX_HOME/auth.json.
     #[arg(long, default_value = "auto", value_name = "auto|api|chatgpt", value_parser = ["auto", "api", "chatgpt"])]
     pub codex_auth: String,
+    /// Codex: instead of a shell function, write DIR/codex, a script that runs the codex on
+    /// PATH with the relay's URL, and print the PATH line that puts DIR first: scripts,
+    /// `timeout` and editors see a program on PATH, never a shell function. Remove DIR/codex
+    /// (or the line) to go back.
+    #[arg(long, value_name = "DIR")]
+    pub shim: Option<PathBuf>,
 }
 
 /// Where `--relay` points when nothing says otherwise: `windowtap relay`'s default address.
@@ -62,9 +68,135 @@ pub fn main(args: EnvArgs) -> anyhow::Result<ExitCode> {
         Host::Claude => Lines::Claude,
         Host::Codex => Lines::Codex { chatgpt },
     };
-    let text = lines(host, relay, ingest.as_ref().and_then(|p| p.to_str()));
+    let mut text = lines(host, relay, ingest.as_ref().and_then(|p| p.to_str()));
+    if let (Lines::Codex { chatgpt }, Some(dir)) = (host, &args.shim) {
+        text = shim_lines(&text, &write_shim(dir, relay, chatgpt)?);
+    }
     sys::stdout::stdout().write_all(text.as_bytes())?;
+    // Warnings go to stderr, which `eval "$(…)"` leaves on the terminal: the lines are printed
+    // all the same (a relay may be started after them), but never silently wrong.
+    if let Some(why) = relay_unreachable(relay) {
+        eprintln!(
+            "windowtap env: warning: no relay answers at {relay} ({why}): a host pointed there \
+             retries for minutes with nothing on screen. Start it first: windowtap relay"
+        );
+    }
+    if matches!(args.host, Host::Claude) {
+        if let Some(origin) = claude_settings_override() {
+            eprintln!(
+                "windowtap env: warning: {origin} sets ANTHROPIC_BASE_URL in its `env`, which \
+                 Claude Code applies over the environment: the export above is ignored, Claude \
+                 Code goes past the relay and every MCP call ends `no_window`. Remove it from \
+                 {origin} (and point the relay at it: --upstream anthropic=URL), or use \
+                 `windowtap run`, which adopts it as the upstream"
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `dir/codex`: a script that runs the codex found on PATH outside `dir` with the
+/// relay's URL. Returns `dir`, as the PATH line will name it.
+fn write_shim(dir: &std::path::Path, relay: &str, chatgpt: bool) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::absolute(dir).context("--shim: the directory's absolute path")?;
+    let shown = dir
+        .to_str()
+        .filter(|d| !d.contains('\''))
+        .context("--shim: the directory's path must be UTF-8 without a single quote")?
+        .to_string();
+    let real = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .filter(|d| std::path::absolute(d).ok().as_deref() != Some(dir.as_path()))
+        .map(|d| d.join("codex"))
+        .find(|p| p.is_file())
+        .context("--shim: no codex on PATH (outside the shim's directory) to run")?;
+    let real = real
+        .to_str()
+        .filter(|r| !r.contains('\''))
+        .context("--shim: codex's path must be UTF-8 without a single quote")?
+        .to_string();
+    let mount = if chatgpt { "chatgpt" } else { "openai/v1" };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {shown}"))?;
+    let path = dir.join("codex");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n# Written by `windowtap env codex --shim`: codex through the relay at \
+             {relay}. Remove this file to go back.\nexec '{real}' -c 'openai_base_url=\"{relay}/{mount}\"' \"$@\"\n"
+        ),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", path.display()))?;
+    Ok(shown)
+}
+
+/// The Codex lines with the shell function replaced by the PATH line of the shim in `dir`.
+fn shim_lines(text: &str, dir: &str) -> String {
+    let mut s = format!(
+        "# codex on PATH is {dir}/codex, which passes the relay's URL on every run (scripts, \
+         timeout and editors see it too); remove it to go back.\n"
+    );
+    for l in text.lines() {
+        if l.starts_with("codex() {") || l.starts_with("# Codex ignores") {
+            continue;
+        }
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&format!("export PATH='{dir}':\"$PATH\"\n"));
+    s
+}
+
+/// Why nothing answers at the relay's address, or `None` when something accepts a
+/// connection there (bounded: a loopback relay answers at once).
+fn relay_unreachable(relay: &str) -> Option<String> {
+    use std::net::ToSocketAddrs;
+    let uri = relay.parse::<http::Uri>().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(_) => return Some("its host name does not resolve".into()),
+    };
+    let mut last = None;
+    for a in addrs {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)) {
+            Ok(_) => return None,
+            Err(e) => last = Some(e),
+        }
+    }
+    Some(match last {
+        Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "nothing listens there".to_string()
+        }
+        Some(e) => format!("connecting failed: {}", e.kind()),
+        None => "no address".to_string(),
+    })
+}
+
+/// The settings file whose `env` sets ANTHROPIC_BASE_URL for Claude Code in this directory,
+/// if one does (the user's, or the project's).
+fn claude_settings_override() -> Option<String> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let sources = crate::claude::Sources {
+        user_config: home.as_ref().map(|h| h.join(".claude.json")),
+        user_settings: home.as_ref().map(|h| h.join(".claude/settings.json")),
+        cwd: std::env::current_dir().ok()?,
+    };
+    crate::claude::settings_base_url(&[], &sources)
+        .ok()
+        .flatten()
+        .map(|(_, origin)| origin)
 }
 
 /// The relay URL and the ingest socket to print, which belong to one relay: the socket's
@@ -183,6 +315,10 @@ fn lines(host: Lines, relay: &str, ingest: Option<&str>) -> String {
             s.push_str(&format!(
                 "codex() {{ command codex -c 'openai_base_url=\"{relay}/{mount}\"' \"$@\"; }}\n"
             ));
+            s.push_str(
+                "# Scripts, `timeout` and editors do not see a shell function: `windowtap env \
+                 codex --shim DIR` puts a codex of the same effect on PATH instead.\n",
+            );
         }
     }
     match ingest {

@@ -74,17 +74,25 @@ impl WrapWith {
 pub(crate) enum Host {
     Claude,
     Codex,
+    /// Any other program (an agent built on an SDK, `python my_agent.py`, `node agent.js`):
+    /// its SDKs are pointed at the relay by their base-URL variables, and the MCP servers it
+    /// starts under `windowtap wrap` find run's socket in its environment. Its MCP
+    /// configuration is its own code, which run neither reads nor rewrites.
+    Program,
 }
 
 impl Host {
-    pub(crate) fn of(program: &str) -> Option<Host> {
-        let name = Path::new(program).file_name()?.to_str()?;
+    pub(crate) fn of(program: &str) -> Host {
+        let name = Path::new(program)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
         if name.starts_with("claude") {
-            Some(Host::Claude)
+            Host::Claude
         } else if name.starts_with("codex") {
-            Some(Host::Codex)
+            Host::Codex
         } else {
-            None
+            Host::Program
         }
     }
 }

@@ -56,6 +56,8 @@ pub(super) fn with_host_export(
             let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
             argv.splice(at..at, codex_config(traces_url));
         }
+        // A program's own tracing, if any, is its business: nothing is known to turn on.
+        Host::Program => {}
     }
     (argv, env)
 }

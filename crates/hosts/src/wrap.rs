@@ -22,6 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use correlator::observe::jsonrpc::{Call, Direction, LineScanner, Observation, Observer};
 
-use live::ingest::{self, Report, RoundsNs};
+use live::ingest::{self, Report, RoundsNs, ServerState, SpawnError};
 use rustix::process::{Pid, Signal};
 use sys::clock::mono_ns;
 use sys::libc_calls::SignalSet;
@@ -72,7 +73,18 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
              cannot be matched to the host's tool calls by name"
         );
     }
-    let paths = match &args.ingest {
+    // Not given a socket (argument or environment): one an ancestor was given, else the
+    // default places. A program started by `windowtap run` has run's socket in its
+    // environment, but an agent SDK starts its MCP servers with a few variables of its own
+    // choosing (the MCP Python and TypeScript SDKs: HOME, LOGNAME, PATH, SHELL, TERM, USER),
+    // so the variable often never reaches the wrapper; the program's own environment still
+    // says where run listens. The socket is held to the same checks however it was found.
+    let given = args
+        .ingest
+        .clone()
+        .or_else(|| hostid::ancestor_env(ingest::ENV).map(|(_, p)| PathBuf::from(p)))
+        .filter(|p| !p.as_os_str().is_empty());
+    let paths = match &given {
         Some(p) => vec![p.clone()],
         None => ingest::wrapper_candidates(),
     };
@@ -80,13 +92,32 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         .command
         .split_first()
         .context("no server command given")?;
-    let mut child = Command::new(program)
+    // A socket given as an argument was chosen for this wrapper (`windowtap run` gives its
+    // own): nothing to tell. One found in the environment or at a default place may be
+    // another relay's, so where the reports go is said.
+    let tell = (!ingest_in_args()).then(|| args.alias.clone());
+    let check_dirs = given.is_none();
+    let spawned = Command::new(program)
         .args(rest)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()))?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            // Said to the relay too, which names the server at its stop: a host shows a
+            // server that failed to start nowhere the user looks.
+            let reporter = Reporter::start(paths, check_dirs, tell);
+            reporter.send_server(
+                &args.alias,
+                ServerState::SpawnFailed(SpawnError::of(e.kind())),
+            );
+            reporter.finish();
+            return Err(e)
+                .with_context(|| format!("starting the MCP server {}", program.to_string_lossy()));
+        }
+    };
     let pid = rustix::process::Pid::from_child(&child);
     // Now that the server runs with the signal state we were given, block the forwarded
     // signals before any thread exists, so every thread inherits the mask and only the
@@ -95,6 +126,8 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
     // ignored). The server keeps whatever it inherited, as it would without the wrapper.
     let signals = SignalSet::of(&FORWARDED);
     signals.block_with_default_action();
+    let reporter = Reporter::start(paths, check_dirs, tell);
+    reporter.send_server(&args.alias, ServerState::Started);
     let reaped = Arc::new(Mutex::new(false));
     forward_signals(signals, pid, reaped.clone());
 
@@ -102,14 +135,8 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         alias: args.alias.clone(),
         prefix: format!("w{}-{:08x}", std::process::id(), rand::random::<u32>()),
         observer: Mutex::new(Observer::new()),
-        reporter: Reporter::start(
-            paths,
-            args.ingest.is_none(),
-            // A socket given as an argument was chosen for this wrapper (`windowtap run` gives
-            // its own): nothing to tell. One found in the environment or at a default place
-            // may be another relay's, so where the reports go is said.
-            (!ingest_in_args()).then(|| args.alias.clone()),
-        ),
+        reporter,
+        answered: AtomicBool::new(false),
     });
 
     let server_in = child.stdin.take().context("server stdin")?;
@@ -151,6 +178,19 @@ pub fn main(args: WrapArgs) -> anyhow::Result<ExitCode> {
         child.wait().context("waiting for the MCP server")?
     };
     session.lose_running(gone);
+    if !session.answered.load(Ordering::Relaxed) {
+        // It never wrote a byte to the host: whatever the host does now, it has no tools of
+        // this server. Said here and to the relay, which names it at its stop.
+        let state = ServerState::ExitedAtStart {
+            code: status.code(),
+            signal: status.signal(),
+        };
+        eprintln!(
+            "windowtap wrap: the MCP server `{}` never ran: {state}",
+            args.alias
+        );
+        session.reporter.send_server(&args.alias, state);
+    }
     let unreported = session.reporter.finish();
     if unreported > 0 {
         eprintln!(
@@ -186,6 +226,8 @@ struct Session {
     prefix: String,
     observer: Mutex<Observer>,
     reporter: Reporter,
+    /// The server has written something to the host (so it did not exit at its start).
+    answered: AtomicBool,
 }
 
 impl Session {
@@ -256,6 +298,9 @@ fn pump(src: &mut dyn Read, dst: &mut dyn Write, dir: Direction, session: &Sessi
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
+        if dir == Direction::ServerToClient {
+            session.answered.store(true, Ordering::Relaxed);
+        }
         let mut rest = &buf[..n];
         while !rest.is_empty() && dst_ok {
             let Some(i) = rest.iter().position(|&b| b == b'\n') else {
@@ -335,11 +380,23 @@ impl Reporter {
     fn send(&self, report: Report) {
         let call = match &report {
             Report::Start { id, .. } | Report::End { id, .. } => id.clone(),
+            Report::Server { alias, state } => return self.send_server(alias, *state),
         };
         // Counted before it is queued, so that its sending can never come first.
         self.counts.queued(&call);
         // A report that finds the queue full is dropped, and its call stays unsent.
         let _ = self.tx.try_send(Some((call, report.to_line())));
+    }
+
+    /// Queues what became of the server; never blocks. Not a call: not counted among the
+    /// unreported ones.
+    fn send_server(&self, alias: &str, state: ServerState) {
+        let line = Report::Server {
+            alias: alias.to_string(),
+            state,
+        }
+        .to_line();
+        let _ = self.tx.try_send(Some((String::new(), line)));
     }
 
     /// Lets the queued reports leave (bounded wait) and returns how many calls have a report

@@ -150,8 +150,13 @@ impl McpTally {
 
 /// Where the relay that lost the reports runs, for the likely causes.
 pub enum Setting<'a> {
-    /// `windowtap relay` on its own, with this ingest socket.
-    Relay { ingest: Option<&'a std::path::Path> },
+    /// `windowtap relay` on its own, with this ingest socket; `wrapped`: whether any wrapper
+    /// said its server started there (then the servers are wrapped, and a call the host did
+    /// not run is likelier than one no wrapper could see).
+    Relay {
+        ingest: Option<&'a std::path::Path>,
+        wrapped: bool,
+    },
     /// `windowtap run`, which wrapped every server it found.
     Run,
     /// `windowtap report` of a capture, which does not say whether a relay on its own or
@@ -216,16 +221,31 @@ impl Unreported {
         } else {
             format!(" ({})", tools.join(", "))
         };
+        // Likeliest first. Under run every server it found reports to run's own socket, so a
+        // call the host did not run (a denied permission, an interrupted turn) comes first; a
+        // relay on its own to which no wrapper ever said its server started most likely
+        // serves servers that are not wrapped at all.
         let causes: Vec<String> = match setting {
-            Setting::Relay { ingest } => vec![
+            Setting::Relay {
+                ingest,
+                wrapped: false,
+            } => vec![
                 cause::UNWRAPPED.into(),
                 cause::other_socket(ingest),
                 cause::NOT_RUN.into(),
             ],
-            Setting::Run => vec![
-                cause::REMOTE.into(),
-                cause::UNSEEN_BY_RUN.into(),
+            Setting::Relay {
+                ingest,
+                wrapped: true,
+            } => vec![
                 cause::NOT_RUN.into(),
+                cause::UNWRAPPED.into(),
+                cause::other_socket(ingest),
+            ],
+            Setting::Run => vec![
+                cause::NOT_RUN.into(),
+                cause::UNSEEN_BY_RUN.into(),
+                cause::REMOTE.into(),
             ],
             Setting::Capture => vec![
                 cause::UNWRAPPED.into(),
@@ -234,10 +254,11 @@ impl Unreported {
                 cause::NOT_RUN.into(),
             ],
         };
-        let causes = causes.join("; or ");
+        // One cause a line, each a sentence of its own: one 90-word line was not read.
+        let causes: String = causes.iter().map(|c| format!("\n  - {c}")).collect();
         Some(format!(
             "{n} model tool call{s} to MCP tools{tools} got no report from a wrapper, so no \
-             record says where it ran. Likely causes: {causes}"
+             record says where it ran. Likely causes, likeliest first:{causes}"
         ))
     }
 }
@@ -338,6 +359,7 @@ mod tests {
         let text = u
             .describe(Setting::Relay {
                 ingest: Some(std::path::Path::new("/run/b.sock")),
+                wrapped: false,
             })
             .unwrap();
         assert!(
@@ -349,5 +371,14 @@ mod tests {
         assert!(text.contains("--ingest /run/b.sock"), "{text}");
         assert!(text.contains("env_vars = [\"WINDOWTAP_INGEST\"]"), "{text}");
         assert!(Unreported::default().describe(Setting::Run).is_none());
+        // Likeliest first, one cause a line: under run, a call the host did not run.
+        let run = u.describe(Setting::Run).unwrap();
+        let lines: Vec<&str> = run.lines().collect();
+        assert_eq!(lines.len(), 4, "{run}");
+        assert!(
+            lines[0].ends_with("Likely causes, likeliest first:")
+                && lines[1].starts_with("  - the host did not run the call"),
+            "{run}"
+        );
     }
 }

@@ -337,6 +337,13 @@ impl Ingest {
 /// away without saying.
 const RECORDS_WAIT: Duration = Duration::from_secs(10);
 
+/// A live run's records header (records v1, "Layout"): `{"type":"run","version":1,
+/// "epoch_unix_ms":N}`, N the wall-clock time of the relay clock's 0 in Unix milliseconds,
+/// the same as the capture header's `epoch_unix_ms`.
+pub fn run_header(epoch_unix_ms: u64) -> String {
+    format!(r#"{{"type":"run","version":1,"epoch_unix_ms":{epoch_unix_ms}}}"#)
+}
+
 /// What the correlator task returns when it has finished.
 #[derive(Debug)]
 pub struct Finished {
@@ -391,7 +398,16 @@ pub fn spawn(
     }
     let (tx, mut rx) = mpsc::channel::<Timed>(EVENT_QUEUE);
     let sources = Arc::new(Sources::default());
-    let records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
+    let mut records_out = RecordsOut::start(sinks.records, records_out::MAX_PENDING_BYTES)?;
+    // The records' first line: the run header (docs/records-v1.md), with the wall-clock time
+    // of the clock's 0, so that a record's times can be told as times of day. Without it a
+    // live run's records could not be tied to anything a person saw (issue 40, item 2).
+    let run_header = run_header(epoch_unix_ms);
+    records_out.send(
+        Door::live()
+            .meta(&run_header)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+    );
     let otlp = cfg
         .otlp
         .map(|(handle, epoch)| otlp::LiveTree::new(handle, epoch, &cfg.correlator));
@@ -750,7 +766,15 @@ mod tests {
             !trace.contains("toolu_1") && !trace.contains("sess"),
             "ids are pseudonymized"
         );
-        (records.text(), replay_capture(&trace, &config))
+        // The live records open with the run header, which replay does not write.
+        let text = records.text();
+        let (header, live) = text.split_once('\n').expect("a header line");
+        let header: serde_json::Value = serde_json::from_str(header).unwrap();
+        assert_eq!(header["type"], "run", "{text}");
+        let capture_header: serde_json::Value =
+            serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+        assert_eq!(header["epoch_unix_ms"], capture_header["epoch_unix_ms"]);
+        (live.to_string(), replay_capture(&trace, &config))
     }
 
     #[tokio::test]

@@ -43,8 +43,9 @@ pub use export::{ExportError, ExportReport, Exporter, ExporterHandle, StartError
 /// The command-line side, for every command that exports (`#[command(flatten)]` it).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OtlpArgs {
-    /// Also export each record as an OpenTelemetry span, OTLP/HTTP protobuf, to
-    /// `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
+    /// Also export each record as an OpenTelemetry span (OTLP/HTTP) to URL.
+    ///
+    /// Protobuf, to `URL/v1/traces` (or to URL itself when it ends in `/v1/traces`). Without it,
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` turn export on.
     /// Export failures are warnings: the records are written regardless.
     #[arg(long, value_name = "URL")]

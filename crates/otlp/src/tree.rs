@@ -940,6 +940,7 @@ impl Tree {
                         call.t <= r.start
                             && (call.kind == CallKind::Custom
                                 || correlator::resolves(
+                                    resp.client,
                                     &call.name,
                                     call.namespace.as_deref(),
                                     &r.alias,

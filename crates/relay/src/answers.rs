@@ -82,6 +82,10 @@ pub(crate) fn tunnels_at_capacity(log: &ExchangeLog, mount: &str) -> Response<Re
     );
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    // The connection closes after it: left open until the header timeout, it held the place
+    // kept for other clients (found by an outside probe).
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header;
-use http::{Request, Response, Version};
+use http::{Request, Response, StatusCode, Version};
 use http_body_util::Either;
 use hyper::body::Incoming;
 
@@ -56,6 +56,11 @@ pub(crate) async fn forward(
         Ok(r) => r,
         Err(f) => return answers::upstream_failed(&log, &mount.name, f, Phase::Exchange),
     };
+    if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // A switch nobody asked for (this request is no upgrade): no client can read on
+        // past it, as the verbatim path also refuses it (`h1::parse_response`).
+        return answers::upstream_failed(&log, &mount.name, Failure::Other, Phase::Exchange);
+    }
     respond(&state, res, Some(lease), tap, log)
 }
 

@@ -42,6 +42,13 @@ impl Drained {
 }
 
 impl Relay {
+    /// Failed exchanges so far, as [`Drained::finish`] gives them at the end: for whoever
+    /// watches a running relay (`windowtap run` says within seconds that its host's upstream
+    /// keeps failing, rather than only once the host has given up).
+    pub fn failed_so_far(&self) -> Vec<(String, &'static str, u64)> {
+        self.failed.counts()
+    }
+
     /// How long in-flight requests and streams may take to end at the stop (`--drain`).
     pub fn drain_bound(&self) -> Duration {
         self.drain

@@ -568,12 +568,23 @@ async fn run(
             source.done();
         }
     }
+    // What the close brings besides the stream's own end was made whole by the stream's last
+    // bytes (a JSON answer is parsed at its end; an SSE decoder's tail): it happened when those
+    // bytes passed, `last_t`, stamped before they were written on. The data path lets go of the
+    // stream later, after the client may have read the whole answer and acted on it (an agent
+    // SDK's non-streaming create runs its MCP call at once): stamped then, its call would
+    // start before the window it ran in opened. Only `stream_close` is the data path's.
+    observer.close(&mut out);
+    let ends = out
+        .iter()
+        .position(|e| matches!(e, EventKind::StreamClose { .. }));
+    let mut end = ends.map(|i| out.split_off(i)).unwrap_or_default();
+    emit(&events, last_t, &mut out).await;
     let t_close = Handoff::time(&shared.closed_at)
         .unwrap_or(last_t)
         .max(last_t);
     source.took_up(t_close);
-    observer.close(&mut out);
-    emit(&events, t_close, &mut out).await;
+    emit(&events, t_close, &mut end).await;
     source.done();
     // `shared` (and with it the source registration) goes when this task ends.
 }
@@ -783,6 +794,65 @@ mod tests {
             "four copies fit the queue; the rest were dropped, never waited for"
         );
         assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    /// An observer whose close brings a whole answer's event (marked `whole`), then the
+    /// stream's close, as a JSON body's does.
+    struct WholeAtEnd;
+
+    impl StreamObserver for WholeAtEnd {
+        fn take(&mut self, _msg: TapMsg, _out: &mut Vec<EventKind>) {}
+        fn lost(&mut self, _reason: &'static str, _out: &mut Vec<EventKind>) {}
+        fn close(&mut self, out: &mut Vec<EventKind>) {
+            out.push(mark("whole"));
+            out.push(EventKind::StreamClose { stream: "s".into() });
+        }
+    }
+
+    /// A JSON answer is whole when its last byte passed, not when the data path let go of the
+    /// stream: what the close parses is stamped with the last copy's time, and only the
+    /// stream's close with the time it ended.
+    #[tokio::test]
+    async fn what_the_end_makes_whole_is_stamped_when_the_last_bytes_passed() {
+        let Rig {
+            clock,
+            sources,
+            observers,
+            tx,
+            mut rx,
+        } = rig();
+        let guard = sources.register(&clock);
+        let settings = Settings::new(clock, 64, tx, Stall(false), observers.spawner());
+        let tap = start(
+            guard,
+            clock.now_ms(),
+            Box::new(WholeAtEnd),
+            Vec::new(),
+            None,
+            &settings,
+        );
+        drop(settings);
+        let before = clock.now_ms();
+        tap.send(TapMsg::ResponseChunk(Bytes::from_static(b"{}")));
+        let after = clock.now_ms();
+        // The exchange goes on a while after its last byte (the client's write, the pool).
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let dropped = clock.now_ms();
+        drop(tap);
+        let mut got = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            got.push(ev);
+        }
+        let words: Vec<String> = got.iter().map(|(_, k)| word(k)).collect();
+        assert_eq!(words, ["whole", "stream_close"]);
+        assert!(
+            before <= got[0].0 && got[0].0 <= after,
+            "whole at the last copy's time: {got:?}"
+        );
+        assert!(
+            got[1].0 >= dropped,
+            "the close when the stream ended: {got:?}"
+        );
     }
 
     struct Faulty;

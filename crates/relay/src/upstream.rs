@@ -23,7 +23,7 @@
 //! user's, whose connections never meet this one's (docs/usage.md, "Upstream connections").
 //!
 //! The verbatim path ([`super::verbatim`]) keeps bare streams instead ([`Stream`]), pooled
-//! the same way: per core and origin, most recent first, up to the same count, swept by the
+//! the same way: per core, origin and principal, most recent first, up to the same count, swept by the
 //! same sweeper; one that reads as closed (or holds bytes nobody asked for) when taken out is
 //! dropped.
 
@@ -273,7 +273,7 @@ impl Upstreams {
         let core = super::cores::current();
         let scheme = uri.scheme_str().unwrap_or("http");
         let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
-        Arc::from(format!("{core} {principal} {scheme}://{authority}"))
+        Arc::from(format!("{core} {} {scheme}://{authority}", principal.key()))
     }
 
     /// An idle stream to `origin` that is still open, most recently used first. One the

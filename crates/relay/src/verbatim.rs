@@ -224,7 +224,9 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     let mut deadline = Deadline::new(&client.timers);
     // How the upstream connection failed, when it did (the machine only knows that it did).
     let mut failed = Failure::Other;
-    let open = open_upstream(state, &r);
+    // Whose idle upstream connections this exchange may take and give back.
+    let pool_key = Upstreams::pool_key(&r.uri, upstream::connection_principal().await);
+    let open = open_upstream(state, &r, &pool_key);
     tokio::pin!(open);
     let opened = loop {
         tokio::select! {
@@ -279,10 +281,7 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
             reuse_upstream,
         } => {
             if let (true, Some(up)) = (reuse_upstream, up) {
-                let principal = upstream::connection_principal().await;
-                state
-                    .upstreams
-                    .put_stream(Upstreams::pool_key(&r.uri, principal), up);
+                state.upstreams.put_stream(pool_key.clone(), up);
             }
             keep_client
         }
@@ -356,10 +355,9 @@ fn tell(ex: &mut Exchange, tap: Option<&Tap>, log: &ExchangeLog) -> Option<End> 
 /// An upstream connection with the request head written to it: a pooled one, or a fresh
 /// one. A pooled connection the head cannot be written to (the upstream closed it meanwhile)
 /// is replaced by a fresh one, once: nothing of the request has reached the upstream then.
-async fn open_upstream(state: &State, r: &Routed) -> Result<Stream, Failure> {
+async fn open_upstream(state: &State, r: &Routed, pool_key: &str) -> Result<Stream, Failure> {
     let head = upstream_head(r);
-    let key = Upstreams::pool_key(&r.uri, upstream::connection_principal().await);
-    let mut up = match state.upstreams.take_stream(&key) {
+    let mut up = match state.upstreams.take_stream(pool_key) {
         Some(s) => s,
         None => connect(state, &r.uri).await?,
     };

@@ -104,6 +104,11 @@ pub(crate) async fn forward_upgrade(
         // Refused upgrade: an ordinary response, passed back as one.
         return respond(&state, res, None, None, log);
     }
+    if !switches_to_websocket(res.headers()) {
+        // A 101 to another protocol (or none named): the tunnel would carry what nobody
+        // asked for, unparsed, both ways.
+        return answers::upstream_failed(&log, &mount.name, Failure::Other, Phase::Handshake);
+    }
     log.status.store(101, Ordering::Relaxed);
     let tap = plan.and_then(|plan| {
         let extensions = res
@@ -135,6 +140,24 @@ pub(crate) async fn forward_upgrade(
     let (mut parts, _) = res.into_parts();
     parts.version = Version::HTTP_11;
     Response::from_parts(parts, Either::Right(Full::default()))
+}
+
+/// Whether a `101`'s head switches to WebSocket: `Upgrade` is the one token `websocket` and
+/// `Connection` names `upgrade` (RFC 6455 §4.1, what a client checks).
+fn switches_to_websocket(headers: &http::HeaderMap) -> bool {
+    let tokens_of = |name: header::HeaderName| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| h1::tokens(v.as_bytes()))
+            .filter(|t| !t.is_empty())
+            .map(<[u8]>::to_ascii_lowercase)
+            .collect::<Vec<_>>()
+    };
+    tokens_of(header::UPGRADE) == [b"websocket".to_vec()]
+        && tokens_of(header::CONNECTION)
+            .iter()
+            .any(|t| t == b"upgrade")
 }
 
 /// One end of a tunnel, split for the two directions.

@@ -32,9 +32,10 @@ mod server;
 mod trust;
 
 // The line protocol itself is sans-IO and lives in the correlator, where it can be fuzzed.
-pub use correlator::ingest::{Fault, Report, RoundsNs, MAX_LINE};
+pub use correlator::ingest::{Fault, Report, RoundsNs, ServerState, SpawnError, MAX_LINE};
 pub use server::{
-    note_path, serve, socket_owner, write_note, Counters, IngestHandle, RelayNote, SocketOwner,
+    note_path, serve, shown_alias, socket_owner, write_note, Counters, IngestHandle, RelayNote,
+    ServersSeen, SocketOwner,
 };
 pub use trust::{
     connect_verified, default_path, listen_path, peer_pid, prepare_private_dir, wrapper_candidates,

@@ -2,7 +2,7 @@
 //! and hands each report to the correlator as an event on the relay clock; the note beside
 //! the socket that says which relay it belongs to.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +21,7 @@ use hostid::{Hosts, ProcId};
 use sys::clock::{mono_ns, Clock};
 use sys::ratelimit::Repeated;
 
-use correlator::ingest::{Fault, Report, MAX_LINE};
+use correlator::ingest::{Fault, Report, ServerState, MAX_LINE};
 
 use super::trust::{connect_verified, peer_pid, ENV};
 /// Most intervals one connection may have running (a wrapper tracks at most 65,536 itself).
@@ -43,6 +43,32 @@ pub struct Counters {
     pub bad_line_warnings: AtomicU64,
     /// Intervals ended `lost` because their wrapper's connection dropped.
     pub lost: AtomicU64,
+    /// What the wrappers said of their servers' starts.
+    pub servers: std::sync::Mutex<ServersSeen>,
+}
+
+/// What wrappers said of their servers (`server` reports), by alias as reported: which
+/// started, and which never ran and why. The stop names the failures, so that a server that
+/// could not start is not a silent zero (issue 40).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ServersSeen {
+    /// Aliases whose server started, with how many wrappers said so.
+    pub started: BTreeMap<String, u32>,
+    /// Aliases whose server never ran: what the last wrapper to fail said, and how many did.
+    pub failed: BTreeMap<String, (ServerState, u32)>,
+}
+
+impl ServersSeen {
+    fn note(&mut self, alias: String, state: ServerState) {
+        match state {
+            ServerState::Started => *self.started.entry(alias).or_default() += 1,
+            failure => {
+                let e = self.failed.entry(alias).or_insert((failure, 0));
+                e.0 = failure;
+                e.1 += 1;
+            }
+        }
+    }
 }
 
 /// A running listener. [`IngestHandle::close`] stops it the orderly way; dropping it stops
@@ -62,6 +88,15 @@ impl IngestHandle {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// What the wrappers have said of their servers so far.
+    pub fn servers(&self) -> ServersSeen {
+        self.counters
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Stops listening and ends every connection: lines already sent are still taken (for
@@ -401,6 +436,7 @@ async fn accept(
     let latest = match &report {
         Report::Start { start_ns, .. } => *start_ns,
         Report::End { end_ns, .. } => *end_ns,
+        Report::Server { .. } => 0,
     };
     if latest > now_ns {
         return Err(Fault::Future);
@@ -484,8 +520,34 @@ async fn accept(
             };
             shared.emit(end, kind).await;
         }
+        Report::Server { alias, state } => {
+            if state != ServerState::Started {
+                // Said when it happens too, for the shared relay whose stop may be days away.
+                tracing::warn!(
+                    server = shown_alias(&alias),
+                    error = %state,
+                    "ingest: an MCP server under `windowtap wrap` never ran"
+                );
+            }
+            shared
+                .counters
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .note(alias, state);
+        }
     }
     Ok(())
+}
+
+/// An alias as it may be written (docs/design.md §7): a name as the APIs allow one, else a
+/// word that says it is not shown.
+pub fn shown_alias(alias: &str) -> &str {
+    if correlator::sanitize::is_tool_name(alias) {
+        alias
+    } else {
+        "(a name not shown: not [A-Za-z0-9_.:-])"
+    }
 }
 
 /// Reads a connection line by line. Cancel-safe: a read cut short (the stop's `select!`)

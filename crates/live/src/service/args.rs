@@ -22,9 +22,10 @@ Examples:
   windowtap relay --records records.jsonl --capture trace.jsonl
   windowtap relay --upstream anthropic=https://gateway.example/anthropic")]
 pub struct RelayArgs {
-    /// Address to listen on: IP:PORT, localhost:PORT or PORT (both 127.0.0.1); loopback only
-    /// unless --allow-remote [default: 127.0.0.1:8787 for `relay`, an ephemeral loopback port
-    /// for `run`].
+    /// Address to listen on: IP:PORT, localhost:PORT or PORT, loopback only unless --allow-remote.
+    ///
+    /// localhost:PORT and PORT are 127.0.0.1 [default: 127.0.0.1:8787 for `relay`, an
+    /// ephemeral loopback port for `run`].
     #[arg(long, value_name = "ADDR", value_parser = sys::advice::parse_listen)]
     pub listen: Option<SocketAddr>,
     /// Allow a non-loopback --listen address.
@@ -35,9 +36,11 @@ pub struct RelayArgs {
     // upstream URL may hold a password.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     upstreams: Vec<String>,
-    /// A PEM file of extra root certificates to trust for upstream TLS: `FILE` for every
-    /// upstream, `NAME=FILE` for mount NAME's upstream only (repeatable). Scope a private CA to
-    /// the mount that needs it: unscoped, it is trusted for the API hosts too.
+    /// Extra root certificates (PEM) for upstream TLS: `FILE`, or `NAME=FILE` for one mount.
+    ///
+    /// `FILE` is trusted for every upstream, `NAME=FILE` for mount NAME's upstream only
+    /// (repeatable). Scope a private CA to the mount that needs it: unscoped, it is trusted
+    /// for the API hosts too.
     #[arg(long = "upstream-ca", value_name = "[NAME=]FILE")]
     upstream_ca: Vec<String>,
     /// Write attribution records here instead of stdout.
@@ -50,30 +53,40 @@ pub struct RelayArgs {
     /// SIZE bytes (K, M, G: KiB, MiB, GiB). `--capture cap.jsonl` then writes
     /// cap.00000000.jsonl, cap.00000001.jsonl, …; `windowtap replay` of the pieces in order
     /// gives the run's records (docs/trace-v2.md, "Pieces").
-    #[arg(long, value_name = "SIZE", value_parser = crate::rotate::parse_size)]
+    #[arg(help_heading = "Rotation", hide_short_help = true, long, value_name = "SIZE", value_parser = crate::rotate::parse_size)]
     rotate_size: Option<u64>,
     /// Rotate the capture and records files: cut a piece once it has been open this many
     /// minutes (at its next line: an idle relay writes, and cuts, nothing).
-    #[arg(long, value_name = "MIN")]
+    #[arg(
+        help_heading = "Rotation",
+        hide_short_help = true,
+        long,
+        value_name = "MIN"
+    )]
     rotate_age: Option<f64>,
     /// Pieces of each rotated file kept on disk, the one being written included; older ones
     /// are deleted, so a file takes at most about N × SIZE [default: 10 with --rotate-size or
     /// --rotate-age].
-    #[arg(long, value_name = "N")]
+    #[arg(
+        help_heading = "Rotation",
+        hide_short_help = true,
+        long,
+        value_name = "N"
+    )]
     rotate_keep: Option<usize>,
     /// How long after an interval's end a still-open window is given up, in milliseconds.
-    #[arg(long, default_value_t = 1000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
+    #[arg(help_heading = "Decision rule", hide_short_help = true, long, default_value_t = 1000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
     close_wait: f64,
     /// When a window opens for containment: at its first complete tool call or at its
     /// response's completion.
-    #[arg(long, default_value = "call", value_name = "call|response", value_parser = parse_window_open)]
+    #[arg(help_heading = "Decision rule", hide_short_help = true, long, default_value = "call", value_name = "call|response", value_parser = parse_window_open)]
     window_open: WindowOpen,
     /// A window not closed this long after it opened becomes broken, in milliseconds.
-    #[arg(long, default_value_t = 1_800_000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
+    #[arg(help_heading = "Decision rule", hide_short_help = true, long, default_value_t = 1_800_000.0, value_name = "MS", value_parser = sys::advice::parse_ms)]
     max_window: f64,
     /// Which windows may be candidates: only eligible ones (same host, a call that could have
     /// issued the MCP call), or all, as the literal rule (for comparison).
-    #[arg(long, default_value = "eligible", value_name = "eligible|all",
+    #[arg(help_heading = "Decision rule", hide_short_help = true, long, default_value = "eligible", value_name = "eligible|all",
         value_parser = |s: &str| correlator::Candidates::parse(s).ok_or_else(|| format!("`{s}` is not `eligible` or `all`")))]
     candidates: correlator::Candidates,
     /// Host resolution: `on` gives each stream and MCP call its host (the Claude Code or
@@ -82,7 +95,7 @@ pub struct RelayArgs {
     /// `off` leaves every host null, for clients the tables cannot show or would get wrong
     /// (in a container, on another machine, on another OS): then only each call's own ids
     /// keep sessions apart. See docs/hosts.md.
-    #[arg(long, env = "WINDOWTAP_HOSTS", default_value = "on", value_name = "on|off",
+    #[arg(help_heading = "Decision rule", hide_short_help = true, long, env = "WINDOWTAP_HOSTS", default_value = "on", value_name = "on|off",
         action = clap::ArgAction::Set, value_parser = parse_on_off)]
     hosts: bool,
     /// The Unix socket wrapped MCP servers report their calls on [default:
@@ -90,42 +103,52 @@ pub struct RelayArgs {
     #[arg(long, env = crate::ingest::ENV, value_name = "PATH")]
     pub ingest: Option<PathBuf>,
     /// A file holding the 64-hex-digit pseudonymization key (default: a random key per run).
-    #[arg(long, value_name = "FILE")]
+    #[arg(
+        help_heading = "Decision rule",
+        hide_short_help = true,
+        long,
+        value_name = "FILE"
+    )]
     id_key_file: Option<PathBuf>,
     /// Give up connecting to an upstream after this many milliseconds (answered with 504).
-    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     connect_timeout: u64,
     /// Give up waiting for an upstream's response head after this many milliseconds
     /// (answered with 504). Bodies may stream for as long as they take.
-    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     response_timeout: u64,
     /// End an exchange whose upstream sends nothing of its response body for this many
     /// milliseconds (the client's response then ends unfinished, as when an upstream breaks).
     /// A model that thinks may be quiet for a while: keep it in minutes.
-    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 300_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     body_timeout: u64,
     /// End an exchange whose client sends nothing of the request body it announced for this
     /// many milliseconds (hosts send their requests whole).
-    #[arg(long, default_value_t = 60_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 60_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     client_body_timeout: u64,
     /// Close a WebSocket tunnel through which nothing has passed either way for this many
     /// milliseconds (it closes between one and two of them after its last byte). A server
     /// that pings keeps its tunnel open, however quiet the session; Codex reconnects when it
     /// needs the socket again.
-    #[arg(long, default_value_t = 1_800_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 1_800_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     tunnel_idle_timeout: u64,
     /// Close a client connection that has not sent a complete request head within this many
     /// milliseconds of connecting or of its previous response (slow and idle clients alike).
-    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 30_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     header_timeout: u64,
     /// Open client connections beyond which new clients are refused at once with a 503
     /// [default: half the open files limit less a reserve, and at most a quarter of the
     /// memory at 256 KiB a connection, whichever is smaller].
-    #[arg(long, value_name = "N")]
+    #[arg(
+        help_heading = "Relay tuning",
+        hide_short_help = true,
+        long,
+        value_name = "N"
+    )]
     max_connections: Option<usize>,
     /// On SIGINT/SIGTERM, how long requests and streams already in flight may take to end
     /// before they are cut, in milliseconds (a second signal stops at once).
-    #[arg(long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
+    #[arg(help_heading = "Relay tuning", hide_short_help = true, long, default_value_t = 10_000, value_name = "MS", value_parser = sys::advice::parse_whole_ms)]
     drain: u64,
     /// Log level (overridden by RUST_LOG): error, warn, info, debug, trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -135,7 +158,12 @@ pub struct RelayArgs {
     /// hold a quarter of it. A stream that
     /// would need more is marked observation_lost (budget) and still forwarded [default: an
     /// eighth of the machine's memory, at most 128].
-    #[arg(long, value_name = "MIB")]
+    #[arg(
+        help_heading = "Relay tuning",
+        hide_short_help = true,
+        long,
+        value_name = "MIB"
+    )]
     observer_budget: Option<usize>,
     /// Copies queued per observed stream before it is marked observation_lost.
     #[arg(long, default_value_t = 1024, hide = true)]
@@ -145,7 +173,9 @@ pub struct RelayArgs {
     upstream_idle: u64,
     #[command(flatten)]
     pub otlp: otlp::OtlpArgs,
-    /// Put each model request's spans inside the host's own trace: a request carrying one
+    /// Put each model request's spans inside the host's own trace (needs OTLP export).
+    ///
+    /// A request carrying one
     /// valid W3C `traceparent` header gets its `chat` span (and the `execute_tool` spans
     /// under it) as a child of the host's span. The header is used for nothing else and
     /// written nowhere. Needs OTLP export. With `run`, also turns the host's own trace
@@ -175,6 +205,34 @@ pub fn read_key(path: &PathBuf) -> anyhow::Result<[u8; PSEUDONYM_KEY_LEN]> {
     Pseudonymizer::key_from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// Where a run's pseudonymization key is kept: beside its records (or its capture, without
+/// records), the file's name with `.key` added.
+pub fn key_path(records: &std::path::Path) -> PathBuf {
+    let mut name = records.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+/// Writes `key` as 64 hex digits to `path`, mode 0600 (the key turns a raw id into its
+/// pseudonym, so it is its owner's alone).
+fn write_key(path: &std::path::Path, key: &[u8; PSEUDONYM_KEY_LEN]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| sys::advice::create_failed("the key file", path, e))?;
+    // A file that was there keeps its mode through `open`: make it the owner's now.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("setting mode 0600 on {}", path.display()))?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    f.write_all(format!("{hex}\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// The relay's configuration and opened sinks from its options. `run` shares this, with its
 /// own listen address, ingest socket and extra mounts (which win over `--upstream`).
 pub fn relay_config(
@@ -199,7 +257,16 @@ pub fn relay_config(
     }
     let key = match &args.id_key_file {
         Some(p) => read_key(p)?,
-        None => rand::random::<[u8; PSEUDONYM_KEY_LEN]>(),
+        None => {
+            let key = rand::random::<[u8; PSEUDONYM_KEY_LEN]>();
+            // Kept beside the records, readable by their owner only, so that `windowtap
+            // lookup` can find the records of an id the user has (a `toolu_…`, a response id)
+            // by its pseudonym: the raw id is never written, and the key alone says nothing.
+            if let Some(records) = args.records.as_ref().or(args.capture.as_ref()) {
+                write_key(&key_path(records), &key)?;
+            }
+            key
+        }
     };
     let rotate = rotation(args)?;
     let (sinks, sync) = sinks::open(args.records.as_ref(), args.capture.as_ref(), rotate)?;
@@ -295,6 +362,11 @@ pub struct RelayConfig {
 }
 
 impl RelayArgs {
+    /// The capture file asked for, if any.
+    pub fn capture(&self) -> Option<&std::path::Path> {
+        self.capture.as_deref()
+    }
+
     /// Whether the records and capture files are written as rotating pieces.
     pub fn rotating(&self) -> bool {
         self.rotate_size.is_some() || self.rotate_age.is_some()

@@ -13,10 +13,10 @@ mod start;
 mod stop;
 mod summary;
 
-pub use args::{read_key, relay_config, RelayArgs, RelayConfig};
+pub use args::{key_path, read_key, relay_config, RelayArgs, RelayConfig};
 pub use start::{start, Running};
 pub use stop::{Signals, Stopped};
-pub use summary::failures_summary;
+pub use summary::{failures_summary, servers_summary};
 
 /// What every relay process sets for itself before it starts (`relay` and `run`): the open
 /// files limit and the heap's hold on freed blocks.

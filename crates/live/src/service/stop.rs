@@ -16,6 +16,8 @@ pub struct Stopped {
     pub how: Drain,
     /// Failed exchanges: (mount, failure word, how many), by mount then word.
     pub failed: Vec<(String, &'static str, u64)>,
+    /// What the wrappers said of their servers' starts (empty without an ingest socket).
+    pub servers: crate::ingest::ServersSeen,
 }
 
 impl Running {
@@ -38,7 +40,9 @@ impl Running {
         let how = drained.how;
         // No new reports from here on: calls still running end `lost` now, and those events
         // reach the correlator before it finishes.
+        let mut servers = crate::ingest::ServersSeen::default();
         if let Some(ingest) = self.ingest_socket {
+            servers = ingest.servers();
             ingest.close().await;
         }
         // The records writer gets the drain bound to get the last records out: all of that
@@ -92,6 +96,7 @@ impl Running {
             unreported,
             how,
             failed,
+            servers,
         })
     }
 }

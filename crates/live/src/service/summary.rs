@@ -68,3 +68,75 @@ pub fn failures_summary(
         says.join(". ")
     ))
 }
+
+/// The stop's lines on MCP servers that never ran, one each: a server whose wrapper said it
+/// could not be started or exited before answering anything (with why), and, under `run`,
+/// each server run wrapped (`wrapped`) whose wrapper never reached the relay at all (the host
+/// did not start it). Either way the model was offered none of its tools and no record can
+/// say so: without these lines a broken server was a silent `0 intervals` (issue 40).
+pub fn servers_summary(seen: &crate::ingest::ServersSeen, wrapped: &[String]) -> Vec<String> {
+    use crate::ingest::shown_alias;
+    let mut lines = Vec::new();
+    for (alias, (state, failures)) in &seen.failed {
+        let started = seen.started.get(alias).copied().unwrap_or(0);
+        let times = if *failures == 1 {
+            String::new()
+        } else {
+            format!(" ({failures} times)")
+        };
+        lines.push(if started > *failures {
+            // A wrapper reports `started` first and then the exit: some other start ran.
+            format!(
+                "MCP server `{}` exited at start{times}: {state}; it ran in {} other start{}",
+                shown_alias(alias),
+                started - failures,
+                if started - failures == 1 { "" } else { "s" }
+            )
+        } else {
+            format!(
+                "MCP server `{}` never ran{times}: {state}. The host got none of its tools, so \
+                 no call of it can be in the records; fix its command in the host's MCP \
+                 configuration",
+                shown_alias(alias)
+            )
+        });
+    }
+    for alias in wrapped {
+        if !seen.started.contains_key(alias) && !seen.failed.contains_key(alias) {
+            lines.push(format!(
+                "MCP server `{}` never connected: its wrapper never reached the relay, so the \
+                 host did not start it (or could not start `windowtap wrap`); none of its \
+                 calls can be in the records",
+                shown_alias(alias)
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::{ServerState, ServersSeen, SpawnError};
+
+    #[test]
+    fn servers_that_never_ran_are_named_with_why() {
+        let mut seen = ServersSeen::default();
+        seen.started.insert("ok".into(), 1);
+        seen.failed.insert(
+            "broken".into(),
+            (ServerState::SpawnFailed(SpawnError::NotFound), 1),
+        );
+        let lines = servers_summary(&seen, &["ok".into(), "broken".into(), "silent".into()]);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("MCP server `broken` never ran: its command was not found"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("MCP server `silent` never connected"),
+            "{lines:?}"
+        );
+        assert!(servers_summary(&ServersSeen::default(), &[]).is_empty());
+    }
+}
