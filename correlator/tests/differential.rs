@@ -1190,6 +1190,7 @@ fn a_call_id_naming_a_call_of_a_dropped_window_still_rules_other_windows_out() {
                     tool: "echo".into(),
                     start: 20.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             );
         if loss {
@@ -1258,6 +1259,7 @@ fn a_call_completed_after_its_window_closed_can_be_named_on_time() {
                     tool: "echo".into(),
                     start: late + 1.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             )
             .lost(late + 2.0, "x")
