@@ -280,6 +280,50 @@ def jsonrpc_lines():
     return lines
 
 
+# --- MCP mount (observe::mcp_http tests) -------------------------------------------------------
+
+def mcp_call(i, tool="echo"):
+    return (b'{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"%s","arguments":{"q":1},'
+            b'"_meta":{"claudecode/toolUseId":"toolu_%s","progressToken":2}}}' % (i, tool.encode(), i.strip(b'"')))
+
+
+def mcp_result(i, extra=b""):
+    return b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"r"}],"isError":false%s}}' % (i, extra)
+
+
+MCP_PROGRESS = b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":2,"progress":1}}'
+
+
+def mcp_seed(name, flags, seed, request, response):
+    write("mcp_mount", name, struct.pack("<BQI", flags, seed, len(request)) + request + response)
+
+
+def mcp_mount_seeds():
+    """Layout (fuzz/src/lib.rs): flags u8, seed u64, request len u32, request, response."""
+    sse_ok = b"event: message\ndata: " + MCP_PROGRESS + b"\n\nid: 1\ndata: " + mcp_result(b"1") + b"\n\n"
+    mcp_seed("sse_answer", 0, 0x5EED, mcp_call(b"1"), sse_ok)
+    mcp_seed("json_answer", 1, 7, mcp_call(b"1"), mcp_result(b"1"))
+    batch = b"[" + mcp_call(b"1") + b"," + mcp_call(b'"b"', "other") + b"]"
+    mcp_seed("batch_json", 1, 9, batch, b"[" + mcp_result(b'"b"') + b"," + mcp_result(b"1") + b"]")
+    mcp_seed("batch_sse_crlf", 0, 11, batch,
+             b"\xef\xbb\xbf: hi\r\ndata: " + mcp_result(b'"b"') + b"\r\n\r\nid: 2\rdata:" + mcp_result(b"1") + b"\r\r")
+    mcp_seed("id_null_error_4xx", 1 | 32, 3, batch,
+             b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}')
+    # An event id, then the stream breaks: under 2025 the call runs on and the GET answers it.
+    mcp_seed("resumed_2025", 2 | 8, 5, mcp_call(b"7"), b"id: ev-1\ndata: " + MCP_PROGRESS + b"\n\n")
+    mcp_seed("closed_2026", 4 | 16, 5, mcp_call(b"7"), b"data: " + MCP_PROGRESS + b"\n\n")
+    mrtr = (b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{},'
+            b'"requestState":"st\\/A"}}')
+    mcp_seed("input_required", 1 | 4, 13, mcp_call(b"1", "ask"), mrtr)
+    retry = (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","inputResponses":{},'
+             b'"requestState":"st/A","_meta":{"claudecode/toolUseId":"toolu_1"}}}')
+    mcp_seed("retry_and_cancel", 0 | 4, 17,
+             b"[" + retry + b',{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}]',
+             b"data: " + mrtr + b"\n\ndata: " + mcp_result(b"1") + b"\n\n")
+    mcp_seed("cut_event", 0 | 8, 19, mcp_call(b"1"), b"data: " + mcp_result(b"1")[:30])
+    mcp_seed("gzip_is_not_decoded_here", 1, 21, mcp_call(b"1"), gzip.compress(mcp_result(b"1")))
+
+
 def main():
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -302,6 +346,7 @@ def main():
         dirs = sum(1 << i for i, l in enumerate(group) if b'"method"' not in l or b'"id"' not in l and b"cancelled" not in l)
         write("jsonrpc", f"session{start // 8:02}", struct.pack("<QQ", dirs, 0x5EED + start) + b"\n".join(group) + b"\n")
     write("jsonrpc", "mrtr_session", struct.pack("<QQ", MRTR_DIRS, 7) + b"\n".join(MRTR) + b"\n")
+    mcp_mount_seeds()
     write("jsonrpc", "batch_and_cut", struct.pack("<QQ", 0b10, 3) + b"[" + lines[0] + b"," + lines[1] + b"]\n" + lines[2][:20])
 
 

@@ -35,6 +35,8 @@ fn trace_lines_of_every_type_are_valid_and_broken_ones_are_not() {
         r#"{"type":"mcp_interval","t":7265,"interval":"i2","alias":"probe","tool":"echo","start":7187,"end":7264,"outcome":"lost","host":null}"#,
         r#"{"type":"stream_close","t":7001,"stream":"s1","extra":"optional fields are allowed"}"#,
         r#"{"type":"mcp_interval","t":7265,"interval":"i3","alias":"probe","tool":"ask","start":7187,"end":7264,"outcome":"cancelled","host":null,"rounds":2,"input_wait":40,"outcome_detail":"input_unanswered"}"#,
+        r#"{"type":"mcp_start","t":7188,"interval":"i4","alias":"remote","tool":"echo","start":7187,"host":"h1","transport":"http"}"#,
+        r#"{"type":"mcp_interval","t":7265,"interval":"i4","alias":"remote","tool":"echo","start":7187,"end":7264,"outcome":"result","host":"h1","transport":"http"}"#,
     ];
     for line in good {
         assert!(valid(&v, line), "should be valid: {line}");
@@ -63,6 +65,8 @@ fn trace_lines_of_every_type_are_valid_and_broken_ones_are_not() {
         r#"{"type":"response_end","t":1,"stream":"s1","response":"r","status":"done"}"#,
         r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"done","host":null}"#,
         r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"result","item_id":7,"host":null}"#,
+        r#"{"type":"mcp_start","t":7188,"interval":"i4","alias":"remote","tool":"echo","start":7187,"host":"h1","transport":"stdio"}"#,
+        r#"{"type":"mcp_interval","t":9,"interval":"i","alias":"a","tool":"t","start":1,"end":4,"outcome":"result","host":null,"transport":null}"#,
     ];
     for line in bad {
         assert!(!valid(&v, line), "should be invalid: {line}");

@@ -124,6 +124,9 @@ pub enum EventKind<S = String> {
         start: Millis,
         /// The host process the call belongs to (a pseudonym), or `None` when not known.
         host: Option<S>,
+        /// Who reported the call: the stdio wrapper, or the relay's MCP mount observer
+        /// (trace v2's optional `transport`, absent for stdio; docs/design.md §8).
+        transport: McpTransport,
     },
     McpInterval {
         interval: S,
@@ -139,7 +142,44 @@ pub enum EventKind<S = String> {
         /// `outcome_detail`); `None` for a call of one request, as every call before MCP
         /// 2026-07-28.
         rounds: Option<Rounds>,
+        /// Who reported the call, as on `McpStart`.
+        transport: McpTransport,
     },
+}
+
+/// How an MCP call reached its server, and so who reported it (docs/design.md §8). The rule
+/// does not tell them apart; the field says where an interval came from. In trace v2 the
+/// optional `transport` of `mcp_start` and `mcp_interval` is `"http"` or absent (stdio), so
+/// every trace written before the field existed reads, and writes back, unchanged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum McpTransport {
+    /// The stdio wrapper (`windowtap wrap`) reported it: the field is absent.
+    #[default]
+    Stdio,
+    /// The relay's observer of an MCP mount (a remote streamable-HTTP server) reported it.
+    Http,
+}
+
+impl McpTransport {
+    /// The one word written in trace v2 (`"http"`); stdio is written as no field at all.
+    pub const HTTP: &'static str = "http";
+
+    /// The trace v2 field's value, or `None` for stdio (no field).
+    pub fn as_field(self) -> Option<&'static str> {
+        match self {
+            McpTransport::Stdio => None,
+            McpTransport::Http => Some(Self::HTTP),
+        }
+    }
+
+    /// Parses the trace v2 field's value: only `"http"` (absent is stdio; there is no second
+    /// spelling of it, so a reader never has two lines meaning one thing).
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        (s == Self::HTTP).then_some(McpTransport::Http)
+    }
+
+    /// Every accepted word, for error messages.
+    pub(crate) const WORDS: &'static [&'static str] = &[Self::HTTP];
 }
 
 /// The rounds of an MCP 2026-07-28 Multi Round-Trip call, reported as the one call it is for
@@ -296,12 +336,14 @@ impl<S> EventKind<S> {
                 tool,
                 start,
                 host,
+                transport,
             } => EventKind::McpStart {
                 interval: f(Text::Id, interval),
                 alias: f(Text::ToolName, alias),
                 tool: f(Text::ToolName, tool),
                 start,
                 host: host.map(|s| f(Text::Id, s)),
+                transport,
             },
             EventKind::McpInterval {
                 interval,
@@ -313,6 +355,7 @@ impl<S> EventKind<S> {
                 hints,
                 host,
                 rounds,
+                transport,
             } => EventKind::McpInterval {
                 interval: f(Text::Id, interval),
                 alias: f(Text::ToolName, alias),
@@ -328,6 +371,7 @@ impl<S> EventKind<S> {
                 },
                 host: host.map(|s| f(Text::Id, s)),
                 rounds,
+                transport,
             },
         }
     }

@@ -39,8 +39,8 @@ mod windows;
 
 pub use decide::{replay, Candidates, Config, Correlator, Held, WindowOpen};
 pub use event::{
-    CallKind, Client, Event, EventKind, Hints, Millis, Outcome, ResponseStatus, Rounds, StopReason,
-    Text, Transport, Usage,
+    CallKind, Client, Event, EventKind, Hints, McpTransport, Millis, Outcome, ResponseStatus,
+    Rounds, StopReason, Text, Transport, Usage,
 };
 pub use lines::LineError;
 pub use pseudo::{Pseudonymizer, PSEUDONYM_KEY_LEN};

@@ -589,6 +589,7 @@ impl Script {
                 outcome: Outcome::Result,
                 hints,
                 host: None,
+                transport: correlator::McpTransport::Stdio,
             },
         )
     }
@@ -655,6 +656,7 @@ fn the_codex_probe_is_attributed_as_in_the_design_example() {
                 tool: "echo".into(),
                 start: 7187.0,
                 host: None,
+                transport: correlator::McpTransport::Stdio,
             },
         )
         .request(7278.0, "s1", "q2", Some("r1"), &[])
@@ -1188,6 +1190,7 @@ fn a_call_id_naming_a_call_of_a_dropped_window_still_rules_other_windows_out() {
                     tool: "echo".into(),
                     start: 20.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             );
         if loss {
@@ -1256,6 +1259,7 @@ fn a_call_completed_after_its_window_closed_can_be_named_on_time() {
                     tool: "echo".into(),
                     start: late + 1.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             )
             .lost(late + 2.0, "x")
@@ -1311,6 +1315,7 @@ fn a_running_call_keeps_the_window_it_may_name_and_the_losses_it_overlaps() {
                     tool: "echo".into(),
                     start: 4.0,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             )
             .request(10.0, "a", "qa2", Some("ra"), &[])

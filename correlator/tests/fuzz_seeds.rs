@@ -22,6 +22,7 @@ const TARGETS: &[Target] = &[
     ("trace_reader", harness::trace_reader),
     ("ingest", harness::ingest_line),
     ("jsonrpc", harness::jsonrpc_lines),
+    ("mcp_mount", harness::mcp_mount),
 ];
 
 fn fuzz_dir() -> PathBuf {

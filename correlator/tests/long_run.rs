@@ -163,12 +163,14 @@ fn epoch(k: usize, seed: u64, offset: Millis, known_hosts: bool) -> Epoch {
                 tool,
                 start,
                 host,
+                transport,
             } => EventKind::McpStart {
                 interval: ren(interval),
                 alias: alias.clone(),
                 tool: tool.clone(),
                 start: start + offset,
                 host: host.clone(),
+                transport: *transport,
             },
             EventKind::McpInterval {
                 interval,
@@ -180,6 +182,7 @@ fn epoch(k: usize, seed: u64, offset: Millis, known_hosts: bool) -> Epoch {
                 hints,
                 host,
                 rounds,
+                transport,
             } => {
                 let mut hints = hints.clone();
                 hints.tool_use_id = ren_opt(&hints.tool_use_id);
@@ -196,6 +199,7 @@ fn epoch(k: usize, seed: u64, offset: Millis, known_hosts: bool) -> Epoch {
                     hints,
                     host: host.clone(),
                     rounds: *rounds,
+                    transport: *transport,
                 }
             }
         };
@@ -260,6 +264,7 @@ impl LongCall {
                 tool: "echo".into(),
                 start: self.start,
                 host: Some(Self::HOST.into()),
+                transport: correlator::McpTransport::Stdio,
             },
         }
     }
@@ -280,6 +285,7 @@ impl LongCall {
                 },
                 host: Some(Self::HOST.into()),
                 rounds: None,
+                transport: correlator::McpTransport::Stdio,
             },
         }
     }

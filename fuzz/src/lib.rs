@@ -15,6 +15,8 @@
 //! - `ws_connection`: `ext u8`, `mode u8`, `seed u64`, then in built mode records
 //!   `flags u8, len u16, payload`, in raw mode records `to_server u8, len u16, bytes`.
 //! - `jsonrpc_lines`: `directions u64`, `seed u64`, then lines separated by `\n`.
+//! - `mcp_mount`: `flags u8`, `seed u64`, `request len u32`, request, response (the response
+//!   also replayed on a GET of the same session, so it may answer calls across exchanges).
 //! - `body_scanners`, `trace_reader`, `ingest_line`: the bytes as they are (the readers take
 //!   their chunking from the first byte).
 
@@ -787,4 +789,141 @@ pub fn jsonrpc_lines(data: &[u8]) {
         lost_at_end, running,
         "lose_all did not end exactly the running calls"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MCP mount observer (`mcp_mount`).
+
+/// Drives `observe::mcp_http::McpMount` through a POST with `request` as its body and
+/// `response` as its answer, then a GET of the same session answering with `response` again,
+/// a `notifications/cancelled` POST and a stop. `flags`: bit 0 JSON or SSE answers, bits 1-2
+/// the protocol revision, bits 3-4 how the POST ended, bit 5 a 4xx status.
+fn mcp_mount_run(
+    flags: u8,
+    request: &[&[u8]],
+    response: &[&[u8]],
+) -> Vec<correlator::observe::mcp_http::McpEvent> {
+    use correlator::observe::mcp_http::{ExchangeEnd, HttpMethod, McpMount, RequestHead};
+    let content_type = if flags & 1 == 0 {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let version = match flags >> 1 & 3 {
+        0 => None,
+        1 => Some("2025-11-25"),
+        2 => Some("2026-07-28"),
+        _ => Some("2024-11-05"),
+    };
+    let how = match flags >> 3 & 3 {
+        0 => ExchangeEnd::Complete,
+        1 => ExchangeEnd::UpstreamBroke,
+        _ => ExchangeEnd::ClientClosed,
+    };
+    let status = if flags & 32 == 0 { 200 } else { 400 };
+    let head = |method| RequestHead {
+        method,
+        session_id: Some(b"s".as_slice()),
+        protocol_version: version,
+        content_encoding: None,
+        host: Some("h"),
+    };
+    let mut m = McpMount::new("a", "i", 1000.0);
+    let mut out = Vec::new();
+    for round in 0..2 {
+        let base = f64::from(round) * 100.0;
+        let x = m.open(head(HttpMethod::Post));
+        for p in request {
+            m.handle_request_body(x, p);
+        }
+        m.handle_request_end(x, base + 1.0);
+        m.handle_response_head(x, status, Some(content_type), None);
+        for p in response {
+            m.handle_response_body(x, p, base + 2.0);
+        }
+        m.handle_end(x, base + 3.0, how);
+        let g = m.open(head(HttpMethod::Get));
+        m.handle_request_end(g, base + 4.0);
+        m.handle_response_head(g, 200, Some("text/event-stream"), None);
+        for p in response {
+            m.handle_response_body(g, p, base + 5.0);
+        }
+        m.handle_end(g, base + 6.0, ExchangeEnd::Complete);
+        if let Some(t) = m.poll_timeout() {
+            assert!(t.is_finite(), "a deadline that is not a time");
+        }
+        m.handle_timeout(base + 50.0);
+        out.extend(std::iter::from_fn(|| m.poll_event()));
+    }
+    m.handle_stop(1000.0);
+    out.extend(std::iter::from_fn(|| m.poll_event()));
+    assert_eq!(m.running(), 0, "a call outlived the stop");
+    out
+}
+
+pub fn mcp_mount(data: &[u8]) {
+    use std::collections::HashMap;
+    let mut input = Input(data);
+    let flags = input.byte();
+    let seed = input.u64() | 1;
+    let len = input.u32() as usize;
+    let request = input.take(len);
+    let response = input.0;
+
+    let whole = mcp_mount_run(flags, &[request], &[response]);
+    let pieces = mcp_mount_run(
+        flags,
+        &chunks(request, seed),
+        &chunks(response, seed ^ 0x5555),
+    );
+    assert_eq!(whole, pieces, "chunking changed the MCP mount's events");
+
+    // Every end has its start, once; every start ends (the stop ends the rest); times agree;
+    // the events make a trace its reader takes back unchanged.
+    let mut open: HashMap<String, f64> = HashMap::new();
+    let (mut started, mut ended) = (0, 0);
+    let mut text = format!("{HEADER}\n");
+    let mut last_t = 0.0f64;
+    for ev in &whole {
+        let t = ev.at.max(last_t);
+        last_t = t;
+        match &ev.kind {
+            EventKind::McpStart {
+                interval,
+                start,
+                transport,
+                ..
+            } => {
+                assert_eq!(*transport, correlator::McpTransport::Http);
+                assert!(ev.at >= *start);
+                assert!(
+                    open.insert(interval.clone(), *start).is_none(),
+                    "started twice"
+                );
+                started += 1;
+            }
+            EventKind::McpInterval {
+                interval,
+                start,
+                end,
+                transport,
+                ..
+            } => {
+                assert_eq!(*transport, correlator::McpTransport::Http);
+                assert!(end >= start && ev.at >= *end);
+                let s = open.remove(interval).expect("an end without its start");
+                assert_eq!(s, *start, "an end whose start moved");
+                ended += 1;
+            }
+            other => panic!("not an MCP event: {other:?}"),
+        }
+        text.push_str(&event_line(&Event {
+            t,
+            kind: ev.kind.clone(),
+        }));
+    }
+    assert!(open.is_empty(), "a started call never ended");
+    assert_eq!(started, ended);
+    let back = correlator::trace::read_all(text.as_bytes(), "mcp").expect("a valid trace");
+    assert_eq!(back.len(), whole.len());
 }

@@ -230,6 +230,7 @@ impl Workload {
                     tool: "echo".into(),
                     start: s,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             ));
             let hints = if codex {
@@ -256,6 +257,7 @@ impl Workload {
                     outcome: Outcome::Result,
                     hints,
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             ));
             u += self.rng.ms(20.0, 200.0);
@@ -427,6 +429,7 @@ impl Workload {
                         tool: "echo".into(),
                         start: s,
                         host: None,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 ));
                 let hints = if codex {
@@ -454,6 +457,7 @@ impl Workload {
                         outcome: Outcome::Result,
                         hints,
                         host: None,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 ));
                 all_done = all_done.max(e);

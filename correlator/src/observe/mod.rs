@@ -23,6 +23,7 @@ mod exchange;
 pub mod jsonrpc;
 mod lenient;
 mod lost;
+pub mod mcp_http;
 mod peek;
 mod responses;
 mod sse;

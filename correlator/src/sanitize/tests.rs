@@ -31,6 +31,7 @@ fn mcp(interval: &str, alias: &str, tool: &str, hint: Option<&str>) -> EventKind
             ..Hints::default()
         },
         host: None,
+        transport: crate::McpTransport::Stdio,
     }
 }
 
@@ -44,6 +45,39 @@ fn a_scrubbed_event_passes_the_live_door_and_a_raw_one_does_not() {
     assert!(!line.as_str().contains("toolu_01ABC"));
     assert!(line.as_str().contains("\"read_file\""));
     assert!(line.as_str().ends_with('\n'));
+}
+
+#[test]
+fn an_mcp_mount_call_keeps_its_transport_through_the_scrub_and_the_door() {
+    // The MCP mount observer's events (design.md §8) leave as the wrapper's do, with the one
+    // fixed word `transport: "http"` and nothing else added.
+    let mut end = mcp("7", "remote", "echo", Some("toolu_01ABC"));
+    let EventKind::McpInterval {
+        interval,
+        alias,
+        tool,
+        start,
+        transport,
+        ..
+    } = &mut end
+    else {
+        unreachable!()
+    };
+    *transport = crate::McpTransport::Http;
+    let start = EventKind::McpStart {
+        interval: interval.clone(),
+        alias: alias.clone(),
+        tool: tool.clone(),
+        start: *start,
+        host: None,
+        transport: crate::McpTransport::Http,
+    };
+    for kind in [start, end] {
+        let line = Door::live().event(&ev(scrub().event(kind))).unwrap();
+        let line = line.as_str();
+        assert!(line.ends_with(",\"transport\":\"http\"}\n"), "{line}");
+        assert!(!line.contains("toolu_01ABC"), "{line}");
+    }
 }
 
 #[test]
@@ -204,6 +238,7 @@ fn hosts_are_ids_and_model_names_are_names() {
         outcome: Outcome::Result,
         hints: Hints::default(),
         host: Some("pid 4242 start 99".into()),
+        transport: crate::McpTransport::Stdio,
     }) else {
         panic!()
     };

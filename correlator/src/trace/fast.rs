@@ -454,6 +454,15 @@ fn word<T>(w: Option<&str>, parse: fn(&str) -> Option<T>) -> Option<T> {
     parse(w?)
 }
 
+/// `transport` of an MCP event, as `parse::mcp_transport` reads it: absent is stdio, `"http"`
+/// in v2; anything else is left to the strict path, which names the fault.
+fn mcp_transport(w: Option<&str>, version: Version) -> Option<McpTransport> {
+    match (w, version) {
+        (None, _) | (Some(_), Version::V1) => Some(McpTransport::Stdio),
+        (Some(w), Version::V2) => McpTransport::parse(w),
+    }
+}
+
 /// The event on this line if it is plainly a good one; `None` to let the strict path
 /// decide. Mirrors `parse_event` field for field.
 pub(super) fn event<'a>(line: &'a str, version: Version) -> Option<Event<&'a str>> {
@@ -523,6 +532,7 @@ pub(super) fn event<'a>(line: &'a str, version: Version) -> Option<Event<&'a str
                 tool: l.tool.value()?,
                 start,
                 host: host(l.host)?,
+                transport: mcp_transport(l.transport, version)?,
             }
         }
         "mcp_interval" => {
@@ -545,6 +555,7 @@ pub(super) fn event<'a>(line: &'a str, version: Version) -> Option<Event<&'a str
                 // A line with the Multi Round-Trip fields has keys this path does not
                 // know, so it went to the strict path.
                 rounds: None,
+                transport: mcp_transport(l.transport, version)?,
             }
         }
         // The header again, or an unknown type: the strict path says which.

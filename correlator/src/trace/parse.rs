@@ -46,6 +46,17 @@ fn usage(f: &Fields<'_>) -> Result<Option<Usage>, Fault> {
     }))
 }
 
+/// `transport` of `mcp_start` and `mcp_interval` (trace v2): absent is stdio, else only
+/// `"http"` (no `null`, no `"stdio"`: one spelling per meaning). Not a field of v1, where every
+/// call came from the stdio wrapper: there the key is ignored like any unknown one.
+fn mcp_transport(f: &Fields<'_>, v2: bool) -> Result<McpTransport, Fault> {
+    match f.obj.get("transport") {
+        None => Ok(McpTransport::Stdio),
+        Some(_) if !v2 => Ok(McpTransport::Stdio),
+        Some(_) => f.word("transport", McpTransport::parse, McpTransport::WORDS),
+    }
+}
+
 fn outcome_of(f: &Fields<'_>) -> Result<Outcome, Fault> {
     f.word("outcome", Outcome::parse, Outcome::WORDS)
 }
@@ -176,6 +187,7 @@ pub(super) fn parse_event<'a>(
                 tool: f.string("tool")?,
                 start,
                 host: host(&f)?,
+                transport: mcp_transport(&f, v2)?,
             }
         }
         "mcp_interval" => {
@@ -207,6 +219,7 @@ pub(super) fn parse_event<'a>(
                 } else {
                     None
                 },
+                transport: mcp_transport(&f, v2)?,
             }
         }
         other => {

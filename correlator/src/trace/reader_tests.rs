@@ -123,6 +123,57 @@ fn multi_round_trip_fields_read_back_and_are_checked() {
 }
 
 #[test]
+fn the_http_transport_of_an_mcp_call_reads_back_and_nothing_else_is_a_spelling_of_it() {
+    // design.md §8: `transport: "http"` on both MCP events; absent is stdio.
+    let start = r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"a","tool":"t","start":5,"host":null,"transport":"http"}"#;
+    let end = r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"a","tool":"t","start":5,"end":7,"outcome":"result","tool_use_id":"tu","item_id":null,"call_id":null,"thread":null,"host":null,"transport":"http"}"#;
+    let text = format!("{HEADER}\n{start}\n{end}\n");
+    let events = read(&text).unwrap();
+    for ev in &events {
+        let (EventKind::McpStart { transport, .. } | EventKind::McpInterval { transport, .. }) =
+            &ev.kind
+        else {
+            panic!()
+        };
+        assert_eq!(*transport, McpTransport::Http);
+    }
+    let mut again = format!("{HEADER}\n");
+    for ev in &events {
+        again.push_str(&event_line(ev));
+    }
+    assert_eq!(again, text);
+    // Absent is stdio, and stdio writes no field (so older traces write back unchanged).
+    let stdio = start.replace(r#","transport":"http""#, "");
+    let ev = &read(&format!("{HEADER}\n{stdio}\n")).unwrap()[0];
+    assert!(matches!(
+        ev.kind,
+        EventKind::McpStart {
+            transport: McpTransport::Stdio,
+            ..
+        }
+    ));
+    assert_eq!(event_line(ev), format!("{stdio}\n"));
+    for bad in [r#""stdio""#, "null", r#""HTTP""#, "1"] {
+        let line = start.replace(r#""http""#, bad);
+        let err = read(&format!("{HEADER}\n{line}\n")).expect_err(&line);
+        assert!(err.to_string().contains("transport"), "{line}: {err}");
+    }
+    // In a v1 trace the key is no field, like every v2 key.
+    let v1 = read(&format!(
+        "{HEADER_V1}\n{}\n",
+        start.replace(r#","host":null"#, "")
+    ))
+    .unwrap();
+    assert!(matches!(
+        v1[0].kind,
+        EventKind::McpStart {
+            transport: McpTransport::Stdio,
+            ..
+        }
+    ));
+}
+
+#[test]
 fn hints_may_be_absent() {
     let text = format!(
         "{HEADER}\n{}\n",
@@ -164,6 +215,8 @@ const TAKEN: &[&str] = &[
     r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2"}"#,
     r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"result","tool_use_id":null,"item_id":"fc1","call_id":"c1","thread":"th1","host":null}"#,
     r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":5.5,"outcome":"lost","host":"h"}"#,
+    r#"{"type":"mcp_start","t":6,"interval":"i1","alias":"probe","tool":"echo","start":6,"host":"h2","transport":"http"}"#,
+    r#"{"type":"mcp_interval","t":8,"interval":"i1","alias":"probe","tool":"echo","start":5.5,"end":8,"outcome":"error","tool_use_id":"tu","item_id":null,"call_id":null,"thread":null,"host":null,"transport":"http"}"#,
     r#"{"type":"observation_lost","t":9,"stream":"s1","reason":"decode"}"#,
     r#"{"type":"stream_close","t":1000,"stream":"s1"}"#,
     r#" { "t" : 9 , "type" : "stream_close" , "stream" : "s1" } "#,

@@ -113,6 +113,7 @@ pub fn write_event(out: &mut String, ev: &Event) {
             tool,
             start,
             host,
+            transport,
         } => {
             s(out, "interval", interval);
             s(out, "alias", alias);
@@ -120,6 +121,9 @@ pub fn write_event(out: &mut String, ev: &Event) {
             out.push_str(",\"start\":");
             push_ms(out, *start);
             o(out, "host", host.as_deref());
+            if let Some(word) = transport.as_field() {
+                s(out, "transport", word);
+            }
         }
         EventKind::McpInterval {
             interval,
@@ -131,6 +135,7 @@ pub fn write_event(out: &mut String, ev: &Event) {
             hints,
             host,
             rounds,
+            transport,
         } => {
             s(out, "interval", interval);
             s(out, "alias", alias);
@@ -153,6 +158,9 @@ pub fn write_event(out: &mut String, ev: &Event) {
                 if r.unanswered {
                     s(out, "outcome_detail", Rounds::INPUT_UNANSWERED);
                 }
+            }
+            if let Some(word) = transport.as_field() {
+                s(out, "transport", word);
             }
         }
     }

@@ -293,6 +293,7 @@ impl Gen {
                     tool: tool.clone(),
                     start: s,
                     host: host_id.clone(),
+                    transport: correlator::McpTransport::Stdio,
                 },
             );
             if self.trouble(2) {
@@ -363,6 +364,7 @@ impl Gen {
                 outcome,
                 hints,
                 host: host_id,
+                transport: correlator::McpTransport::Stdio,
             },
         });
         self.agents.push(agent);

@@ -302,6 +302,7 @@ mod tests {
                 thread: None,
             },
             host: None,
+            transport: correlator::McpTransport::Stdio,
         }
     }
 

@@ -741,6 +741,7 @@ mod tests {
                         ..Hints::default()
                     },
                     host: None,
+                    transport: correlator::McpTransport::Stdio,
                 },
             ))
             .await
@@ -840,6 +841,7 @@ mod tests {
             outcome: Outcome::Result,
             hints: Hints::default(),
             host: None,
+            transport: correlator::McpTransport::Stdio,
         };
         tokio::time::sleep(Duration::from_millis(2)).await;
         task.offer((clock.now_ms(), interval));

@@ -64,13 +64,13 @@ pub(crate) const MAX_WAITING: usize = 1024;
 
 /// A JSON-RPC id as a map key: strings and integers are distinct ids (`"1"` is not `1`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Id {
+pub(crate) enum Id {
     Str(String),
     Int(i128),
 }
 
 impl Id {
-    fn of(v: &Value) -> Option<Id> {
+    pub(crate) fn of(v: &Value) -> Option<Id> {
         match v {
             Value::String(s) => Some(Id::Str(s.clone())),
             Value::Number(n) => n
@@ -384,7 +384,7 @@ impl Observer {
 /// The key a `requestState` is compared by. The scanner already put a digest in the skeleton;
 /// a line observed whole ([`Observer::line`] on a full parse, as in tests) holds the raw value,
 /// which is digested here so that nothing but digests is ever kept.
-pub(super) fn state_key(s: &str) -> String {
+pub(crate) fn state_key(s: &str) -> String {
     let mut d = StateDigest::new();
     d.write(s.as_bytes());
     d.finish()
@@ -404,7 +404,7 @@ fn identities(h: &Hints) -> [&Option<String>; 3] {
 }
 
 /// Two hint sets naming different tool uses.
-fn hints_conflict(a: &Hints, b: &Hints) -> bool {
+pub(crate) fn hints_conflict(a: &Hints, b: &Hints) -> bool {
     identities(a)
         .iter()
         .zip(identities(b))
@@ -412,7 +412,7 @@ fn hints_conflict(a: &Hints, b: &Hints) -> bool {
 }
 
 /// Two hint sets naming the same tool use: one identity in common and none different.
-fn hints_agree(a: &Hints, b: &Hints) -> bool {
+pub(crate) fn hints_agree(a: &Hints, b: &Hints) -> bool {
     !hints_conflict(a, b)
         && identities(a)
             .iter()
@@ -420,14 +420,14 @@ fn hints_agree(a: &Hints, b: &Hints) -> bool {
             .any(|(x, y)| matches!((x, y), (Some(x), Some(y)) if x == y))
 }
 
-fn fill_hints(h: &mut Hints, from: Hints) {
+pub(crate) fn fill_hints(h: &mut Hints, from: Hints) {
     h.tool_use_id = h.tool_use_id.take().or(from.tool_use_id);
     h.item_id = h.item_id.take().or(from.item_id);
     h.call_id = h.call_id.take().or(from.call_id);
     h.thread = h.thread.take().or(from.thread);
 }
 
-fn hints_of(meta: &Value) -> Hints {
+pub(crate) fn hints_of(meta: &Value) -> Hints {
     let s = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
     Hints {
         tool_use_id: s("claudecode/toolUseId"),

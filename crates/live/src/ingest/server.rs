@@ -405,6 +405,7 @@ async fn connection(stream: UnixStream, shared: Arc<Intake>, mut closed: watch::
             outcome: Outcome::Lost,
             hints: r.hints,
             host: r.host,
+            transport: correlator::McpTransport::Stdio,
         };
         shared.emit(end, kind).await;
     }
@@ -476,6 +477,7 @@ async fn accept(
                         tool,
                         start,
                         host,
+                        transport: correlator::McpTransport::Stdio,
                     },
                 )
                 .await;
@@ -514,6 +516,7 @@ async fn accept(
                 hints,
                 host,
                 rounds,
+                transport: correlator::McpTransport::Stdio,
             };
             shared.emit(end, kind).await;
         }

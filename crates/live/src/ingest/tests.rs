@@ -107,6 +107,7 @@ async fn starts_and_ends_become_events_stamped_on_arrival() {
             tool: "t".into(),
             start: clock.ms_at(s),
             host: None,
+            transport: correlator::McpTransport::Stdio,
         }
     );
     assert!(t1 >= clock.ms_at(s));
@@ -123,6 +124,7 @@ async fn starts_and_ends_become_events_stamped_on_arrival() {
             outcome: Outcome::Error,
             hints: hints(Some("toolu_9")),
             host: None,
+            transport: correlator::McpTransport::Stdio,
         }
     );
     assert!(t2 >= t1 && t2 >= clock.ms_at(e));
