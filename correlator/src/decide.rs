@@ -1287,6 +1287,7 @@ mod tests {
                     outcome: Outcome::Result,
                     hints: Hints::default(),
                     host: Some("host-a".into()),
+                    transport: crate::event::McpTransport::Stdio,
                 },
             ),
             ev(

@@ -24,7 +24,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use correlator::{CallKind, Client, Event, EventKind, Hints, Outcome, ResponseStatus, Transport};
+use correlator::{
+    CallKind, Client, Event, EventKind, Hints, McpTransport, Outcome, ResponseStatus, Transport,
+};
 
 use super::Rng;
 
@@ -152,6 +154,7 @@ impl Multihost {
                     tool: tool.into(),
                     start: s,
                     host: host.clone(),
+                    transport: McpTransport::Stdio,
                 },
             ));
         }
@@ -167,6 +170,7 @@ impl Multihost {
                 outcome: Outcome::Result,
                 hints,
                 host,
+                transport: McpTransport::Stdio,
             },
         ));
     }
