@@ -177,25 +177,9 @@ fn matches(r: &Value, p: &str, leads: &Leads) -> Option<String> {
 /// Unix milliseconds as a UTC time of day a person reads: `2026-12-07T23:56:30.123Z`.
 pub fn wall_clock(unix_ms: f64) -> String {
     let ms = unix_ms.max(0.0).round() as u64;
-    let (secs, frac) = (ms / 1000, ms % 1000);
-    let days = (secs / 86_400) as i64;
-    let s = secs % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
+    let (year, month, day, h, m, s) = sys::clock::utc_civil(ms / 1000);
+    let frac = ms % 1000;
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{frac:03}Z")
 }
 
 #[cfg(test)]

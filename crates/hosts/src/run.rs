@@ -101,24 +101,8 @@ fn free_name(dir: &Path, stamp: &str) -> PathBuf {
 /// A UTC time as a person reads it and a file name can hold (no `:`), sorting as it reads:
 /// `2026-12-03T10-15-30Z`.
 fn utc_stamp(unix_secs: u64) -> String {
-    let days = (unix_secs / 86_400) as i64;
-    let secs = unix_secs % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    let (year, month, day, h, m, s) = sys::clock::utc_civil(unix_secs);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}-{m:02}-{s:02}Z")
 }
 
 /// The log beside the records: the same name with the extension `.log`.

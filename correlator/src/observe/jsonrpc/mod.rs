@@ -32,9 +32,11 @@ mod state_digest;
 pub use observer::{Call, Direction, Observation, Observer};
 pub use scanner::LineScanner;
 // What the MCP mount observer (`observe::mcp_http`) shares with the wrapper's: ids compared
-// by type and value, hints read from `_meta` the one way, and `requestState` digests.
+// by type and value, hints read from `_meta` the one way, `requestState` digests, and which
+// waiting call a multi-round retry continues.
 pub(crate) use observer::{
-    fill_hints, hints_agree, hints_conflict, hints_of, state_key, Id, MAX_RUNNING, MAX_WAITING,
+    fill_hints, hints_agree, hints_conflict, hints_of, pick_continued, state_key, Id, MAX_RUNNING,
+    MAX_WAITING,
 };
 
 #[cfg(test)]

@@ -207,22 +207,9 @@ impl Observer {
             })
             .map(|(i, _)| i)
             .collect();
-        let pick = match candidates.as_slice() {
-            [] => None,
-            [one] => Some(*one),
-            _ if state.is_some() => Some(candidates[0]),
-            many => {
-                let same: Vec<usize> = many
-                    .iter()
-                    .copied()
-                    .filter(|&i| hints_agree(&self.waiting[i].call.hints, hints))
-                    .collect();
-                match same.as_slice() {
-                    [one] => Some(*one),
-                    _ => None,
-                }
-            }
-        };
+        let pick = pick_continued(&candidates, state.is_some(), |i| {
+            hints_agree(&self.waiting[i].call.hints, hints)
+        });
         pick.map(|i| self.waiting.remove(i))
     }
 
@@ -418,6 +405,29 @@ pub(crate) fn hints_agree(a: &Hints, b: &Hints) -> bool {
             .iter()
             .zip(identities(b))
             .any(|(x, y)| matches!((x, y), (Some(x), Some(y)) if x == y))
+}
+
+/// Which waiting call a retry of a multi-round call continues, among the `candidates` (indexes
+/// of waiting calls of the same tool and state whose hints do not conflict): the one there
+/// is; with a `requestState`, the first (the state names it); else the one whose hints agree
+/// (`agrees`), if exactly one does. Shared by the wrapper's observer and the MCP mount's.
+pub(crate) fn pick_continued(
+    candidates: &[usize],
+    has_state: bool,
+    agrees: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    match candidates {
+        [] => None,
+        [one] => Some(*one),
+        [first, ..] if has_state => Some(*first),
+        many => {
+            let mut same = many.iter().copied().filter(|&i| agrees(i));
+            match (same.next(), same.next()) {
+                (Some(one), None) => Some(one),
+                _ => None,
+            }
+        }
+    }
 }
 
 pub(crate) fn fill_hints(h: &mut Hints, from: Hints) {

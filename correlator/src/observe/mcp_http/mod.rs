@@ -79,7 +79,8 @@ use sha2::Digest;
 
 use crate::event::{EventKind, Hints, McpTransport, Millis, Outcome, Rounds};
 use crate::observe::jsonrpc::{
-    fill_hints, hints_agree, hints_conflict, hints_of, state_key, Id, MAX_RUNNING, MAX_WAITING,
+    fill_hints, hints_agree, hints_conflict, hints_of, pick_continued, state_key, Id, MAX_RUNNING,
+    MAX_WAITING,
 };
 
 pub use methods::method_word;
@@ -731,22 +732,9 @@ impl McpMount {
             })
             .map(|(i, _)| i)
             .collect();
-        let pick = match candidates.as_slice() {
-            [] => None,
-            [one] => Some(*one),
-            _ if state.is_some() => Some(candidates[0]),
-            many => {
-                let same: Vec<usize> = many
-                    .iter()
-                    .copied()
-                    .filter(|&i| hints_agree(&self.waiting[i].call.hints, hints))
-                    .collect();
-                match same.as_slice() {
-                    [one] => Some(*one),
-                    _ => None,
-                }
-            }
-        };
+        let pick = pick_continued(&candidates, state.is_some(), |i| {
+            hints_agree(&self.waiting[i].call.hints, hints)
+        });
         pick.map(|i| self.waiting.remove(i))
     }
 
