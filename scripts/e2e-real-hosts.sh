@@ -1190,8 +1190,10 @@ run_report() {
 import json, re, sys
 d, relay_rc, checked, canary = sys.argv[1:5]
 rcs = {l.split()[0]: int(l.split()[3]) for l in open(f"{d}/sessions.txt")}
-recs = [json.loads(l) for l in open(f"{d}/records.jsonl")]
-same = open(f"{d}/records.jsonl").read() == open(f"{d}/replayed.jsonl").read()
+# The live records start with the run header (records v1); the replay's are the same records.
+recs = [r for r in map(json.loads, open(f"{d}/records.jsonl")) if r.get("type") == "attribution"]
+same = recs == [r for r in map(json.loads, open(f"{d}/replayed.jsonl"))
+                if r.get("type") == "attribution"]
 html = open(f"{d}/report.html").read()
 page = re.search(r'data-unreported="([^"]*)"', html)
 page = page.group(1) if page else "-"
