@@ -1134,14 +1134,29 @@ async fn two_agents_of_one_program_calling_one_tool_at_once_abstain_unless_they_
     let (_dir, run) = run_sdk_agent(&up, &["--agents", "2"]).await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
     assert_eq!(run.records.len(), 2, "{}", run.records_text);
+    // Both agents' windows hold both calls: ambiguous. On a loaded machine one call may start
+    // before the other agent's window opened (its tool call not yet seen by the relay): then
+    // only its own agent's window could have issued it, one candidate, attributed, which is
+    // right. Never a choice between two windows.
+    let mut windows = Vec::new();
     for r in &run.records {
-        assert_eq!(
-            (r["decision"].as_str(), r["reason"].as_str()),
-            (Some("abstained"), Some("ambiguous")),
-            "{r}"
-        );
-        assert_eq!(r["candidates"], 2, "{r}");
+        match (r["decision"].as_str(), r["reason"].as_str()) {
+            (Some("abstained"), Some("ambiguous")) => assert_eq!(r["candidates"], 2, "{r}"),
+            (Some("attributed"), None) => {
+                assert_eq!(r["candidates"], 1, "{r}");
+                windows.push(r["window"]["response"].clone());
+            }
+            _ => panic!("neither ambiguous nor alone in its window: {r}"),
+        }
     }
+    assert!(
+        windows.len() < 2 || windows[0] != windows[1],
+        "two calls of two agents in one window: {}",
+        run.records_text
+    );
+    // (That both calls in both windows abstain is held without timing by the scripted trace
+    // in correlator/tests/differential.rs,
+    // `two_agents_of_one_program_calling_one_tool_at_once_abstain_unless_their_call_ids_say`.)
 
     let (_dir, run) = run_sdk_agent(&up, &["--agents", "2", "--meta-call-id"]).await;
     assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
