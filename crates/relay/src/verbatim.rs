@@ -72,6 +72,7 @@ pub(super) async fn serve_connection(
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
         timers: state.timers.clone(),
+        principal: None,
     };
     loop {
         let next = tokio::select! {
@@ -110,6 +111,9 @@ struct Client {
     buf: BytesMut,
     /// Where its exchanges' timers run.
     timers: Timers,
+    /// Whose idle upstream connections its exchanges share, once its first exchange asked:
+    /// a connection's owner does not change, so it is not asked again per exchange.
+    principal: Option<hostid::Principal>,
 }
 
 enum Next {
@@ -225,7 +229,13 @@ async fn exchange(client: &mut Client, state: &State, r: Routed) -> bool {
     // How the upstream connection failed, when it did (the machine only knows that it did).
     let mut failed = Failure::Other;
     // Whose idle upstream connections this exchange may take and give back.
-    let pool_key = Upstreams::pool_key(&r.uri, upstream::connection_principal().await);
+    let principal = match client.principal {
+        Some(p) => p,
+        None => *client
+            .principal
+            .insert(upstream::connection_principal().await),
+    };
+    let pool_key = Upstreams::pool_key(&r.uri, principal);
     let open = open_upstream(state, &r, &pool_key);
     tokio::pin!(open);
     let opened = loop {

@@ -35,8 +35,8 @@ pub use scanner::LineScanner;
 // by type and value, hints read from `_meta` the one way, `requestState` digests, and which
 // waiting call a multi-round retry continues.
 pub(crate) use observer::{
-    fill_hints, hints_agree, hints_conflict, hints_of, pick_continued, state_key, Id, MAX_RUNNING,
-    MAX_WAITING,
+    fill_hints, hints_agree, hints_conflict, pick_continued, state_key, tools_call_of, Id,
+    MAX_RUNNING, MAX_WAITING,
 };
 
 #[cfg(test)]

@@ -241,17 +241,10 @@ impl Observer {
         let method = obj.get("method").and_then(Value::as_str);
         match (dir, method) {
             (Direction::ClientToServer, Some("tools/call")) => {
-                let Some(id) = obj.get("id").and_then(Id::of) else {
+                let Some((id, tool, hints)) = tools_call_of(obj) else {
                     return;
                 };
                 let params = obj.get("params");
-                let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-                    return;
-                };
-                let hints = params
-                    .and_then(|p| p.get("_meta"))
-                    .map(hints_of)
-                    .unwrap_or_default();
                 // Ids must be unique among running requests; a reused one leaves no way to
                 // tell the two answers apart, so the older call's end is unknowable.
                 if let Some(old) = self.running.remove(&id) {
@@ -405,6 +398,20 @@ pub(crate) fn hints_agree(a: &Hints, b: &Hints) -> bool {
             .iter()
             .zip(identities(b))
             .any(|(x, y)| matches!((x, y), (Some(x), Some(y)) if x == y))
+}
+
+/// A `tools/call` request's id, tool name and identity hints (from `params._meta`, read the
+/// one way), if it has an id and a tool name. Shared by the wrapper's observer and the MCP
+/// mount's.
+pub(crate) fn tools_call_of(obj: &serde_json::Map<String, Value>) -> Option<(Id, &str, Hints)> {
+    let id = obj.get("id").and_then(Id::of)?;
+    let params = obj.get("params");
+    let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str)?;
+    let hints = params
+        .and_then(|p| p.get("_meta"))
+        .map(hints_of)
+        .unwrap_or_default();
+    Some((id, tool, hints))
 }
 
 /// Which waiting call a retry of a multi-round call continues, among the `candidates` (indexes

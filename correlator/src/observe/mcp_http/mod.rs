@@ -79,8 +79,8 @@ use sha2::Digest;
 
 use crate::event::{EventKind, Hints, McpTransport, Millis, Outcome, Rounds};
 use crate::observe::jsonrpc::{
-    fill_hints, hints_agree, hints_conflict, hints_of, pick_continued, state_key, Id, MAX_RUNNING,
-    MAX_WAITING,
+    fill_hints, hints_agree, hints_conflict, pick_continued, state_key, tools_call_of, Id,
+    MAX_RUNNING, MAX_WAITING,
 };
 
 pub use methods::method_word;
@@ -621,17 +621,10 @@ impl McpMount {
         obj: &serde_json::Map<String, Value>,
         s: Millis,
     ) {
-        let Some(id) = obj.get("id").and_then(Id::of) else {
+        let Some((id, tool, hints)) = tools_call_of(obj) else {
             return;
         };
         let params = obj.get("params");
-        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-            return;
-        };
-        let hints = params
-            .and_then(|p| p.get("_meta"))
-            .map(hints_of)
-            .unwrap_or_default();
         // Ids are unique among a client's running requests; one reused within an exchange
         // leaves no way to tell the two answers apart, so the older call's end is unknowable.
         let dup = self
